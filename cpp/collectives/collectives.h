@@ -1,0 +1,42 @@
+// Collective algorithms over a Communicator. Written once against the transport; each picks an
+// algorithm by message size and world shape (see algorithms table in collectives/algorithms.cc).
+//
+// Contract for every function: all members of the communicator call it with matching
+// arguments, in the same order relative to other collectives. Results are bitwise identical on
+// every rank and every run (reduction order is fixed by rank and chunk, never by arrival).
+// Failures throw (PeerLost, Timeout, Aborted). Buffers are host memory.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "collectives/communicator.h"
+#include "horovod/types.h"
+
+namespace hvd::collectives {
+
+// In place: buf = OP over ranks of buf. op is kSum, kMin, kMax or kProduct (Average and scaling
+// are the engine's business: it applies pre/postscale with scaleBuffer()).
+void allreduce(Communicator& comm, void* buf, size_t count, DataType dtype, ReduceOp op);
+
+// out = concatenation of every rank's `in` in set-rank order; bytesPerRank[r] is rank r's size.
+// `in` may point into `out` at this rank's offset (in-place allgather).
+void allgatherv(Communicator& comm, const void* in, void* out, const std::vector<size_t>& bytesPerRank);
+
+// buf on every rank = buf on `root` (a set rank).
+void broadcast(Communicator& comm, void* buf, size_t bytes, int root);
+
+// Rank r sends sendBytes[p] bytes (consecutive blocks of `in`, in set-rank order) to each rank p
+// and receives recvBytes[p] bytes from p into consecutive blocks of `out`.
+void alltoallv(Communicator& comm, const void* in, const std::vector<size_t>& sendBytes, void* out,
+               const std::vector<size_t>& recvBytes);
+
+// Reduces `in` (sum of countsPerRank elements on every rank) and leaves block r (countsPerRank[r]
+// elements, blocks consecutive in set-rank order) of the result in `out` on rank r.
+void reducescatter(Communicator& comm, const void* in, void* out, const std::vector<size_t>& countsPerRank,
+                   DataType dtype, ReduceOp op);
+
+void barrier(Communicator& comm);
+
+}  // namespace hvd::collectives

@@ -1,0 +1,62 @@
+#include "horovod/types.h"
+
+namespace hvd {
+
+size_t dataTypeSize(DataType type) {
+  switch (type) {
+    case DataType::kUInt8:
+    case DataType::kInt8:
+    case DataType::kBool:
+      return 1;
+    case DataType::kUInt16:
+    case DataType::kInt16:
+    case DataType::kFloat16:
+    case DataType::kBFloat16:
+      return 2;
+    case DataType::kInt32:
+    case DataType::kFloat32:
+      return 4;
+    case DataType::kInt64:
+    case DataType::kFloat64:
+      return 8;
+  }
+  return 0;
+}
+
+std::string_view dataTypeName(DataType type) {
+  switch (type) {
+    case DataType::kUInt8: return "uint8";
+    case DataType::kInt8: return "int8";
+    case DataType::kUInt16: return "uint16";
+    case DataType::kInt16: return "int16";
+    case DataType::kInt32: return "int32";
+    case DataType::kInt64: return "int64";
+    case DataType::kFloat16: return "float16";
+    case DataType::kBFloat16: return "bfloat16";
+    case DataType::kFloat32: return "float32";
+    case DataType::kFloat64: return "float64";
+    case DataType::kBool: return "bool";
+  }
+  return "unknown";
+}
+
+bool isFloatingPoint(DataType type) {
+  return type == DataType::kFloat16 || type == DataType::kBFloat16 || type == DataType::kFloat32 ||
+         type == DataType::kFloat64;
+}
+
+std::string_view opTypeName(OpType type) {
+  switch (type) {
+    case OpType::kAllreduce: return "ALLREDUCE";
+    case OpType::kAllgather: return "ALLGATHER";
+    case OpType::kBroadcast: return "BROADCAST";
+    case OpType::kJoin: return "JOIN";
+    case OpType::kAdasum: return "ADASUM";
+    case OpType::kAlltoall: return "ALLTOALL";
+    case OpType::kBarrier: return "BARRIER";
+    case OpType::kReducescatter: return "REDUCESCATTER";
+  }
+  return "UNKNOWN";
+}
+
+}  // namespace hvd

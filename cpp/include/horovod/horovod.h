@@ -1,0 +1,145 @@
+// Public C++ API of the Horovod core.
+//
+// A program calls hvd::init() once per process (under horovodrun, or alone as a single rank),
+// then issues collectives on host buffers. Every collective has an asynchronous form returning a
+// Work handle and a synchronous form that waits on it. All functions are thread-safe; the
+// engine's background thread does the negotiation and the communication.
+//
+// Matching across ranks is by name: two ranks' requests with the same name (in the same process
+// set) are the same collective. A name may be reused once the previous operation with that name
+// has completed on this rank.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "horovod/errors.h"
+#include "horovod/types.h"
+
+namespace hvd {
+
+// A host buffer with a dtype and a shape. Does not own its memory; the caller keeps it alive
+// until the operation that uses it has completed.
+struct TensorView {
+  void* data = nullptr;
+  DataType dtype = DataType::kFloat32;
+  std::vector<int64_t> shape;
+
+  int64_t numElements() const;
+  size_t bytes() const { return static_cast<size_t>(numElements()) * dataTypeSize(dtype); }
+};
+
+// A tensor allocated by the engine (outputs whose size is only known after negotiation:
+// allgather, alltoall). The storage is released when the last copy of this object goes away.
+struct OwnedTensor {
+  std::shared_ptr<void> storage;
+  TensorView view;
+};
+
+// Per-operation settings. Add a field here rather than a parameter to a function.
+struct Options {
+  // Matching key across ranks. Empty: the engine names it "noname.<n>" with a per-process
+  // counter, which matches only if every rank issues the same sequence of operations.
+  std::string name;
+  ReduceOp op = ReduceOp::kSum;  // allreduce, reducescatter
+  double prescale = 1.0;         // applied to the input before reducing
+  double postscale = 1.0;        // applied to the result after reducing
+  int root = 0;                  // broadcast: a *global* rank, member of the process set
+  int processSet = 0;            // 0 = all ranks
+  std::vector<int32_t> splits;   // alltoall: rows for each set rank; empty = equal split
+};
+
+// The outcome of an asynchronous collective, shared between the caller and the engine.
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual bool isCompleted() const = 0;
+  // Blocks until completion; rethrows the operation's failure (an hvd::Error subclass).
+  virtual void wait() = 0;
+  // Like wait() but gives up after `timeout`; returns whether the operation completed.
+  virtual bool waitFor(std::chrono::milliseconds timeout) = 0;
+  // Outputs the engine allocated (allgather, alltoall; one per group member). Valid after wait().
+  virtual const std::vector<OwnedTensor>& outputs() const = 0;
+  // Alltoall: rows received from each set rank. Valid after wait().
+  virtual const std::vector<int32_t>& receivedSplits() const = 0;
+  // Join: the global rank that joined last. Valid after wait().
+  virtual int joinResult() const = 0;
+};
+using WorkPtr = std::shared_ptr<Work>;
+
+// ---- Lifecycle and topology --------------------------------------------------------------------
+
+struct InitOptions {
+  // Static process sets, registered with ids 1..n in this order. Must be identical on all ranks.
+  std::vector<std::vector<int>> processSets;
+  // Allow addProcessSet/removeProcessSet after init (also HOROVOD_DYNAMIC_PROCESS_SETS=1).
+  bool dynamicProcessSets = false;
+};
+
+// Joins the job described by the environment (HOROVOD_RANK, HOROVOD_SIZE, ... and the rendezvous
+// address set by horovodrun; a single rank when none is set). Blocks until every rank has
+// joined. A second call while initialized does nothing. Throws InvalidArgument for a bad
+// HOROVOD_* value, StoreError/Timeout when the rendezvous fails.
+void init(const InitOptions& options = {});
+// Stops the engine on every rank; pending operations fail with Aborted. init() may follow.
+void shutdown();
+bool isInitialized();
+
+int rank();
+int size();
+int localRank();
+int localSize();
+int crossRank();
+int crossSize();
+bool isHomogeneous();
+
+// ---- Process sets ------------------------------------------------------------------------------
+
+// Collective over all ranks, issued in the same order everywhere. Returns the new set's id.
+int addProcessSet(std::vector<int> ranks);
+// Collective. Returns false for the global set or an unknown id.
+bool removeProcessSet(int processSetId);
+// Sorted global ranks of a set; throws InvalidArgument for an unknown id.
+std::vector<int> processSetRanks(int processSetId);
+// Ids of the registered sets, ascending (0 first).
+std::vector<int> processSetIds();
+
+// ---- Collectives (asynchronous) ----------------------------------------------------------------
+
+// out = postscale * OP_ranks(prescale * in). `out` may be `in` (in place). Average divides by
+// the set size after the sum.
+WorkPtr allreduceAsync(const TensorView& in, const TensorView& out, const Options& options);
+// Members are negotiated as one unit and named "<name>_<i>of<n>" (i from 1).
+WorkPtr groupedAllreduceAsync(const std::vector<TensorView>& in, const std::vector<TensorView>& out,
+                              const Options& options);
+// Concatenation along dim 0 in set-rank order; output allocated by the engine (Work::outputs()).
+WorkPtr allgatherAsync(const TensorView& in, const Options& options);
+WorkPtr groupedAllgatherAsync(const std::vector<TensorView>& in, const Options& options);
+// Overwrites `tensor` on every rank but options.root with root's contents.
+WorkPtr broadcastAsync(const TensorView& tensor, const Options& options);
+// Rows of dim 0 go to set ranks by options.splits; output allocated by the engine.
+WorkPtr alltoallAsync(const TensorView& in, const Options& options);
+// Reduce, then this rank keeps its block of dim 0 (rank r: d/n+1 rows if r < d%n, else d/n).
+// `out` must have that shape. Only kSum and kAverage.
+WorkPtr reducescatterAsync(const TensorView& in, const TensorView& out, const Options& options);
+WorkPtr groupedReducescatterAsync(const std::vector<TensorView>& in,
+                                  const std::vector<TensorView>& out, const Options& options);
+WorkPtr barrierAsync(int processSet = 0);
+// Declares this rank out of data; completes when every rank has joined (global set only).
+WorkPtr joinAsync();
+
+// ---- Collectives (synchronous) -----------------------------------------------------------------
+
+void allreduce(const TensorView& in, const TensorView& out, const Options& options);
+OwnedTensor allgather(const TensorView& in, const Options& options);
+void broadcast(const TensorView& tensor, const Options& options);
+OwnedTensor alltoall(const TensorView& in, const Options& options,
+                     std::vector<int32_t>* receivedSplits = nullptr);
+void reducescatter(const TensorView& in, const TensorView& out, const Options& options);
+void barrier(int processSet = 0);
+int join();
+
+}  // namespace hvd

@@ -1,0 +1,56 @@
+// Value types shared by the public C++ API and every layer of the core.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace hvd {
+
+// Element types a collective can carry. The numeric values are part of the binding ABI
+// (python/horovod/common/dtypes.py mirrors them); append, never renumber.
+enum class DataType : uint8_t {
+  kUInt8 = 0,
+  kInt8 = 1,
+  kUInt16 = 2,
+  kInt16 = 3,
+  kInt32 = 4,
+  kInt64 = 5,
+  kFloat16 = 6,
+  kBFloat16 = 7,
+  kFloat32 = 8,
+  kFloat64 = 9,
+  kBool = 10,
+};
+constexpr int kNumDataTypes = 11;
+
+// Bytes per element.
+size_t dataTypeSize(DataType type);
+// Horovod's lower-case name ("float32", "bfloat16", ...), used in error messages.
+std::string_view dataTypeName(DataType type);
+bool isFloatingPoint(DataType type);
+
+// Reduction operators. Values equal Horovod's public constants (hvd.Average == 0, ...).
+enum class ReduceOp : uint8_t {
+  kAverage = 0,
+  kSum = 1,
+  kAdasum = 2,
+  kMin = 3,
+  kMax = 4,
+  kProduct = 5,
+};
+
+// Kinds of collective request. Names in messages follow Horovod ("ALLREDUCE", ...).
+enum class OpType : uint8_t {
+  kAllreduce = 0,
+  kAllgather = 1,
+  kBroadcast = 2,
+  kJoin = 3,
+  kAdasum = 4,
+  kAlltoall = 5,
+  kBarrier = 6,
+  kReducescatter = 7,
+};
+std::string_view opTypeName(OpType type);
+
+}  // namespace hvd

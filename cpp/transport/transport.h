@@ -1,0 +1,121 @@
+// Transport: how the ranks of one job move bytes. A transport is built once per job (at init)
+// over the global ranks; process sets use it through a Communicator (collectives/communicator.h).
+//
+// Two planes:
+//  * Data plane: FIFO byte streams between every ordered pair of ranks (send/recv/sendRecv).
+//    Blocking, with a deadline. Used only by the engine's background thread, one call at a time.
+//    Because every rank executes the same ordered list of collectives, streams need no tags.
+//  * Control plane (Mailbox): message-oriented, used by the controller for negotiation. A rank
+//    waits for "a message from anyone, or local work" without a fixed sleep: wake() (callable
+//    from any thread, e.g. at enqueue) interrupts wait().
+//
+// Failure contract: a blocking call that finds any peer dead throws PeerLost naming that peer's
+// global rank, within a few seconds of the death (transports watch all peers while waiting, not
+// only the one being waited on). abort() makes every current and later blocking call throw
+// Aborted; it is callable from any thread.
+//
+// Transports know bytes, peers and deadlines; never dtypes or tensors.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/deadline.h"
+#include "store/store.h"
+
+namespace hvd {
+
+// Shared-memory capability of a group of ranks on one host (see Transport::sharedSpace).
+// Each member owns one buffer of capacity() bytes that every member can read and write.
+// Buffers persist for the transport's lifetime; no allocation per operation.
+class SharedSpace {
+ public:
+  virtual ~SharedSpace() = default;
+  // Members, as global ranks in ascending order; indices below are positions in this list.
+  virtual const std::vector<int>& members() const = 0;
+  virtual int memberIndex() const = 0;  // this rank's position in members()
+  virtual size_t capacity() const = 0;
+  virtual void* buffer(int memberIndex) = 0;
+  // Synchronizes all members (full memory fence). Watches for dead members like other waits.
+  virtual void barrier(Deadline deadline) = 0;
+};
+
+struct MailboxMessage {
+  int from = -1;  // global rank of the sender
+  std::vector<uint8_t> bytes;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string name() const = 0;  // "tcp", "shm", "shm+tcp", "local"
+
+  // ---- Data plane -------------------------------------------------------------------------
+  virtual void send(int peer, const void* data, size_t bytes, Deadline deadline) = 0;
+  virtual void recv(int peer, void* data, size_t bytes, Deadline deadline) = 0;
+  // Sends to `to` and receives from `from` concurrently, so ring steps cannot deadlock on
+  // buffer space. Either size may be zero; `to` and `from` may be equal.
+  virtual void sendRecv(int to, const void* sendData, size_t sendBytes, int from, void* recvData,
+                        size_t recvBytes, Deadline deadline) = 0;
+
+  // Shared memory among `ranks` (ascending global ranks, all on this host, including this rank),
+  // or nullptr when this transport cannot provide it. Created collectively on first request:
+  // every member must ask for the same list at the same point of the collective order.
+  virtual SharedSpace* sharedSpace(const std::vector<int>& ranks, Deadline deadline) {
+    (void)ranks;
+    (void)deadline;
+    return nullptr;
+  }
+
+  // ---- Control plane ----------------------------------------------------------------------
+  // Queues a message to `peer`; returns once it is handed to the transport (does not wait for
+  // the peer to read it). Messages from one sender to one receiver arrive in order.
+  virtual void post(int peer, const void* data, size_t bytes) = 0;
+  // Returns the next received message if any, without blocking.
+  virtual std::optional<MailboxMessage> poll() = 0;
+  // Blocks until a message may be available, wake() was called, or the deadline passed.
+  // Returns false only on deadline. Spurious returns are allowed.
+  virtual bool waitForMessage(Deadline deadline) = 0;
+  // Interrupts waitForMessage(); thread-safe.
+  virtual void wake() = 0;
+
+  // ---- Failure ----------------------------------------------------------------------------
+  virtual void abort(const std::string& reason) = 0;
+};
+
+// What a transport factory gets at init. Everything a backend needs to connect.
+struct TransportContext {
+  int rank = 0;
+  int size = 1;
+  // Host identity of every rank (HOROVOD_HOSTNAME as given by the launcher); equal strings mean
+  // the same host, so shared memory is possible between them.
+  std::vector<std::string> hostOf;
+  std::shared_ptr<Store> store;  // already namespaced for this transport and job
+  std::string jobId;             // unique per job and init round; names shm segments
+  std::string secret;            // per-job secret: TCP peers prove knowledge of it (HMAC)
+  std::string bindAddress;       // IP to listen on for TCP ("" = derive from interface/any)
+  std::string interface;         // network interface name (HOROVOD_GLOO_IFACE), optional
+  std::chrono::milliseconds timeout{30000};  // connection setup and default op timeout
+};
+
+using TransportFactory = std::function<std::unique_ptr<Transport>(const TransportContext&)>;
+
+// Registry of transport backends by name ("tcp", "shm", "local", ...). Backends register
+// themselves from their own folder (a static registrar in the backend's object library).
+void registerTransport(const std::string& name, TransportFactory factory);
+bool hasTransport(const std::string& name);
+std::vector<std::string> transportNames();
+// Builds the named transport; "auto" picks shm when every rank is on this host, tcp when each
+// host has one rank, and the composite (shm inside a host, tcp across) otherwise.
+std::unique_ptr<Transport> makeTransport(const std::string& name, const TransportContext& context);
+
+}  // namespace hvd
