@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what building and testing need on a fresh Debian machine, then builds and installs
+# horovod into the current Python environment (`pip install .`). Idempotent; safe to re-run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v mpirun >/dev/null || need_apt+=(openmpi-bin libopenmpi-dev)
+[ -f /usr/include/gtest/gtest.h ] || need_apt+=(libgtest-dev googletest)
+command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server openssh-client)
+command -v ip >/dev/null || need_apt+=(iproute2)
+command -v ninja >/dev/null || python3 -m pip --version >/dev/null
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  else
+    echo "setup: please install: ${need_apt[*]} (apt-get)" >&2
+  fi
+fi
+
+# Exact versions: a bare 'torch' would pull a multi-GB CUDA build.
+python3 -m pip install -q --disable-pip-version-check \
+  "torch==2.13.0" numpy cloudpickle pyyaml pytest scikit-learn matplotlib \
+  "nanobind==3.1.0" scikit-build-core cmake ninja 2>&1 | grep -v -E "^WARNING: (Running pip as|Location)" || true
+
+python3 -m pip install -q --disable-pip-version-check --no-build-isolation . 2>&1 \
+  | grep -v -E "^WARNING: (Running pip as|Location)" || true
+command -v horovodrun >/dev/null || { echo "setup: horovodrun is not on PATH after pip install" >&2; exit 1; }
+echo "setup: horovod installed ($(python3 -c 'import horovod; print(horovod.__version__)'))"

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The full test suite: set-up, C++ unit tests (also under ASan+UBSan), multi-process and
+# network-namespace tests, launcher tests, Python tests under horovodrun, benchmark smoke.
+# Every stage is bounded by a timeout so a hang fails fast. Usage: scripts/test.sh [--quick]
+#   --quick  skips the sanitizer build and the benchmark smoke.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+quick=0
+[ "${1:-}" = "--quick" ] && quick=1
+jobs=$(nproc)
+failed=()
+
+stage() {  # stage <name> <timeout-seconds> <command...>
+  local name=$1 limit=$2
+  shift 2
+  echo "=== $name"
+  local start=$SECONDS
+  if timeout --signal=TERM --kill-after=10 "$limit" "$@"; then
+    echo "=== $name: ok ($((SECONDS - start)) s)"
+  else
+    echo "=== $name: FAILED (exit $?, $((SECONDS - start)) s)"
+    failed+=("$name")
+  fi
+}
+
+stage "setup" 1500 ./scripts/setup.sh || true
+
+stage "build" 1200 bash -c "cmake -S . -B build -G Ninja -DHOROVOD_BUILD_TESTS=ON >/dev/null && ninja -C build -j$jobs"
+stage "unit tests" 900 ctest --test-dir build --output-on-failure --timeout 300 -j$jobs
+
+if [ $quick = 0 ]; then
+  stage "build (asan+ubsan)" 1500 bash -c "cmake -S . -B build-asan -G Ninja -DHOROVOD_BUILD_TESTS=ON \
+    -DHOROVOD_BUILD_BENCH=OFF -DHOROVOD_BUILD_EXAMPLES=OFF -DHOROVOD_SANITIZE=address,undefined >/dev/null \
+    && ninja -C build-asan -j$jobs"
+  stage "unit tests (asan+ubsan)" 1200 env ASAN_OPTIONS=detect_leaks=1 \
+    ctest --test-dir build-asan --output-on-failure --timeout 600 -j$jobs
+fi
+
+for script in tests/multiproc/*.sh; do
+  [ -x "$script" ] || continue
+  stage "multiproc $(basename "$script")" 300 env BUILD_DIR=build "$script"
+done
+
+if [ -d tests/launcher ]; then
+  stage "launcher tests" 900 env HOROVODRUN="$(command -v horovodrun)" python3 -m pytest -q -x tests/launcher
+fi
+if [ -d tests/python ]; then
+  stage "python tests" 1500 python3 -m pytest -q -x tests/python
+fi
+if [ $quick = 0 ] && [ -x bench/smoke.sh ]; then
+  stage "bench smoke" 300 bench/smoke.sh
+fi
+
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "FAILED stages: ${failed[*]}"
+  exit 1
+fi
+echo "all stages passed"
