@@ -1,0 +1,52 @@
+// TcpStore: a Store backed by a TcpStoreServer (horovodrun's rendezvous service).
+//
+// Connections authenticate with the job secret (common/hmac.h) before any request. The client
+// keeps a small pool of connections so that concurrent calls from several threads (e.g. a
+// blocking get on one thread while another sets the key) each get their own; get and wait
+// block on the server, not by polling.
+//
+// Errors: StoreError "could not connect to rendezvous server at HOST:PORT: ..." when the
+// server cannot be reached by the connect deadline, "rendezvous server at HOST:PORT refused
+// authentication ..." when the secret is wrong; hvd::Timeout naming the keys for get/wait.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/socket.h"
+#include "store/store.h"
+
+namespace hvd {
+
+class TcpStore : public Store {
+ public:
+  // Connects (retrying while the server is not up yet) and authenticates by connectDeadline.
+  TcpStore(std::string host, uint16_t port, std::string secret, Deadline connectDeadline);
+  ~TcpStore() override;
+
+  void set(const std::string& key, const Bytes& value, Deadline deadline) override;
+  Bytes get(const std::string& key, Deadline deadline) override;
+  int64_t add(const std::string& key, int64_t delta, Deadline deadline) override;
+  void wait(const std::vector<std::string>& keys, Deadline deadline) override;
+
+  // "host:port" of the server.
+  std::string serverAddress() const;
+  // The local IP this host uses to reach the server (a good address to publish to peers).
+  std::string localIpTowardsServer() const { return localIp_; }
+
+ private:
+  Socket connect(Deadline deadline);
+  // Sends one request frame and returns the response body (status byte first).
+  std::vector<uint8_t> roundTrip(const std::vector<uint8_t>& request, Deadline deadline, const std::string& what);
+
+  std::string host_;
+  uint16_t port_;
+  std::string secret_;
+  std::string localIp_;
+  std::mutex mu_;
+  std::vector<Socket> idle_;  // authenticated connections not in use
+};
+
+}  // namespace hvd

@@ -1,0 +1,393 @@
+// TcpStoreServer: one poll() thread serves every connection. Each connection first runs the
+// server side of the handshake (common/hmac.h) as a small state machine; until it verifies,
+// nothing the peer sends is interpreted. Blocking get/wait requests park the connection until
+// a set/add makes their keys present or their timeout passes.
+#include "store/tcp_store_server.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <list>
+#include <thread>
+#include <unordered_map>
+
+#include "common/check.h"
+#include "common/hmac.h"
+#include "common/logging.h"
+#include "common/socket.h"
+#include "store/store.h"
+#include "store/store_protocol.h"
+#include "store/store_util.h"
+
+namespace hvd {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using store_wire::Op;
+using store_wire::Status;
+
+// An unauthenticated connection must finish the handshake within this time.
+constexpr auto kHandshakeTimeout = std::chrono::seconds(30);
+constexpr size_t kReadChunk = 64 * 1024;
+
+struct Conn {
+  Conn(Socket s, const std::string& secret)
+      : sock(std::move(s)), peer(peerAddress(sock.fd())), handshake(secret, store_wire::kServerIdentity),
+        handshakeDeadline(Clock::now() + kHandshakeTimeout) {}
+
+  Socket sock;
+  std::string peer;
+  auth::ServerHandshake handshake;
+  bool authenticated = false;
+  Clock::time_point handshakeDeadline;
+  bool dead = false;
+  bool closeAfterFlush = false;
+
+  std::vector<uint8_t> in;
+  size_t inStart = 0;
+  std::vector<uint8_t> out;
+  size_t outStart = 0;
+
+  // The parked get/wait, if any (a client has at most one request in flight).
+  bool waiting = false;
+  Op waitOp = Op::kGet;
+  std::vector<std::string> waitKeys;
+  Clock::time_point waitUntil = Clock::time_point::max();
+};
+
+}  // namespace
+
+struct TcpStoreServer::Impl {
+  Impl(const std::string& bindHost, uint16_t requestedPort, std::string secretIn)
+      : secret(std::move(secretIn)), listener(listenTcp(bindHost, requestedPort, SOMAXCONN)) {
+    port = localPort(listener.fd());
+    wakeFd = Socket(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+    HVD_SYSCHECK(wakeFd.valid(), "eventfd");
+    thread = std::thread([this] { run(); });
+  }
+
+  ~Impl() {
+    stopping = true;
+    uint64_t one = 1;
+    (void)!::write(wakeFd.fd(), &one, sizeof(one));
+    if (thread.joinable()) thread.join();
+  }
+
+  void run();
+  void acceptAll();
+  void readFrom(Conn& c);
+  bool process(Conn& c);  // returns true if it consumed a request
+  void handle(Conn& c, const uint8_t* body, size_t bytes);
+  void park(Conn& c, Op op, std::vector<std::string> keys, uint64_t timeoutMs);
+  bool tryComplete(Conn& c);
+  void reply(Conn& c, store_wire::Writer& w);
+  void replyError(Conn& c, const std::string& message);
+  void flush(Conn& c);
+  void refuse(Conn& c, const std::string& why);
+  std::vector<std::string> missing(const std::vector<std::string>& keys) const;
+
+  std::string secret;
+  Socket listener;
+  uint16_t port = 0;
+  Socket wakeFd;
+  std::thread thread;
+  std::atomic<bool> stopping{false};
+  std::atomic<int64_t> refused{0};
+
+  // Owned by the I/O thread.
+  std::unordered_map<std::string, Bytes> data;
+  std::list<Conn> conns;
+};
+
+void TcpStoreServer::Impl::run() {
+  std::vector<pollfd> fds;
+  std::vector<Conn*> order;
+  while (!stopping) {
+    fds.clear();
+    order.clear();
+    fds.push_back({wakeFd.fd(), POLLIN, 0});
+    fds.push_back({listener.fd(), POLLIN, 0});
+    auto next = Clock::time_point::max();
+    for (auto& c : conns) {
+      short events = POLLIN;
+      if (c.outStart < c.out.size()) events |= POLLOUT;
+      fds.push_back({c.sock.fd(), events, 0});
+      order.push_back(&c);
+      if (!c.authenticated) next = std::min(next, c.handshakeDeadline);
+      if (c.waiting) next = std::min(next, c.waitUntil);
+    }
+    int timeoutMs = -1;
+    if (next != Clock::time_point::max()) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(next - Clock::now()).count() + 1;
+      timeoutMs = static_cast<int>(std::clamp<long long>(left, 0, 60000));
+    }
+    int rc = ::poll(fds.data(), fds.size(), timeoutMs);
+    if (rc < 0 && errno != EINTR) {
+      HVD_LOG(Error) << "Rendezvous server poll failed: " << std::strerror(errno);
+      return;
+    }
+    if (stopping) return;
+    if (rc > 0) {
+      if (fds[0].revents != 0) {
+        uint64_t drained;
+        (void)!::read(wakeFd.fd(), &drained, sizeof(drained));
+      }
+      if (fds[1].revents != 0) acceptAll();
+      for (size_t i = 0; i < order.size(); ++i) {
+        Conn& c = *order[i];
+        short rev = fds[i + 2].revents;
+        if (rev & (POLLIN | POLLHUP | POLLERR)) readFrom(c);
+        if (!c.dead && (rev & POLLOUT)) flush(c);
+      }
+    }
+    // Requests that became answerable (keys set by others) and pipelined input.
+    bool progress = true;
+    while (progress) {
+      progress = false;
+      for (auto& c : conns) {
+        if (!c.dead && process(c)) progress = true;
+      }
+    }
+    auto now = Clock::now();
+    for (auto& c : conns) {
+      if (c.dead) continue;
+      if (!c.authenticated && now >= c.handshakeDeadline) {
+        refuse(c, "did not authenticate within " + std::to_string(kHandshakeTimeout.count()) + " s");
+      } else if (c.waiting && now >= c.waitUntil) {
+        c.waiting = false;
+        store_wire::Writer w;
+        auto absent = missing(c.waitKeys);
+        w.u8(static_cast<uint8_t>(Status::kTimeout)).u32(static_cast<uint32_t>(absent.size()));
+        for (const auto& k : absent) w.str(k);
+        reply(c, w);
+      }
+    }
+    conns.remove_if([](const Conn& c) { return c.dead; });
+  }
+}
+
+void TcpStoreServer::Impl::acceptAll() {
+  while (true) {
+    int fd = ::accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        HVD_LOG(Warning) << "Rendezvous server accept failed: " << std::strerror(errno);
+      }
+      return;
+    }
+    setNoDelay(fd);
+    conns.emplace_back(Socket(fd), secret);
+    Conn& c = conns.back();
+    c.out = c.handshake.challenge();
+    flush(c);
+  }
+}
+
+void TcpStoreServer::Impl::readFrom(Conn& c) {
+  while (!c.dead) {
+    if (c.inStart == c.in.size()) {
+      c.in.clear();
+      c.inStart = 0;
+    }
+    size_t old = c.in.size();
+    c.in.resize(old + kReadChunk);
+    ssize_t n = ::recv(c.sock.fd(), c.in.data() + old, kReadChunk, 0);
+    c.in.resize(old + std::max<ssize_t>(n, 0));
+    if (n > 0) continue;
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    // EOF or error: a client that disconnects before authenticating counts as refused only if
+    // it sent something (plain port probes are logged at debug level).
+    if (!c.authenticated && c.in.size() > c.inStart) {
+      refuse(c, "closed the connection during authentication");
+    } else {
+      if (!c.authenticated) {
+        HVD_LOG(Debug) << "Rendezvous server: " << c.peer << " disconnected before authenticating";
+      }
+      c.dead = true;
+      c.sock.close();
+    }
+    return;
+  }
+}
+
+bool TcpStoreServer::Impl::process(Conn& c) {
+  bool consumed = false;
+  if (!c.authenticated) {
+    size_t avail = c.in.size() - c.inStart;
+    if (avail < 2) return false;
+    auto need = auth::ServerHandshake::proofBytes(c.in.data() + c.inStart);
+    if (!need) {
+      refuse(c, "sent a malformed handshake");
+      return false;
+    }
+    if (avail < *need) return false;
+    std::vector<uint8_t> answer;
+    auto id = c.handshake.verify(c.in.data() + c.inStart, *need, answer);
+    if (!id || *id != store_wire::kClientIdentity) {
+      refuse(c, "failed to prove the job secret");
+      return false;
+    }
+    c.authenticated = true;
+    c.inStart += *need;
+    c.out.insert(c.out.end(), answer.begin(), answer.end());
+    flush(c);
+    consumed = true;
+  }
+  if (c.waiting && tryComplete(c)) consumed = true;
+  while (!c.dead && !c.waiting) {
+    size_t avail = c.in.size() - c.inStart;
+    if (avail < store_wire::kHeaderBytes) break;
+    uint32_t length = store_wire::frameLength(c.in.data() + c.inStart);
+    if (length == 0 || length > store_wire::kMaxFrameBytes) {
+      HVD_LOG(Warning) << "Rendezvous server: bad frame of " << length << " bytes from " << c.peer << "; closing";
+      c.dead = true;
+      c.sock.close();
+      break;
+    }
+    if (avail < store_wire::kHeaderBytes + length) {
+      c.in.reserve(c.inStart + store_wire::kHeaderBytes + length);
+      break;
+    }
+    const uint8_t* body = c.in.data() + c.inStart + store_wire::kHeaderBytes;
+    c.inStart += store_wire::kHeaderBytes + length;
+    handle(c, body, length);
+    consumed = true;
+  }
+  if (c.inStart == c.in.size()) {
+    c.in.clear();
+    c.inStart = 0;
+  }
+  return consumed;
+}
+
+void TcpStoreServer::Impl::handle(Conn& c, const uint8_t* body, size_t bytes) {
+  store_wire::Reader r(body, bytes);
+  auto op = static_cast<Op>(r.u8());
+  store_wire::Writer w;
+  switch (op) {
+    case Op::kSet: {
+      std::string key = r.str();
+      Bytes value = r.bytes();
+      if (!r.ok()) return replyError(c, "malformed set request");
+      data[std::move(key)] = std::move(value);
+      w.u8(static_cast<uint8_t>(Status::kOk));
+      return reply(c, w);
+    }
+    case Op::kAdd: {
+      std::string key = r.str();
+      int64_t delta = r.i64();
+      if (!r.ok()) return replyError(c, "malformed add request");
+      int64_t value = 0;
+      auto it = data.find(key);
+      try {
+        if (it != data.end()) value = store_detail::parseCounter(key, it->second);
+      } catch (const StoreError& e) {
+        return replyError(c, e.what());
+      }
+      value += delta;
+      data[key] = store_detail::formatCounter(value);
+      w.u8(static_cast<uint8_t>(Status::kOk)).i64(value);
+      return reply(c, w);
+    }
+    case Op::kGet: {
+      uint64_t timeoutMs = r.u64();
+      std::string key = r.str();
+      if (!r.ok()) return replyError(c, "malformed get request");
+      return park(c, op, {std::move(key)}, timeoutMs);
+    }
+    case Op::kWait: {
+      uint64_t timeoutMs = r.u64();
+      uint32_t n = r.u32();
+      std::vector<std::string> keys;
+      for (uint32_t i = 0; i < n && r.ok(); ++i) keys.push_back(r.str());
+      if (!r.ok()) return replyError(c, "malformed wait request");
+      return park(c, op, std::move(keys), timeoutMs);
+    }
+  }
+  replyError(c, "unknown request " + std::to_string(static_cast<int>(op)));
+}
+
+void TcpStoreServer::Impl::park(Conn& c, Op op, std::vector<std::string> keys, uint64_t timeoutMs) {
+  c.waiting = true;
+  c.waitOp = op;
+  c.waitKeys = std::move(keys);
+  c.waitUntil = timeoutMs == store_wire::kNoTimeout
+                    ? Clock::time_point::max()
+                    : Clock::now() + std::chrono::milliseconds(std::min<uint64_t>(timeoutMs, 1ull << 40));
+  tryComplete(c);
+}
+
+bool TcpStoreServer::Impl::tryComplete(Conn& c) {
+  if (!missing(c.waitKeys).empty()) return false;
+  c.waiting = false;
+  store_wire::Writer w;
+  w.u8(static_cast<uint8_t>(Status::kOk));
+  if (c.waitOp == Op::kGet) {
+    const Bytes& value = data[c.waitKeys.front()];
+    w.str(value.data(), value.size());
+  }
+  reply(c, w);
+  return true;
+}
+
+std::vector<std::string> TcpStoreServer::Impl::missing(const std::vector<std::string>& keys) const {
+  std::vector<std::string> absent;
+  for (const auto& k : keys) {
+    if (data.count(k) == 0) absent.push_back(k);
+  }
+  return absent;
+}
+
+void TcpStoreServer::Impl::reply(Conn& c, store_wire::Writer& w) {
+  auto& frame = w.finish();
+  c.out.insert(c.out.end(), frame.begin(), frame.end());
+  flush(c);
+}
+
+void TcpStoreServer::Impl::replyError(Conn& c, const std::string& message) {
+  store_wire::Writer w;
+  w.u8(static_cast<uint8_t>(Status::kError)).str(message);
+  reply(c, w);
+}
+
+void TcpStoreServer::Impl::flush(Conn& c) {
+  while (!c.dead && c.outStart < c.out.size()) {
+    ssize_t n = ::send(c.sock.fd(), c.out.data() + c.outStart, c.out.size() - c.outStart, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      c.outStart += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    c.dead = true;  // peer gone; nothing else to do for it
+    c.sock.close();
+    return;
+  }
+  c.out.clear();
+  c.outStart = 0;
+}
+
+void TcpStoreServer::Impl::refuse(Conn& c, const std::string& why) {
+  refused++;
+  HVD_LOG(Warning) << "Rendezvous server refused a connection from " << c.peer << ": " << why;
+  c.dead = true;
+  c.sock.close();
+}
+
+TcpStoreServer::TcpStoreServer(const std::string& bindHost, uint16_t port, std::string secret)
+    : impl_(std::make_unique<Impl>(bindHost, port, std::move(secret))) {}
+
+TcpStoreServer::~TcpStoreServer() = default;
+
+uint16_t TcpStoreServer::port() const { return impl_->port; }
+
+int64_t TcpStoreServer::refusedConnections() const { return impl_->refused.load(); }
+
+}  // namespace hvd
