@@ -1,0 +1,219 @@
+// coord_bench: the engine's coordination overhead in a steady-state training step, through the
+// public C++ API.
+//
+//   horovodrun -np 2 build/bench/coord_bench [--steps 200] [--tensors 160] [--smoke]
+//
+// A step enqueues 160 gradient-like tensors (sizes log-uniform from 1 KiB to 1 MiB, ~24 MB in
+// all, like ResNet-50's gradient list) with allreduceAsync and waits for all of them. The ranks
+// share one host clock (steady_clock is CLOCK_MONOTONIC), so the step's tail is measured
+// exactly: from the last enqueue on the last rank to the last completion on any rank. The
+// engine's coordination is internal; it is approximated as
+//     overhead = tail - (time of one allreduce of the same total bytes)
+// with the single allreduce measured in the same run, interleaved with the steps. Also reports
+// the synchronous 8-byte allreduce latency.
+//
+// When the engine exports a control-plane byte counter (HOROVOD_BENCH_STATS, see
+// docs/performance.md) its per-step figure is printed as well.
+#include <horovod/horovod.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "harness/collectives.h"
+#include "harness/data.h"
+#include "harness/harness.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using hvd::bench::Buffer;
+using hvd::bench::percentile;
+
+double nowSeconds() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
+
+hvd::TensorView floats(void* data, size_t count) {
+  hvd::TensorView v;
+  v.data = data;
+  v.dtype = hvd::DataType::kFloat32;
+  v.shape = {static_cast<int64_t>(count)};
+  return v;
+}
+
+void maxOverRanks(std::vector<double>& values, const char* what) {
+  hvd::TensorView v;
+  v.data = values.data();
+  v.dtype = hvd::DataType::kFloat64;
+  v.shape = {static_cast<int64_t>(values.size())};
+  hvd::Options o;
+  o.name = std::string("coord.stats.") + what;
+  o.op = hvd::ReduceOp::kMax;
+  hvd::allreduce(v, v, o);
+}
+
+// Element counts of `n` tensors, log-uniform between 1 KiB and 1 MiB of float32, in a fixed
+// shuffled order (a backward pass does not produce gradients sorted by size).
+std::vector<size_t> gradientCounts(int n) {
+  std::vector<size_t> counts;
+  for (int i = 0; i < n; ++i) {
+    double bytes = 1024.0 * std::pow(1024.0, n > 1 ? double(i) / (n - 1) : 0.0);
+    counts.push_back(std::max<size_t>(1, size_t(bytes) / 4));
+  }
+  uint64_t state = 12345;
+  for (int i = n - 1; i > 0; --i) {  // Fisher-Yates with a fixed LCG
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    std::swap(counts[size_t(i)], counts[size_t(state >> 33) % size_t(i + 1)]);
+  }
+  return counts;
+}
+
+struct Args {
+  int steps = 200;
+  int warmup = 20;
+  int tensors = 160;
+  int latencyIters = 2000;
+  bool smoke = false;
+};
+
+Args parseArgs(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string f = argv[i];
+    auto next = [&] { return i + 1 < argc ? std::atoi(argv[++i]) : 0; };
+    if (f == "--steps") a.steps = next();
+    else if (f == "--warmup") a.warmup = next();
+    else if (f == "--tensors") a.tensors = std::max(1, next());
+    else if (f == "--latency-iters") a.latencyIters = next();
+    else if (f == "--smoke") a.smoke = true;
+    else {
+      std::cerr << "usage: " << argv[0]
+                << " [--steps N] [--warmup N] [--tensors N] [--latency-iters N] [--smoke]\n";
+      std::exit(2);
+    }
+  }
+  if (a.smoke) {
+    a.steps = 2;
+    a.warmup = 1;
+    a.latencyIters = 2;
+  }
+  return a;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  Args args = parseArgs(argc, argv);
+  hvd::init();
+  const int rank = hvd::rank(), n = hvd::size();
+  const bool lead = rank == 0;
+
+  std::vector<size_t> counts = gradientCounts(args.tensors);
+  size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
+  std::vector<Buffer> in, out;
+  std::vector<std::string> names;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    in.emplace_back(counts[i] * 4);
+    out.emplace_back(counts[i] * 4);
+    hvd::bench::fillElements(in.back().data(), hvd::bench::ElemType::kFloat32, counts[i],
+                             [rank, i](size_t k) { return (rank + 1) * int((k + i) % 5 + 1); });
+    names.push_back("coord.grad." + std::to_string(i));
+  }
+  Buffer flatIn(total * 4), flatOut(total * 4);
+  std::fill_n(static_cast<float*>(flatIn.data()), total, float(rank + 1));
+
+  std::vector<hvd::WorkPtr> work(counts.size());
+  auto step = [&](double* lastEnqueue, double* done) {
+    for (size_t i = 0; i < counts.size(); ++i) {
+      hvd::Options o;
+      o.name = names[i];
+      work[i] = hvd::allreduceAsync(floats(in[i].data(), counts[i]), floats(out[i].data(), counts[i]), o);
+    }
+    *lastEnqueue = nowSeconds();
+    for (auto& w : work) w->wait();
+    *done = nowSeconds();
+  };
+  auto flat = [&](double* start, double* done) {
+    hvd::Options o;
+    o.name = "coord.flat";
+    *start = nowSeconds();
+    hvd::allreduce(floats(flatIn.data(), total), floats(flatOut.data(), total), o);
+    *done = nowSeconds();
+  };
+
+  double a, b;
+  for (int w = 0; w < args.warmup; ++w) {
+    step(&a, &b);
+    flat(&a, &b);
+  }
+  // Interleaved: step, single allreduce, step, ... Timestamps are absolute; the last rank to
+  // enqueue and the last rank to finish decide each figure.
+  std::vector<double> stepEnq(size_t(args.steps)), stepDone(size_t(args.steps));
+  std::vector<double> flatStart(size_t(args.steps)), flatDone(size_t(args.steps));
+  hvd::barrier();
+  for (int s = 0; s < args.steps; ++s) {
+    step(&stepEnq[size_t(s)], &stepDone[size_t(s)]);
+    flat(&flatStart[size_t(s)], &flatDone[size_t(s)]);
+  }
+  size_t bad = 0;
+  const int64_t tri = int64_t(n) * (n + 1) / 2;
+  for (size_t i = 0; i < counts.size(); ++i)
+    bad += hvd::bench::countMismatches(out[i].data(), hvd::bench::ElemType::kFloat32, counts[i],
+                                       [tri, i](size_t k) { return tri * int64_t((k + i) % 5 + 1); });
+  bad += hvd::bench::countMismatches(flatOut.data(), hvd::bench::ElemType::kFloat32, total,
+                                     [tri](size_t) { return tri; });
+  maxOverRanks(stepEnq, "enq");
+  maxOverRanks(stepDone, "done");
+  maxOverRanks(flatStart, "fstart");
+  maxOverRanks(flatDone, "fdone");
+  std::vector<double> badVec{double(bad)};
+  maxOverRanks(badVec, "bad");
+
+  // Synchronous 8-byte allreduce latency (two float32), per iteration, max over ranks.
+  std::vector<double> lat(size_t(args.latencyIters));
+  float small[2] = {1.0f, 2.0f}, smallOut[2];
+  hvd::Options lo;
+  lo.name = "coord.latency";
+  for (int w = 0; w < std::min(args.latencyIters, 100); ++w) hvd::allreduce(floats(small, 2), floats(smallOut, 2), lo);
+  hvd::barrier();
+  double t0 = nowSeconds();
+  for (size_t i = 0; i < lat.size(); ++i) {
+    hvd::allreduce(floats(small, 2), floats(smallOut, 2), lo);
+    double t1 = nowSeconds();
+    lat[i] = t1 - t0;
+    t0 = t1;
+  }
+  maxOverRanks(lat, "lat");
+
+  if (lead) {
+    std::vector<double> tail, flatTime, overhead;
+    for (int s = 0; s < args.steps; ++s) {
+      tail.push_back(stepDone[size_t(s)] - stepEnq[size_t(s)]);
+      flatTime.push_back(flatDone[size_t(s)] - flatStart[size_t(s)]);
+    }
+    double flatMed = percentile(flatTime, 50);
+    for (double t : tail) overhead.push_back(t - flatMed);
+    std::printf("# coord_bench ranks=%d tensors=%zu total_bytes=%zu steps=%d warmup=%d%s\n", n, counts.size(),
+                total * 4, args.steps, args.warmup, args.smoke ? " smoke=1" : "");
+    std::printf("#%23s %12s %12s\n", "metric", "p50_us", "p99_us");
+    auto row = [](const char* name, const std::vector<double>& v) {
+      std::printf("%24s %12.2f %12.2f\n", name, percentile(v, 50) * 1e6, percentile(v, 99) * 1e6);
+    };
+    row("step_tail", tail);
+    row("single_allreduce", flatTime);
+    row("coordination_overhead", overhead);
+    row("sync_allreduce_8B", lat);
+    std::printf("# check=%s\n", badVec[0] == 0 ? "OK" : "WRONG");
+    std::fflush(stdout);
+  }
+  hvd::shutdown();
+  return badVec[0] == 0 ? 0 : 1;
+} catch (const hvd::Error& e) {
+  std::cerr << "coord_bench: " << e.what() << "\n";
+  return 3;
+}
