@@ -4,6 +4,9 @@
 // Used only from the engine's background thread (or one test thread per rank).
 #pragma once
 
+#include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "common/check.h"
@@ -38,6 +41,19 @@ class Communicator {
   // created on first call (collectively), cached afterwards.
   SharedSpace* sharedSpace(Deadline d);
 
+  // ---- State kept for the algorithms (collectives/*.cc), persistent across calls ------------
+  // Scratch buffer `slot` (0..kScratchSlots-1) of at least `bytes`, 64-byte aligned; grows, never
+  // shrinks, so steady-state collectives allocate nothing. Contents are not preserved on growth.
+  static constexpr int kScratchSlots = 2;
+  void* scratch(int slot, size_t bytes);
+  // Double-buffering phase of the shared space: every shared-memory chunk takes the next phase;
+  // all members advance it identically because they run the same collectives in the same order.
+  uint64_t nextSharedPhase() { return sharedPhase_++; }
+  // Allreduce algorithm override by name ("" = choose by size); defaults to
+  // HOROVOD_ALLREDUCE_ALGO. Must be equal on every member.
+  const std::string& allreduceAlgorithm() const { return allreduceAlgorithm_; }
+  void setAllreduceAlgorithm(std::string name) { allreduceAlgorithm_ = std::move(name); }
+
  private:
   Transport& transport_;
   std::vector<int> members_;
@@ -45,6 +61,13 @@ class Communicator {
   std::chrono::milliseconds timeout_;
   bool sharedQueried_ = false;
   SharedSpace* shared_ = nullptr;
+  struct AlignedFree {
+    void operator()(void* p) const;
+  };
+  std::unique_ptr<void, AlignedFree> scratch_[kScratchSlots];
+  size_t scratchBytes_[kScratchSlots] = {};
+  uint64_t sharedPhase_ = 0;
+  std::string allreduceAlgorithm_;
 };
 
 }  // namespace hvd

@@ -1,0 +1,51 @@
+// Algorithm table for allreduce (internal to collectives/). Choice is data: each entry has a
+// name, a one-line description and a size rule; allreduce() takes the first entry whose rule
+// matches, unless HOROVOD_ALLREDUCE_ALGO (or Communicator::setAllreduceAlgorithm) names one.
+// Every member must make the same choice, so rules look only at values equal on all members
+// (message size, set size, whether the set shares memory).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "collectives/communicator.h"
+#include "collectives/reduce_kernels.h"
+#include "common/params.h"
+#include "horovod/types.h"
+
+namespace hvd::collectives {
+
+const Param<std::string>& allreduceAlgorithmParam();
+// "" is fine; any other name must be in the table (InvalidArgument listing them otherwise).
+void checkAllreduceAlgorithmName(const std::string& name);
+
+struct AllreduceArgs {
+  Communicator& comm;
+  void* buf;
+  size_t count;
+  DataType dtype;
+  const ReduceKernel& kernel;
+  SharedSpace* shared;  // non-null only when the algorithm needs it and the members share memory
+  Deadline deadline;
+};
+
+struct AllreduceAlgorithm {
+  const char* name;
+  const char* description;
+  bool needsShared;  // runs only over a SharedSpace
+  size_t maxBytes;   // default rule: chosen for messages of at most this many bytes
+  void (*run)(const AllreduceArgs& args);
+};
+
+// In table (preference) order.
+const std::vector<AllreduceAlgorithm>& allreduceAlgorithms();
+// The algorithm allreduce() would run; `shared` = a usable SharedSpace exists.
+const AllreduceAlgorithm& chooseAllreduce(const std::string& requested, size_t bytes, bool shared);
+
+void allreduceRecursiveDoubling(const AllreduceArgs& args);
+void allreduceRing(const AllreduceArgs& args);
+void allreduceSharedDirect(const AllreduceArgs& args);
+void allreduceSharedSlices(const AllreduceArgs& args);
+
+}  // namespace hvd::collectives

@@ -1,0 +1,41 @@
+// Small helpers shared by the algorithms (internal to collectives/).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "transport/transport.h"
+
+namespace hvd::collectives {
+
+// Block b of `count` elements split into n nearly equal blocks (the first count % n get one
+// more), as [begin, begin + size).
+struct Block {
+  size_t begin;
+  size_t size;
+};
+inline Block evenBlock(size_t count, int n, int b) {
+  size_t q = count / n, rem = count % n, ub = static_cast<size_t>(b);
+  return {ub * q + std::min(ub, rem), q + (ub < rem ? 1 : 0)};
+}
+
+inline int mod(int a, int n) { return ((a % n) + n) % n; }
+
+// Upper bound on bytes one step of a pipelined point-to-point algorithm sends, so a ring over a
+// bounded shared-memory channel can stream and scratch stays bounded.
+constexpr size_t kSegmentBytes = size_t(1) << 20;
+
+// One half of a member's shared buffer (double buffering: consecutive shared chunks alternate
+// halves, so a rank may fill the next half while slower peers still read the previous one; the
+// barrier of chunk i guarantees everyone finished reading chunk i-2's half).
+inline size_t sharedHalfBytes(const SharedSpace& space) { return space.capacity() / 2 / 64 * 64; }
+inline uint8_t* sharedHalf(SharedSpace& space, int member, uint64_t phase) {
+  return static_cast<uint8_t*>(space.buffer(member)) + (phase & 1) * sharedHalfBytes(space);
+}
+// A SharedSpace is worth using when each half holds at least one cache line per member.
+inline bool sharedUsable(const SharedSpace* space, int n) {
+  return space != nullptr && sharedHalfBytes(*space) >= static_cast<size_t>(n) * 64 + 64;
+}
+
+}  // namespace hvd::collectives

@@ -1,0 +1,275 @@
+// Local reduce and scale kernels. Each (dtype, op) pair gets plain elementwise loops over
+// restrict-qualified pointers, compiled (-O3) into several ISA clones picked at load time
+// (target_clones), so one binary vectorises with AVX-512, AVX2 or SSE2. float16/bfloat16 are
+// converted in blocks to float32 on the stack, reduced there and converted back.
+#include "collectives/reduce.h"
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "collectives/half.h"
+#include "collectives/reduce_kernels.h"
+#include "common/check.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define HVD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define HVD_CLONES
+#endif
+
+namespace hvd {
+namespace {
+
+// ---- Operators -------------------------------------------------------------------------------
+// Integers wrap (computed unsigned, at least 32 bits wide, so no signed overflow or promotion to
+// int). Floating Min/Max propagate NaN. apply(a, b): a is the left (lower-rank) operand.
+
+template <typename T>
+using Wide = std::conditional_t<(sizeof(T) < 4), uint32_t, std::make_unsigned_t<T>>;
+
+struct SumOp {
+  template <typename T>
+  static T apply(T a, T b) {
+    if constexpr (std::is_integral_v<T>) {
+      return static_cast<T>(static_cast<Wide<T>>(a) + static_cast<Wide<T>>(b));
+    } else {
+      return a + b;
+    }
+  }
+};
+struct ProductOp {
+  template <typename T>
+  static T apply(T a, T b) {
+    if constexpr (std::is_integral_v<T>) {
+      return static_cast<T>(static_cast<Wide<T>>(a) * static_cast<Wide<T>>(b));
+    } else {
+      return a * b;
+    }
+  }
+};
+struct MinOp {
+  template <typename T>
+  static T apply(T a, T b) {
+    T r = b < a ? b : a;
+    if constexpr (std::is_floating_point_v<T>) r = b != b ? b : r;
+    return r;
+  }
+};
+struct MaxOp {
+  template <typename T>
+  static T apply(T a, T b) {
+    T r = b > a ? b : a;
+    if constexpr (std::is_floating_point_v<T>) r = b != b ? b : r;
+    return r;
+  }
+};
+// bool is stored as one byte; results are normalised to 0/1.
+struct OrOp {
+  static uint8_t apply(uint8_t a, uint8_t b) { return static_cast<uint8_t>((a | b) != 0); }
+};
+struct AndOp {
+  static uint8_t apply(uint8_t a, uint8_t b) { return static_cast<uint8_t>((a != 0) & (b != 0)); }
+};
+
+// ---- Native-type loops -----------------------------------------------------------------------
+
+template <typename T, typename Op>
+HVD_CLONES void nativeTo3(T* __restrict dst, const T* __restrict a, const T* __restrict b, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = Op::apply(a[i], b[i]);
+}
+template <typename T, typename Op>
+HVD_CLONES void nativeInto(T* __restrict dst, const T* __restrict src, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = Op::apply(dst[i], src[i]);
+}
+template <typename T, typename Op>
+HVD_CLONES void nativeIntoLeft(T* __restrict dst, const T* __restrict src, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = Op::apply(src[i], dst[i]);
+}
+
+template <typename T, typename Op>
+void nativeIntoFn(void* dst, const void* src, size_t n) {
+  nativeInto<T, Op>(static_cast<T*>(dst), static_cast<const T*>(src), n);
+}
+template <typename T, typename Op>
+void nativeIntoLeftFn(void* dst, const void* src, size_t n) {
+  nativeIntoLeft<T, Op>(static_cast<T*>(dst), static_cast<const T*>(src), n);
+}
+template <typename T, typename Op>
+void nativeToFn(void* dst, const void* a, const void* b, size_t n) {
+  if (dst == a) {
+    nativeIntoFn<T, Op>(dst, b, n);
+  } else if (dst == b) {
+    nativeIntoLeftFn<T, Op>(dst, a, n);
+  } else {
+    nativeTo3<T, Op>(static_cast<T*>(dst), static_cast<const T*>(a), static_cast<const T*>(b), n);
+  }
+}
+
+// ---- 16-bit floats through float32 -----------------------------------------------------------
+
+struct HalfCvt {
+  static float toFloat(uint16_t v) { return detail::halfBitsToFloat(v); }
+  static uint16_t fromFloat(float v) { return detail::floatToHalfBits(v); }
+};
+struct Bf16Cvt {
+  static float toFloat(uint16_t v) { return detail::bfloat16BitsToFloat(v); }
+  static uint16_t fromFloat(float v) { return detail::floatToBfloat16Bits(v); }
+};
+
+constexpr size_t kBlock = 256;
+
+// dst = a OP b; dst may alias a or b (each block is read into scratch before it is written).
+template <typename Cvt, typename Op>
+HVD_CLONES void halfTo(uint16_t* dst, const uint16_t* a, const uint16_t* b, size_t n) {
+  alignas(64) float fa[kBlock];
+  alignas(64) float fb[kBlock];
+  for (size_t base = 0; base < n; base += kBlock) {
+    size_t m = std::min(kBlock, n - base);
+    const uint16_t* pa = a + base;
+    const uint16_t* pb = b + base;
+    for (size_t i = 0; i < m; ++i) fa[i] = Cvt::toFloat(pa[i]);
+    for (size_t i = 0; i < m; ++i) fb[i] = Cvt::toFloat(pb[i]);
+    uint16_t* pd = dst + base;
+    for (size_t i = 0; i < m; ++i) pd[i] = Cvt::fromFloat(Op::apply(fa[i], fb[i]));
+  }
+}
+
+template <typename Cvt, typename Op>
+void halfToFn(void* dst, const void* a, const void* b, size_t n) {
+  halfTo<Cvt, Op>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(a), static_cast<const uint16_t*>(b), n);
+}
+template <typename Cvt, typename Op>
+void halfIntoFn(void* dst, const void* src, size_t n) {
+  halfToFn<Cvt, Op>(dst, dst, src, n);
+}
+template <typename Cvt, typename Op>
+void halfIntoLeftFn(void* dst, const void* src, size_t n) {
+  halfToFn<Cvt, Op>(dst, src, dst, n);
+}
+
+// ---- Kernel table ----------------------------------------------------------------------------
+
+int opIndex(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return 0;
+    case ReduceOp::kMin: return 1;
+    case ReduceOp::kMax: return 2;
+    case ReduceOp::kProduct: return 3;
+    default: return -1;
+  }
+}
+
+template <typename T, typename Op>
+ReduceKernel nativeKernel() {
+  return {&nativeToFn<T, Op>, &nativeIntoFn<T, Op>, &nativeIntoLeftFn<T, Op>, sizeof(T)};
+}
+template <typename Cvt, typename Op>
+ReduceKernel halfKernel() {
+  return {&halfToFn<Cvt, Op>, &halfIntoFn<Cvt, Op>, &halfIntoLeftFn<Cvt, Op>, 2};
+}
+template <typename T>
+std::array<ReduceKernel, 4> nativeKernels() {
+  return {nativeKernel<T, SumOp>(), nativeKernel<T, MinOp>(), nativeKernel<T, MaxOp>(), nativeKernel<T, ProductOp>()};
+}
+template <typename Cvt>
+std::array<ReduceKernel, 4> halfKernels() {
+  return {halfKernel<Cvt, SumOp>(), halfKernel<Cvt, MinOp>(), halfKernel<Cvt, MaxOp>(), halfKernel<Cvt, ProductOp>()};
+}
+
+using KernelTable = std::array<std::array<ReduceKernel, 4>, kNumDataTypes>;
+
+KernelTable buildTable() {
+  KernelTable t{};
+  t[static_cast<int>(DataType::kUInt8)] = nativeKernels<uint8_t>();
+  t[static_cast<int>(DataType::kInt8)] = nativeKernels<int8_t>();
+  t[static_cast<int>(DataType::kUInt16)] = nativeKernels<uint16_t>();
+  t[static_cast<int>(DataType::kInt16)] = nativeKernels<int16_t>();
+  t[static_cast<int>(DataType::kInt32)] = nativeKernels<int32_t>();
+  t[static_cast<int>(DataType::kInt64)] = nativeKernels<int64_t>();
+  t[static_cast<int>(DataType::kFloat16)] = halfKernels<HalfCvt>();
+  t[static_cast<int>(DataType::kBFloat16)] = halfKernels<Bf16Cvt>();
+  t[static_cast<int>(DataType::kFloat32)] = nativeKernels<float>();
+  t[static_cast<int>(DataType::kFloat64)] = nativeKernels<double>();
+  // bool: Sum/Max = or, Min/Product = and.
+  auto orKernel = nativeKernel<uint8_t, OrOp>();
+  auto andKernel = nativeKernel<uint8_t, AndOp>();
+  t[static_cast<int>(DataType::kBool)] = {orKernel, andKernel, orKernel, andKernel};
+  return t;
+}
+
+// ---- Scaling ---------------------------------------------------------------------------------
+
+template <typename T>
+HVD_CLONES void scaleFloat(T* __restrict buf, size_t n, T factor) {
+  for (size_t i = 0; i < n; ++i) buf[i] *= factor;
+}
+
+// Integers: multiply in double, truncate toward zero (C conversion).
+template <typename T>
+HVD_CLONES void scaleInteger(T* __restrict buf, size_t n, double factor) {
+  for (size_t i = 0; i < n; ++i) buf[i] = static_cast<T>(static_cast<int64_t>(static_cast<double>(buf[i]) * factor));
+}
+
+template <typename Cvt>
+HVD_CLONES void scaleHalf(uint16_t* buf, size_t n, float factor) {
+  alignas(64) float f[kBlock];
+  for (size_t base = 0; base < n; base += kBlock) {
+    size_t m = std::min(kBlock, n - base);
+    uint16_t* p = buf + base;
+    for (size_t i = 0; i < m; ++i) f[i] = Cvt::toFloat(p[i]) * factor;
+    for (size_t i = 0; i < m; ++i) p[i] = Cvt::fromFloat(f[i]);
+  }
+}
+
+}  // namespace
+
+const ReduceKernel& reduceKernel(DataType dtype, ReduceOp op) {
+  static const KernelTable table = buildTable();
+  int index = opIndex(op);
+  HVD_CHECK_AS(InvalidArgument, index >= 0)
+      << "local reduction supports Sum, Min, Max and Product, not op " << static_cast<int>(op);
+  int type = static_cast<int>(dtype);
+  HVD_CHECK_AS(InvalidArgument, type >= 0 && type < kNumDataTypes) << "unknown dtype " << type;
+  return table[type][index];
+}
+
+void reduceInto(void* dst, const void* src, size_t count, DataType dtype, ReduceOp op) {
+  if (count == 0) return;
+  reduceKernel(dtype, op).into(dst, src, count);
+}
+
+void reduceTo(void* dst, const void* a, const void* b, size_t count, DataType dtype, ReduceOp op) {
+  if (count == 0) return;
+  reduceKernel(dtype, op).to(dst, a, b, count);
+}
+
+void scaleBuffer(void* buf, size_t count, DataType dtype, double factor) {
+  if (factor == 1.0 || count == 0) return;
+  switch (dtype) {
+    case DataType::kUInt8: return scaleInteger(static_cast<uint8_t*>(buf), count, factor);
+    case DataType::kInt8: return scaleInteger(static_cast<int8_t*>(buf), count, factor);
+    case DataType::kInt32: return scaleInteger(static_cast<int32_t*>(buf), count, factor);
+    case DataType::kInt64: return scaleInteger(static_cast<int64_t*>(buf), count, factor);
+    case DataType::kFloat16: return scaleHalf<HalfCvt>(static_cast<uint16_t*>(buf), count, static_cast<float>(factor));
+    case DataType::kBFloat16:
+      return scaleHalf<Bf16Cvt>(static_cast<uint16_t*>(buf), count, static_cast<float>(factor));
+    case DataType::kFloat32: return scaleFloat(static_cast<float*>(buf), count, static_cast<float>(factor));
+    case DataType::kFloat64: return scaleFloat(static_cast<double*>(buf), count, factor);
+    case DataType::kUInt16:
+    case DataType::kInt16:
+    case DataType::kBool:
+      break;
+  }
+  // As Horovod's CPU path: these types cannot be scaled (Average of them fails at execution).
+  throw Error("Type " + std::string(dataTypeName(dtype)) + " not supported by ScaleBufferCPUImpl.");
+}
+
+float halfToFloat(uint16_t h) { return detail::halfBitsToFloat(h); }
+uint16_t floatToHalf(float f) { return detail::floatToHalfBits(f); }
+float bfloat16ToFloat(uint16_t b) { return detail::bfloat16BitsToFloat(b); }
+uint16_t floatToBfloat16(float f) { return detail::floatToBfloat16Bits(f); }
+
+}  // namespace hvd
