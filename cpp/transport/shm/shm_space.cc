@@ -1,0 +1,64 @@
+#include "transport/shm/shm_space.h"
+
+#include <sstream>
+
+#include "common/check.h"
+#include "transport/shm/layout.h"
+#include "transport/shm/shm_transport.h"
+
+namespace hvd::shm {
+
+ShmSpace::ShmSpace(ShmTransport& transport, std::vector<int> members, std::vector<Segment> buffers, size_t capacity)
+    : transport_(transport), members_(std::move(members)), buffers_(std::move(buffers)), capacity_(capacity) {
+  for (size_t i = 0; i < members_.size(); ++i) {
+    if (members_[i] == transport_.rank()) index_ = static_cast<int>(i);
+    auto* header = reinterpret_cast<SpaceHeader*>(buffers_[i].data());
+    HVD_CHECK_EQ(header->magic.load(std::memory_order_acquire), kSpaceMagic)
+        << "shared space buffer of rank " << members_[i] << " is not initialised";
+    HVD_CHECK_EQ(header->rank, members_[i]) << "shared space buffer belongs to another rank";
+    HVD_CHECK_EQ(header->capacity, capacity_) << "shared space capacity differs (HOROVOD_SHM_SPACE_BYTES)";
+    headers_.push_back(header);
+  }
+  HVD_CHECK_GE(index_, 0) << "this rank is not a member of the shared space";
+}
+
+void* ShmSpace::buffer(int memberIndex) {
+  HVD_CHECK(memberIndex >= 0 && memberIndex < static_cast<int>(members_.size()))
+      << "member index " << memberIndex << " out of range for " << members_.size() << " members";
+  return buffers_[memberIndex].data() + kPage;
+}
+
+void ShmSpace::barrier(Deadline deadline) {
+  transport_.waiter_->throwIfFailed();
+  const uint64_t generation = ++generation_;
+  const size_t n = members_.size();
+  // Release our writes to every buffer together with our arrival.
+  headers_[index_]->arrived.store(generation, std::memory_order_seq_cst);
+  for (size_t i = 0; i < n; ++i) {
+    if (static_cast<int>(i) != index_) Waiter::notify(transport_.peers_[members_[i]].header);
+  }
+  size_t next = 0;  // members before `next` are known to have arrived
+  auto ready = [&] {
+    for (; next < n; ++next) {
+      if (headers_[next]->arrived.load(std::memory_order_acquire) < generation) return false;
+    }
+    return true;
+  };
+  transport_.waitOrTimeout(ready, deadline, [&] {
+    std::ostringstream out;
+    out << "shm barrier of ranks [";
+    for (size_t i = 0; i < n; ++i) out << (i ? "," : "") << members_[i];
+    out << "] timed out on rank " << transport_.rank() << "; not arrived: ";
+    bool first = true;
+    for (size_t i = 0; i < n; ++i) {
+      if (headers_[i]->arrived.load(std::memory_order_acquire) < generation) {
+        out << (first ? "" : ", ") << "rank " << members_[i];
+        first = false;
+      }
+    }
+    return out.str();
+  });
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
+}  // namespace hvd::shm

@@ -1,0 +1,135 @@
+#include "transport/shm/waiter.h"
+
+#include <linux/futex.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <ctime>
+
+#include "horovod/errors.h"
+
+namespace hvd::shm {
+namespace {
+
+int openPidfd(int pid) {
+#ifdef SYS_pidfd_open
+  return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+#else
+  (void)pid;
+  errno = ENOSYS;
+  return -1;
+#endif
+}
+
+}  // namespace
+
+Waiter::Waiter(int rank, SegmentHeader* own, std::chrono::microseconds spin) : rank_(rank), own_(own), spin_(spin) {}
+
+Waiter::~Waiter() {
+  for (auto& peer : peers_) {
+    if (peer.pidfd >= 0) ::close(peer.pidfd);
+  }
+}
+
+void Waiter::addPeer(int rank, SegmentHeader* header, int pid) {
+  int fd = openPidfd(pid);  // pidfds are always close-on-exec
+  if (fd < 0 && errno == ESRCH) {
+    // Already gone: latch it now so the first wait reports it.
+    latch(std::make_exception_ptr(PeerLost(rank, "Horovod lost rank " + std::to_string(rank) + " (pid " +
+                                                     std::to_string(pid) + ") on this host: the process exited")));
+  }
+  peers_.push_back({rank, header, pid, fd});
+}
+
+void Waiter::notify(SegmentHeader* header) {
+  // Pairs with SleepScope: either the sleeper's re-check sees our update, or we see it sleeping.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (header->sleepers.load(std::memory_order_relaxed) != 0) {
+    header->bell.fetch_add(1, std::memory_order_release);
+    ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&header->bell), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+  }
+}
+
+void Waiter::sleep(uint32_t seen, Deadline deadline) {
+  auto wait = std::min<std::chrono::milliseconds>(deadline.remaining(), kLivenessInterval);
+  if (wait.count() <= 0) wait = std::chrono::milliseconds(1);
+  struct timespec ts;
+  ts.tv_sec = static_cast<time_t>(wait.count() / 1000);
+  ts.tv_nsec = static_cast<long>((wait.count() % 1000) * 1000000L);
+  // Shared (not FUTEX_PRIVATE): the word lives in memory mapped by several processes.
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&own_->bell), FUTEX_WAIT, seen, &ts, nullptr, 0);
+}
+
+bool Waiter::peersAlive() {
+  for (const auto& peer : peers_) {
+    if (peer.header->closed.load(std::memory_order_acquire) != 0) {
+      latch(std::make_exception_ptr(
+          PeerLost(peer.rank, "Horovod lost rank " + std::to_string(peer.rank) + " (pid " + std::to_string(peer.pid) +
+                                  ") on this host: it shut down its shared-memory transport while rank " +
+                                  std::to_string(rank_) + " was still waiting")));
+      return false;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(pollMutex_);
+    auto now = std::chrono::steady_clock::now();
+    if (now - lastPoll_ < kLivenessInterval) return true;
+    lastPoll_ = now;
+  }
+  std::vector<struct pollfd> fds;
+  fds.reserve(peers_.size());
+  for (const auto& peer : peers_) {
+    if (peer.pidfd >= 0) {
+      fds.push_back({peer.pidfd, POLLIN, 0});
+    } else if (::kill(peer.pid, 0) != 0 && errno == ESRCH) {
+      fds.push_back({-1, POLLIN, POLLIN});  // marks it dead below
+    } else {
+      fds.push_back({-1, 0, 0});
+    }
+  }
+  ::poll(fds.data(), fds.size(), 0);
+  for (size_t i = 0; i < peers_.size(); ++i) {
+    if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) {
+      const auto& peer = peers_[i];
+      latch(std::make_exception_ptr(PeerLost(peer.rank, "Horovod lost rank " + std::to_string(peer.rank) + " (pid " +
+                                                            std::to_string(peer.pid) +
+                                                            ") on this host: the process exited")));
+      return false;
+    }
+  }
+  return true;
+}
+
+void Waiter::latch(std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> lock(failureMutex_);
+    if (failure_) return;
+    failure_ = std::move(error);
+    failed_.store(true, std::memory_order_release);
+  }
+  ringOwn();  // other threads of this rank blocked in waits re-check the latch
+}
+
+void Waiter::abort(const std::string& reason) {
+  latch(std::make_exception_ptr(Aborted(reason.empty() ? std::string("Horovod has been shut down") : reason)));
+}
+
+void Waiter::fail(std::exception_ptr error) {
+  latch(std::move(error));
+  rethrow();
+}
+
+void Waiter::rethrow() const {
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> lock(failureMutex_);
+    error = failure_;
+  }
+  std::rethrow_exception(error);
+}
+
+}  // namespace hvd::shm

@@ -1,0 +1,145 @@
+// Waiter: how one rank of the shm transport waits, wakes its peers, and notices failures.
+//
+// Waiting = spin briefly on the condition (no system calls), then sleep on this rank's bell
+// futex (see layout.h) with a timeout of at most kLivenessInterval, re-checking the condition,
+// the failure latch, the peers' `closed` flags and (every kLivenessInterval) whether each peer
+// process still exists. Peer processes are watched through pidfds, which also report a killed
+// process that has not been reaped yet (kill(pid, 0) does not).
+//
+// Failure latch: the first failure (a lost peer, abort(), a data-plane timeout) is stored and
+// rethrown by every later wait and by throwIfFailed(), so every pending and later operation of
+// the rank fails with the same typed error.
+//
+// Thread-safety: wait(), notify(), ringOwn(), abort(), fail() and throwIfFailed() may be called
+// from any thread of the owning rank. addPeer() only during setup.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/deadline.h"
+#include "transport/shm/layout.h"
+
+namespace hvd::shm {
+
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+class Waiter {
+ public:
+  static constexpr std::chrono::milliseconds kLivenessInterval{100};
+
+  Waiter(int rank, SegmentHeader* own, std::chrono::microseconds spin);
+  ~Waiter();
+  Waiter(const Waiter&) = delete;
+  Waiter& operator=(const Waiter&) = delete;
+
+  // Watches `rank` (whose segment header is `header`, process `pid`) from now on.
+  void addPeer(int rank, SegmentHeader* header, int pid);
+
+  // Waits until ready() returns true (true) or the deadline passes (false). ready() is called
+  // repeatedly from this thread and may make progress itself. Throws the latched failure
+  // (PeerLost, Aborted, ...) when one exists or is detected while waiting.
+  template <typename Ready>
+  bool wait(Ready&& ready, Deadline deadline) {
+    if (ready()) return true;
+    throwIfFailed();
+    if (spin_.count() > 0) {
+      auto start = std::chrono::steady_clock::now();
+      for (unsigned i = 1;; ++i) {
+        cpuRelax();
+        if (ready()) return true;
+        if ((i & 31) == 0) {
+          throwIfFailed();
+          auto now = std::chrono::steady_clock::now();
+          if (now - start >= spin_ || now >= deadline.at()) break;
+        }
+      }
+    }
+    return block(ready, deadline);
+  }
+  // Like wait() without the spin phase (helper threads that must not take a CPU from the rank).
+  template <typename Ready>
+  bool waitWithoutSpin(Ready&& ready, Deadline deadline) {
+    if (ready()) return true;
+    throwIfFailed();
+    return block(ready, deadline);
+  }
+
+  // Wakes `header`'s owner if it is sleeping (a fence and a load when it is not).
+  static void notify(SegmentHeader* header);
+  // Wakes this rank's own sleepers (wake(), abort()).
+  void ringOwn() { notify(own_); }
+
+  // Latches Aborted(reason) (unless a failure is latched already) and wakes this rank.
+  void abort(const std::string& reason);
+  // Latches `error` (first failure wins), wakes this rank, and throws the latched failure.
+  [[noreturn]] void fail(std::exception_ptr error);
+  void throwIfFailed() const {
+    if (failed_.load(std::memory_order_acquire)) rethrow();
+  }
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
+
+ private:
+  template <typename Ready>
+  bool block(Ready& ready, Deadline deadline) {
+    SleepScope scope(own_);
+    for (;;) {
+      uint32_t seen = own_->bell.load(std::memory_order_acquire);
+      if (ready()) return true;
+      throwIfFailed();
+      if (!peersAlive()) {
+        // A peer that finished its part and then exited may have left what we wait for.
+        if (ready()) return true;
+        rethrow();
+      }
+      if (deadline.expired()) return ready();
+      sleep(seen, deadline);
+    }
+  }
+
+  struct SleepScope {
+    explicit SleepScope(SegmentHeader* h) : header(h) {
+      header->sleepers.fetch_add(1, std::memory_order_seq_cst);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+    }
+    ~SleepScope() { header->sleepers.fetch_sub(1, std::memory_order_seq_cst); }
+    SegmentHeader* header;
+  };
+
+  struct WatchedPeer {
+    int rank;
+    SegmentHeader* header;
+    int pid;
+    int pidfd;  // -1 when pidfds are unavailable (kill(pid, 0) then)
+  };
+
+  // Checks closed flags always and processes at most every kLivenessInterval; latches PeerLost
+  // and returns false on the first lost peer.
+  bool peersAlive();
+  void sleep(uint32_t seen, Deadline deadline);
+  void latch(std::exception_ptr error);
+  [[noreturn]] void rethrow() const;
+
+  int rank_;
+  SegmentHeader* own_;
+  std::chrono::microseconds spin_;
+  std::vector<WatchedPeer> peers_;
+  std::mutex pollMutex_;  // guards lastPoll_ (waits from several threads)
+  std::chrono::steady_clock::time_point lastPoll_{};
+
+  std::atomic<bool> failed_{false};
+  mutable std::mutex failureMutex_;
+  std::exception_ptr failure_;
+};
+
+}  // namespace hvd::shm
