@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""Small-message latency through horovod.torch (the Python path a training script takes).
+
+    horovodrun -np 2 python3 bench/py_latency_bench.py [--iters 2000] [--steps 300] [--smoke]
+
+Reports, as the maximum over ranks of each iteration, then p50/p99 over iterations:
+  sync_allreduce_8B      hvd.allreduce of a 2-element float32 tensor (8 bytes), synchronous
+  step_100x1KiB          100 x hvd.allreduce_async_ of 1 KiB tensors, then hvd.synchronize on all
+  enqueue_per_call       the time one allreduce_async_ call takes (the step's enqueue loop / 100)
+  synchronize_per_call   the step's synchronize loop / 100
+and checks every result.
+"""
+import argparse
+import sys
+import time
+
+import torch
+
+import horovod.torch as hvd
+
+
+def percentile(values, p):
+    values = sorted(values)
+    k = max(1, -(-len(values) * p // 100))  # nearest rank
+    return values[min(len(values), int(k)) - 1]
+
+
+def max_over_ranks(values, name):
+    t = torch.tensor(values, dtype=torch.float64)
+    return hvd.allreduce(t, name=name, op=hvd.Max).tolist()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--iters", type=int, default=2000)
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--tensors", type=int, default=100)
+    p.add_argument("--smoke", action="store_true")
+    args = p.parse_args()
+    if args.smoke:
+        args.iters, args.steps = 3, 3
+    torch.set_num_threads(1)
+    hvd.init()
+    n, rank = hvd.size(), hvd.rank()
+    bad = 0
+
+    # Synchronous 8-byte allreduce.
+    x = torch.tensor([1.0, 2.0])
+    for _ in range(min(args.iters, 100)):
+        hvd.allreduce(x, name="lat8", op=hvd.Sum)
+    lat = []
+    t0 = time.perf_counter()
+    for _ in range(args.iters):
+        y = hvd.allreduce(x, name="lat8", op=hvd.Sum)
+        t1 = time.perf_counter()
+        lat.append(t1 - t0)
+        t0 = t1
+    bad += int((y != x * n).sum())
+
+    # 100 x 1 KiB async allreduces, then wait on all.
+    tensors = [torch.full((256,), float(rank + 1 + j % 3)) for j in range(args.tensors)]
+    names = [f"step.{j}" for j in range(args.tensors)]
+
+    def step(ts):
+        start = time.perf_counter()
+        handles = [hvd.allreduce_async_(t, name=nm, op=hvd.Sum) for t, nm in zip(ts, names)]
+        enqueued = time.perf_counter()
+        for h in handles:
+            hvd.synchronize(h)
+        return start, enqueued, time.perf_counter()
+
+    for _ in range(min(args.steps, 20)):
+        step([t.clone() for t in tensors])
+    steps, enq, sync = [], [], []
+    for _ in range(args.steps):
+        work = [t.clone() for t in tensors]  # allreduce_async_ is in place; start from fresh inputs
+        start, enqueued, done = step(work)
+        steps.append(done - start)
+        enq.append((enqueued - start) / args.tensors)
+        sync.append((done - enqueued) / args.tensors)
+    tri = n * (n + 1) / 2
+    for j, t in enumerate(work):
+        bad += int((t != tri + n * (j % 3)).sum())
+
+    lat = max_over_ranks(lat, "stats.lat")
+    steps = max_over_ranks(steps, "stats.steps")
+    enq = max_over_ranks(enq, "stats.enq")
+    sync = max_over_ranks(sync, "stats.sync")
+    bad = int(max_over_ranks([bad], "stats.bad")[0])
+    if rank == 0:
+        print(f"# py_latency_bench ranks={n} iters={args.iters} steps={args.steps} tensors={args.tensors} "
+              f"torch={torch.__version__}" + (" smoke=1" if args.smoke else ""))
+        print("#%23s %12s %12s" % ("metric", "p50_us", "p99_us"))
+        for name, v in (("sync_allreduce_8B", lat), (f"step_{args.tensors}x1KiB", steps),
+                        ("enqueue_per_call", enq), ("synchronize_per_call", sync)):
+            print("%24s %12.2f %12.2f" % (name, percentile(v, 50) * 1e6, percentile(v, 99) * 1e6))
+        print(f"# check={'OK' if bad == 0 else 'WRONG'}")
+    hvd.shutdown()
+    return 0 if bad == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""End-to-end training throughput: horovod.torch beside PyTorch DDP (gloo), same model, batch,
+ranks and threads, in the manner of Horovod's pytorch_synthetic_benchmark (random data, the
+metric is samples per second over all ranks).
+
+    python3 bench/torch_e2e.py --np 2 --models cnn,mlp --reps 3     # prints the ratios
+    python3 bench/torch_e2e.py --smoke                               # 2 steps each, no timing
+
+Models: `cnn`, a small convolutional net on 3x32x32 images (~0.24 M parameters), and `mlp`, a
+4-layer perceptron of ~50 M parameters (200 MB of float32 gradients per step). Each rank uses
+one intra-op thread. The systems run interleaved (horovod, ddp, horovod, ...) and the ratio is
+of the medians over repetitions.
+
+Horovod's ranks start under horovodrun (--horovodrun, or build/launcher/horovodrun, or PATH);
+DDP's under torch.multiprocessing with a TCP rendezvous on 127.0.0.1.
+"""
+import argparse
+import os
+import shlex
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def build_model(name):
+    import torch.nn as nn
+    if name == "cnn":
+        return nn.Sequential(
+            nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(),
+            nn.MaxPool2d(2), nn.Conv2d(64, 128, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(128, 128, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+            nn.Linear(128, 10))
+    if name == "mlp":
+        return nn.Sequential(nn.Linear(2048, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(),
+                             nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 2048))
+    raise ValueError(name)
+
+
+def batch_for(name, batch):
+    import torch
+    g = torch.Generator().manual_seed(0)
+    if name == "cnn":
+        return torch.randn(batch, 3, 32, 32, generator=g), torch.randint(0, 10, (batch,), generator=g)
+    return torch.randn(batch, 2048, generator=g), torch.randint(0, 2048, (batch,), generator=g)
+
+
+def train_loop(model, optimizer, data, target, warmup, steps, sync):
+    """Returns seconds for `steps` steps after `warmup` steps."""
+    import torch.nn.functional as F
+
+    def one():
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(data), target)
+        loss.backward()
+        optimizer.step()
+
+    for _ in range(warmup):
+        one()
+    sync()
+    start = time.perf_counter()
+    for _ in range(steps):
+        one()
+    sync()
+    return time.perf_counter() - start
+
+
+def worker_horovod(args):
+    import torch
+    import horovod.torch as hvd
+    torch.set_num_threads(args.threads)
+    hvd.init()
+    torch.manual_seed(1234)
+    model = build_model(args.model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01 * hvd.size())
+    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    data, target = batch_for(args.model, args.batch)
+    elapsed = train_loop(model, optimizer, data, target, args.warmup, args.steps,
+                         lambda: hvd.allreduce(torch.zeros(1), name="e2e.sync"))
+    elapsed = hvd.allreduce(torch.tensor([elapsed]), name="e2e.elapsed", op=hvd.Max).item()
+    report("horovod", args, hvd.rank(), hvd.size(), elapsed)
+    hvd.shutdown()
+
+
+def ddp_rank(rank, args, port):
+    import torch
+    import torch.distributed as dist
+    torch.set_num_threads(args.threads)
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=args.np)
+    torch.manual_seed(1234)
+    model = torch.nn.parallel.DistributedDataParallel(build_model(args.model))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01 * args.np)
+    data, target = batch_for(args.model, args.batch)
+    elapsed = train_loop(model, optimizer, data, target, args.warmup, args.steps, dist.barrier)
+    t = torch.tensor([elapsed])
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    report("ddp-gloo", args, rank, args.np, t.item())
+    dist.destroy_process_group()
+
+
+def report(system, args, rank, size, elapsed):
+    if rank == 0:
+        rate = args.batch * size * args.steps / elapsed
+        print(f"RESULT {system} {args.model} {rate:.3f} samples/s ranks={size} batch={args.batch} "
+              f"steps={args.steps} threads={args.threads}", flush=True)
+
+
+def worker_ddp(args):
+    import torch.multiprocessing as mp
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(ddp_rank, args=(args, port), nprocs=args.np, join=True)
+
+
+def find_horovodrun(args):
+    if args.horovodrun:
+        return args.horovodrun
+    for d in (args.build_dir, os.path.join(ROOT, args.build_dir)):
+        path = os.path.join(d, "launcher", "horovodrun")
+        if os.path.exists(path):
+            return os.path.abspath(path)
+    return shutil.which("horovodrun")
+
+
+def run_system(system, model, args):
+    common = ["--model", model, "--batch", str(args.batch), "--steps", str(args.steps), "--warmup",
+              str(args.warmup), "--threads", str(args.threads), "--np", str(args.np)]
+    me = os.path.abspath(__file__)
+    if system == "horovod":
+        run = find_horovodrun(args)
+        if not run:
+            raise SystemExit("torch_e2e: horovodrun not found (--horovodrun PATH)")
+        argv = [run, "-np", str(args.np), sys.executable, me, "--worker", "horovod"] + common
+    else:
+        argv = [sys.executable, me, "--worker", "ddp"] + common
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=args.timeout)
+    for line in (proc.stdout + proc.stderr).splitlines():
+        if "RESULT " in line:
+            parts = line[line.index("RESULT "):].split()
+            return float(parts[3])
+    sys.stderr.write(f"torch_e2e: {system} {model} failed (exit {proc.returncode}):\n$ "
+                     + " ".join(shlex.quote(a) for a in argv) + "\n" + proc.stdout[-3000:] + proc.stderr[-3000:])
+    return None
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--np", type=int, default=2)
+    p.add_argument("--models", default="cnn,mlp")
+    p.add_argument("--model", default="cnn", help=argparse.SUPPRESS)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--smoke", action="store_true")
+    p.add_argument("--worker", choices=("horovod", "ddp"), help=argparse.SUPPRESS)
+    p.add_argument("--build-dir", default=os.environ.get("HVD_BUILD_DIR", "build"))
+    p.add_argument("--horovodrun", default=None)
+    p.add_argument("--timeout", type=float, default=900)
+    p.add_argument("--out", default=None, help="also write the table to this Markdown file")
+    args = p.parse_args()
+    if args.worker == "horovod":
+        return worker_horovod(args)
+    if args.worker == "ddp":
+        return worker_ddp(args)
+    if args.smoke:
+        args.steps, args.warmup, args.reps, args.batch = 2, 1, 1, 4
+    results = {}
+    failed = False
+    for model in args.models.split(","):
+        for rep in range(args.reps):
+            for system in ("horovod", "ddp-gloo"):
+                print(f"[{model} rep {rep + 1}/{args.reps}] {system}", file=sys.stderr, flush=True)
+                rate = run_system(system, model, args)
+                failed |= rate is None
+                if rate is not None:
+                    results.setdefault((model, system), []).append(rate)
+    lines = [f"# torch end-to-end, {args.np} ranks x {args.threads} thread, batch {args.batch} per rank, "
+             f"{args.steps} steps, median of {args.reps} interleaved runs", "",
+             "Command: `python3 bench/torch_e2e.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]) + "`", "",
+             "| model | horovod samples/s | ddp-gloo samples/s | horovod / ddp |", "|---|---|---|---|"]
+    for model in args.models.split(","):
+        h = results.get((model, "horovod"))
+        d = results.get((model, "ddp-gloo"))
+        hm = statistics.median(h) if h else None
+        dm = statistics.median(d) if d else None
+        ratio = f"{hm / dm:.2f}x" if hm and dm else "-"
+        lines.append(f"| {model} | {hm or 0:.1f} | {dm or 0:.1f} | {ratio} |")
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
