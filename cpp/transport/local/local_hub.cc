@@ -43,6 +43,7 @@ std::shared_ptr<LocalHub> LocalHub::attach(const std::string& jobId, int rank, i
   HVD_CHECK_AS(InvalidArgument, !state.present && !state.departed.load())
       << "local transport: rank " << rank << " of job '" << jobId << "' attached twice";
   state.present = true;
+  hub->attached++;
   return hub;
 }
 

@@ -68,6 +68,7 @@ class LocalHub {
   std::shared_ptr<LocalSharedGroup> sharedGroup(const std::vector<int>& members, size_t capacity);
 
   std::mutex mutex;
+  int attached = 0;  // transports ever attached (under mutex); construction waits for all
 
  private:
   int size_;

@@ -102,7 +102,27 @@ class LocalSharedSpace : public SharedSpace {
 };
 
 LocalTransport::LocalTransport(const std::string& jobId, int rank, int size, LocalTransportOptions options)
-    : rank_(rank), size_(size), options_(options), hub_(LocalHub::attach(jobId, rank, size)) {}
+    : rank_(rank), size_(size), options_(options), hub_(LocalHub::attach(jobId, rank, size)) {
+  Deadline deadline = Deadline::after(options_.connectTimeout);
+  std::unique_lock<std::mutex> lock(hub_->mutex);
+  if (hub_->attached == size_) {
+    for (int r = 0; r < size_; ++r) hub_->rank(r).cv.notify_all();
+    return;
+  }
+  LocalRankState& self = hub_->rank(rank_);
+  while (hub_->attached < size_) {
+    if (waitTimedOut(self.cv, lock, deadline) && hub_->attached < size_) {
+      std::string missing;
+      for (int r = 0; r < size_; ++r) {
+        if (!hub_->rank(r).present && !hub_->rank(r).departed.load()) missing += " " + std::to_string(r);
+      }
+      self.present = false;
+      self.departed.store(true);
+      throw Timeout("local transport: job '" + jobId + "' rank " + std::to_string(rank_) +
+                    " timed out waiting for ranks" + missing + " to attach");
+    }
+  }
+}
 
 LocalTransport::~LocalTransport() {
   spaces_.clear();

@@ -26,6 +26,7 @@ namespace hvd {
 struct LocalTransportOptions {
   bool sharedMemory = true;             // offer sharedSpace() (all ranks are "on one host")
   size_t sharedCapacity = size_t(8) << 20;  // bytes per member buffer of a SharedSpace
+  std::chrono::milliseconds connectTimeout{30000};  // construction waits this long for all ranks
 };
 
 class LocalHub;
@@ -33,7 +34,9 @@ class LocalSharedSpace;
 
 class LocalTransport : public Transport {
  public:
-  // All ranks of a job must pass the same jobId, size and options.
+  // All ranks of a job must pass the same jobId, size and options. Like a real transport's
+  // connection setup, construction returns once every rank of the job has attached (so the hub
+  // cannot be released under a late rank); throws Timeout after options.connectTimeout.
   LocalTransport(const std::string& jobId, int rank, int size, LocalTransportOptions options = {});
   ~LocalTransport() override;
   LocalTransport(const LocalTransport&) = delete;
