@@ -1,0 +1,115 @@
+#include "arrays.h"
+
+#include <memory>
+#include <string>
+
+namespace hvd::py {
+namespace {
+
+namespace dl = nb::dlpack;
+
+DataType toDataType(dl::dtype t, const char* what) {
+  if (t.lanes == 1) {
+    switch (static_cast<dl::dtype_code>(t.code)) {
+      case dl::dtype_code::Int:
+        if (t.bits == 8) return DataType::kInt8;
+        if (t.bits == 16) return DataType::kInt16;
+        if (t.bits == 32) return DataType::kInt32;
+        if (t.bits == 64) return DataType::kInt64;
+        break;
+      case dl::dtype_code::UInt:
+        if (t.bits == 8) return DataType::kUInt8;
+        if (t.bits == 16) return DataType::kUInt16;
+        break;
+      case dl::dtype_code::Float:
+        if (t.bits == 16) return DataType::kFloat16;
+        if (t.bits == 32) return DataType::kFloat32;
+        if (t.bits == 64) return DataType::kFloat64;
+        break;
+      case dl::dtype_code::Bfloat:
+        if (t.bits == 16) return DataType::kBFloat16;
+        break;
+      case dl::dtype_code::Bool:
+        if (t.bits == 8) return DataType::kBool;
+        break;
+      default:
+        break;
+    }
+  }
+  throw InvalidArgument(std::string(what) + ": unsupported DLPack dtype (code " +
+                        std::to_string(t.code) + ", " + std::to_string(t.bits) + " bits, " +
+                        std::to_string(t.lanes) + " lanes)");
+}
+
+dl::dtype toDlpack(DataType t) {
+  switch (t) {
+    case DataType::kUInt8: return {uint8_t(dl::dtype_code::UInt), 8, 1};
+    case DataType::kInt8: return {uint8_t(dl::dtype_code::Int), 8, 1};
+    case DataType::kUInt16: return {uint8_t(dl::dtype_code::UInt), 16, 1};
+    case DataType::kInt16: return {uint8_t(dl::dtype_code::Int), 16, 1};
+    case DataType::kInt32: return {uint8_t(dl::dtype_code::Int), 32, 1};
+    case DataType::kInt64: return {uint8_t(dl::dtype_code::Int), 64, 1};
+    case DataType::kFloat16: return {uint8_t(dl::dtype_code::Float), 16, 1};
+    case DataType::kBFloat16: return {uint8_t(dl::dtype_code::Bfloat), 16, 1};
+    case DataType::kFloat32: return {uint8_t(dl::dtype_code::Float), 32, 1};
+    case DataType::kFloat64: return {uint8_t(dl::dtype_code::Float), 64, 1};
+    case DataType::kBool: return {uint8_t(dl::dtype_code::Bool), 8, 1};
+  }
+  throw Error("unknown DataType");
+}
+
+const char* deviceName(int type) {
+  switch (type) {
+    case 2: return "cuda";
+    case 3: return "cuda_host";
+    case 10: return "rocm";
+    case 13: return "cuda_managed";
+    default: return "a non-CPU device";
+  }
+}
+
+}  // namespace
+
+template <typename Array>
+TensorView toView(const Array& array, const char* what) {
+  if (array.device_type() != nb::device::cpu::value) {
+    throw InvalidArgument(std::string(what) + ": tensor is on " +
+                          deviceName(array.device_type()) +
+                          ", but this Horovod build has no GPU support (built without CUDA/NCCL); "
+                          "move the tensor to the CPU");
+  }
+  TensorView view;
+  view.data = const_cast<void*>(static_cast<const void*>(array.data()));
+  view.dtype = toDataType(array.dtype(), what);
+  const size_t ndim = array.ndim();
+  view.shape.resize(ndim);
+  const int64_t* strides = array.stride_ptr();
+  // C-contiguous: strides (in elements) are the suffix products of the shape; dimensions of
+  // extent 1 may carry any stride. A NULL strides pointer means compact row-major.
+  int64_t expected = 1;
+  bool contiguous = true;
+  for (size_t i = ndim; i-- > 0;) {
+    const int64_t extent = static_cast<int64_t>(array.shape(i));
+    view.shape[i] = extent;
+    if (strides != nullptr && extent != 1 && strides[i] != expected) contiguous = false;
+    expected *= extent;
+  }
+  if (!contiguous && expected != 0) {
+    throw InvalidArgument("Tensor is required to be contiguous.");
+  }
+  return view;
+}
+
+template TensorView toView<InArray>(const InArray&, const char*);
+template TensorView toView<OutArray>(const OutArray&, const char*);
+
+ResultArray toResult(const OwnedTensor& tensor) {
+  auto* keep = new std::shared_ptr<void>(tensor.storage);
+  nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<std::shared_ptr<void>*>(p); });
+  const auto& shape = tensor.view.shape;
+  std::vector<size_t> dims(shape.begin(), shape.end());
+  return ResultArray(tensor.view.data, dims.size(), dims.data(), owner, nullptr,
+                     toDlpack(tensor.view.dtype), nb::device::cpu::value, 0);
+}
+
+}  // namespace hvd::py

@@ -1,0 +1,17 @@
+// Maps the core's exception hierarchy (horovod/errors.h) to Python:
+//   InvalidArgument -> ValueError
+//   PeerLost        -> horovod.common.exceptions.HorovodPeerLostError (has .rank)
+//   any other Error -> horovod.common.exceptions.HorovodInternalError (a RuntimeError)
+// The Python classes are looked up lazily (the exceptions module must not import the extension).
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+namespace hvd::py {
+
+void registerErrorTranslator();
+
+// Raised from the binding itself for calls made before init() / after shutdown().
+[[noreturn]] void throwNotInitialized();
+
+}  // namespace hvd::py

@@ -1,0 +1,325 @@
+// horovod._core: the one binding module every framework adapter uses.
+//
+// Entry points are thin: arrays cross as DLPack views (see arrays.h), options are positional
+// scalars, and every collective returns a Work (see work.h). Names, defaults and framework
+// conventions (name prefixes, handle counters) are the adapters' business, not this module's.
+// Everything here runs with the GIL held except where it is released explicitly (init,
+// shutdown, process-set changes, barrier/join waits, Work.wait).
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "arrays.h"
+#include "errors.h"
+#include "horovod/horovod.h"
+#include "work.h"
+
+namespace hvd::py {
+namespace {
+
+using WorkHandle = std::unique_ptr<PyWork>;
+using Arrays = std::vector<nb::ndarray<>>;
+
+constexpr const char* kShutdownMessage =
+    "Horovod has been shut down. This was caused by an exception on one of the ranks or an "
+    "attempt to allreduce, allgather or broadcast a tensor after one of the ranks finished "
+    "execution. If the shutdown was caused by an exception, you should see the exception in the "
+    "log before the first shutdown message.";
+
+bool everInitialized = false;  // GIL-protected
+
+// Collectives before init / after shutdown fail like any other collective failure.
+void requireRunning() {
+  if (!isInitialized()) {
+    if (everInitialized) throw Aborted(kShutdownMessage);
+    throw Error("Horovod has not been initialized; use hvd.init().");
+  }
+  reapOrphans();
+}
+
+// Topology queries before init raise ValueError, as Horovod does.
+void requireInitialized() {
+  if (!isInitialized()) throwNotInitialized();
+}
+
+Options makeOptions(std::string&& name, int op, double prescale, double postscale,
+                    int processSet) {
+  Options o;
+  o.name = std::move(name);
+  o.op = static_cast<ReduceOp>(op);
+  o.prescale = prescale;
+  o.postscale = postscale;
+  o.processSet = processSet;
+  return o;
+}
+
+template <typename Array>
+void viewsOf(const std::vector<Array>& arrays, const char* what, std::vector<TensorView>& views,
+             Arrays& keep) {
+  views.reserve(arrays.size());
+  for (const auto& a : arrays) {
+    views.push_back(toView(a, what));
+    keep.emplace_back(a);
+  }
+}
+
+WorkHandle wrap(WorkPtr work, Arrays&& keep) {
+  return std::make_unique<PyWork>(std::move(work), std::move(keep));
+}
+
+// ---- collectives -------------------------------------------------------------------------------
+
+WorkHandle allreduceAsync(const InArray& in, const std::optional<OutArray>& out, std::string name,
+                          int op, double prescale, double postscale, int processSet) {
+  requireRunning();
+  TensorView inView = toView(in, "allreduce");
+  Arrays keep;
+  keep.emplace_back(in);
+  TensorView outView = inView;
+  if (out) {
+    outView = toView(*out, "allreduce");
+    keep.emplace_back(*out);
+  }
+  auto work = hvd::allreduceAsync(inView, outView,
+                                  makeOptions(std::move(name), op, prescale, postscale, processSet));
+  return wrap(std::move(work), std::move(keep));
+}
+
+WorkHandle groupedAllreduceAsync(const std::vector<InArray>& in,
+                                 const std::optional<std::vector<OutArray>>& out,
+                                 std::string name, int op, double prescale, double postscale,
+                                 int processSet) {
+  requireRunning();
+  std::vector<TensorView> inViews, outViews;
+  Arrays keep;
+  viewsOf(in, "grouped_allreduce", inViews, keep);
+  if (out) {
+    if (out->size() != in.size()) {
+      throw InvalidArgument("grouped_allreduce: got " + std::to_string(in.size()) +
+                            " inputs but " + std::to_string(out->size()) + " outputs");
+    }
+    viewsOf(*out, "grouped_allreduce", outViews, keep);
+  } else {
+    outViews = inViews;
+  }
+  auto work = hvd::groupedAllreduceAsync(
+      inViews, outViews, makeOptions(std::move(name), op, prescale, postscale, processSet));
+  return wrap(std::move(work), std::move(keep));
+}
+
+WorkHandle allgatherAsync(const InArray& in, std::string name, int processSet) {
+  requireRunning();
+  TensorView view = toView(in, "allgather");
+  Arrays keep;
+  keep.emplace_back(in);
+  auto work = hvd::allgatherAsync(view, makeOptions(std::move(name), 1, 1.0, 1.0, processSet));
+  return wrap(std::move(work), std::move(keep));
+}
+
+WorkHandle groupedAllgatherAsync(const std::vector<InArray>& in, std::string name,
+                                 int processSet) {
+  requireRunning();
+  std::vector<TensorView> views;
+  Arrays keep;
+  viewsOf(in, "grouped_allgather", views, keep);
+  auto work =
+      hvd::groupedAllgatherAsync(views, makeOptions(std::move(name), 1, 1.0, 1.0, processSet));
+  return wrap(std::move(work), std::move(keep));
+}
+
+WorkHandle broadcastAsync(const OutArray& tensor, int root, std::string name, int processSet) {
+  requireRunning();
+  TensorView view = toView(tensor, "broadcast");
+  Arrays keep;
+  keep.emplace_back(tensor);
+  Options options = makeOptions(std::move(name), 1, 1.0, 1.0, processSet);
+  options.root = root;
+  auto work = hvd::broadcastAsync(view, options);
+  return wrap(std::move(work), std::move(keep));
+}
+
+WorkHandle alltoallAsync(const InArray& in, const std::optional<std::vector<int32_t>>& splits,
+                         std::string name, int processSet) {
+  requireRunning();
+  TensorView view = toView(in, "alltoall");
+  Arrays keep;
+  keep.emplace_back(in);
+  Options options = makeOptions(std::move(name), 1, 1.0, 1.0, processSet);
+  if (splits) options.splits = *splits;
+  auto work = hvd::alltoallAsync(view, options);
+  return wrap(std::move(work), std::move(keep));
+}
+
+WorkHandle reducescatterAsync(const InArray& in, const OutArray& out, std::string name, int op,
+                              double prescale, double postscale, int processSet) {
+  requireRunning();
+  TensorView inView = toView(in, "reducescatter");
+  TensorView outView = toView(out, "reducescatter");
+  Arrays keep;
+  keep.emplace_back(in);
+  keep.emplace_back(out);
+  auto work = hvd::reducescatterAsync(
+      inView, outView, makeOptions(std::move(name), op, prescale, postscale, processSet));
+  return wrap(std::move(work), std::move(keep));
+}
+
+WorkHandle groupedReducescatterAsync(const std::vector<InArray>& in,
+                                     const std::vector<OutArray>& out, std::string name, int op,
+                                     double prescale, double postscale, int processSet) {
+  requireRunning();
+  if (out.size() != in.size()) {
+    throw InvalidArgument("grouped_reducescatter: got " + std::to_string(in.size()) +
+                          " inputs but " + std::to_string(out.size()) + " outputs");
+  }
+  std::vector<TensorView> inViews, outViews;
+  Arrays keep;
+  viewsOf(in, "grouped_reducescatter", inViews, keep);
+  viewsOf(out, "grouped_reducescatter", outViews, keep);
+  auto work = hvd::groupedReducescatterAsync(
+      inViews, outViews, makeOptions(std::move(name), op, prescale, postscale, processSet));
+  return wrap(std::move(work), std::move(keep));
+}
+
+WorkHandle barrierAsync(int processSet) {
+  requireRunning();
+  return wrap(hvd::barrierAsync(processSet), {});
+}
+
+WorkHandle joinAsync() {
+  requireRunning();
+  return wrap(hvd::joinAsync(), {});
+}
+
+// ---- lifecycle ---------------------------------------------------------------------------------
+
+void initCore(const std::optional<std::vector<std::vector<int>>>& processSets, bool dynamic) {
+  InitOptions options;
+  if (processSets) options.processSets = *processSets;
+  options.dynamicProcessSets = dynamic;
+  {
+    nb::gil_scoped_release release;
+    hvd::init(options);
+  }
+  everInitialized = true;
+}
+
+void shutdownCore() {
+  {
+    nb::gil_scoped_release release;
+    hvd::shutdown();
+  }
+  dropOrphans();
+}
+
+template <int (*F)()>
+int topology() {
+  requireInitialized();
+  return F();
+}
+
+}  // namespace
+}  // namespace hvd::py
+
+NB_MODULE(_core, m) {
+  namespace nb = nanobind;
+  using namespace nb::literals;
+  using namespace hvd::py;
+
+  m.doc() = "Horovod core binding: lifecycle, topology, process sets and collectives on DLPack arrays.";
+  registerErrorTranslator();
+  bindWork(m);
+
+  m.def("init", &initCore, "process_sets"_a.none() = nb::none(), "dynamic"_a = false,
+        "Joins the job described by the environment; blocks until every rank has joined.");
+  m.def("shutdown", &shutdownCore, "Stops the engine; pending operations fail.");
+  m.def("is_initialized", [] { return hvd::isInitialized(); });
+  m.def("rank", &topology<hvd::rank>);
+  m.def("size", &topology<hvd::size>);
+  m.def("local_rank", &topology<hvd::localRank>);
+  m.def("local_size", &topology<hvd::localSize>);
+  m.def("cross_rank", &topology<hvd::crossRank>);
+  m.def("cross_size", &topology<hvd::crossSize>);
+  m.def("is_homogeneous", [] {
+    requireInitialized();
+    return hvd::isHomogeneous();
+  });
+
+  m.def(
+      "add_process_set",
+      [](std::vector<int> ranks) {
+        requireInitialized();
+        nb::gil_scoped_release release;
+        return hvd::addProcessSet(std::move(ranks));
+      },
+      "ranks"_a, "Collective: registers a process set, returns its id.");
+  m.def(
+      "remove_process_set",
+      [](int id) {
+        requireInitialized();
+        nb::gil_scoped_release release;
+        return hvd::removeProcessSet(id);
+      },
+      "process_set_id"_a, "Collective: removes a process set; False for id 0 or unknown ids.");
+  m.def(
+      "process_set_ranks",
+      [](int id) {
+        requireInitialized();
+        return hvd::processSetRanks(id);
+      },
+      "process_set_id"_a);
+  m.def("process_set_ids", [] {
+    requireInitialized();
+    return hvd::processSetIds();
+  });
+
+  // Built features. The native controller and CPU collectives answer to the Gloo name.
+#ifdef HVD_PY_MPI_BUILT
+  m.def("mpi_built", [] { return true; });
+#else
+  m.def("mpi_built", [] { return false; });
+#endif
+  m.def("gloo_built", [] { return true; });
+  m.def("nccl_built", [] { return 0; });
+  m.def("ddl_built", [] { return false; });
+  m.def("ccl_built", [] { return false; });
+  m.def("cuda_built", [] { return false; });
+  m.def("rocm_built", [] { return false; });
+  m.def("mpi_enabled", [] { return false; });
+  m.def("gloo_enabled", [] { return hvd::isInitialized(); });
+
+  // Collectives. Positional arguments in this order; `name` is the full matching key.
+  m.def("allreduce_async", &allreduceAsync, "tensor"_a, "output"_a.none(), "name"_a, "op"_a,
+        "prescale"_a, "postscale"_a, "process_set"_a,
+        "out = postscale * OP(prescale * tensor); output=None reduces in place.");
+  m.def("grouped_allreduce_async", &groupedAllreduceAsync, "tensors"_a, "outputs"_a.none(),
+        "name"_a, "op"_a, "prescale"_a, "postscale"_a, "process_set"_a,
+        "Members are named <name>_<i>of<n> by the core.");
+  m.def("allgather_async", &allgatherAsync, "tensor"_a, "name"_a, "process_set"_a);
+  m.def("grouped_allgather_async", &groupedAllgatherAsync, "tensors"_a, "name"_a,
+        "process_set"_a);
+  m.def("broadcast_async", &broadcastAsync, "tensor"_a, "root_rank"_a, "name"_a, "process_set"_a,
+        "In place: overwrites tensor with root's contents (root is a global rank).");
+  m.def("alltoall_async", &alltoallAsync, "tensor"_a, "splits"_a.none(), "name"_a,
+        "process_set"_a);
+  m.def("reducescatter_async", &reducescatterAsync, "tensor"_a, "output"_a, "name"_a, "op"_a,
+        "prescale"_a, "postscale"_a, "process_set"_a);
+  m.def("grouped_reducescatter_async", &groupedReducescatterAsync, "tensors"_a, "outputs"_a,
+        "name"_a, "op"_a, "prescale"_a, "postscale"_a, "process_set"_a);
+  m.def("barrier_async", &barrierAsync, "process_set"_a = 0);
+  m.def("join_async", &joinAsync);
+
+  m.attr("AVERAGE") = 0;
+  m.attr("SUM") = 1;
+  m.attr("ADASUM") = 2;
+  m.attr("MIN") = 3;
+  m.attr("MAX") = 4;
+  m.attr("PRODUCT") = 5;
+}

@@ -1,0 +1,184 @@
+"""HorovodBasics: lifecycle, topology and build queries, shared by every framework adapter.
+
+One instance per adapter module (they all drive the same core); adapters pass hooks that must
+run after init / shutdown (e.g. torch resets its handle table).
+"""
+
+import atexit
+import os
+import sys
+
+from horovod.common import process_sets as _ps
+from horovod.common.util import NOT_INITIALIZED_MESSAGE, env_bool
+
+try:
+    from horovod import _core
+except ImportError as e:  # extension not built; adapters decide how loud to be
+    _core = None
+    _core_import_error = e
+else:
+    _core_import_error = None
+    _ps._setup(_core)
+
+# Whether init(process_sets="dynamic") enabled dynamic process sets (env is checked separately).
+_dynamic_process_sets = False
+# Whether HOROVOD_TIMELINE was set when init() ran (enables start/stop_timeline).
+_timeline_enabled_at_init = False
+_atexit_registered = False
+
+_INIT_FAILED = ('Horovod initialization failed. Please check log messages above for a more '
+                'descriptive error.')
+
+
+def _require_core():
+    if _core is None:
+        raise ImportError('horovod._core (the compiled extension) is not available: {}'.format(
+            _core_import_error))
+    return _core
+
+
+def _is_mpi_comm(obj):
+    return type(obj).__module__.startswith('mpi4py')
+
+
+class HorovodBasics:
+    """Wraps the core's lifecycle/topology API with Horovod's Python semantics and messages."""
+
+    def __init__(self, on_init=None, on_shutdown=None):
+        self._on_init = on_init
+        self._on_shutdown = on_shutdown
+
+    def init(self, comm=None, process_sets=None):
+        """Starts Horovod (blocks until every rank has joined). A second call while running does
+        nothing.
+
+        comm: None (all ranks) or a list of ranks (MPI only; ignored by the native controller), or
+            an mpi4py communicator (needs an MPI build).
+        process_sets: None, a list of ProcessSet (registered with ids 1..n in list order, must be
+            identical on all ranks), or "dynamic" to allow add/remove_process_set later.
+        """
+        global _dynamic_process_sets, _timeline_enabled_at_init, _atexit_registered
+        core = _require_core()
+        if comm is not None and not isinstance(comm, list):
+            if _is_mpi_comm(comm):
+                if not core.mpi_built():
+                    raise ValueError('Horovod has not been built with MPI support. Ensure MPI is '
+                                     'installed and reinstall Horovod with HOROVOD_WITH_MPI=1 to '
+                                     'debug the build error.')
+                raise NotImplementedError('Initializing Horovod from an mpi4py communicator is '
+                                          'not supported by this build.')
+            raise ValueError('Invalid type of argument comm. Expected list of rank ids or '
+                             'mpi4py communicator, got {}'.format(type(comm)))
+        sets, dynamic = _ps._parse_init_argument(process_sets)
+        if any(ps.mpi_comm is not None for ps in sets):
+            if isinstance(comm, list) and comm:
+                raise NotImplementedError('Process sets defined by MPI communicators are not '
+                                          'supported together with a list of ranks as comm.')
+            raise NotImplementedError('Process sets defined by MPI communicators are not '
+                                      'supported by this build.')
+        if core.is_initialized():
+            return
+        if dynamic:
+            os.environ['HOROVOD_DYNAMIC_PROCESS_SETS'] = '1'
+            _dynamic_process_sets = True
+        if not _atexit_registered:
+            atexit.register(self.shutdown)
+            _atexit_registered = True
+        try:
+            core.init([ps.ranks for ps in sets] if sets else None,
+                      dynamic or env_bool('HOROVOD_DYNAMIC_PROCESS_SETS'))
+        except Exception as e:
+            print('[horovod] init failed: {}: {}'.format(type(e).__name__, e), file=sys.stderr,
+                  flush=True)
+            raise ValueError(_INIT_FAILED) from e
+        _timeline_enabled_at_init = bool(os.environ.get('HOROVOD_TIMELINE'))
+        _ps._after_init(sets)
+        if self._on_init is not None:
+            self._on_init()
+
+    def shutdown(self):
+        """Stops Horovod; pending operations fail. init() may be called again afterwards."""
+        if _core is None:
+            return
+        _core.shutdown()
+        _ps._after_shutdown()
+        if self._on_shutdown is not None:
+            self._on_shutdown()
+
+    def is_initialized(self):
+        return _core is not None and _core.is_initialized()
+
+    def _check_initialized(self):
+        if _core is None or not _core.is_initialized():
+            raise ValueError(NOT_INITIALIZED_MESSAGE)
+
+    def start_timeline(self, file_path, mark_cycles=False):
+        """Starts writing a timeline to ``file_path`` (rank 0 writes). Needs HOROVOD_TIMELINE set
+        (e.g. to DYNAMIC) when init() ran."""
+        self._check_initialized()
+        if not _timeline_enabled_at_init:
+            raise ValueError('Set HOROVOD_TIMELINE=DYNAMIC to enable dynamic timeline usage.')
+        if not hasattr(_core, 'start_timeline'):
+            raise NotImplementedError('This build of the Horovod core has no dynamic timeline.')
+        _core.start_timeline(file_path, mark_cycles)
+
+    def stop_timeline(self):
+        """Stops writing the timeline."""
+        self._check_initialized()
+        if hasattr(_core, 'stop_timeline'):
+            _core.stop_timeline()
+
+    def size(self):
+        return _require_core().size()
+
+    def local_size(self):
+        return _require_core().local_size()
+
+    def cross_size(self):
+        return _require_core().cross_size()
+
+    def rank(self):
+        return _require_core().rank()
+
+    def local_rank(self):
+        return _require_core().local_rank()
+
+    def cross_rank(self):
+        return _require_core().cross_rank()
+
+    def is_homogeneous(self):
+        return _require_core().is_homogeneous()
+
+    def mpi_threads_supported(self):
+        self._check_initialized()
+        if not _core.mpi_enabled():
+            raise ValueError("Horovod MPI is not enabled; Please make sure it's installed and "
+                             "enabled.")
+        return True
+
+    def mpi_enabled(self):
+        return bool(_core is not None and _core.mpi_enabled())
+
+    def mpi_built(self):
+        return bool(_core is not None and _core.mpi_built())
+
+    def gloo_enabled(self):
+        return bool(_core is not None and _core.gloo_enabled())
+
+    def gloo_built(self):
+        return bool(_core is not None and _core.gloo_built())
+
+    def nccl_built(self):
+        return int(_core.nccl_built()) if _core is not None else 0
+
+    def ddl_built(self):
+        return bool(_core is not None and _core.ddl_built())
+
+    def ccl_built(self):
+        return bool(_core is not None and _core.ccl_built())
+
+    def cuda_built(self):
+        return bool(_core is not None and _core.cuda_built())
+
+    def rocm_built(self):
+        return bool(_core is not None and _core.rocm_built())

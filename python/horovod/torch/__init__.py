@@ -1,0 +1,40 @@
+"""Horovod for PyTorch.
+
+    import horovod.torch as hvd
+    hvd.init()
+    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+"""
+
+from horovod.common import basics as _basics
+
+if _basics._core is None:
+    import warnings as _warnings
+    _warnings.warn('Horovod was not built with its core extension (horovod._core could not be '
+                   'imported: {}); horovod.torch exports nothing.'.format(
+                       _basics._core_import_error))
+else:
+    from horovod.common.exceptions import HorovodInternalError  # noqa: F401
+    from horovod.torch import elastic  # noqa: F401
+    from horovod.torch.compression import Compression  # noqa: F401
+    from horovod.torch.functions import (allgather_object, broadcast_object,  # noqa: F401
+                                         broadcast_optimizer_state, broadcast_parameters)
+    from horovod.torch.mpi_ops import (  # noqa: F401
+        allreduce, allreduce_async, allreduce_, allreduce_async_,
+        grouped_allreduce, grouped_allreduce_async, grouped_allreduce_,
+        grouped_allreduce_async_, sparse_allreduce_async,
+        allgather, allgather_async, grouped_allgather, grouped_allgather_async,
+        broadcast, broadcast_async, broadcast_, broadcast_async_,
+        alltoall, alltoall_async,
+        reducescatter, reducescatter_async, grouped_reducescatter,
+        grouped_reducescatter_async,
+        join, barrier, poll, synchronize,
+        init, shutdown, is_initialized, start_timeline, stop_timeline,
+        size, local_size, cross_size, rank, local_rank, cross_rank,
+        mpi_threads_supported, mpi_enabled, mpi_built, gloo_enabled, gloo_built,
+        nccl_built, ddl_built, ccl_built, cuda_built, rocm_built,
+        ProcessSet, global_process_set, add_process_set, remove_process_set,
+        Average, Sum, Adasum, Min, Max, Product)
+    from horovod.torch.optimizer import DistributedOptimizer  # noqa: F401
+    from horovod.torch.sync_batch_norm import SyncBatchNorm  # noqa: F401

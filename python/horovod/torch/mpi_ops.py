@@ -1,0 +1,443 @@
+"""PyTorch collectives on the Horovod core: asynchronous and in-place forms, handles, join and
+barrier. The differentiable synchronous forms live in ``horovod.torch.collectives`` and are
+re-exported here at the bottom.
+
+Tensors cross into the core as DLPack views (no copy). Outputs whose shape is known up front
+(allreduce, broadcast, reducescatter) are allocated by torch; allgather/alltoall outputs are
+allocated by the core and wrapped with ``torch.from_dlpack`` (no copy either).
+
+Naming (the matching key across ranks): ``<prefix>.<name>`` or ``<prefix>.noname.<handle>``,
+where ``handle`` counts every asynchronous call of this process (reset by shutdown).
+"""
+
+import torch
+
+from horovod.common import basics as _basics_mod
+from horovod.common.basics import HorovodBasics as _HorovodBasics
+from horovod.common.exceptions import HorovodInternalError
+from horovod.common.process_sets import (ProcessSet, global_process_set,  # noqa: F401
+                                         add_process_set, remove_process_set)
+from horovod.common.util import get_average_backwards_compatibility_fun, num_rank_is_power_2
+
+_core = _basics_mod._core
+
+try:
+    from torch.utils.dlpack import to_dlpack as _to_dlpack
+except ImportError:  # pragma: no cover - future torch without the legacy exporter
+    def _to_dlpack(tensor):
+        return tensor.detach() if tensor.requires_grad else tensor
+
+# ---- handle table --------------------------------------------------------------------------------
+
+# handle -> (Work, kind, payload). Kinds decide what synchronize() returns.
+_handle_map = {}
+_handle_counter = 0
+
+_SINGLE = 0     # payload: the output tensor
+_GROUP = 1      # payload: tuple of output tensors
+_GATHER = 2     # payload: None (engine-allocated output)
+_GATHER_N = 3   # payload: None (grouped, engine-allocated outputs)
+_ALLTOALL = 4   # payload: device for received_splits (None = CPU)
+_JOIN = 5
+_BARRIER = 6
+
+
+def _reset_handles():
+    global _handle_counter
+    _handle_map.clear()
+    _handle_counter = 0
+
+
+_basics = _HorovodBasics(on_init=_reset_handles, on_shutdown=_reset_handles)
+
+init = _basics.init
+shutdown = _basics.shutdown
+is_initialized = _basics.is_initialized
+start_timeline = _basics.start_timeline
+stop_timeline = _basics.stop_timeline
+size = _basics.size
+local_size = _basics.local_size
+cross_size = _basics.cross_size
+rank = _basics.rank
+local_rank = _basics.local_rank
+cross_rank = _basics.cross_rank
+is_homogeneous = _basics.is_homogeneous
+mpi_threads_supported = _basics.mpi_threads_supported
+mpi_enabled = _basics.mpi_enabled
+mpi_built = _basics.mpi_built
+gloo_enabled = _basics.gloo_enabled
+gloo_built = _basics.gloo_built
+nccl_built = _basics.nccl_built
+ddl_built = _basics.ddl_built
+ccl_built = _basics.ccl_built
+cuda_built = _basics.cuda_built
+rocm_built = _basics.rocm_built
+
+# Reduction ops (same values in every framework and in the core).
+Average = 0
+Sum = 1
+Adasum = 2
+Min = 3
+Max = 4
+Product = 5
+
+
+class _ReduceOps:
+    Average = Average
+    Sum = Sum
+
+
+handle_average_backwards_compatibility = get_average_backwards_compatibility_fun(_ReduceOps)
+
+# ---- tensor checks -------------------------------------------------------------------------------
+
+_SUPPORTED_DTYPES = frozenset(
+    d for d in (torch.uint8, torch.int8, getattr(torch, 'uint16', None), torch.int16,
+                torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32,
+                torch.float64, torch.bool) if d is not None)
+
+
+def _unsupported(tensor):
+    if tensor.dtype not in _SUPPORTED_DTYPES:
+        return ValueError('Tensor type %s is not supported.' % tensor.type())
+    return ValueError('Tensor type %s is not supported: this Horovod build has no GPU support '
+                      '(built without CUDA/NCCL); move the tensor to the CPU.' % tensor.type())
+
+
+def _view(tensor):
+    """The tensor as the core sees it: a DLPack capsule over the same memory (no copy; results of
+    in-place operations land in ``tensor``). torch's C-level exporter is used because it costs
+    a fraction of ``Tensor.__dlpack__``."""
+    if tensor.dtype not in _SUPPORTED_DTYPES or not tensor.is_cpu:
+        raise _unsupported(tensor)
+    return _to_dlpack(tensor)
+
+
+def _views(tensors):
+    return [_view(t) for t in tensors]
+
+
+def _ps_id(process_set):
+    ps_id = process_set.process_set_id
+    if ps_id is None:
+        raise ValueError('Process set provided does not exist, or has not been registered.')
+    return ps_id
+
+
+def _check_same_device(tensors):
+    if tensors:
+        device = tensors[0].device
+        for t in tensors:
+            if t.device != device:
+                raise HorovodInternalError('Tensors in list must be on same device.')
+
+
+def _next_handle():
+    global _handle_counter
+    _handle_counter += 1
+    return _handle_counter
+
+
+def _adasum_checks(op, process_set):
+    if op == Adasum:
+        if process_set.process_set_id != 0:
+            raise NotImplementedError('Adasum does not support non-global process sets yet.')
+        if not num_rank_is_power_2(size()):
+            raise NotImplementedError('Running Adasum with non-power of 2 ranks is not supported '
+                                      'yet.')
+
+
+# ---- allreduce -----------------------------------------------------------------------------------
+
+def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set):
+    if op == Adasum:
+        _adasum_checks(op, process_set)
+    handle = _next_handle()
+    full = 'allreduce.' + name if name else 'allreduce.noname.%d' % handle
+    work = _core.allreduce_async(_view(tensor), None if output is tensor else _view(output), full,
+                                 op, prescale_factor, postscale_factor, _ps_id(process_set))
+    _handle_map[handle] = (work, _SINGLE, output)
+    return handle
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, process_set=global_process_set):
+    """Asynchronous allreduce into a new tensor; returns a handle for poll()/synchronize().
+
+    Result = postscale_factor * OP_ranks(prescale_factor * tensor); Average divides by the
+    process-set size. ``average`` is deprecated (use ``op``)."""
+    op = handle_average_backwards_compatibility(op, average)
+    output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+    return _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor,
+                            process_set)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                     postscale_factor=1.0, process_set=global_process_set):
+    """Asynchronous in-place allreduce; synchronize() returns ``tensor`` itself."""
+    op = handle_average_backwards_compatibility(op, average)
+    return _allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor,
+                            process_set)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+               postscale_factor=1.0, process_set=global_process_set):
+    """In-place allreduce; returns ``tensor``. Not differentiable."""
+    handle = allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
+                              process_set)
+    return synchronize(handle)
+
+
+def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor,
+                             process_set):
+    if op == Adasum:
+        _adasum_checks(op, process_set)
+    _check_same_device(tensors)
+    handle = _next_handle()
+    full = 'grouped_allreduce.' + name if name else 'grouped_allreduce.noname.%d' % handle
+    work = _core.grouped_allreduce_async(
+        _views(tensors), None if outputs is tensors else _views(outputs), full, op,
+        prescale_factor, postscale_factor, _ps_id(process_set))
+    _handle_map[handle] = (work, _GROUP, tuple(outputs))
+    return handle
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=global_process_set):
+    """Asynchronous allreduce of a list of tensors, negotiated as one unit; synchronize()
+    returns a tuple of new tensors."""
+    op = handle_average_backwards_compatibility(op, average)
+    outputs = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]
+    return _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor,
+                                    postscale_factor, process_set)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=global_process_set):
+    """In-place form of grouped_allreduce_async."""
+    op = handle_average_backwards_compatibility(op, average)
+    tensors = list(tensors)
+    return _grouped_allreduce_async(tensors, tensors, name, op, prescale_factor,
+                                    postscale_factor, process_set)
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                       postscale_factor=1.0, process_set=global_process_set):
+    """In-place grouped allreduce; returns the tuple of (modified) input tensors."""
+    handle = grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
+                                      postscale_factor, process_set)
+    return synchronize(handle)
+
+
+def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
+    """Allreduce of a sparse COO tensor through two allgathers (indices, values). Returns a
+    callable that waits and returns the sparse result (uncoalesced; Average divides the values
+    by the set size)."""
+    t = tensor
+    # Allgather concatenates along dim 0, so gather the transposed indices ([nnz, ndim]).
+    indices_handle = allgather_async(t._indices().transpose(0, 1).contiguous(),
+                                     name='%s.indices' % name, process_set=process_set)
+    values_handle = allgather_async(t._values().contiguous(), name='%s.values' % name,
+                                    process_set=process_set)
+
+    def handle():
+        values = synchronize(values_handle)
+        indices = synchronize(indices_handle)
+        if op == Average:
+            values = values / process_set.size()
+        if indices.dim() == 0 or values.dim() == 0:
+            return torch.sparse_coo_tensor(size=t.size(), dtype=t.dtype, device=t.device)
+        return torch.sparse_coo_tensor(indices.transpose(0, 1), values, t.size())
+
+    return handle
+
+
+# ---- allgather -----------------------------------------------------------------------------------
+
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    """Asynchronous allgather (concatenation along dim 0 in set-rank order); returns a handle."""
+    handle = _next_handle()
+    full = 'allgather.' + name if name else 'allgather.noname.%d' % handle
+    work = _core.allgather_async(_view(tensor), full, _ps_id(process_set))
+    _handle_map[handle] = (work, _GATHER, None)
+    return handle
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    """Asynchronous allgather of each tensor of a list; synchronize() returns a tuple."""
+    _check_same_device(tensors)
+    handle = _next_handle()
+    full = 'grouped_allgather.' + name if name else 'grouped_allgather.noname.%d' % handle
+    work = _core.grouped_allgather_async(_views(tensors), full, _ps_id(process_set))
+    _handle_map[handle] = (work, _GATHER_N, None)
+    return handle
+
+
+# ---- broadcast -----------------------------------------------------------------------------------
+
+def _broadcast_async(tensor, output, root_rank, name, process_set):
+    handle = _next_handle()
+    full = 'broadcast.' + name if name else 'broadcast.noname.%d' % handle
+    work = _core.broadcast_async(_view(output), root_rank, full, _ps_id(process_set))
+    _handle_map[handle] = (work, _SINGLE, output)
+    return handle
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    """Asynchronous broadcast from global rank ``root_rank`` into a new tensor."""
+    if _core.rank() == root_rank:
+        output = tensor.detach().clone(memory_format=torch.contiguous_format)
+    else:
+        output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+    return _broadcast_async(tensor, output, root_rank, name, process_set)
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    """Asynchronous in-place broadcast; synchronize() returns ``tensor``."""
+    return _broadcast_async(tensor, tensor, root_rank, name, process_set)
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+    """In-place broadcast; returns ``tensor`` (modified on non-root ranks)."""
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+
+
+# ---- alltoall ------------------------------------------------------------------------------------
+
+def _splits_list(splits):
+    if splits is None:
+        return None, None
+    if isinstance(splits, torch.Tensor):
+        if splits.dtype != torch.int32:
+            raise ValueError('alltoall expects splits to contain 32-bit integer elements.')
+        if splits.dim() != 1:
+            raise ValueError('alltoall expects a 1D splits tensor')
+        device = splits.device if not splits.is_cpu else None
+        return [int(s) for s in splits.cpu().tolist()], device
+    values = list(splits)
+    for s in values:
+        if isinstance(s, float) or not hasattr(s, '__index__'):
+            raise ValueError('alltoall expects splits to contain 32-bit integer elements.')
+    return [int(s) for s in values], None
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    """Asynchronous alltoall: rows of dim 0 go to the set's ranks by ``splits`` (None: equal
+    split). synchronize() returns ``(output, received_splits)``."""
+    split_values, device = _splits_list(splits)
+    handle = _next_handle()
+    full = 'alltoall.' + name if name else 'alltoall.noname.%d' % handle
+    work = _core.alltoall_async(_view(tensor), split_values, full, _ps_id(process_set))
+    _handle_map[handle] = (work, _ALLTOALL, device)
+    return handle
+
+
+# ---- reducescatter -------------------------------------------------------------------------------
+
+def _reducescatter_shape(tensor, process_set):
+    if tensor.dim() == 0:
+        raise ValueError('Reducescatter does not support scalar inputs')
+    if process_set.process_set_id == 0:
+        n, r = _core.size(), _core.rank()
+    else:
+        n, r = process_set.size(), process_set.rank()
+    d = tensor.shape[0]
+    rows = d // n + (1 if r < d % n else 0)
+    return (rows,) + tuple(tensor.shape[1:])
+
+
+def _check_reducescatter_op(op):
+    if op not in (Average, Sum):
+        raise HorovodInternalError('Reducescatter currently only supports AVERAGE and SUM.')
+
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
+                        prescale_factor=1.0, postscale_factor=1.0):
+    """Asynchronous reducescatter: reduce, then this rank keeps its block of dim 0 (rank r of
+    n gets d//n + 1 rows if r < d % n, else d//n)."""
+    _check_reducescatter_op(op)
+    output = tensor.new_empty(_reducescatter_shape(tensor, process_set))
+    handle = _next_handle()
+    full = 'reducescatter.' + name if name else 'reducescatter.noname.%d' % handle
+    work = _core.reducescatter_async(_view(tensor), _view(output), full, op, prescale_factor,
+                                     postscale_factor, _ps_id(process_set))
+    _handle_map[handle] = (work, _SINGLE, output)
+    return handle
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average,
+                                process_set=global_process_set, prescale_factor=1.0,
+                                postscale_factor=1.0):
+    """Asynchronous reducescatter of each tensor of a list; synchronize() returns a tuple."""
+    _check_reducescatter_op(op)
+    _check_same_device(tensors)
+    outputs = [t.new_empty(_reducescatter_shape(t, process_set)) for t in tensors]
+    handle = _next_handle()
+    full = ('grouped_reducescatter.' + name if name
+            else 'grouped_reducescatter.noname.%d' % handle)
+    work = _core.grouped_reducescatter_async(_views(tensors), _views(outputs), full, op,
+                                             prescale_factor, postscale_factor,
+                                             _ps_id(process_set))
+    _handle_map[handle] = (work, _GROUP, tuple(outputs))
+    return handle
+
+
+# ---- join / barrier / poll / synchronize ---------------------------------------------------------
+
+def join(device=-1):
+    """Declares this rank out of data and blocks until every rank joined; meanwhile this rank
+    contributes zeros to the other ranks' allreduces. Returns the rank that joined last (the
+    same on every rank). ``device`` is ignored (CPU build)."""
+    handle = _next_handle()
+    work = _core.join_async()
+    _handle_map[handle] = (work, _JOIN, None)
+    return synchronize(handle)
+
+
+def barrier(process_set=global_process_set):
+    """Blocks until every member of ``process_set`` has reached the barrier."""
+    handle = _next_handle()
+    work = _core.barrier_async(_ps_id(process_set))
+    _handle_map[handle] = (work, _BARRIER, None)
+    synchronize(handle)
+
+
+def poll(handle):
+    """True if the asynchronous operation behind ``handle`` has completed (synchronize() will
+    not block)."""
+    entry = _handle_map.get(handle)
+    if entry is None:
+        raise ValueError('Handle %s was not created or has been cleared.' % handle)
+    return entry[0].poll()
+
+
+def synchronize(handle):
+    """Waits for an asynchronous operation (releasing the GIL) and returns its output: a tensor,
+    a tuple of tensors (grouped), ``(output, received_splits)`` (alltoall), the last joined rank
+    (join). Unknown handles return None. Failures raise HorovodInternalError."""
+    entry = _handle_map.pop(handle, None)
+    if entry is None:
+        return None
+    work, kind, payload = entry
+    work.wait()
+    if kind == _SINGLE or kind == _GROUP:
+        return payload
+    if kind == _GATHER:
+        return torch.from_dlpack(work.outputs()[0])
+    if kind == _GATHER_N:
+        return tuple(torch.from_dlpack(o) for o in work.outputs())
+    if kind == _ALLTOALL:
+        output = torch.from_dlpack(work.outputs()[0])
+        received = torch.tensor(work.received_splits(), dtype=torch.int32)
+        if payload is not None:
+            received = received.to(payload)
+        return output, received
+    if kind == _JOIN:
+        return work.join_result()
+    return None
+
+
+# The differentiable synchronous forms (imported last: they build on the functions above).
+from horovod.torch.collectives import (allgather, allreduce, alltoall, broadcast,  # noqa: E402,F401
+                                       grouped_allgather, grouped_allreduce,
+                                       grouped_reducescatter, reducescatter)

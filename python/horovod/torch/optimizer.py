@@ -1,0 +1,385 @@
+"""DistributedOptimizer: averages gradients across ranks while backward is still running.
+
+Each parameter gets a post-accumulate-grad hook (torch >= 2.1): as soon as its gradient is final
+for this step (after ``backward_passes_per_step`` passes) an in-place asynchronous allreduce of
+``p.grad`` starts. ``step()`` only waits for what is still outstanding, then runs the wrapped
+optimizer. The hooks sit on the parameters, so models compiled with ``torch.compile`` work the
+same way.
+"""
+
+import os
+import warnings
+from contextlib import contextmanager
+
+import torch
+
+from horovod.common.process_sets import global_process_set
+from horovod.common.util import split_list
+from horovod.torch.compression import Compression
+from horovod.torch.functions import broadcast_object
+from horovod.torch.mpi_ops import (Adasum, Average, allreduce_async_, grouped_allreduce_async_,
+                                   rocm_built, size, sparse_allreduce_async, synchronize)
+
+
+class _DistributedOptimizer(torch.optim.Optimizer):
+    # Methods of this class are copied into a dynamically created subclass of the user's
+    # optimizer class (same class name), so super(self.__class__, self) is that optimizer.
+    _hvd_distributed = True
+
+    def __init__(self, params, named_parameters, compression, backward_passes_per_step=1,
+                 op=Average, gradient_predivide_factor=1.0, groups=None, sparse_as_dense=False,
+                 process_set=global_process_set):
+        super(self.__class__, self).__init__(params)
+        self._compression = compression
+
+        if named_parameters is not None:
+            named_parameters = list(named_parameters)
+        else:
+            named_parameters = [('allreduce.noname.%s.%s' % (i, j), v)
+                                for i, param_group in enumerate(self.param_groups)
+                                for j, v in enumerate(param_group['params'])]
+        # make sure that named_parameters are tuples
+        if any(not isinstance(p, tuple) for p in named_parameters):
+            raise ValueError('named_parameters should be a sequence of tuples (name, parameter), '
+                             'usually produced by model.named_parameters().')
+
+        dups = _DistributedOptimizer.find_duplicates([k for k, _ in named_parameters])
+        if len(dups) > 0:
+            raise ValueError('Parameter names in named_parameters must be unique. '
+                             'Found duplicates: %s' % ', '.join(dups))
+
+        all_param_ids = {id(v) for param_group in self.param_groups
+                         for v in param_group['params']}
+        named_param_ids = {id(v) for k, v in named_parameters}
+        unnamed_param_ids = all_param_ids - named_param_ids
+        if len(unnamed_param_ids):
+            raise ValueError('named_parameters was specified, but one or more model '
+                             'parameters were not named. Python object ids: '
+                             '%s' % ', '.join(str(i) for i in unnamed_param_ids))
+
+        self._parameter_names = {v: k for k, v in sorted(named_parameters, key=lambda kv: kv[0])}
+        self.backward_passes_per_step = backward_passes_per_step
+        self._allreduce_delay = {v: self.backward_passes_per_step
+                                 for _, v in sorted(named_parameters, key=lambda kv: kv[0])}
+        self.op = op
+        self.gradient_predivide_factor = gradient_predivide_factor
+        self.sparse_as_dense = sparse_as_dense
+        self.process_set = process_set
+
+        # key: parameter, or tuple of parameters (a group); value: (handle, ctx)
+        self._handles = {}
+        self._hook_handles = []
+        self._requires_update = set()
+        self._synchronized = False
+        self._should_synchronize = True
+
+        if groups is not None:
+            if not (isinstance(groups, list) or (isinstance(groups, int) and groups > 0)):
+                raise ValueError('groups should be a non-negative integer or '
+                                 'a list of list of torch.Tensor.')
+            if isinstance(groups, list):
+                grouped_parameter_ids = set()
+                for group in groups:
+                    for p in group:
+                        if not isinstance(p, torch.Tensor):
+                            raise ValueError('groups must consist of torch.Tensor.')
+                        if id(p) in grouped_parameter_ids:
+                            raise ValueError('A parameter can only appear once in groups.')
+                        grouped_parameter_ids.add(id(p))
+        self._groups = groups
+        self._p_to_group = {}
+        self._group_counts = {}
+
+        if self.process_set.included() and (size() > 1 or
+                                            os.environ.get('HOROVOD_ELASTIC') == '1'):
+            self._register_hooks()
+
+    def load_state_dict(self, *args, **kwargs):
+        self._handles = {}
+        self._synchronized = False
+        self._should_synchronize = True
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = self.backward_passes_per_step
+        super(self.__class__, self).load_state_dict(*args, **kwargs)
+
+    @staticmethod
+    def find_duplicates(lst):
+        seen = set()
+        dups = set()
+        for el in lst:
+            if el in seen:
+                dups.add(el)
+            seen.add(el)
+        return dups
+
+    def set_backward_passes_per_step(self, passes):
+        self.backward_passes_per_step = passes
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = self.backward_passes_per_step
+
+    def _register_hooks(self):
+        if self._groups is not None:
+            p_list = [p for param_group in self.param_groups
+                      for p in param_group['params'] if p.requires_grad]
+            # Every rank must form the same groups in the same order: use rank 0's order.
+            p_list_names = [self._parameter_names.get(p) for p in p_list]
+            p_list_names = broadcast_object(p_list_names, root_rank=0,
+                                            process_set=self.process_set)
+            order = {n: i for i, n in enumerate(p_list_names)}
+            p_list = sorted(p_list, key=lambda p: order[self._parameter_names.get(p)])
+
+            if isinstance(self._groups, list):
+                p_groups = []
+                grouped_id = set()
+                p_list_ids = {id(p) for p in p_list}
+                for group in self._groups:
+                    p_groups.append([p for p in group if id(p) in p_list_ids])
+                    grouped_id.update(id(p) for p in p_groups[-1])
+                for p in p_list:
+                    if id(p) not in grouped_id:
+                        p_groups.append([p])
+            else:
+                p_groups = split_list(p_list, self._groups)
+
+            p_groups = [tuple(g) for g in p_groups if len(g) > 0]
+            for group in p_groups:
+                for p in group:
+                    self._p_to_group[p] = group
+                self._group_counts[group] = 0
+
+        for param_group in self.param_groups:
+            for p in param_group['params']:
+                if p.requires_grad:
+                    self._requires_update.add(p)
+                    self._hook_handles.append(
+                        p.register_post_accumulate_grad_hook(self._make_hook(p)))
+
+    def _allreduce_grad_async(self, p):
+        if p.grad is None:
+            # Not computed on this rank (e.g. an unused branch) but maybe on others: contribute
+            # zeros so that the collective matches.
+            p.grad = p.data.new(p.size()).zero_()
+
+        name = self._parameter_names.get(p)
+        tensor = p.grad
+
+        if p.grad.is_sparse:
+            if self.sparse_as_dense:
+                tensor = tensor.to_dense()
+            else:
+                return self._sparse_allreduce_grad_async(p, name)
+
+        tensor_compressed, ctx = self._compression.compress(tensor)
+
+        if self.op == Average:
+            # Split the average across pre/postscale; the core divides by the set size.
+            prescale_factor = 1.0 / self.gradient_predivide_factor
+            postscale_factor = self.gradient_predivide_factor
+        else:
+            prescale_factor = 1.0
+            postscale_factor = 1.0
+
+        handle = allreduce_async_(tensor_compressed, name=name, op=self.op,
+                                  prescale_factor=prescale_factor,
+                                  postscale_factor=postscale_factor,
+                                  process_set=self.process_set)
+        return handle, ctx
+
+    def _grouped_allreduce_grad_async(self, ps):
+        for p in ps:
+            if p.grad is None:
+                p.grad = p.data.new(p.size()).zero_()
+        name = self._parameter_names.get(ps[0])
+        tensors_compressed, ctxs = zip(*[self._compression.compress(p.grad) for p in ps])
+        handle = grouped_allreduce_async_(list(tensors_compressed), name=name, op=self.op,
+                                          process_set=self.process_set)
+        return handle, ctxs
+
+    def _sparse_allreduce_grad_async(self, p, name):
+        handle = sparse_allreduce_async(p.grad, name=name, op=self.op,
+                                        process_set=self.process_set)
+        return handle, None
+
+    def _make_hook(self, p):
+        def hook(*ignore):
+            if p in self._handles and self._handles[p][0] is not None:
+                if self._allreduce_delay[p] <= 0:
+                    raise AssertionError(
+                        "Gradients were computed more than "
+                        "backward_passes_per_step times before call "
+                        "to step(). Increase backward_passes_per_step to "
+                        "accumulate gradients locally.")
+            assert not p.grad.requires_grad
+            assert self._allreduce_delay[p] > 0
+            handle, ctx = None, None
+            self._allreduce_delay[p] -= 1
+            if self._allreduce_delay[p] == 0:
+                if self._groups is not None:
+                    group = self._p_to_group[p]
+                    self._group_counts[group] += 1
+                    if self._group_counts[group] == len(group):
+                        handle, ctxs = self._grouped_allreduce_grad_async(group)
+                        self._handles[group] = (handle, ctxs)
+                        # Remove any None entries from previous no-op hook calls
+                        for gp in group:
+                            self._handles.pop(gp, None)
+                        self._group_counts[group] = 0
+                        return
+                else:
+                    handle, ctx = self._allreduce_grad_async(p)
+            self._handles[p] = (handle, ctx)
+        return hook
+
+    def synchronize(self):
+        """Waits for every gradient's allreduce (starting those not started yet, e.g. for
+        parameters without a gradient on this rank) and writes the results into ``p.grad``."""
+        if not self.process_set.included():
+            self._synchronized = True
+            return
+
+        completed = set()
+        for x in self._handles.keys():
+            if isinstance(x, tuple):
+                completed.update(x)
+            else:
+                completed.add(x)
+        missing_p = self._requires_update - completed
+
+        if self._groups is not None:
+            # A group whose hooks did not all fire here may have fired completely elsewhere:
+            # launch it as a group (missing gradients are zeros) so that names match.
+            started = set()
+            for p in sorted(missing_p, key=lambda q: self._parameter_names.get(q)):
+                group = self._p_to_group.get(p)
+                if group is None or group in started:
+                    continue
+                started.add(group)
+                for gp in group:
+                    self._handles.pop(gp, None)
+                self._handles[group] = self._grouped_allreduce_grad_async(group)
+                self._group_counts[group] = 0
+            missing_p = {p for p in missing_p if p not in self._p_to_group}
+
+        for p in sorted(missing_p, key=lambda q: self._parameter_names.get(q)):
+            self._handles[p] = self._allreduce_grad_async(p)
+
+        for p, (handle, ctx) in list(self._handles.items()):
+            if handle is None:
+                self._handles[p] = self._allreduce_grad_async(p)
+
+        for p, (handle, ctx) in self._handles.items():
+            if isinstance(p, tuple):
+                # A grouped result: unpack.
+                outputs = synchronize(handle)
+                for gp, output, gctx in zip(p, outputs, ctx):
+                    self._allreduce_delay[gp] = self.backward_passes_per_step
+                    gp.grad.set_(self._compression.decompress(output, gctx))
+                if self._groups is not None and self._group_counts[p] != 0:
+                    self._group_counts[p] = 0
+            else:
+                # A callable handle (sparse allreduce) returns the aggregated tensor.
+                output = synchronize(handle) if not callable(handle) else handle()
+                self._allreduce_delay[p] = self.backward_passes_per_step
+                if self._groups is not None:
+                    group = self._p_to_group.get(p)
+                    if group is not None and self._group_counts[group] != 0:
+                        self._group_counts[group] = 0
+                if p.grad.is_sparse:
+                    aggregated = self._compression.decompress(output, ctx)
+                    if not aggregated.is_sparse:
+                        # sparse_as_dense: back to sparse before the update
+                        aggregated = aggregated.to_sparse()
+                    # Sparse grads do not support set_; this is the equivalent.
+                    p.grad.zero_().add_(aggregated)
+                else:
+                    p.grad.set_(self._compression.decompress(output, ctx))
+        self._handles.clear()
+
+        self._synchronized = True
+
+    @contextmanager
+    def skip_synchronize(self):
+        """A context manager used to specify that optimizer.step() should not perform
+        synchronization (because optimizer.synchronize() was called explicitly, e.g. to clip
+        gradients)."""
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def step(self, closure=None):
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn("optimizer.step() called without "
+                              "optimizer.skip_synchronize() context after "
+                              "optimizer.synchronize(). This can cause training "
+                              "slowdown. You may want to consider using "
+                              "optimizer.skip_synchronize() context if you use "
+                              "optimizer.synchronize() in your code.")
+            self.synchronize()
+        self._synchronized = False
+        return super(self.__class__, self).step(closure)
+
+    def zero_grad(self, set_to_none=True):
+        if self._handles:
+            raise AssertionError("optimizer.zero_grad() was called after loss.backward() "
+                                 "but before optimizer.step() or optimizer.synchronize(). "
+                                 "This is prohibited as it can cause a race condition.")
+        return super(self.__class__, self).zero_grad(set_to_none)
+
+
+def DistributedOptimizer(optimizer, named_parameters=None,
+                         compression=Compression.none,
+                         backward_passes_per_step=1,
+                         op=Average,
+                         gradient_predivide_factor=1.0,
+                         num_groups=0, groups=None,
+                         sparse_as_dense=False,
+                         process_set=global_process_set):
+    """Wraps a torch optimizer so that gradients are averaged across ranks (allreduce) before
+    the update. Returns an instance of a subclass of ``optimizer``'s class with the same name,
+    built over ``optimizer.param_groups``.
+
+    Args:
+        optimizer: Optimizer to use for computing gradients and applying updates.
+        named_parameters: Mapping of (name, parameter), usually ``model.named_parameters()``;
+            names are the allreduce names. Default: generated names.
+        compression: Compression.none (default), Compression.fp16 or Compression.bf16.
+        backward_passes_per_step: Backward passes accumulated locally before the allreduce.
+        op: Average (default), Sum or Adasum.
+        gradient_predivide_factor: Divide gradients by this before the sum, multiply after.
+        num_groups: Deprecated; use groups.
+        groups: An int (split parameters into that many groups) or a list of lists of
+            parameters; each group is allreduced as one grouped operation.
+        sparse_as_dense: Densify sparse gradients before the allreduce.
+        process_set: Process set whose ranks average gradients (default: all).
+    """
+    # We dynamically create a new class that inherits from the optimizer that was passed in.
+    # The goal is to override the `step()` method with an allreduce implementation.
+    if gradient_predivide_factor != 1.0:
+        if rocm_built():
+            raise ValueError('gradient_predivide_factor not supported yet with ROCm')
+        if op != Average:
+            raise ValueError('gradient_predivide_factor not supported with op != Average')
+
+    if num_groups != 0:
+        warnings.warn('Parameter `num_groups` has been replaced by `groups` '
+                      'and will be removed in v0.23.0.', DeprecationWarning)
+        if groups is None:
+            groups = num_groups
+
+    if backward_passes_per_step <= 0:
+        raise ValueError("backward_passes_per_step must be > 0")
+
+    if op == Adasum and size() > 1:
+        if process_set.process_set_id != 0:
+            raise NotImplementedError("Adasum does not support non-global process sets yet.")
+        raise NotImplementedError('DistributedOptimizer with op=Adasum is not supported by this '
+                                  'build of Horovod yet (the core has no Adasum reduction); use '
+                                  'op=Average.')
+
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
+               dict(_DistributedOptimizer.__dict__))
+    return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
+               op, gradient_predivide_factor, groups, sparse_as_dense, process_set)
