@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 
+#include "horovod/errors.h"
 #include "transport/transport.h"
 
 namespace hvd {
