@@ -1,0 +1,136 @@
+#include "check_build.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <vector>
+
+#include "common/deadline.h"
+#include "env.h"
+#include "process.h"
+
+namespace hvd::launcher {
+namespace {
+
+// Probes may import torch, which takes seconds on a cold cache.
+constexpr auto kProbeTimeout = std::chrono::seconds(120);
+
+std::string pathEnv() {
+  const char* p = std::getenv("PATH");
+  return p != nullptr ? p : "/usr/local/bin:/usr/bin:/bin";
+}
+
+// Runs `python3 -c <code>` for each snippet concurrently; true where it exited 0.
+std::vector<bool> pythonSucceeds(const std::vector<std::string>& snippets) {
+  std::string python = pythonInterpreter();
+  std::vector<bool> ok(snippets.size(), false);
+  if (python.empty()) return ok;
+  struct Probe {
+    SpawnedProcess p;
+    bool done = false;
+  };
+  std::vector<Probe> probes;
+  EnvMap own = inheritedEnvironment();
+  for (const auto& code : snippets) {
+    SpawnRequest request;
+    request.path = python;
+    request.argv = {python, "-c", code};
+    request.env = renderEnvironment({&own});
+    request.mergeStderr = true;
+    Probe probe;
+    try {
+      probe.p = spawnProcess(request);
+    } catch (const Error&) {
+      probe.done = true;
+    }
+    probes.push_back(probe);
+  }
+  Deadline deadline = Deadline::after(kProbeTimeout);
+  while (true) {
+    bool pending = false;
+    std::vector<pollfd> fds;
+    for (auto& pr : probes) {
+      if (pr.done) continue;
+      pending = true;
+      if (pr.p.stdoutFd >= 0) fds.push_back({pr.p.stdoutFd, POLLIN, 0});
+    }
+    if (!pending || deadline.expired()) break;
+    poll(fds.data(), fds.size(), deadline.pollTimeoutMs(50));
+    for (size_t i = 0; i < probes.size(); ++i) {
+      auto& pr = probes[i];
+      if (pr.done) continue;
+      char buf[4096];
+      while (pr.p.stdoutFd >= 0) {
+        ssize_t n = read(pr.p.stdoutFd, buf, sizeof(buf));
+        if (n > 0) continue;  // the probe's messages are not ours to show
+        if (n < 0 && errno == EAGAIN) break;
+        close(pr.p.stdoutFd);
+        pr.p.stdoutFd = -1;
+      }
+      int status = 0;
+      if (waitpid(pr.p.pid, &status, WNOHANG) == pr.p.pid) {
+        pr.done = true;
+        ok[i] = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      }
+    }
+  }
+  for (auto& pr : probes) {
+    if (pr.p.stdoutFd >= 0) close(pr.p.stdoutFd);
+    if (!pr.done && pr.p.pid > 0) {
+      kill(-pr.p.pid, SIGKILL);
+      waitpid(pr.p.pid, nullptr, 0);
+    }
+  }
+  return ok;
+}
+
+}  // namespace
+
+std::string pythonInterpreter() {
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) {
+    std::string dir(self, static_cast<size_t>(n));
+    dir = dir.substr(0, dir.rfind('/'));
+    std::string sibling = resolveExecutable(dir + "/python3", "");
+    if (!sibling.empty()) return sibling;
+  }
+  return resolveExecutable("python3", pathEnv());
+}
+
+BuildInfo probeBuild() {
+  BuildInfo info;
+  auto ok = pythonSucceeds({"import torch, horovod._core", "import horovod.tensorflow"});
+  info.pytorch = ok[0];
+  info.tensorflow = ok[1];
+  info.mpiController = !resolveExecutable("mpirun", pathEnv()).empty();
+#ifdef HOROVODRUN_WITH_MPI_TRANSPORT
+  info.mpiOps = true;
+#endif
+  return info;
+}
+
+std::string formatBuildInfo(const BuildInfo& info) {
+  auto mark = [](bool on) { return on ? "    [X] " : "    [ ] "; };
+  std::string out = "Horovod v0.28.1:\n\n";
+  out += "Available Frameworks:\n";
+  out += mark(info.tensorflow) + std::string("TensorFlow\n");
+  out += mark(info.pytorch) + std::string("PyTorch\n");
+  out += mark(info.mxnet) + std::string("MXNet\n");
+  out += "\nAvailable Controllers:\n";
+  out += mark(info.mpiController) + std::string("MPI\n");
+  out += mark(info.glooController) + std::string("Gloo\n");
+  out += "\nAvailable Tensor Operations:\n";
+  out += mark(info.ncclOps) + std::string("NCCL\n");
+  out += mark(info.ddlOps) + std::string("DDL\n");
+  out += mark(info.cclOps) + std::string("CCL\n");
+  out += mark(info.mpiOps) + std::string("MPI\n");
+  out += mark(info.glooOps) + std::string("Gloo\n");
+  return out;
+}
+
+}  // namespace hvd::launcher

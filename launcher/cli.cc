@@ -1,0 +1,484 @@
+#include "cli.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <iostream>
+#include <sstream>
+
+namespace hvd::launcher {
+namespace {
+
+using Values = std::vector<std::string>;
+
+// One option: its spellings, how many values it takes, and what it does to Options.
+struct OptionSpec {
+  std::vector<std::string> names;
+  int nargs;
+  const char* metavar;  // shown in help for options with values
+  const char* group;
+  const char* help;  // nullptr: hidden from -h (argparse.SUPPRESS)
+  std::function<void(Options&, const Values&, const std::string& display)> apply;
+  // Options in one exclusive group may not be combined.
+  const char* exclusiveGroup = nullptr;
+};
+
+std::string display(const OptionSpec& spec) {
+  std::string out;
+  for (const auto& n : spec.names) out += (out.empty() ? "" : "/") + n;
+  return out;
+}
+
+[[noreturn]] void invalid(const std::string& display, const char* type, const std::string& value) {
+  throw UsageError("argument " + display + ": invalid " + type + " value: '" + value + "'");
+}
+
+int64_t toInt(const std::string& display, const std::string& text) {
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || errno != 0 || *end != '\0') invalid(display, "int", text);
+  return v;
+}
+
+double toFloat(const std::string& display, const std::string& text) {
+  errno = 0;
+  char* end = nullptr;
+  double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || errno != 0 || *end != '\0') invalid(display, "float", text);
+  return v;
+}
+
+// Setters for the common shapes.
+template <typename T>
+auto setInt(std::optional<T> Options::*field) {
+  return [field](Options& o, const Values& v, const std::string& d) { o.*field = static_cast<T>(toInt(d, v[0])); };
+}
+auto setFloat(std::optional<double> Options::*field) {
+  return [field](Options& o, const Values& v, const std::string& d) { o.*field = toFloat(d, v[0]); };
+}
+auto setString(std::optional<std::string> Options::*field) {
+  return [field](Options& o, const Values& v, const std::string&) { o.*field = v[0]; };
+}
+auto setBool(std::optional<bool> Options::*field, bool value) {
+  return [field, value](Options& o, const Values&, const std::string&) { o.*field = value; };
+}
+auto setFlag(bool Options::*field) {
+  return [field](Options& o, const Values&, const std::string&) { o.*field = true; };
+}
+auto setController(Controller c) {
+  return [c](Options& o, const Values&, const std::string&) { o.controller = c; };
+}
+
+std::vector<std::string> splitComma(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+const char* kGeneral = "optional arguments";
+const char* kSsh = "SSH arguments";
+const char* kTunable = "tuneable parameter arguments";
+const char* kAutotune = "autotune arguments";
+const char* kElastic = "elastic arguments";
+const char* kTimeline = "timeline arguments";
+const char* kStall = "stall check arguments";
+const char* kLibrary = "library arguments";
+const char* kLogging = "logging arguments";
+const char* kHosts = "host arguments";
+const char* kController = "controller arguments";
+
+const std::vector<OptionSpec>& optionTable() {
+  static const std::vector<OptionSpec> table = {
+      // General.
+      {{"-h", "--help"}, 0, nullptr, kGeneral, "show this help message and exit", setFlag(&Options::help)},
+      {{"-v", "--version"}, 0, nullptr, kGeneral, "print the Horovod version and exit", setFlag(&Options::version)},
+      {{"-np", "--num-proc"}, 1, "NP", kGeneral,
+       "total number of worker processes (elastic: processes needed before training starts)",
+       setInt(&Options::numProc)},
+      {{"-cb", "--check-build"}, 0, nullptr, kGeneral,
+       "print which frameworks, controllers and tensor operations this build supports, then exit",
+       setFlag(&Options::checkBuild)},
+      {{"--disable-cache"}, 0, nullptr, kGeneral,
+       "re-run the ssh checks instead of trusting results cached (up to 60 minutes) in ~/.horovod",
+       setFlag(&Options::disableCache)},
+      {{"--start-timeout"}, 1, "START_TIMEOUT", kGeneral,
+       "seconds allowed for the ssh checks and for starting the workers (default: $HOROVOD_START_TIMEOUT or 30)",
+       setFloat(&Options::startTimeout)},
+      {{"--network-interfaces"}, 1, "NICS", kGeneral,
+       "comma-separated network interfaces to use for communication (default: detected)",
+       [](Options& o, const Values& v, const std::string&) {
+         for (auto& nic : splitComma(v[0])) o.networkInterfaces.push_back(nic);
+       }},
+      {{"--network-interface"}, 1, "NIC", kGeneral,
+       "one network interface to use; repeat the option for several",
+       [](Options& o, const Values& v, const std::string&) {
+         auto nics = splitComma(v[0]);
+         if (nics.size() > 1) {
+           std::cerr << "horovodrun: DeprecationWarning: a comma-separated list in --network-interface is "
+                        "deprecated; use --network-interfaces or repeat --network-interface\n";
+         }
+         for (auto& nic : nics) o.networkInterfaces.push_back(nic);
+       }},
+      {{"--output-filename"}, 1, "OUTPUT_FILENAME", kGeneral,
+       "also write each rank's output to <dir>/rank.<r>/stdout and <dir>/rank.<r>/stderr",
+       setString(&Options::outputFilename)},
+      {{"--verbose"}, 0, nullptr, kGeneral, "print what the launcher does, including the commands it runs",
+       setFlag(&Options::verbose)},
+      {{"--config-file"}, 1, "CONFIG_FILE", kGeneral,
+       "YAML file with parameter values; options given on the command line take precedence",
+       setString(&Options::configFile)},
+      {{"--status-file"}, 1, "STATUS_FILE", kGeneral, nullptr, setString(&Options::statusFile)},
+
+      // SSH.
+      {{"-p", "--ssh-port"}, 1, "SSH_PORT", kSsh, "ssh port on all the hosts", setInt(&Options::sshPort)},
+      {{"-i", "--ssh-identity-file"}, 1, "SSH_IDENTITY_FILE", kSsh, "ssh private key file (identity)",
+       setString(&Options::sshIdentityFile)},
+
+      // Tunables.
+      {{"--fusion-threshold-mb"}, 1, "FUSION_THRESHOLD_MB", kTunable,
+       "fusion buffer size in MB; 0 disables tensor fusion (default: 128)", setInt(&Options::fusionThresholdMb)},
+      {{"--cycle-time-ms"}, 1, "CYCLE_TIME_MS", kTunable,
+       "milliseconds between background negotiation cycles (default: 1)", setFloat(&Options::cycleTimeMs)},
+      {{"--cache-capacity"}, 1, "CACHE_CAPACITY", kTunable,
+       "number of entries in the response cache; 0 disables it (default: 1024)", setInt(&Options::cacheCapacity)},
+      {{"--hierarchical-allreduce"}, 0, nullptr, kTunable,
+       "allreduce within each host first, then across hosts", setBool(&Options::hierarchicalAllreduce, true)},
+      {{"--no-hierarchical-allreduce"}, 0, nullptr, kTunable, "explicitly disable hierarchical allreduce",
+       setBool(&Options::hierarchicalAllreduce, false)},
+      {{"--hierarchical-allgather"}, 0, nullptr, kTunable,
+       "allgather within each host first, then across hosts", setBool(&Options::hierarchicalAllgather, true)},
+      {{"--no-hierarchical-allgather"}, 0, nullptr, kTunable, "explicitly disable hierarchical allgather",
+       setBool(&Options::hierarchicalAllgather, false)},
+      {{"--torus-allreduce"}, 0, nullptr, kTunable, "use the two-dimensional torus allreduce (NCCL)",
+       setBool(&Options::torusAllreduce, true)},
+      {{"--no-torus-allreduce"}, 0, nullptr, kTunable, "explicitly disable the torus allreduce",
+       setBool(&Options::torusAllreduce, false)},
+
+      // Autotune.
+      {{"--autotune"}, 0, nullptr, kAutotune,
+       "tune the fusion threshold, cycle time and hierarchical options while training",
+       setBool(&Options::autotune, true)},
+      {{"--no-autotune"}, 0, nullptr, kAutotune, nullptr, setBool(&Options::autotune, false)},
+      {{"--autotune-log-file"}, 1, "AUTOTUNE_LOG_FILE", kAutotune, "CSV file recording every autotune sample",
+       setString(&Options::autotuneLogFile)},
+      {{"--autotune-warmup-samples"}, 1, "AUTOTUNE_WARMUP_SAMPLES", kAutotune,
+       "samples discarded at the start of autotuning (default: 3)", setInt(&Options::autotuneWarmupSamples)},
+      {{"--autotune-steps-per-sample"}, 1, "AUTOTUNE_STEPS_PER_SAMPLE", kAutotune,
+       "steps measured per autotune sample (default: 10)", setInt(&Options::autotuneStepsPerSample)},
+      {{"--autotune-bayes-opt-max-samples"}, 1, "AUTOTUNE_BAYES_OPT_MAX_SAMPLES", kAutotune,
+       "Bayesian optimization samples before settling (default: 20)", setInt(&Options::autotuneBayesOptMaxSamples)},
+      {{"--autotune-gaussian-process-noise"}, 1, "AUTOTUNE_GAUSSIAN_PROCESS_NOISE", kAutotune,
+       "noise (alpha) of the Gaussian process, in [0, 1] (default: 0.8)",
+       setFloat(&Options::autotuneGaussianProcessNoise)},
+
+      // Elastic.
+      {{"--min-np", "--min-num-proc"}, 1, "MIN_NP", kElastic,
+       "minimum processes; training pauses below it (makes the run elastic)", setInt(&Options::minNumProc)},
+      {{"--max-np", "--max-num-proc"}, 1, "MAX_NP", kElastic, "maximum processes", setInt(&Options::maxNumProc)},
+      {{"--slots-per-host"}, 1, "SLOTS", kElastic,
+       "slots for discovered hosts that do not state a slot count", setInt(&Options::slotsPerHost)},
+      {{"--elastic-timeout"}, 1, "ELASTIC_TIMEOUT", kElastic,
+       "seconds to wait for enough slots after a change (default: $HOROVOD_ELASTIC_TIMEOUT or 600)",
+       setFloat(&Options::elasticTimeout)},
+      {{"--reset-limit"}, 1, "RESET_LIMIT", kElastic, "maximum number of resets before the job fails",
+       setInt(&Options::resetLimit)},
+      {{"--blacklist-cooldown-range"}, 2, "COOLDOWN_RANGE", kElastic,
+       "MIN MAX seconds a failed host stays blacklisted (default: forever)",
+       [](Options& o, const Values& v, const std::string& d) {
+         o.blacklistCooldownRange = {static_cast<int>(toInt(d, v[0])), static_cast<int>(toInt(d, v[1]))};
+       }},
+
+      // Timeline.
+      {{"--timeline-filename"}, 1, "TIMELINE_FILENAME", kTimeline,
+       "write a Chrome-trace timeline of every operation to this file", setString(&Options::timelineFilename)},
+      {{"--timeline-mark-cycles"}, 0, nullptr, kTimeline, "mark background cycles in the timeline",
+       setBool(&Options::timelineMarkCycles, true)},
+      {{"--no-timeline-mark-cycles"}, 0, nullptr, kTimeline, nullptr, setBool(&Options::timelineMarkCycles, false)},
+
+      // Stall check.
+      {{"--no-stall-check"}, 0, nullptr, kStall, "disable the check for ranks that stall",
+       setBool(&Options::stallCheck, false)},
+      {{"--stall-check"}, 0, nullptr, kStall, nullptr, setBool(&Options::stallCheck, true)},
+      {{"--stall-check-warning-time-seconds"}, 1, "STALL_CHECK_WARNING_TIME_SECONDS", kStall,
+       "seconds before a stalled tensor is reported (default: 60)",
+       setInt(&Options::stallCheckWarningTimeSeconds)},
+      {{"--stall-check-shutdown-time-seconds"}, 1, "STALL_CHECK_SHUTDOWN_TIME_SECONDS", kStall,
+       "seconds after which a stall shuts the job down; must exceed the warning time (default: 0, never)",
+       setInt(&Options::stallCheckShutdownTimeSeconds)},
+
+      // Library.
+      {{"--mpi-threads-disable"}, 0, nullptr, kLibrary, "initialize MPI with MPI_THREAD_SINGLE",
+       setBool(&Options::mpiThreadsDisable, true)},
+      {{"--no-mpi-threads-disable"}, 0, nullptr, kLibrary, nullptr, setBool(&Options::mpiThreadsDisable, false)},
+      {{"--mpi-args"}, 1, "MPI_ARGS", kLibrary, "extra arguments for mpirun (use the --mpi-args=\"...\" form)",
+       setString(&Options::mpiArgs)},
+      {{"--tcp"}, 0, nullptr, kLibrary, "use TCP only (sets NCCL_IB_DISABLE=1)", setFlag(&Options::tcp)},
+      {{"--binding-args"}, 1, "BINDING_ARGS", kLibrary,
+       "process binding arguments for mpirun (default: -bind-to none -map-by slot)",
+       setString(&Options::bindingArgs)},
+      {{"--num-nccl-streams"}, 1, "NUM_NCCL_STREAMS", kLibrary, "NCCL streams per device (default: 1)",
+       setInt(&Options::numNcclStreams)},
+      {{"--thread-affinity"}, 1, "THREAD_AFFINITY", kLibrary, "pin the background thread to this core",
+       setInt(&Options::threadAffinity)},
+      {{"--gloo-timeout-seconds"}, 1, "GLOO_TIMEOUT_SECONDS", kLibrary,
+       "rendezvous and collective timeout of the Gloo controller (default: 30)",
+       setInt(&Options::glooTimeoutSeconds)},
+
+      // Logging.
+      {{"--log-level"}, 1, "{TRACE,DEBUG,INFO,WARNING,ERROR,FATAL}", kLogging,
+       "minimum severity of core log messages (default: WARNING)",
+       [](Options& o, const Values& v, const std::string& d) {
+         static const char* kLevels[] = {"TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL"};
+         for (const char* level : kLevels) {
+           if (v[0] == level) {
+             o.logLevel = v[0];
+             return;
+           }
+         }
+         throw UsageError("argument " + d + ": invalid choice: '" + v[0] +
+                          "' (choose from 'TRACE', 'DEBUG', 'INFO', 'WARNING', 'ERROR', 'FATAL')");
+       }},
+      {{"--log-without-timestamp", "--log-hide-timestamp"}, 0, nullptr, kLogging,
+       "leave timestamps out of core log messages", setBool(&Options::logWithTimestamp, false)},
+      {{"--log-with-timestamp", "--no-log-hide-timestamp"}, 0, nullptr, kLogging, nullptr,
+       setBool(&Options::logWithTimestamp, true)},
+      {{"-prefix-timestamp", "--prefix-output-with-timestamp"}, 0, nullptr, kLogging,
+       "prefix every forwarded output line with the time", setFlag(&Options::prefixOutputWithTimestamp)},
+
+      // Hosts.
+      {{"-H", "--hosts"}, 1, "HOSTS", kHosts,
+       "hosts and slots, e.g. host1:2,host2:4 (default: localhost:<np>)", setString(&Options::hosts), "hosts"},
+      {{"-hostfile", "--hostfile"}, 1, "HOSTFILE", kHosts,
+       "file with one '<hostname> slots=<n>' per line", setString(&Options::hostfile), "hosts"},
+      {{"--host-discovery-script"}, 1, "HOST_DISCOVERY_SCRIPT", kHosts,
+       "executable printing the available hosts, one 'host[:slots]' per line (elastic)",
+       setString(&Options::hostDiscoveryScript), "hosts"},
+
+      // Controller.
+      {{"--gloo"}, 0, nullptr, kController, "use the built-in (Gloo-compatible) launcher and controller",
+       setController(Controller::kGloo), "controller"},
+      {{"--mpi"}, 0, nullptr, kController, "launch with mpirun", setController(Controller::kMpi), "controller"},
+      {{"--jsrun"}, 0, nullptr, kController, "launch with jsrun (IBM LSF only)", setController(Controller::kJsrun),
+       "controller"},
+  };
+  return table;
+}
+
+bool looksLikeNegativeNumber(const std::string& arg) {
+  if (arg.size() < 2 || arg[0] != '-') return false;
+  char* end = nullptr;
+  std::strtod(arg.c_str(), &end);
+  return *end == '\0';
+}
+
+// Finds the option for `name` (exact, then unique long prefix as argparse's allow_abbrev).
+const OptionSpec* findOption(const std::string& name) {
+  const auto& table = optionTable();
+  for (const auto& spec : table) {
+    for (const auto& n : spec.names) {
+      if (n == name) return &spec;
+    }
+  }
+  if (name.rfind("--", 0) != 0) return nullptr;
+  const OptionSpec* match = nullptr;
+  std::vector<std::string> candidates;
+  for (const auto& spec : table) {
+    for (const auto& n : spec.names) {
+      if (n.rfind("--", 0) == 0 && n.rfind(name, 0) == 0) {
+        if (match != &spec) candidates.push_back(n);
+        match = &spec;
+      }
+    }
+  }
+  if (candidates.size() > 1) {
+    std::string list;
+    for (const auto& c : candidates) list += (list.empty() ? "" : ", ") + c;
+    throw UsageError("ambiguous option: " + name + " could match " + list);
+  }
+  return match;
+}
+
+}  // namespace
+
+Options parseCommandLine(const std::vector<std::string>& args) {
+  Options options;
+  std::vector<std::pair<const char*, const OptionSpec*>> exclusiveSeen;
+  size_t i = 0;
+  while (i < args.size()) {
+    const std::string& arg = args[i];
+    if (arg == "--") {
+      options.command.assign(args.begin() + i + 1, args.end());
+      break;
+    }
+    if (arg.size() < 2 || arg[0] != '-' || looksLikeNegativeNumber(arg)) {
+      // The first positional argument starts the command (argparse REMAINDER).
+      options.command.assign(args.begin() + i, args.end());
+      break;
+    }
+    std::string name = arg;
+    std::optional<std::string> attached;
+    if (auto eq = arg.find('='); eq != std::string::npos) {
+      name = arg.substr(0, eq);
+      attached = arg.substr(eq + 1);
+    }
+    const OptionSpec* spec = findOption(name);
+    if (spec == nullptr && arg[1] != '-' && arg.size() > 2) {
+      // "-p22": a one-letter option with its value attached.
+      spec = findOption(arg.substr(0, 2));
+      if (spec != nullptr && spec->nargs == 1) {
+        attached = arg.substr(2);
+      } else {
+        spec = nullptr;
+      }
+    }
+    if (spec == nullptr) throw UsageError("unrecognized arguments: " + arg);
+    std::string shown = display(*spec);
+    ++i;
+    Values values;
+    if (attached.has_value()) {
+      if (spec->nargs != 1) throw UsageError("argument " + shown + ": ignored explicit argument '" + *attached + "'");
+      values.push_back(*attached);
+    } else {
+      for (int k = 0; k < spec->nargs; ++k) {
+        if (i >= args.size()) {
+          throw UsageError("argument " + shown + ": expected " +
+                           (spec->nargs == 1 ? std::string("one argument") : std::to_string(spec->nargs) + " arguments"));
+        }
+        values.push_back(args[i++]);
+      }
+    }
+    if (spec->exclusiveGroup != nullptr) {
+      for (const auto& [group, other] : exclusiveSeen) {
+        if (std::string(group) == spec->exclusiveGroup && other != spec) {
+          throw UsageError("argument " + shown + ": not allowed with argument " + display(*other));
+        }
+      }
+      exclusiveSeen.emplace_back(spec->exclusiveGroup, spec);
+    }
+    spec->apply(options, values, shown);
+  }
+  return options;
+}
+
+namespace {
+
+template <typename T>
+void requireNonNegative(const char* name, const std::optional<T>& value) {
+  if (value.has_value() && *value < 0) {
+    std::ostringstream out;
+    out << name << "=" << *value << " must be >= 0";
+    throw UsageError(out.str());
+  }
+}
+
+}  // namespace
+
+void validateOptions(const Options& o) {
+  if (o.help || o.version || o.checkBuild) return;
+  if (!o.numProc.has_value() && !o.elastic()) {
+    throw UsageError("the following arguments are required: -np/--num-proc");
+  }
+  if (o.numProc.has_value() && *o.numProc < 1) {
+    throw UsageError("argument -np/--num-proc: must be at least 1, got " + std::to_string(*o.numProc));
+  }
+  if (o.command.empty()) throw UsageError("the following arguments are required: command");
+  if (o.controller == Controller::kJsrun) {
+    throw UsageError("Horovod did not detect an LSF job.  The jsrun launcher can only be used in that environment. "
+                     "Please, pick a different launcher for other environments.");
+  }
+  requireNonNegative("fusion_threshold_mb", o.fusionThresholdMb);
+  requireNonNegative("cycle_time_ms", o.cycleTimeMs);
+  requireNonNegative("cache_capacity", o.cacheCapacity);
+  requireNonNegative("autotune_warmup_samples", o.autotuneWarmupSamples);
+  requireNonNegative("autotune_steps_per_sample", o.autotuneStepsPerSample);
+  requireNonNegative("autotune_bayes_opt_max_samples", o.autotuneBayesOptMaxSamples);
+  requireNonNegative("autotune_gaussian_process_noise", o.autotuneGaussianProcessNoise);
+  requireNonNegative("stall_check_warning_time_seconds", o.stallCheckWarningTimeSeconds);
+  requireNonNegative("stall_check_shutdown_time_seconds", o.stallCheckShutdownTimeSeconds);
+  requireNonNegative("num_nccl_streams", o.numNcclStreams);
+  requireNonNegative("thread_affinity", o.threadAffinity);
+  requireNonNegative("gloo_timeout_seconds", o.glooTimeoutSeconds);
+  requireNonNegative("start_timeout", o.startTimeout);
+  requireNonNegative("elastic_timeout", o.elasticTimeout);
+  requireNonNegative("ssh_port", o.sshPort);
+  if (o.autotuneGaussianProcessNoise.has_value() && *o.autotuneGaussianProcessNoise > 1.0) {
+    std::ostringstream out;
+    out << "autotune_gaussian_process_noise=" << *o.autotuneGaussianProcessNoise << " must be in [0, 1]";
+    throw UsageError(out.str());
+  }
+  if (o.blacklistCooldownRange.has_value()) {
+    auto [lo, hi] = *o.blacklistCooldownRange;
+    if (lo < 1 || hi > 3600 || lo > hi) {
+      throw UsageError("--blacklist-cooldown-range " + std::to_string(lo) + " " + std::to_string(hi) +
+                       ": need 1 <= MIN <= MAX <= 3600 seconds");
+    }
+  }
+  if (o.minNumProc.has_value() && o.numProc.has_value() && *o.minNumProc > *o.numProc) {
+    throw UsageError("--min-np (" + std::to_string(*o.minNumProc) + ") must not exceed -np (" +
+                     std::to_string(*o.numProc) + ")");
+  }
+}
+
+std::string shortUsage() {
+  return "usage: horovodrun [-h] [-v] -np NP [-cb] [options] [-H HOSTS | -hostfile HOSTFILE | "
+         "--host-discovery-script SCRIPT] [--gloo | --mpi | --jsrun] command [args ...]\n";
+}
+
+std::string usageText() {
+  constexpr size_t kColumn = 34;
+  constexpr size_t kWidth = 100;
+  std::ostringstream out;
+  out << shortUsage() << "\nHorovod Runner: launch distributed training processes (v" << kVersion << ")\n";
+  out << "\npositional arguments:\n  command" << std::string(kColumn - 9, ' ')
+      << "the program to run on every slot, with its arguments\n";
+  std::vector<std::string> groups;
+  for (const auto& spec : optionTable()) {
+    bool known = false;
+    for (const auto& g : groups) known = known || g == spec.group;
+    if (!known) groups.push_back(spec.group);
+  }
+  for (const auto& group : groups) {
+    out << "\n" << group << ":\n";
+    for (const auto& spec : optionTable()) {
+      if (spec.group != group || spec.help == nullptr) continue;
+      std::string left = "  ";
+      for (size_t k = 0; k < spec.names.size(); ++k) {
+        if (k > 0) left += ", ";
+        left += spec.names[k];
+        if (spec.nargs >= 1) left += std::string(" ") + spec.metavar;
+        if (spec.nargs == 2) left += std::string(" ") + spec.metavar;
+      }
+      // Wrap the help text at kWidth, indented to kColumn.
+      std::string help = spec.help;
+      std::vector<std::string> lines;
+      std::string line;
+      std::istringstream words(help);
+      std::string word;
+      while (words >> word) {
+        if (!line.empty() && kColumn + line.size() + 1 + word.size() > kWidth) {
+          lines.push_back(line);
+          line.clear();
+        }
+        line += (line.empty() ? "" : " ") + word;
+      }
+      if (!line.empty()) lines.push_back(line);
+      if (left.size() + 2 > kColumn) {
+        out << left << "\n";
+        left.clear();
+      }
+      for (size_t k = 0; k < lines.size(); ++k) {
+        std::string prefix = k == 0 ? left : "";
+        out << prefix << std::string(kColumn - prefix.size(), ' ') << lines[k] << "\n";
+      }
+    }
+  }
+  return out.str();
+}
+
+}  // namespace hvd::launcher

@@ -1,0 +1,141 @@
+#include "gloo_launch.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+
+#include "common/deadline.h"
+#include "common/params.h"
+#include "env.h"
+#include "network.h"
+#include "process.h"
+#include "rendezvous.h"
+#include "spawn_local.h"
+#include "spawn_ssh.h"
+#include "ssh_check.h"
+#include "supervisor.h"
+
+namespace hvd::launcher {
+namespace {
+
+const Param<double> kStartTimeout("HOROVOD_START_TIMEOUT", 30.0,
+                                  "horovodrun: seconds for ssh checks and worker start when --start-timeout is absent");
+
+void say(const std::string& text) { writeAll(2, text.data(), text.size()); }
+
+std::string currentDirectory() {
+  char buf[4096];
+  if (getcwd(buf, sizeof(buf)) == nullptr) return "/";
+  return buf;
+}
+
+void prepareOutputDirectory(const std::string& dir) {
+  std::string current;
+  for (size_t pos = 0; pos <= dir.size();) {
+    size_t slash = dir.find('/', pos);
+    if (slash == std::string::npos) slash = dir.size();
+    current = dir.substr(0, slash);
+    if (!current.empty() && mkdir(current.c_str(), 0755) != 0 && errno != EEXIST) {
+      throw UsageError("--output-filename: cannot create " + current + ": " + std::strerror(errno));
+    }
+    pos = slash + 1;
+  }
+  if (access(dir.c_str(), W_OK) != 0) {
+    throw UsageError("--output-filename: cannot write to " + dir + ": " + std::strerror(errno));
+  }
+}
+
+}  // namespace
+
+double startTimeoutSeconds(const Options& options) {
+  if (options.startTimeout.has_value()) return *options.startTimeout;
+  try {
+    return kStartTimeout.get();
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+}
+
+int runGlooJob(const Options& options, const std::vector<HostSlots>& hosts, int signalFd) {
+  int np = *options.numProc;
+  std::vector<SlotInfo> slots = assignSlots(hosts, np);
+  Deadline startDeadline =
+      Deadline::after(std::chrono::milliseconds(static_cast<int64_t>(startTimeoutSeconds(options) * 1000)));
+
+  // Which hosts are this machine (workers forked here) and which need ssh.
+  std::map<std::string, bool> local;
+  std::vector<std::string> remoteHosts;
+  for (const auto& s : slots) {
+    if (local.count(s.hostname) > 0) continue;
+    bool isLocal = isLocalHost(s.hostname);
+    local[s.hostname] = isLocal;
+    if (!isLocal) remoteHosts.push_back(s.hostname);
+  }
+  bool anyLocal = remoteHosts.size() < local.size();
+
+  JobContext job;
+  job.command = options.command;
+  job.cwd = currentDirectory();
+  job.outputDir = options.outputFilename;
+  job.timestampOutput = options.prefixOutputWithTimestamp;
+  job.verbose = options.verbose;
+  job.np = np;
+  job.sshPort = options.sshPort;
+  job.sshIdentityFile = options.sshIdentityFile;
+  const char* path = std::getenv("PATH");
+  std::string pathText = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+  if (anyLocal) {
+    // Catch a typo before anything starts (remote hosts resolve the command themselves).
+    job.localExecutable = resolveExecutable(options.command[0], pathText);
+    if (job.localExecutable.empty()) {
+      throw UsageError("command not found: " + options.command[0] +
+                       (options.command[0].find('/') == std::string::npos ? " (not on PATH)" : " (no such executable)"));
+    }
+  }
+  if (!remoteHosts.empty()) {
+    job.sshPath = resolveExecutable("ssh", pathText);
+    if (job.sshPath.empty()) throw UsageError("ssh not found on PATH; it is needed to start workers on remote hosts");
+  }
+  if (job.outputDir.has_value()) prepareOutputDirectory(*job.outputDir);
+
+  NetworkChoice network = chooseNetwork(options.networkInterfaces, remoteHosts);
+  if (options.verbose) {
+    std::string nics;
+    for (const auto& n : network.nics) nics += (nics.empty() ? "" : ",") + n;
+    say("horovodrun: rendezvous address " + network.driverAddress + ", interfaces " + nics + "\n");
+  }
+
+  if (!remoteHosts.empty()) {
+    checkSshHosts(remoteHosts, sshBaseArgs(job), startDeadline, !options.disableCache, options.verbose, signalFd);
+  }
+
+  job.secret = jobSecret();
+  Rendezvous rendezvous(remoteHosts.empty() ? network.driverAddress : "0.0.0.0", job.secret);
+  if (options.verbose) say("horovodrun: rendezvous server listening on port " + std::to_string(rendezvous.port()) + "\n");
+
+  EnvMap inherited = inheritedEnvironment();
+  EnvMap knobs = knobEnvironment(options);
+  EnvMap jobVars = jobEnvironment(network, rendezvous.port());
+  for (const EnvMap* layer : {&inherited, &knobs, &jobVars}) {
+    for (const auto& [k, v] : *layer) job.environment[k] = v;
+  }
+
+  Supervisor supervisor(signalFd, options.statusFile.value_or(""), options.verbose);
+  for (const auto& slot : slots) {
+    try {
+      supervisor.add(local[slot.hostname] ? spawnLocalWorker(job, slot) : spawnSshWorker(job, slot));
+    } catch (const Error& e) {
+      supervisor.abort("cannot start process " + std::to_string(slot.rank) + " on " + slot.hostname + ": " +
+                       e.what());
+      return 1;
+    }
+  }
+  return supervisor.run();
+}
+
+}  // namespace hvd::launcher

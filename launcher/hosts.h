@@ -1,0 +1,49 @@
+// Hosts and slots: parsing -H and hostfiles, and assigning ranks to slots (launcher.md §2.1).
+//
+// The assignment is a pure function of (hosts in order, number of processes) so that an
+// elastic driver can recompute it when hosts come and go and diff the result against the
+// running workers.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace hvd::launcher {
+
+struct HostSlots {
+  std::string host;  // as the user wrote it
+  int slots = 0;
+};
+
+// One process of the job and its place in the topology.
+struct SlotInfo {
+  std::string hostname;  // as given in -H (HOROVOD_HOSTNAME)
+  int rank = 0;
+  int size = 0;
+  int localRank = 0;
+  int localSize = 0;
+  int crossRank = 0;
+  int crossSize = 0;
+};
+
+// "h1:2,h2:4". Each item must match [A-Za-z0-9_.-]+:[0-9]+, else UsageError with Horovod's
+// message. A host listed twice gets the sum of its slots, at its first position.
+std::vector<HostSlots> parseHosts(const std::string& text);
+
+// A hostfile: one "<hostname> slots=<n>" per line; a bare hostname means one slot; blank lines
+// and '#' comments are skipped. Errors name the file and line.
+std::vector<HostSlots> parseHostfile(const std::string& path);
+
+// Discovery-script output: one "host" or "host:slots" per line; bare names get
+// `defaultSlots`; duplicates collapse (the last count wins).
+std::vector<HostSlots> parseDiscoveredHosts(const std::string& output, int defaultSlots);
+
+int totalSlots(const std::vector<HostSlots>& hosts);
+
+// Assigns ranks 0..np-1 to slots: hosts in order, each host's slots filled consecutively.
+// local_rank = index on the host; local_size = ranks on the host; cross_rank = index of the host
+// among the hosts that have that local_rank; cross_size = number of such hosts.
+// Throws UsageError "Requested more processes (np) than there are available slots (n)".
+std::vector<SlotInfo> assignSlots(const std::vector<HostSlots>& hosts, int np);
+
+}  // namespace hvd::launcher

@@ -1,0 +1,220 @@
+#include "process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <linux/close_range.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <sstream>
+
+#include "common/check.h"
+
+namespace hvd::launcher {
+namespace {
+
+sigset_t launcherSignalSet() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGCHLD);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  return set;
+}
+
+void makePipe(int fds[2]) { HVD_SYSCHECK(pipe2(fds, O_CLOEXEC) == 0, "pipe2"); }
+
+void closeIf(int fd) {
+  if (fd >= 0) close(fd);
+}
+
+// Child side after fork: only async-signal-safe calls until exec.
+[[noreturn]] void childExec(const SpawnRequest& req, char* const* argv, char* const* envp, int stdinRead,
+                            int stdoutWrite, int stderrWrite, int errorPipe, pid_t parent) {
+  if (req.newProcessGroup) setpgid(0, 0);
+  // Die with the launcher: a SIGKILLed launcher must not leave workers behind.
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() != parent) _exit(127);  // the launcher died before prctl took effect
+  sigset_t empty;
+  sigemptyset(&empty);
+  sigprocmask(SIG_SETMASK, &empty, nullptr);
+  // Ignored signals stay ignored across exec; the launcher ignores SIGPIPE, children must not.
+  signal(SIGPIPE, SIG_DFL);
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+  signal(SIGHUP, SIG_DFL);
+  int devnull = -1;
+  if (req.inheritStdio) {
+    stdinRead = 0;
+    stdoutWrite = 1;
+    stderrWrite = 2;
+  } else if (stdinRead < 0) {
+    devnull = open("/dev/null", O_RDONLY);
+    stdinRead = devnull;
+  }
+  if (!req.inheritStdio && (dup2(stdinRead, 0) < 0 || dup2(stdoutWrite, 1) < 0 || dup2(stderrWrite, 2) < 0)) {
+    int err = errno;
+    (void)!write(errorPipe, &err, sizeof(err));
+    _exit(127);
+  }
+  // Nothing else of the launcher's leaks into the child (like Popen's close_fds).
+  close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
+  execve(req.path.c_str(), argv, envp);
+  int err = errno;
+  (void)!write(errorPipe, &err, sizeof(err));
+  _exit(127);
+}
+
+}  // namespace
+
+SpawnedProcess spawnProcess(const SpawnRequest& req) {
+  // Everything the child needs is prepared before fork: the launcher has other threads (the
+  // rendezvous server), so the child may not allocate.
+  std::vector<char*> argv;
+  for (const auto& a : req.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::vector<char*> envp;
+  for (const auto& e : req.env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+
+  int out[2] = {-1, -1}, err[2] = {-1, -1}, in[2] = {-1, -1}, status[2];
+  if (!req.inheritStdio) {
+    makePipe(out);
+    if (!req.mergeStderr) makePipe(err);
+    if (req.stdinPipe) makePipe(in);
+  }
+  makePipe(status);
+
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid == 0) {
+    childExec(req, argv.data(), envp.data(), in[0], out[1], req.mergeStderr ? out[1] : err[1], status[1], parent);
+  }
+  int forkErrno = errno;
+  closeIf(out[1]);
+  closeIf(err[1]);
+  closeIf(in[0]);
+  closeIf(status[1]);
+  if (pid < 0) {
+    closeIf(out[0]);
+    closeIf(err[0]);
+    closeIf(in[1]);
+    closeIf(status[0]);
+    errno = forkErrno;
+    HVD_SYSCHECK(false, "fork");
+  }
+  if (req.newProcessGroup) setpgid(pid, pid);  // also in the parent, so kill(-pid) works at once
+
+  // The status pipe closes on a successful exec; otherwise it carries the child's errno.
+  int childErrno = 0;
+  ssize_t n;
+  do {
+    n = read(status[0], &childErrno, sizeof(childErrno));
+  } while (n < 0 && errno == EINTR);
+  close(status[0]);
+  if (n == sizeof(childErrno)) {
+    waitpid(pid, nullptr, 0);
+    closeIf(out[0]);
+    closeIf(err[0]);
+    closeIf(in[1]);
+    throw Error("cannot execute " + req.path + ": " + std::strerror(childErrno));
+  }
+  if (out[0] >= 0) fcntl(out[0], F_SETFL, O_NONBLOCK);
+  if (err[0] >= 0) fcntl(err[0], F_SETFL, O_NONBLOCK);
+  return {pid, out[0], err[0], in[1]};
+}
+
+std::string resolveExecutable(const std::string& name, const std::string& pathEnv) {
+  auto executable = [](const std::string& p) {
+    struct stat st {};
+    return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(p.c_str(), X_OK) == 0;
+  };
+  if (name.empty()) return "";
+  if (name.find('/') != std::string::npos) return executable(name) ? name : "";
+  std::stringstream dirs(pathEnv);
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    if (executable(candidate)) return candidate;
+  }
+  return "";
+}
+
+void blockLauncherSignals() {
+  sigset_t set = launcherSignalSet();
+  sigprocmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+}
+
+int launcherSignalFd() {
+  sigset_t set = launcherSignalSet();
+  int fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+  HVD_SYSCHECK(fd >= 0, "signalfd");
+  return fd;
+}
+
+bool writeAll(int fd, const char* data, size_t bytes) {
+  while (bytes > 0) {
+    ssize_t n = write(fd, data, bytes);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) {
+        // A non-blocking destination (the user's terminal set so by someone else): wait.
+        fd_set set;
+        FD_ZERO(&set);
+        FD_SET(fd, &set);
+        select(fd + 1, nullptr, &set, nullptr, nullptr);
+        continue;
+      }
+      return false;
+    }
+    data += n;
+    bytes -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+const char* signalName(int sig) {
+  switch (sig) {
+    case SIGHUP: return "SIGHUP";
+    case SIGINT: return "SIGINT";
+    case SIGQUIT: return "SIGQUIT";
+    case SIGILL: return "SIGILL";
+    case SIGTRAP: return "SIGTRAP";
+    case SIGABRT: return "SIGABRT";
+    case SIGBUS: return "SIGBUS";
+    case SIGFPE: return "SIGFPE";
+    case SIGKILL: return "SIGKILL";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGSEGV: return "SIGSEGV";
+    case SIGUSR2: return "SIGUSR2";
+    case SIGPIPE: return "SIGPIPE";
+    case SIGALRM: return "SIGALRM";
+    case SIGTERM: return "SIGTERM";
+    case SIGXCPU: return "SIGXCPU";
+    case SIGXFSZ: return "SIGXFSZ";
+    case SIGSYS: return "SIGSYS";
+    default: return "unknown signal";
+  }
+}
+
+std::string describeStatus(int status) {
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    return "signal " + std::to_string(sig) + " (" + signalName(sig) + ")";
+  }
+  return "exit status " + std::to_string(WEXITSTATUS(status));
+}
+
+int exitCodeOf(int status) {
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return WEXITSTATUS(status);
+}
+
+}  // namespace hvd::launcher

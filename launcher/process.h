@@ -1,0 +1,56 @@
+// Starting child processes: fork/exec into a new process group, with pipes for stdout/stderr
+// (and optionally stdin), the signal mask and dispositions reset, and PR_SET_PDEATHSIG so a
+// child notices when the launcher dies even by SIGKILL. An exec failure is reported to the
+// parent through a close-on-exec pipe, so spawnProcess either returns a running child or throws.
+//
+// Called from the launcher's main thread only (PDEATHSIG is tied to the forking thread).
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace hvd::launcher {
+
+struct SpawnRequest {
+  std::string path;               // executable to exec (absolute or relative to cwd)
+  std::vector<std::string> argv;  // argv[0] included
+  std::vector<std::string> env;   // "K=V"
+  bool stdinPipe = false;         // else stdin is /dev/null
+  bool newProcessGroup = true;
+  bool mergeStderr = false;       // stderr goes to the stdout pipe
+  bool inheritStdio = false;      // stdin/stdout/stderr are the launcher's own (no pipes)
+};
+
+struct SpawnedProcess {
+  pid_t pid = -1;
+  int stdoutFd = -1;  // read ends, non-blocking, close-on-exec (-1 with inheritStdio)
+  int stderrFd = -1;  // -1 with mergeStderr
+  int stdinFd = -1;   // write end, close-on-exec (only with stdinPipe)
+};
+
+// Throws hvd::Error "cannot execute <path>: <errno text>" if fork or exec fails.
+SpawnedProcess spawnProcess(const SpawnRequest& request);
+
+// Resolves a command name like execvp: names containing '/' are checked as paths, others are
+// searched in `pathEnv`. Returns "" if no executable file is found.
+std::string resolveExecutable(const std::string& name, const std::string& pathEnv);
+
+// Signals the launcher handles through signalfd: blocked in the launcher (call before any thread
+// starts so every thread inherits the mask), unblocked in children.
+void blockLauncherSignals();
+// A signalfd for SIGCHLD, SIGINT, SIGTERM, SIGHUP (non-blocking, close-on-exec).
+int launcherSignalFd();
+
+// Writes all bytes, retrying EINTR and short writes. Returns false on error (e.g. EPIPE).
+bool writeAll(int fd, const char* data, size_t bytes);
+
+const char* signalName(int signal);  // "SIGKILL"
+
+// "exit status 3" / "signal 9 (SIGKILL)" for a waitpid status.
+std::string describeStatus(int status);
+// Shell-style exit code for a waitpid status: the code, or 128 + signal.
+int exitCodeOf(int status);
+
+}  // namespace hvd::launcher

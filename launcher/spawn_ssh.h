@@ -1,0 +1,32 @@
+// Starting a worker on a remote host with OpenSSH:
+//   ssh -o PasswordAuthentication=no -o StrictHostKeyChecking=no -o BatchMode=yes [-p P] [-i F]
+//       host 'cd <cwd> >/dev/null 2>&1 ; exec env K=V ... /bin/sh -c <wrapper> horovod-worker <command>'
+// The remote wrapper (POSIX sh):
+//   * reads HOROVOD_SECRET_KEY from the first line of its stdin (so the secret is on no command
+//     line, local or remote),
+//   * starts the command in its own session/process group (setsid),
+//   * watches the rest of stdin: when it reaches EOF (the launcher closed it, or the ssh client
+//     or the launcher died), it sends SIGTERM to the worker's process group and SIGKILL 5 s later,
+//   * exits with the worker's status (128 + signal when killed), which ssh passes back.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "worker.h"
+
+namespace hvd::launcher {
+
+// POSIX shell single-quoting: abc -> 'abc', it's -> 'it'\''s'.
+std::string shellQuote(const std::string& text);
+
+// "ssh -o ... [-p P] [-i F]" up to (not including) the host.
+std::vector<std::string> sshBaseArgs(const JobContext& job);
+
+// The command string ssh runs on the remote host for one slot (contains no secret).
+std::string remoteCommand(const JobContext& job, const SlotInfo& slot);
+
+// Throws hvd::Error if the ssh client cannot be started.
+WorkerProcess spawnSshWorker(const JobContext& job, const SlotInfo& slot);
+
+}  // namespace hvd::launcher
