@@ -146,7 +146,7 @@ void Segment::reset() {
 std::string segmentName(const std::string& jobId, const std::string& tag) {
   std::string clean;
   for (char c : jobId) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.';
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
     clean += ok ? c : '_';
   }
   if (clean.size() > 120) {

@@ -65,19 +65,19 @@ void Waiter::sleep(uint32_t seen, Deadline deadline) {
 }
 
 bool Waiter::peersAlive() {
+  const WatchedPeer* closed = nullptr;
   for (const auto& peer : peers_) {
     if (peer.header->closed.load(std::memory_order_acquire) != 0) {
-      latch(std::make_exception_ptr(
-          PeerLost(peer.rank, "Horovod lost rank " + std::to_string(peer.rank) + " (pid " + std::to_string(peer.pid) +
-                                  ") on this host: it shut down its shared-memory transport while rank " +
-                                  std::to_string(rank_) + " was still waiting")));
-      return false;
+      closed = &peer;
+      break;
     }
   }
   {
+    // A closed peer often closed because another one died: look for the dead one first, so
+    // that every survivor names the root cause.
     std::lock_guard<std::mutex> lock(pollMutex_);
     auto now = std::chrono::steady_clock::now();
-    if (now - lastPoll_ < kLivenessInterval) return true;
+    if (closed == nullptr && now - lastPoll_ < kLivenessInterval) return true;
     lastPoll_ = now;
   }
   std::vector<struct pollfd> fds;
@@ -92,14 +92,29 @@ bool Waiter::peersAlive() {
     }
   }
   ::poll(fds.data(), fds.size(), 0);
+  // Several peers may be gone: name one that died without closing its transport (killed,
+  // crashed) before one that closed first (it most likely exited because of the former).
+  const WatchedPeer* exitedClosed = nullptr;
   for (size_t i = 0; i < peers_.size(); ++i) {
-    if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) {
-      const auto& peer = peers_[i];
-      latch(std::make_exception_ptr(PeerLost(peer.rank, "Horovod lost rank " + std::to_string(peer.rank) + " (pid " +
-                                                            std::to_string(peer.pid) +
-                                                            ") on this host: the process exited")));
-      return false;
+    if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+    const auto& peer = peers_[i];
+    if (peer.header->closed.load(std::memory_order_acquire) != 0) {
+      if (exitedClosed == nullptr) exitedClosed = &peer;
+      continue;
     }
+    latch(std::make_exception_ptr(PeerLost(peer.rank, "Horovod lost rank " + std::to_string(peer.rank) + " (pid " +
+                                                          std::to_string(peer.pid) +
+                                                          ") on this host: the process exited")));
+    return false;
+  }
+  if (exitedClosed != nullptr) closed = exitedClosed;
+  if (closed != nullptr) {
+    latch(std::make_exception_ptr(
+        PeerLost(closed->rank, "Horovod lost rank " + std::to_string(closed->rank) + " (pid " +
+                                   std::to_string(closed->pid) + ") on this host: it shut down (closed its transport" +
+                                   (closed == exitedClosed ? " and exited" : "") + ") while rank " +
+                                   std::to_string(rank_) + " was still waiting for it")));
+    return false;
   }
   return true;
 }

@@ -46,8 +46,6 @@ TEST(ShmTransport, RejectsRanksOnSeveralHosts) {
 TEST(ShmTransport, NamedSegmentsAreUnlinkedRightAfterSetup) {
   ShmOptions options = smallOptions();
   options.named = true;
-  auto store = std::make_shared<SharedTestStore>();
-  std::string job = uniqueJobId();
   runRanks(
       3,
       [&](int r, ShmTransport& t) {
@@ -389,7 +387,6 @@ TEST(ShmTransport, AbortWakesWaitForMessage) {
 TEST(ShmTransport, ClosedPeerFailsWaitsAfterDrainingWhatItSent) {
   auto store = std::make_shared<SharedTestStore>();
   std::string job = uniqueJobId();
-  std::atomic<bool> closed{false};
   std::thread one([&] {
     ShmTransport t(makeContext(1, 3, store, job), smallOptions());
     auto out = patternBytes(1, 0, 3000);
