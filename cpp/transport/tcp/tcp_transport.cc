@@ -1,0 +1,334 @@
+#include "transport/tcp/tcp_transport.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/check.h"
+#include "common/logging.h"
+#include "transport/tcp/tcp_mesh.h"
+
+namespace hvd::tcp {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Kernel buffer per data connection (applied only where it can exceed autotuning; see
+// setLargeBuffers).
+constexpr int kSocketBufferBytes = 8 << 20;
+// After a data connection hangs up while the control connection is still open, how long to
+// wait for the peer's goodbye (a clean shutdown) before declaring it lost.
+constexpr auto kGoodbyeGrace = 1s;
+// How long the destructor tries to deliver queued control messages and the goodbye.
+constexpr auto kCloseFlush = 1s;
+
+const bool kRegistered = [] {
+  registerTransport("tcp", [](const TransportContext& context) { return std::make_unique<TcpTransport>(context); });
+  return true;
+}();
+
+std::string errnoText(int err) { return std::string(std::strerror(err)); }
+
+std::string describeRevents(int fd, short revents, bool onData) {
+  std::string which = onData ? "data" : "control";
+  if (revents & POLLERR) {
+    int err = 0;
+    socklen_t len = sizeof(err);
+    getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+    if (err != 0) return "its " + which + " connection failed: " + errnoText(err);
+  }
+  return "its " + which + " connection closed unexpectedly (the process exited or was killed)";
+}
+
+void drainQuietly(int fd) {
+  uint8_t scratch[65536];
+  for (int i = 0; i < 1024; ++i) {
+    ssize_t n = ::recv(fd, scratch, sizeof(scratch), MSG_DONTWAIT);
+    if (n <= 0 && !(n < 0 && errno == EINTR)) return;
+  }
+}
+
+}  // namespace
+
+TcpTransport::TcpTransport(const TransportContext& context)
+    : rank_(context.rank), size_(context.size), timeout_(context.timeout), peers_(context.size > 0 ? context.size : 0) {
+  (void)kRegistered;
+  HVD_CHECK_AS(InvalidArgument, context.size >= 1 && context.rank >= 0 && context.rank < context.size)
+      << "bad rank " << context.rank << " for size " << context.size;
+  HVD_CHECK_AS(InvalidArgument, context.size == 1 || context.store != nullptr) << "TCP transport needs a store";
+  abortFd_ = Socket(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  wakeFd_ = Socket(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  HVD_SYSCHECK(abortFd_.valid() && wakeFd_.valid(), "eventfd");
+  for (int r = 0; r < size_; ++r) {
+    peers_[r].host = r < static_cast<int>(context.hostOf.size()) ? context.hostOf[r] : "?";
+  }
+  MeshLinks links = connectMesh(context, kSocketBufferBytes);
+  listenAddress_ = links.listenAddress;
+  refused_ = links.refused;
+  for (int r = 0; r < size_; ++r) {
+    peers_[r].data = std::move(links.data[r]);
+    peers_[r].ctrl = std::move(links.control[r]);
+  }
+  dataFds_.reserve(2 * size_ + 2);
+  dataOwners_.reserve(2 * size_ + 2);
+  mailFds_.reserve(2 * size_ + 2);
+  mailOwners_.reserve(2 * size_ + 2);
+}
+
+TcpTransport::~TcpTransport() {
+  bool graceful = !aborted_ && !failed_;
+  std::lock_guard<std::mutex> lock(ctrlMu_);
+  Deadline flushBy = Deadline::after(kCloseFlush);
+  for (int r = 0; r < size_; ++r) {
+    Peer& p = peers_[r];
+    if (r == rank_ || !p.ctrl.valid()) continue;
+    if (graceful && !p.ctrlClosed) {
+      // Queued messages first, then the goodbye, so the peer sees both in order.
+      appendFrame(p, kFrameGoodbye, nullptr, 0);
+      while (p.outStart < p.out.size() && !flushBy.expired()) {
+        if (!flushLocked(p).empty()) break;
+        if (p.outStart < p.out.size()) pollOne(p.ctrl.fd(), POLLOUT, flushBy);
+      }
+    }
+    // Unread input would make close() send a reset instead of an orderly close.
+    drainQuietly(p.ctrl.fd());
+    if (p.data.valid()) drainQuietly(p.data.fd());
+    ::shutdown(p.ctrl.fd(), SHUT_WR);
+    if (p.data.valid()) ::shutdown(p.data.fd(), SHUT_WR);
+  }
+}
+
+void TcpTransport::checkPeer(int peer, const char* op) const {
+  HVD_CHECK_AS(InvalidArgument, peer >= 0 && peer < size_)
+      << "tcp " << op << ": peer rank " << peer << " out of range [0, " << size_ << ")";
+}
+
+void TcpTransport::throwAborted() {
+  std::lock_guard<std::mutex> lock(stateMu_);
+  throw Aborted(abortReason_.empty() ? std::string("TCP transport aborted") : abortReason_);
+}
+
+void TcpTransport::checkUsable(bool dataPlane) {
+  if (aborted_) throwAborted();
+  if (failed_) {
+    std::lock_guard<std::mutex> lock(stateMu_);
+    throw PeerLost(lostRank_, lostMessage_);
+  }
+  if (dataPlane && !brokenMessage_.empty()) throw Error(brokenMessage_);
+}
+
+std::string TcpTransport::describePeer(int peer) const {
+  return "rank " + std::to_string(peer) + " (host " + peers_[peer].host + ")";
+}
+
+void TcpTransport::lost(int peer, const std::string& why) {
+  std::string message = "Horovod lost connection to " + describePeer(peer) + ": " + why;
+  {
+    std::lock_guard<std::mutex> lock(stateMu_);
+    if (!failed_) {
+      lostRank_ = peer;
+      lostMessage_ = message;
+      failed_ = true;
+    }
+  }
+  throw PeerLost(peer, message);
+}
+
+void TcpTransport::abort(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(stateMu_);
+    if (aborted_) return;
+    abortReason_ = reason;
+    aborted_ = true;
+  }
+  uint64_t one = 1;
+  (void)!::write(abortFd_.fd(), &one, sizeof(one));
+}
+
+void TcpTransport::wake() {
+  if (wakePending_.exchange(true)) return;
+  uint64_t one = 1;
+  (void)!::write(wakeFd_.fd(), &one, sizeof(one));
+}
+
+// ---- Data plane ------------------------------------------------------------------------------
+
+void TcpTransport::selfSend(const void* data, size_t bytes) {
+  if (selfStart_ == selfData_.size()) {
+    selfData_.clear();
+    selfStart_ = 0;
+  }
+  const auto* p = static_cast<const uint8_t*>(data);
+  selfData_.insert(selfData_.end(), p, p + bytes);
+}
+
+void TcpTransport::selfRecv(void* data, size_t bytes) {
+  size_t available = selfData_.size() - selfStart_;
+  HVD_CHECK(available >= bytes) << "tcp recv of " << bytes << " bytes from self (rank " << rank_ << "), but only "
+                                << available << " bytes were sent to self";
+  if (bytes > 0) std::memcpy(data, selfData_.data() + selfStart_, bytes);
+  selfStart_ += bytes;
+}
+
+void TcpTransport::send(int peer, const void* data, size_t bytes, Deadline deadline) {
+  checkPeer(peer, "send");
+  checkUsable(true);
+  if (peer == rank_) return selfSend(data, bytes);
+  Leg leg{peer, true, const_cast<uint8_t*>(static_cast<const uint8_t*>(data)), bytes, bytes};
+  transfer(&leg, 1, deadline, "send");
+}
+
+void TcpTransport::recv(int peer, void* data, size_t bytes, Deadline deadline) {
+  checkPeer(peer, "recv");
+  checkUsable(true);
+  if (peer == rank_) return selfRecv(data, bytes);
+  Leg leg{peer, false, static_cast<uint8_t*>(data), bytes, bytes};
+  transfer(&leg, 1, deadline, "recv");
+}
+
+void TcpTransport::sendRecv(int to, const void* sendData, size_t sendBytes, int from, void* recvData,
+                            size_t recvBytes, Deadline deadline) {
+  checkPeer(to, "sendRecv");
+  checkPeer(from, "sendRecv");
+  checkUsable(true);
+  Leg legs[2];
+  int count = 0;
+  if (to == rank_) {
+    selfSend(sendData, sendBytes);
+  } else {
+    legs[count++] = Leg{to, true, const_cast<uint8_t*>(static_cast<const uint8_t*>(sendData)), sendBytes, sendBytes};
+  }
+  if (from == rank_) {
+    selfRecv(recvData, recvBytes);
+  } else {
+    legs[count++] = Leg{from, false, static_cast<uint8_t*>(recvData), recvBytes, recvBytes};
+  }
+  transfer(legs, count, deadline, "sendRecv");
+}
+
+void TcpTransport::progress(Leg& leg, const char* op) {
+  int fd = peers_[leg.peer].data.fd();
+  while (leg.left > 0) {
+    ssize_t n = leg.isSend ? ::send(fd, leg.ptr, leg.left, MSG_NOSIGNAL | MSG_DONTWAIT)
+                           : ::recv(fd, leg.ptr, leg.left, MSG_DONTWAIT);
+    if (n > 0) {
+      leg.ptr += n;
+      leg.left -= static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    int err = n < 0 ? errno : 0;
+    // Closed or failed. Read its control connection first: a goodbye means it shut down.
+    {
+      std::lock_guard<std::mutex> lock(ctrlMu_);
+      readControlLocked(leg.peer);
+    }
+    std::string progressText = std::to_string(leg.total - leg.left) + " of " + std::to_string(leg.total) + " bytes";
+    std::string doing = std::string("in tcp ") + op + (leg.isSend ? " (sent " : " (received ") + progressText + ")";
+    if (peers_[leg.peer].departed) lost(leg.peer, "it shut down its transport while this rank was " + doing);
+    if (err == 0) lost(leg.peer, "connection closed unexpectedly " + doing + " (the process exited or was killed)");
+    lost(leg.peer, "connection failed " + doing + ": " + errnoText(err));
+  }
+}
+
+void TcpTransport::transfer(Leg* legs, int count, Deadline deadline, const char* op) {
+  auto start = Deadline::Clock::now();
+  while (true) {
+    bool pending = false;
+    for (int i = 0; i < count; ++i) {
+      if (legs[i].left > 0) progress(legs[i], op);
+      pending = pending || legs[i].left > 0;
+    }
+    if (!pending) return;
+
+    // Wait for our sockets, for abort, and for a hang-up of any other peer.
+    dataFds_.clear();
+    dataOwners_.clear();
+    dataFds_.push_back({abortFd_.fd(), POLLIN, 0});
+    dataOwners_.push_back({PollKind::kAbort, -1});
+    std::unique_lock<std::mutex> outLock(ctrlMu_, std::defer_lock);
+    if (outPending_.load() > 0) (void)outLock.try_lock();
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      Peer& p = peers_[r];
+      short events = 0;
+      for (int i = 0; i < count; ++i) {
+        if (legs[i].peer == r && legs[i].left > 0) events |= legs[i].isSend ? POLLOUT : POLLIN;
+      }
+      if (events == 0 && !p.departed && !p.dataClosed) events = POLLRDHUP;
+      if (events != 0) {
+        dataFds_.push_back({p.data.fd(), events, 0});
+        dataOwners_.push_back({PollKind::kData, r});
+      }
+      short ctrlEvents = p.ctrlClosed ? 0 : POLLRDHUP;
+      if (outLock.owns_lock() && p.outStart < p.out.size()) ctrlEvents |= POLLOUT;
+      if (ctrlEvents != 0) {
+        dataFds_.push_back({p.ctrl.fd(), ctrlEvents, 0});
+        dataOwners_.push_back({PollKind::kCtrl, r});
+      }
+    }
+    if (outLock.owns_lock()) outLock.unlock();
+
+    int rc = ::poll(dataFds_.data(), dataFds_.size(), deadline.pollTimeoutMs());
+    if (rc < 0 && errno == EINTR) continue;
+    HVD_SYSCHECK(rc >= 0, "poll");
+    if (rc == 0) {
+      if (!deadline.expired()) continue;
+      auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Deadline::Clock::now() - start).count();
+      std::string message = "Timed out after " + std::to_string(ms) + " ms in tcp " + op + " on rank " +
+                            std::to_string(rank_) + ":";
+      for (int i = 0; i < count; ++i) {
+        const Leg& leg = legs[i];
+        if (leg.left == 0) continue;
+        message += std::string(leg.isSend ? " sending to " : " receiving from ") + describePeer(leg.peer) + ", " +
+                   std::to_string(leg.total - leg.left) + " of " + std::to_string(leg.total) + " bytes done;";
+      }
+      message.pop_back();
+      brokenMessage_ = "TCP transport streams are out of step after an earlier failure: " + message;
+      throw Timeout(message);
+    }
+    for (size_t i = 0; i < dataFds_.size(); ++i) {
+      short revents = dataFds_[i].revents;
+      if (revents == 0) continue;
+      const PollOwner& owner = dataOwners_[i];
+      if (owner.kind == PollKind::kAbort) throwAborted();
+      bool active = false;
+      for (int l = 0; l < count; ++l) active = active || (legs[l].peer == owner.peer && legs[l].left > 0);
+      if (owner.kind == PollKind::kData) {
+        // An active socket's events are handled by progress() (it reads the remaining data first).
+        if (!active && (revents & (POLLRDHUP | POLLHUP | POLLERR))) onHangup(owner.peer, true, revents);
+      } else {
+        if (revents & POLLOUT) flushAllControl();
+        if (revents & (POLLRDHUP | POLLHUP | POLLERR)) onHangup(owner.peer, false, revents);
+      }
+    }
+  }
+}
+
+void TcpTransport::onHangup(int peer, bool onData, short revents) {
+  Peer& p = peers_[peer];
+  std::string why;
+  {
+    std::lock_guard<std::mutex> lock(ctrlMu_);
+    why = readControlLocked(peer);
+  }
+  Deadline grace = Deadline::after(kGoodbyeGrace);
+  while (!p.departed && why.empty() && !p.ctrlClosed && !grace.expired()) {
+    // The data connection closed but the control one is open: a clean shutdown's goodbye may
+    // still be in flight.
+    pollOne(p.ctrl.fd(), POLLIN | POLLRDHUP, grace);
+    std::lock_guard<std::mutex> lock(ctrlMu_);
+    why = readControlLocked(peer);
+  }
+  if (p.departed) {
+    if (onData) p.dataClosed = true;
+    return;
+  }
+  if (why.empty()) why = describeRevents(onData ? p.data.fd() : p.ctrl.fd(), revents, onData);
+  lost(peer, why);
+}
+
+}  // namespace hvd::tcp
