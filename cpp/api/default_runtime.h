@@ -1,0 +1,24 @@
+// The process's default Runtime behind the free functions of horovod.h and the C API.
+// Internal to cpp/api (and the Python binding, which may reach the engine through it).
+#pragma once
+
+#include <memory>
+
+#include "common/params.h"
+#include "engine/runtime.h"
+#include "horovod/horovod.h"
+
+namespace hvd::api {
+
+// The current default runtime (may be null or shut down).
+std::shared_ptr<engine::Runtime> defaultRuntime();
+// The initialized default runtime; throws hvd::Error "Horovod has not been initialized; use
+// hvd.init()." otherwise (what operations raise).
+std::shared_ptr<engine::Runtime> runtimeForOps();
+// Same, but throws InvalidArgument (what topology getters raise: ValueError in Python).
+std::shared_ptr<engine::Runtime> runtimeForQueries();
+// init() with an explicit environment (tests). No-op while initialized.
+void initDefault(const InitOptions& options, const EnvLookup& env);
+void shutdownDefault();
+
+}  // namespace hvd::api

@@ -1,0 +1,151 @@
+// The free functions of horovod.h, over one default Runtime per process (the only singleton of
+// the core). init() builds it from the process environment; shutdown() tears it down, after
+// which init() builds a fresh one.
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+
+#include "api/default_runtime.h"
+#include "common/logging.h"
+#include "engine/runtime.h"
+#include "horovod/horovod.h"
+
+namespace hvd {
+namespace api {
+namespace {
+
+std::shared_mutex& runtimeMutex() {
+  static std::shared_mutex mu;
+  return mu;
+}
+std::shared_ptr<engine::Runtime>& runtimeSlot() {
+  static std::shared_ptr<engine::Runtime> runtime;
+  return runtime;
+}
+
+}  // namespace
+
+std::shared_ptr<engine::Runtime> defaultRuntime() {
+  std::shared_lock<std::shared_mutex> lock(runtimeMutex());
+  return runtimeSlot();
+}
+
+std::shared_ptr<engine::Runtime> runtimeForOps() {
+  auto runtime = defaultRuntime();
+  if (!runtime || !runtime->initialized()) throw Error(engine::kNotInitializedMessage);
+  return runtime;
+}
+
+std::shared_ptr<engine::Runtime> runtimeForQueries() {
+  auto runtime = defaultRuntime();
+  if (!runtime || !runtime->initialized()) throw InvalidArgument(engine::kNotInitializedMessage);
+  return runtime;
+}
+
+void initDefault(const InitOptions& options, const EnvLookup& env) {
+  std::unique_lock<std::shared_mutex> lock(runtimeMutex());
+  auto& slot = runtimeSlot();
+  if (slot && slot->initialized()) return;  // a second init() is a no-op
+  slot.reset();
+  engine::applyLogSettings(env);
+  auto runtime = std::make_shared<engine::Runtime>(engine::Config::fromEnvironment(env));
+  runtime->init(options);
+  slot = std::move(runtime);
+}
+
+void shutdownDefault() {
+  std::shared_ptr<engine::Runtime> runtime;
+  {
+    std::unique_lock<std::shared_mutex> lock(runtimeMutex());
+    runtime = std::move(runtimeSlot());
+  }
+  if (runtime) runtime->shutdown();
+}
+
+}  // namespace api
+
+// ---- Lifecycle and topology --------------------------------------------------------------------
+
+void init(const InitOptions& options) { api::initDefault(options, processEnvironment()); }
+void shutdown() { api::shutdownDefault(); }
+bool isInitialized() {
+  auto runtime = api::defaultRuntime();
+  return runtime && runtime->initialized();
+}
+
+int rank() { return api::runtimeForQueries()->topology().rank; }
+int size() { return api::runtimeForQueries()->topology().size; }
+int localRank() { return api::runtimeForQueries()->topology().localRank; }
+int localSize() { return api::runtimeForQueries()->topology().localSize; }
+int crossRank() { return api::runtimeForQueries()->topology().crossRank; }
+int crossSize() { return api::runtimeForQueries()->topology().crossSize; }
+bool isHomogeneous() { return api::runtimeForQueries()->topology().homogeneous; }
+
+// ---- Process sets ------------------------------------------------------------------------------
+
+int addProcessSet(std::vector<int> ranks) { return api::runtimeForQueries()->addProcessSet(std::move(ranks)); }
+bool removeProcessSet(int processSetId) { return api::runtimeForQueries()->removeProcessSet(processSetId); }
+std::vector<int> processSetRanks(int processSetId) {
+  return api::runtimeForQueries()->processSetRanks(processSetId);
+}
+std::vector<int> processSetIds() { return api::runtimeForQueries()->processSetIds(); }
+
+// ---- Collectives (asynchronous) ----------------------------------------------------------------
+
+WorkPtr allreduceAsync(const TensorView& in, const TensorView& out, const Options& options) {
+  return api::runtimeForOps()->allreduce(in, out, options);
+}
+WorkPtr groupedAllreduceAsync(const std::vector<TensorView>& in, const std::vector<TensorView>& out,
+                              const Options& options) {
+  return api::runtimeForOps()->groupedAllreduce(in, out, options);
+}
+WorkPtr allgatherAsync(const TensorView& in, const Options& options) {
+  return api::runtimeForOps()->allgather(in, options);
+}
+WorkPtr groupedAllgatherAsync(const std::vector<TensorView>& in, const Options& options) {
+  return api::runtimeForOps()->groupedAllgather(in, options);
+}
+WorkPtr broadcastAsync(const TensorView& tensor, const Options& options) {
+  return api::runtimeForOps()->broadcast(tensor, options);
+}
+WorkPtr alltoallAsync(const TensorView& in, const Options& options) {
+  return api::runtimeForOps()->alltoall(in, options);
+}
+WorkPtr reducescatterAsync(const TensorView& in, const TensorView& out, const Options& options) {
+  return api::runtimeForOps()->reducescatter(in, out, options);
+}
+WorkPtr groupedReducescatterAsync(const std::vector<TensorView>& in, const std::vector<TensorView>& out,
+                                  const Options& options) {
+  return api::runtimeForOps()->groupedReducescatter(in, out, options);
+}
+WorkPtr barrierAsync(int processSet) { return api::runtimeForOps()->barrier(processSet); }
+WorkPtr joinAsync() { return api::runtimeForOps()->join(); }
+
+// ---- Collectives (synchronous) -----------------------------------------------------------------
+
+void allreduce(const TensorView& in, const TensorView& out, const Options& options) {
+  allreduceAsync(in, out, options)->wait();
+}
+OwnedTensor allgather(const TensorView& in, const Options& options) {
+  WorkPtr work = allgatherAsync(in, options);
+  work->wait();
+  return work->outputs().at(0);
+}
+void broadcast(const TensorView& tensor, const Options& options) { broadcastAsync(tensor, options)->wait(); }
+OwnedTensor alltoall(const TensorView& in, const Options& options, std::vector<int32_t>* receivedSplits) {
+  WorkPtr work = alltoallAsync(in, options);
+  work->wait();
+  if (receivedSplits != nullptr) *receivedSplits = work->receivedSplits();
+  return work->outputs().at(0);
+}
+void reducescatter(const TensorView& in, const TensorView& out, const Options& options) {
+  reducescatterAsync(in, out, options)->wait();
+}
+void barrier(int processSet) { barrierAsync(processSet)->wait(); }
+int join() {
+  WorkPtr work = joinAsync();
+  work->wait();
+  return work->joinResult();
+}
+
+}  // namespace hvd

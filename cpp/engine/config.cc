@@ -1,0 +1,261 @@
+#include "engine/config.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+
+#include "common/logging.h"
+#include "horovod/errors.h"
+
+namespace hvd::engine {
+namespace {
+
+// ---- Topology ------------------------------------------------------------------------------
+const Param<int64_t> kRank("HOROVOD_RANK", 0, "Global rank of this process (set by horovodrun).");
+const Param<int64_t> kSize("HOROVOD_SIZE", 1, "Number of processes in the job (set by horovodrun).");
+const Param<int64_t> kLocalRank("HOROVOD_LOCAL_RANK", -1,
+                                "Rank among the processes of this host; derived from hostnames when unset.");
+const Param<int64_t> kLocalSize("HOROVOD_LOCAL_SIZE", -1,
+                                "Number of processes on this host; derived from hostnames when unset.");
+const Param<int64_t> kCrossRank("HOROVOD_CROSS_RANK", -1,
+                                "Index of this host among hosts with a process of the same local rank.");
+const Param<int64_t> kCrossSize("HOROVOD_CROSS_SIZE", -1,
+                                "Number of hosts with a process of this local rank.");
+const Param<std::string> kHostname("HOROVOD_HOSTNAME", "",
+                                   "Host identity used to group ranks by host (default: gethostname()).");
+// Under mpirun / srun without horovodrun.
+const Param<int64_t> kOmpiRank("OMPI_COMM_WORLD_RANK", -1, "Open MPI: rank (used when HOROVOD_RANK is unset).");
+const Param<int64_t> kOmpiSize("OMPI_COMM_WORLD_SIZE", -1, "Open MPI: size (used when HOROVOD_RANK is unset).");
+const Param<int64_t> kOmpiLocalRank("OMPI_COMM_WORLD_LOCAL_RANK", -1, "Open MPI: local rank.");
+const Param<int64_t> kOmpiLocalSize("OMPI_COMM_WORLD_LOCAL_SIZE", -1, "Open MPI: local size.");
+const Param<int64_t> kPmiRank("PMI_RANK", -1, "MPICH/Hydra: rank (used when HOROVOD_RANK is unset).");
+const Param<int64_t> kPmiSize("PMI_SIZE", -1, "MPICH/Hydra: size (used when HOROVOD_RANK is unset).");
+const Param<int64_t> kSlurmProcId("SLURM_PROCID", -1, "Slurm srun: rank (used when HOROVOD_RANK is unset).");
+const Param<int64_t> kSlurmNTasks("SLURM_NTASKS", -1, "Slurm srun: size (used when HOROVOD_RANK is unset).");
+const Param<int64_t> kSlurmLocalId("SLURM_LOCALID", -1, "Slurm srun: local rank.");
+
+// ---- Rendezvous ----------------------------------------------------------------------------
+const Param<std::string> kRendezvousAddr("HOROVOD_GLOO_RENDEZVOUS_ADDR", "",
+                                         "Address of the rendezvous server run by horovodrun.");
+const Param<int64_t> kRendezvousPort("HOROVOD_GLOO_RENDEZVOUS_PORT", -1, "Port of the rendezvous server.");
+const Param<std::string> kRendezvousDir(
+    "HOROVOD_RENDEZVOUS_DIR", "",
+    "Shared directory used as rendezvous store (FileStore) when launched by mpirun/srun without "
+    "horovodrun and without HOROVOD_GLOO_RENDEZVOUS_ADDR.");
+const Param<std::string> kSecret("HOROVOD_SECRET_KEY", "",
+                                 "Per-job secret (hex) set by horovodrun; peers and the rendezvous "
+                                 "server authenticate with it.");
+
+// ---- Engine --------------------------------------------------------------------------------
+const Param<int64_t> kFusionThreshold(
+    "HOROVOD_FUSION_THRESHOLD", 134217728,
+    "Max bytes fused into one collective (and fusion-buffer size). 0 disables fusion. Rounded up "
+    "to a multiple of local_size*8*64 bytes on homogeneous clusters.");
+const Param<double> kCycleTime(
+    "HOROVOD_CYCLE_TIME", 1.0,
+    "Accepted for compatibility (ms). The engine is event-driven: the background thread wakes when "
+    "work is enqueued or a message arrives and never sleeps a fixed time, so this does not delay "
+    "anything; tensors enqueued while a step executes are batched into the next one.");
+const Param<int64_t> kCacheCapacity("HOROVOD_CACHE_CAPACITY", 1024,
+                                    "Response-cache entries per process set; 0 disables caching.");
+const Param<bool> kDynamicProcessSets("HOROVOD_DYNAMIC_PROCESS_SETS", false,
+                                      "Allow add_process_set/remove_process_set after init.");
+const Param<bool> kDisableGroupFusion("HOROVOD_DISABLE_GROUP_FUSION", false,
+                                      "Grouped ops fuse only within their own group.");
+const Param<int64_t> kTimeoutSeconds("HOROVOD_GLOO_TIMEOUT_SECONDS", 30,
+                                     "Rendezvous and data-plane operation timeout (seconds).");
+const Param<std::string> kIface("HOROVOD_GLOO_IFACE", "", "Network interface for the TCP transport.");
+const Param<std::string> kController("HOROVOD_CONTROLLER", "gloo",
+                                     "Negotiation backend: gloo (the built-in controller). mpi is not built.");
+const Param<std::string> kCpuOperations("HOROVOD_CPU_OPERATIONS", "gloo",
+                                        "CPU data path: gloo (our transports). mpi and ccl are not built.");
+const Param<std::string> kTransport("HOROVOD_TRANSPORT", "auto",
+                                    "Transport: auto (shm on one host, tcp across hosts, composite when "
+                                    "mixed), tcp, shm, shm+tcp, local (threads of one process).");
+const Param<std::string> kThreadAffinity(
+    "HOROVOD_THREAD_AFFINITY", "",
+    "Comma list of core ids, one per local rank; the background thread of local rank i is pinned "
+    "to entry i.");
+const Param<bool> kElastic("HOROVOD_ELASTIC", false, "Set by elastic launchers.");
+const Param<std::string> kLogLevel("HOROVOD_LOG_LEVEL", "warning",
+                                   "trace, debug, info, warning, error, fatal (unknown -> warning).");
+const Param<bool> kLogHideTime("HOROVOD_LOG_HIDE_TIME", false, "Omit the timestamp from log lines.");
+
+// ---- Accepted, validated, no effect yet ------------------------------------------------------
+const Param<std::string> kTimeline("HOROVOD_TIMELINE", "", "Timeline path (not built yet: ignored).");
+const Param<bool> kTimelineMarkCycles("HOROVOD_TIMELINE_MARK_CYCLES", false, "Timeline cycle marks (ignored).");
+const Param<bool> kAutotune("HOROVOD_AUTOTUNE", false, "Autotuning (not built yet: ignored).");
+const Param<std::string> kAutotuneLog("HOROVOD_AUTOTUNE_LOG", "", "Autotune CSV log (ignored).");
+const Param<int64_t> kAutotuneWarmup("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", 3, "Autotune (ignored).");
+const Param<int64_t> kAutotuneSteps("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", 10, "Autotune (ignored).");
+const Param<int64_t> kAutotuneMaxSamples("HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", 20, "Autotune (ignored).");
+const Param<double> kAutotuneNoise("HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", 0.8, "Autotune (ignored).");
+const Param<bool> kStallCheckDisable("HOROVOD_STALL_CHECK_DISABLE", false, "Stall inspector (not built yet).");
+const Param<int64_t> kStallCheckTime("HOROVOD_STALL_CHECK_TIME_SECONDS", 60, "Stall inspector (not built yet).");
+const Param<int64_t> kStallShutdownTime("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", 0,
+                                        "Stall inspector (not built yet).");
+const Param<bool> kHierAllreduce("HOROVOD_HIERARCHICAL_ALLREDUCE", false,
+                                 "Hierarchical allreduce (GPU builds only; ignored).");
+const Param<bool> kHierAllgather("HOROVOD_HIERARCHICAL_ALLGATHER", false,
+                                 "Hierarchical allgather (GPU builds only; ignored).");
+const Param<bool> kTorusAllreduce("HOROVOD_TORUS_ALLREDUCE", false, "NCCL torus allreduce (ignored).");
+const Param<bool> kBatchD2D("HOROVOD_BATCH_D2D_MEMCOPIES", true, "GPU batched copies (ignored).");
+const Param<bool> kAsyncCompletion("HOROVOD_ENABLE_ASYNC_COMPLETION", false, "GPU async completion (ignored).");
+const Param<int64_t> kNcclStreams("HOROVOD_NUM_NCCL_STREAMS", 1, "GPU streams (ignored).");
+const Param<int64_t> kAdasumChunk("HOROVOD_ADASUM_MPI_CHUNK_SIZE", int64_t(1) << 30, "MPI Adasum chunk (ignored).");
+const Param<bool> kXlaOps("HOROVOD_ENABLE_XLA_OPS", false, "TensorFlow XLA ops (ignored by the core).");
+const Param<bool> kNvtx("HOROVOD_DISABLE_NVTX_RANGES", false, "NVTX ranges (ignored).");
+const Param<bool> kMpiThreadsDisable("HOROVOD_MPI_THREADS_DISABLE", false, "MPI threading (ignored).");
+const Param<bool> kCclCache("HOROVOD_CCL_CACHE", false, "oneCCL cache hint (ignored).");
+
+std::string lower(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::tolower(c); });
+  return text;
+}
+
+std::string defaultHostname() {
+  char name[256] = {0};
+  if (gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "localhost";
+  return name;
+}
+
+// Reads every accepted-but-unused knob so that a malformed value fails init.
+void validateIgnoredKnobs(const EnvLookup& env) {
+  (void)kTimeline.get(env);
+  (void)kTimelineMarkCycles.get(env);
+  (void)kAutotune.get(env);
+  (void)kAutotuneLog.get(env);
+  (void)kAutotuneWarmup.get(env);
+  (void)kAutotuneSteps.get(env);
+  (void)kAutotuneMaxSamples.get(env);
+  (void)kAutotuneNoise.get(env);
+  (void)kStallCheckDisable.get(env);
+  (void)kStallCheckTime.get(env);
+  (void)kStallShutdownTime.get(env);
+  (void)kHierAllreduce.get(env);
+  (void)kHierAllgather.get(env);
+  (void)kTorusAllreduce.get(env);
+  (void)kBatchD2D.get(env);
+  (void)kAsyncCompletion.get(env);
+  (void)kNcclStreams.get(env);
+  (void)kAdasumChunk.get(env);
+  (void)kXlaOps.get(env);
+  (void)kNvtx.get(env);
+  (void)kMpiThreadsDisable.get(env);
+  (void)kCclCache.get(env);
+  (void)kLogHideTime.get(env);
+}
+
+int toInt(const Param<int64_t>& param, const EnvLookup& env) { return static_cast<int>(param.get(env)); }
+
+}  // namespace
+
+Config Config::fromEnvironment(const EnvLookup& env) {
+  Config c;
+  // Topology: horovodrun's variables first, then the MPI / Slurm launchers'.
+  if (kRank.isSet(env) || kSize.isSet(env)) {
+    c.rank = toInt(kRank, env);
+    c.size = toInt(kSize, env);
+    c.launchedBy = "horovod";
+  } else if (kOmpiRank.isSet(env)) {
+    c.rank = toInt(kOmpiRank, env);
+    c.size = toInt(kOmpiSize, env);
+    c.localRank = toInt(kOmpiLocalRank, env);
+    c.localSize = toInt(kOmpiLocalSize, env);
+    c.launchedBy = "openmpi";
+  } else if (kPmiRank.isSet(env)) {
+    c.rank = toInt(kPmiRank, env);
+    c.size = toInt(kPmiSize, env);
+    c.launchedBy = "pmi";
+  } else if (kSlurmProcId.isSet(env)) {
+    c.rank = toInt(kSlurmProcId, env);
+    c.size = toInt(kSlurmNTasks, env);
+    c.localRank = toInt(kSlurmLocalId, env);
+    c.launchedBy = "slurm";
+  }
+  if (c.size < 1) {
+    throw InvalidArgument("Invalid job size " + std::to_string(c.size) + " (HOROVOD_SIZE or the launcher's size variable)");
+  }
+  if (c.rank < 0 || c.rank >= c.size) {
+    throw InvalidArgument("Invalid rank " + std::to_string(c.rank) + " for a job of size " + std::to_string(c.size) +
+                          " (HOROVOD_RANK or the launcher's rank variable)");
+  }
+  if (kLocalRank.isSet(env)) c.localRank = toInt(kLocalRank, env);
+  if (kLocalSize.isSet(env)) c.localSize = toInt(kLocalSize, env);
+  if (kCrossRank.isSet(env)) c.crossRank = toInt(kCrossRank, env);
+  if (kCrossSize.isSet(env)) c.crossSize = toInt(kCrossSize, env);
+  c.hostname = kHostname.isSet(env) ? kHostname.get(env) : defaultHostname();
+
+  c.rendezvousAddr = kRendezvousAddr.get(env);
+  c.rendezvousPort = toInt(kRendezvousPort, env);
+  c.rendezvousDir = kRendezvousDir.get(env);
+  c.secret = kSecret.get(env);
+  if (!c.rendezvousAddr.empty() && (c.rendezvousPort <= 0 || c.rendezvousPort > 65535)) {
+    throw InvalidArgument("HOROVOD_GLOO_RENDEZVOUS_PORT='" + std::to_string(c.rendezvousPort) +
+                          "' is not a valid port (HOROVOD_GLOO_RENDEZVOUS_ADDR is set)");
+  }
+
+  c.fusionThreshold = kFusionThreshold.get(env);
+  if (c.fusionThreshold < 0) {
+    throw InvalidArgument("HOROVOD_FUSION_THRESHOLD='" + std::to_string(c.fusionThreshold) + "' must be >= 0");
+  }
+  c.cycleTimeMs = kCycleTime.get(env);
+  c.cacheCapacity = kCacheCapacity.get(env);
+  if (c.cacheCapacity < 0) {
+    throw InvalidArgument("HOROVOD_CACHE_CAPACITY='" + std::to_string(c.cacheCapacity) + "' must be >= 0");
+  }
+  c.dynamicProcessSets = kDynamicProcessSets.get(env);
+  c.disableGroupFusion = kDisableGroupFusion.get(env);
+  int64_t timeoutSeconds = kTimeoutSeconds.get(env);
+  if (timeoutSeconds <= 0) {
+    throw InvalidArgument("HOROVOD_GLOO_TIMEOUT_SECONDS='" + std::to_string(timeoutSeconds) + "' must be > 0");
+  }
+  c.timeout = std::chrono::seconds(timeoutSeconds);
+  c.interface = kIface.get(env);
+  c.threadAffinity = kThreadAffinity.get(env);
+  c.elastic = kElastic.get(env);
+
+  std::string controller = lower(kController.get(env));
+  if (controller == "mpi") {
+    throw InvalidArgument("HOROVOD_CONTROLLER=mpi: this Horovod was not built with MPI support; use gloo");
+  } else if (controller != "gloo") {
+    throw InvalidArgument("Unsupported controller type, only MPI and Gloo are supported (HOROVOD_CONTROLLER='" +
+                          kController.get(env) + "')");
+  }
+  std::string cpuOps = lower(kCpuOperations.get(env));
+  if (cpuOps == "mpi" || cpuOps == "ccl") {
+    throw InvalidArgument("HOROVOD_CPU_OPERATIONS=" + cpuOps + ": this Horovod was not built with " +
+                          (cpuOps == "mpi" ? "MPI" : "oneCCL") + " support; use gloo");
+  } else if (cpuOps != "gloo") {
+    throw InvalidArgument(
+        "Unsupported CPU operation type, only MPI, oneCCL, and Gloo are supported (HOROVOD_CPU_OPERATIONS='" +
+        kCpuOperations.get(env) + "')");
+  }
+  c.transport = lower(kTransport.get(env));
+  validateIgnoredKnobs(env);
+  return c;
+}
+
+int64_t Config::roundFusionThreshold(int64_t threshold, int localSize, bool homogeneous) {
+  if (threshold <= 0 || !homogeneous || localSize <= 0) return threshold;
+  int64_t unit = static_cast<int64_t>(localSize) * 8 * 64;
+  return (threshold + unit - 1) / unit * unit;
+}
+
+void applyLogSettings(const EnvLookup& env) {
+  auto level = env(kLogLevel.name());
+  if (level.has_value() && !level->empty()) {
+    std::string v = lower(*level);
+    LogLevel l = LogLevel::kWarning;
+    if (v == "trace") l = LogLevel::kTrace;
+    else if (v == "debug") l = LogLevel::kDebug;
+    else if (v == "info") l = LogLevel::kInfo;
+    else if (v == "error") l = LogLevel::kError;
+    else if (v == "fatal") l = LogLevel::kFatal;
+    setLogLevel(l);
+  }
+  if (kLogHideTime.isSet(env)) setLogHideTime(kLogHideTime.get(env));
+}
+
+}  // namespace hvd::engine

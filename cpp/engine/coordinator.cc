@@ -1,0 +1,351 @@
+#include "engine/coordinator.h"
+
+#include <algorithm>
+
+#include "common/logging.h"
+#include "engine/negotiation.h"
+
+namespace hvd::engine {
+namespace {
+
+bool cacheable(Kind k) { return k == Kind::kAllreduce || k == Kind::kAllgather || k == Kind::kAlltoall; }
+
+bool sameEntry(const CacheEntry& a, const CacheEntry& b) {
+  return a.kind == b.kind && a.processSet == b.processSet && a.dtype == b.dtype && a.op == b.op &&
+         a.prescale == b.prescale && a.postscale == b.postscale && a.root == b.root && a.device == b.device &&
+         a.tensor.name == b.tensor.name && a.tensor.shape == b.tensor.shape &&
+         a.tensor.firstDims == b.tensor.firstDims && a.tensor.splits == b.tensor.splits &&
+         a.tensor.group == b.tensor.group && a.tensor.groupSize == b.tensor.groupSize;
+}
+
+}  // namespace
+
+Coordinator::Coordinator(Options options)
+    : options_(options),
+      cache_(options.cacheCapacity),
+      lastSeqOf_(static_cast<size_t>(options.size), 0),
+      joined_(static_cast<size_t>(options.size), 0) {
+  std::vector<int> all(static_cast<size_t>(options.size));
+  for (int i = 0; i < options.size; ++i) all[i] = i;
+  sets_[0] = std::move(all);
+}
+
+void Coordinator::addProcessSet(int32_t id, std::vector<int> ranks) {
+  sets_[id] = std::move(ranks);
+  nextSetId_ = std::max(nextSetId_, id + 1);
+}
+
+const std::vector<int>* Coordinator::setRanks(int32_t processSet) const {
+  auto it = sets_.find(processSet);
+  return it == sets_.end() ? nullptr : &it->second;
+}
+
+int Coordinator::required(int32_t processSet, Kind kind) const {
+  if (kind == Kind::kAddProcessSet || kind == Kind::kRemoveProcessSet) return options_.size;
+  const auto* ranks = setRanks(processSet);
+  int n = ranks ? static_cast<int>(ranks->size()) : 0;
+  return processSet == 0 ? n - joinedCount_ : n;
+}
+
+void Coordinator::ingest(int rank, RequestList& list) {
+  if (rank >= 0 && rank < options_.size) lastSeqOf_[rank] = std::max(lastSeqOf_[rank], list.lastSeq);
+  if (list.shutdown) shutdown_ = true;
+  for (uint32_t id : list.hits) addHit(rank, id);
+  for (auto& request : list.requests) {
+    request.rank = rank;
+    addRequest(std::move(request));
+  }
+}
+
+void Coordinator::addHit(int rank, uint32_t id) {
+  bool live = false;
+  const CacheEntry* entry = cache_.find(id, &live);
+  if (entry == nullptr) {
+    HVD_LOG(Error) << "Coordinator: rank " << rank << " reported unknown cache id " << id << "; ignored";
+    return;
+  }
+  const auto* ranks = setRanks(entry->processSet);
+  if (ranks == nullptr) return;  // the set was removed; the rank fails the op itself
+  NameKey key{entry->processSet, entry->tensor.name};
+  if (live && pending_.find(key) == pending_.end()) {
+    HitState& hit = hits_[id];
+    hit.ranks.push_back(rank);
+    if (static_cast<int>(hit.ranks.size()) >= required(entry->processSet, entry->kind)) {
+      hits_.erase(id);
+      ReadyItem item;
+      item.hitId = id;
+      markReady(std::move(item), entry->tensor.group, entry->tensor.groupSize, entry->processSet);
+    }
+    return;
+  }
+  // Evicted meanwhile, or other ranks sent full requests for this name: negotiate normally.
+  addRequest(entry->requestFor(setIndexOf(*ranks, rank), rank));
+}
+
+void Coordinator::addRequest(Request request) {
+  if (request.kind == Kind::kJoin) {
+    join(request.rank);
+    return;
+  }
+  const auto* ranks = setRanks(request.processSet);
+  if (ranks == nullptr) return;  // removed set; the requester fails it when it learns
+  NameKey key{request.processSet, request.name};
+  auto [it, inserted] = pending_.try_emplace(key);
+  if (inserted) {
+    // Ranks that already sent a hit for this name: turn their hits into requests (they arrived
+    // first, so they come first).
+    uint32_t id = cache_.liveId(request.processSet, request.name);
+    if (id != kNoCacheId) {
+      auto hit = hits_.find(id);
+      if (hit != hits_.end()) {
+        const CacheEntry* entry = cache_.find(id, nullptr);
+        for (int r : hit->second.ranks) {
+          it->second.requests.push_back(entry->requestFor(setIndexOf(*ranks, r), r));
+        }
+        hits_.erase(hit);
+      }
+    }
+  }
+  it->second.requests.push_back(std::move(request));
+  maybeReady(it->first, it->second);
+}
+
+void Coordinator::maybeReady(const NameKey& key, Pending& pending) {
+  const Request& first = pending.requests.front();
+  if (static_cast<int>(pending.requests.size()) != required(key.processSet, first.kind)) return;
+  ReadyItem item;
+  item.key = key;
+  markReady(std::move(item), first.group, first.groupSize, key.processSet);
+}
+
+void Coordinator::markReady(ReadyItem item, const std::string& group, int32_t groupSize, int32_t processSet) {
+  if (group.empty() || groupSize <= 1) {
+    ready_.push_back(std::move(item));
+    return;
+  }
+  // Members of a group become ready together (they were enqueued atomically on every rank).
+  NameKey groupKey{processSet, group};
+  GroupHold& hold = groups_[groupKey];
+  hold.items.push_back(std::move(item));
+  if (static_cast<int32_t>(hold.items.size()) >= groupSize) {
+    for (auto& i : hold.items) ready_.push_back(std::move(i));
+    groups_.erase(groupKey);
+  }
+}
+
+void Coordinator::join(int rank) {
+  if (rank < 0 || rank >= options_.size || joined_[rank]) return;
+  joined_[rank] = 1;
+  joinedCount_++;
+  lastJoined_ = rank;
+  if (joinedCount_ == options_.size) {
+    joinDone_ = true;
+    return;
+  }
+  recheckAfterJoin();
+}
+
+void Coordinator::recheckAfterJoin() {
+  // Fewer ranks are needed now for global-set names that were waiting.
+  std::vector<NameKey> keys;
+  for (auto& [key, pending] : pending_) {
+    if (key.processSet == 0) keys.push_back(key);
+  }
+  for (const auto& key : keys) {
+    auto it = pending_.find(key);
+    if (it == pending_.end()) continue;
+    bool alreadyReady = std::any_of(ready_.begin(), ready_.end(), [&](const ReadyItem& r) {
+      return r.hitId == kNoCacheId && r.key == key;
+    });
+    if (!alreadyReady && static_cast<int>(it->second.requests.size()) >= required(0, it->second.requests[0].kind)) {
+      ReadyItem item;
+      item.key = key;
+      markReady(std::move(item), it->second.requests[0].group, it->second.requests[0].groupSize, 0);
+    }
+  }
+  std::vector<uint32_t> ids;
+  for (auto& [id, hit] : hits_) {
+    const CacheEntry* entry = cache_.find(id, nullptr);
+    if (entry != nullptr && entry->processSet == 0 &&
+        static_cast<int>(hit.ranks.size()) >= required(0, entry->kind)) {
+      ids.push_back(id);
+    }
+  }
+  std::sort(ids.begin(), ids.end());
+  for (uint32_t id : ids) {
+    hits_.erase(id);
+    const CacheEntry* entry = cache_.find(id, nullptr);
+    ReadyItem item;
+    item.hitId = id;
+    markReady(std::move(item), entry->tensor.group, entry->tensor.groupSize, 0);
+  }
+}
+
+Response Coordinator::respondFromCache(uint32_t id) {
+  const CacheEntry* entry = cache_.find(id, nullptr);
+  Response r;
+  r.kind = entry->kind;
+  r.processSet = entry->processSet;
+  r.dtype = entry->dtype;
+  r.op = entry->op;
+  r.prescale = entry->prescale;
+  r.postscale = entry->postscale;
+  r.root = entry->root;
+  r.device = entry->device;
+  r.tensors.push_back(entry->tensor);
+  r.cachedForm = true;
+  return r;
+}
+
+Response Coordinator::negotiate(const NameKey& key) {
+  auto it = pending_.find(key);
+  std::vector<Request> requests = std::move(it->second.requests);
+  pending_.erase(it);
+  const int32_t ps = key.processSet;
+  const auto* ranks = setRanks(ps);
+  NegotiationContext ctx;
+  ctx.setRanks = ranks;
+  ctx.joinedCount = ps == 0 ? joinedCount_ : 0;
+  ctx.fusionThreshold = options_.fusion.threshold;
+  Response r = constructResponse(requests, ctx);
+
+  if (r.kind == Kind::kAddProcessSet) {
+    std::vector<int> newRanks(r.setRanks.begin(), r.setRanks.end());
+    for (const auto& [id, existing] : sets_) {
+      if (existing == newRanks) {
+        r.kind = Kind::kError;
+        r.error = "Attempted to add a duplicate process set: " +
+                  shapeString(std::vector<int64_t>(newRanks.begin(), newRanks.end()));
+        return r;
+      }
+    }
+    r.setId = nextSetId_++;
+    sets_[r.setId] = std::move(newRanks);
+    return r;
+  }
+  if (r.kind == Kind::kRemoveProcessSet) {
+    if (r.setId == 0 || sets_.find(r.setId) == sets_.end()) {
+      r.kind = Kind::kError;
+      r.error = "Process set " + std::to_string(r.setId) + " does not exist or is the global set.";
+      return r;
+    }
+    removedSets_.push_back(r.setId);
+    return r;
+  }
+
+  // Cache maintenance: a changed or failed name loses its entry on every rank; a name negotiated
+  // with every member taking part gets one.
+  const std::string& name = key.name;
+  uint32_t old = cache_.liveId(ps, name);
+  bool allTookPart = ranks != nullptr && requests.size() == ranks->size() && ctx.joinedCount == 0;
+  if (r.kind != Kind::kError && cacheable(r.kind) && cache_.enabled() && allTookPart) {
+    CacheEntry entry = CacheEntry::fromResponse(r, r.tensors[0]);
+    const CacheEntry* existing = old != kNoCacheId ? cache_.find(old, nullptr) : nullptr;
+    if (existing != nullptr && sameEntry(*existing, entry)) {
+      cache_.touch(old);
+      r.tensors[0].cacheId = old;
+    } else {
+      if (old != kNoCacheId) {
+        cache_.evict(old, seq_);
+        evicted_.push_back(old);
+      }
+      uint32_t id = cache_.insert(std::move(entry), seq_, evicted_);
+      r.tensors[0].cacheId = id;
+      r.tensors[0].cacheInsert = true;
+    }
+  } else if (old != kNoCacheId) {
+    const CacheEntry* existing = cache_.find(old, nullptr);
+    if (r.kind == Kind::kError || existing == nullptr ||
+        !sameEntry(*existing, CacheEntry::fromResponse(r, r.tensors[0]))) {
+      cache_.evict(old, seq_);
+      evicted_.push_back(old);
+    }
+  }
+  return r;
+}
+
+ResponseList Coordinator::build() {
+  ResponseList out;
+  if (ready_.empty() && evicted_.empty() && !joinDone_ && !shutdown_) return out;
+  out.seq = ++seq_;
+  // Hits in this batch are the most recently used: protect them from eviction by inserts below.
+  for (const auto& item : ready_) {
+    if (item.hitId != kNoCacheId) cache_.touch(item.hitId);
+  }
+  std::vector<Response> singles;
+  singles.reserve(ready_.size());
+  std::vector<ReadyItem> ready;
+  ready.swap(ready_);
+  for (const auto& item : ready) {
+    if (item.hitId != kNoCacheId) {
+      singles.push_back(respondFromCache(item.hitId));
+    } else if (pending_.count(item.key) != 0) {
+      singles.push_back(negotiate(item.key));
+    }
+  }
+  // Process sets removed in this batch: forget their state here; every rank fails its own
+  // pending operations of the set when it processes the removal.
+  for (int32_t id : removedSets_) {
+    sets_.erase(id);
+    cache_.evictProcessSet(id, seq_, evicted_);
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      it = it->first.processSet == id ? pending_.erase(it) : std::next(it);
+    }
+    for (auto it = groups_.begin(); it != groups_.end();) {
+      it = it->first.processSet == id ? groups_.erase(it) : std::next(it);
+    }
+  }
+  removedSets_.clear();
+  // Hits waiting on an id evicted in this batch: those ranks' requests must not be lost, so they
+  // go the negotiation route (ready ones surface in the next build()).
+  std::vector<std::pair<uint32_t, std::vector<int32_t>>> orphaned;
+  for (auto it = hits_.begin(); it != hits_.end();) {
+    bool live = false;
+    const CacheEntry* entry = cache_.find(it->first, &live);
+    if (entry == nullptr || !live) {
+      orphaned.emplace_back(it->first, std::move(it->second.ranks));
+      it = hits_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  std::sort(orphaned.begin(), orphaned.end());
+  for (auto& [id, hitRanks] : orphaned) {
+    const CacheEntry* entry = cache_.find(id, nullptr);
+    const auto* ranks = entry ? setRanks(entry->processSet) : nullptr;
+    if (ranks == nullptr) continue;
+    for (int r : hitRanks) addRequest(entry->requestFor(setIndexOf(*ranks, r), r));
+  }
+
+  out.items = fuseResponses(std::move(singles), options_.fusion);
+  if (joinDone_) {
+    Response join;
+    join.kind = Kind::kJoin;
+    join.processSet = 0;
+    join.lastJoined = lastJoined_;
+    out.items.push_back(std::move(join));
+    joinDone_ = false;
+    std::fill(joined_.begin(), joined_.end(), 0);
+    joinedCount_ = 0;
+    lastJoined_ = -1;
+  }
+  if (!evicted_.empty()) {
+    // Last in the list: earlier items may still refer to these ids.
+    Response evict;
+    evict.kind = Kind::kEvict;
+    for (uint32_t id : evicted_) {
+      TensorInfo t;
+      t.cacheId = id;
+      evict.tensors.push_back(std::move(t));
+    }
+    out.items.push_back(std::move(evict));
+    evicted_.clear();
+  }
+  out.shutdown = shutdown_;
+  uint64_t seenByAll = seq_;
+  for (int r = 1; r < options_.size; ++r) seenByAll = std::min(seenByAll, lastSeqOf_[r]);
+  cache_.forgetTombstones(seenByAll);
+  return out;
+}
+
+}  // namespace hvd::engine

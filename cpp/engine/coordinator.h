@@ -1,0 +1,97 @@
+// Coordinator: global rank 0's negotiation state, for every process set.
+//
+// Deviation from Horovod (observable semantics unchanged): Horovod runs one coordinator per
+// process set (its rank 0) and coordinates sets one after another in lockstep cycles. Here global
+// rank 0 coordinates all sets and emits ONE globally ordered response list; every rank executes
+// the responses of its sets in that order. Since every pair of ranks then runs its collectives in
+// the same relative order, the data-plane streams between them need no tags and cannot deadlock.
+//
+// Event-driven: the runtime feeds each rank's RequestList as it arrives (its own first, then
+// other ranks' in rank order) and asks build() for the responses that became ready; there is no
+// cycle timer. A name is ready when every member of its set (minus joined ranks, for the global
+// set) requested it; the order of the ready list is the order in which names became ready, which
+// within one batch is Horovod's order (rank 0's requests first, then rank 1, 2, ...).
+//
+// Background thread of rank 0 only.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/fusion.h"
+#include "engine/message.h"
+#include "engine/response_cache.h"
+
+namespace hvd::engine {
+
+class Coordinator {
+ public:
+  struct Options {
+    int size = 1;
+    int64_t cacheCapacity = 0;
+    FusionOptions fusion;
+  };
+  explicit Coordinator(Options options);
+
+  // Process sets known at init (id -> ascending global ranks; id 0 = all ranks).
+  void addProcessSet(int32_t id, std::vector<int> ranks);
+
+  // Takes one rank's new requests. Call with rank 0's list first, then others in rank order.
+  void ingest(int rank, RequestList& list);
+  // The responses that became ready since the last call, fused and ordered, with cache updates.
+  // Returns a list with no items and no shutdown when nothing is ready.
+  ResponseList build();
+
+  bool shutdownRequested() const { return shutdown_; }
+  // Whether build() has something to return right now.
+  bool hasWork() const { return !ready_.empty() || !evicted_.empty() || joinDone_; }
+  uint64_t lastSeq() const { return seq_; }
+
+ private:
+  struct Pending {
+    std::vector<Request> requests;  // arrival order
+  };
+  struct HitState {
+    std::vector<int32_t> ranks;
+  };
+  struct ReadyItem {
+    uint32_t hitId = kNoCacheId;  // ready from hits: a live cache id
+    NameKey key;                  // ready through negotiation
+  };
+  struct GroupHold {
+    std::vector<ReadyItem> items;
+  };
+
+  int required(int32_t processSet, Kind kind) const;
+  const std::vector<int>* setRanks(int32_t processSet) const;
+  void addHit(int rank, uint32_t id);
+  void addRequest(Request request);
+  void join(int rank);
+  void maybeReady(const NameKey& key, Pending& pending);
+  void markReady(ReadyItem item, const std::string& group, int32_t groupSize, int32_t processSet);
+  void recheckAfterJoin();
+  Response respondFromCache(uint32_t id);
+  Response negotiate(const NameKey& key);
+
+  Options options_;
+  CoordinatorCache cache_;
+  uint64_t seq_ = 0;
+  bool shutdown_ = false;
+  std::map<int32_t, std::vector<int>> sets_;
+  int32_t nextSetId_ = 1;
+  std::unordered_map<NameKey, Pending, NameKeyHash> pending_;
+  std::unordered_map<uint32_t, HitState> hits_;
+  std::unordered_map<NameKey, GroupHold, NameKeyHash> groups_;  // key: (set, group base name)
+  std::vector<ReadyItem> ready_;
+  std::vector<uint64_t> lastSeqOf_;  // per rank
+  std::vector<uint8_t> joined_;      // per global rank
+  int joinedCount_ = 0;
+  int lastJoined_ = -1;
+  bool joinDone_ = false;
+  std::vector<uint32_t> evicted_;    // to announce in the next list
+  std::vector<int32_t> removedSets_;
+};
+
+}  // namespace hvd::engine

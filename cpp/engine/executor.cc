@@ -1,0 +1,267 @@
+#include "engine/executor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "collectives/collectives.h"
+#include "collectives/reduce.h"
+#include "common/check.h"
+#include "engine/negotiation.h"
+
+namespace hvd::engine {
+namespace {
+
+size_t tensorBytes(const TensorInfo& t, DataType dtype) {
+  return static_cast<size_t>(t.numElements()) * dataTypeSize(dtype);
+}
+
+void scale(void* buf, size_t count, DataType dtype, double factor) {
+  if (factor != 1.0 && count > 0) scaleBuffer(buf, count, dtype, factor);
+}
+
+uint8_t* bytesOf(void* p) { return static_cast<uint8_t*>(p); }
+
+}  // namespace
+
+OwnedTensor allocateTensor(DataType dtype, std::vector<int64_t> shape) {
+  OwnedTensor t;
+  t.view.dtype = dtype;
+  t.view.shape = std::move(shape);
+  size_t bytes = t.view.bytes();
+  size_t alloc = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, alloc);
+  if (p == nullptr) throw std::bad_alloc();
+  t.storage = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  t.view.data = p;
+  return t;
+}
+
+void Executor::run(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries) {
+  HVD_CHECK(set.comm != nullptr) << "executing a response of process set " << set.id << " on a non-member";
+  Communicator& comm = *set.comm;
+  switch (r.kind) {
+    case Kind::kAllreduce: allreduce(r, comm, entries); return;
+    case Kind::kAllgather: allgather(r, comm, entries); return;
+    case Kind::kBroadcast: broadcast(r, set, entries); return;
+    case Kind::kAlltoall: alltoall(r, comm, entries); return;
+    case Kind::kReducescatter: reducescatter(r, comm, entries); return;
+    case Kind::kBarrier: collectives::barrier(comm); return;
+    default: break;
+  }
+  throw Error(std::string("Executor: no data operation for response kind ") + kindName(r.kind));
+}
+
+void Executor::allreduce(const Response& r, Communicator& comm, const std::vector<Entry*>& entries) {
+  const DataType dtype = r.dtype;
+  const size_t esize = dataTypeSize(dtype);
+  const ReduceOp op = r.op == ReduceOp::kAverage ? ReduceOp::kSum : r.op;
+  const double post = r.op == ReduceOp::kAverage ? r.postscale / comm.size() : r.postscale;
+
+  if (r.tensors.size() == 1) {
+    // In place in the caller's output: one copy when not already in place, then the collective.
+    const size_t count = static_cast<size_t>(r.tensors[0].numElements());
+    void* buf;
+    if (Entry* e = entries[0]) {
+      buf = e->output.data;
+      if (e->input.data != buf && count > 0) std::memcpy(buf, e->input.data, count * esize);
+    } else {
+      buf = fusion_.reserve(count * esize);
+      std::memset(buf, 0, count * esize);
+    }
+    scale(buf, count, dtype, r.prescale);
+    collectives::allreduce(comm, buf, count, dtype, op);
+    scale(buf, count, dtype, post);
+    return;
+  }
+
+  size_t total = 0;
+  for (const auto& t : r.tensors) total += tensorBytes(t, dtype);
+  uint8_t* buf = bytesOf(fusion_.reserve(total));
+  size_t offset = 0;
+  for (size_t i = 0; i < r.tensors.size(); ++i) {
+    size_t bytes = tensorBytes(r.tensors[i], dtype);
+    if (entries[i] != nullptr) {
+      if (bytes > 0) std::memcpy(buf + offset, entries[i]->input.data, bytes);
+    } else {
+      std::memset(buf + offset, 0, bytes);
+    }
+    offset += bytes;
+  }
+  const size_t count = total / esize;
+  scale(buf, count, dtype, r.prescale);
+  collectives::allreduce(comm, buf, count, dtype, op);
+  scale(buf, count, dtype, post);
+  offset = 0;
+  for (size_t i = 0; i < r.tensors.size(); ++i) {
+    size_t bytes = tensorBytes(r.tensors[i], dtype);
+    if (entries[i] != nullptr && bytes > 0) std::memcpy(entries[i]->output.data, buf + offset, bytes);
+    offset += bytes;
+  }
+}
+
+void Executor::allgather(const Response& r, Communicator& comm, const std::vector<Entry*>& entries) {
+  const size_t esize = dataTypeSize(r.dtype);
+  const int n = comm.size();
+  const int me = comm.rank();
+
+  // Outputs: [sum of first dims, rest...], allocated for the entries this rank has.
+  std::vector<OwnedTensor*> outputs(r.tensors.size(), nullptr);
+  std::vector<size_t> rowBytes(r.tensors.size());
+  for (size_t i = 0; i < r.tensors.size(); ++i) {
+    const TensorInfo& t = r.tensors[i];
+    rowBytes[i] = static_cast<size_t>(t.rowElements()) * esize;
+    if (Entry* e = entries[i]) {
+      std::vector<int64_t> shape = t.shape;
+      int64_t rows = 0;
+      for (auto d : t.firstDims) rows += d;
+      shape[0] = rows;
+      OwnedTensor& out = e->work->output(e->member);
+      out = allocateTensor(r.dtype, std::move(shape));
+      outputs[i] = &out;
+    }
+  }
+
+  if (r.tensors.size() == 1) {
+    const TensorInfo& t = r.tensors[0];
+    std::vector<size_t> bytesPerRank(n);
+    for (int p = 0; p < n; ++p) bytesPerRank[p] = static_cast<size_t>(t.firstDims[p]) * rowBytes[0];
+    static const uint8_t kNothing = 0;
+    const void* in = entries[0] ? entries[0]->input.data : &kNothing;
+    uint8_t scratch = 0;
+    void* out = outputs[0] ? outputs[0]->view.data : &scratch;
+    collectives::allgatherv(comm, in, out, bytesPerRank);
+    return;
+  }
+
+  // Fused: the buffer holds rank 0's rows of every tensor, then rank 1's, ...
+  std::vector<size_t> bytesPerRank(n, 0);
+  for (int p = 0; p < n; ++p) {
+    for (size_t i = 0; i < r.tensors.size(); ++i) {
+      bytesPerRank[p] += static_cast<size_t>(r.tensors[i].firstDims[p]) * rowBytes[i];
+    }
+  }
+  size_t total = 0;
+  std::vector<size_t> rankOffset(n);
+  for (int p = 0; p < n; ++p) {
+    rankOffset[p] = total;
+    total += bytesPerRank[p];
+  }
+  uint8_t* buf = bytesOf(fusion_.reserve(total));
+  size_t offset = rankOffset[me];
+  for (size_t i = 0; i < r.tensors.size(); ++i) {
+    size_t bytes = static_cast<size_t>(r.tensors[i].firstDims[me]) * rowBytes[i];
+    if (entries[i] != nullptr && bytes > 0) std::memcpy(buf + offset, entries[i]->input.data, bytes);
+    offset += bytes;
+  }
+  collectives::allgatherv(comm, buf + rankOffset[me], buf, bytesPerRank);
+  std::vector<size_t> outOffset(r.tensors.size(), 0);
+  for (int p = 0; p < n; ++p) {
+    size_t src = rankOffset[p];
+    for (size_t i = 0; i < r.tensors.size(); ++i) {
+      size_t bytes = static_cast<size_t>(r.tensors[i].firstDims[p]) * rowBytes[i];
+      if (outputs[i] != nullptr && bytes > 0) {
+        std::memcpy(bytesOf(outputs[i]->view.data) + outOffset[i], buf + src, bytes);
+      }
+      outOffset[i] += bytes;
+      src += bytes;
+    }
+  }
+}
+
+void Executor::broadcast(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries) {
+  const TensorInfo& t = r.tensors[0];
+  const size_t bytes = tensorBytes(t, r.dtype);
+  int root = setIndexOf(set.ranks, r.root);
+  HVD_CHECK(root >= 0) << "broadcast root " << r.root << " is not in process set " << set.id;
+  void* buf;
+  if (entries[0] != nullptr) {
+    buf = entries[0]->input.data;
+  } else {
+    buf = fusion_.reserve(bytes);
+  }
+  collectives::broadcast(*set.comm, buf, bytes, root);
+}
+
+void Executor::alltoall(const Response& r, Communicator& comm, const std::vector<Entry*>& entries) {
+  const TensorInfo& t = r.tensors[0];
+  const int n = comm.size();
+  const int me = comm.rank();
+  const size_t rowBytes = static_cast<size_t>(t.rowElements()) * dataTypeSize(r.dtype);
+  std::vector<size_t> sendBytes(n), recvBytes(n);
+  std::vector<int32_t> received(n);
+  int64_t rows = 0;
+  for (int p = 0; p < n; ++p) {
+    sendBytes[p] = static_cast<size_t>(t.splits[static_cast<size_t>(me) * n + p]) * rowBytes;
+    received[p] = t.splits[static_cast<size_t>(p) * n + me];
+    recvBytes[p] = static_cast<size_t>(received[p]) * rowBytes;
+    rows += received[p];
+  }
+  std::vector<int64_t> shape = t.shape;
+  shape[0] = rows;
+  OwnedTensor out = allocateTensor(r.dtype, std::move(shape));
+  static const uint8_t kNothing = 0;
+  const void* in = entries[0] ? entries[0]->input.data : &kNothing;
+  collectives::alltoallv(comm, in, sendBytes, out.view.data, recvBytes);
+  if (Entry* e = entries[0]) {
+    e->work->output(e->member) = std::move(out);
+    e->work->setReceivedSplits(std::move(received));
+  }
+}
+
+void Executor::reducescatter(const Response& r, Communicator& comm, const std::vector<Entry*>& entries) {
+  const DataType dtype = r.dtype;
+  const size_t esize = dataTypeSize(dtype);
+  const int n = comm.size();
+  const int me = comm.rank();
+  // Average was folded into postscale at enqueue; the collective always sums.
+  const ReduceOp op = ReduceOp::kSum;
+
+  if (r.tensors.size() == 1 && r.prescale == 1.0 && entries[0] != nullptr) {
+    const TensorInfo& t = r.tensors[0];
+    std::vector<size_t> counts(n);
+    for (int p = 0; p < n; ++p) counts[p] = static_cast<size_t>(reducescatterRows(t.shape[0], n, p) * t.rowElements());
+    collectives::reducescatter(comm, entries[0]->input.data, entries[0]->output.data, counts, dtype, op);
+    scale(entries[0]->output.data, counts[me], dtype, r.postscale);
+    return;
+  }
+
+  // Through the fusion buffer: rank 0's blocks of every tensor, then rank 1's, ...; the result
+  // block follows the input region.
+  std::vector<size_t> counts(n, 0);
+  size_t total = 0;
+  for (const auto& t : r.tensors) total += static_cast<size_t>(t.numElements());
+  for (int p = 0; p < n; ++p) {
+    for (const auto& t : r.tensors) counts[p] += static_cast<size_t>(reducescatterRows(t.shape[0], n, p) * t.rowElements());
+  }
+  uint8_t* buf = bytesOf(fusion_.reserve((total + counts[me]) * esize));
+  uint8_t* result = buf + total * esize;
+  size_t offset = 0;
+  for (int p = 0; p < n; ++p) {
+    for (size_t i = 0; i < r.tensors.size(); ++i) {
+      const TensorInfo& t = r.tensors[i];
+      size_t rowBytes = static_cast<size_t>(t.rowElements()) * esize;
+      int64_t firstRow = 0;
+      for (int q = 0; q < p; ++q) firstRow += reducescatterRows(t.shape[0], n, q);
+      size_t bytes = static_cast<size_t>(reducescatterRows(t.shape[0], n, p)) * rowBytes;
+      if (entries[i] != nullptr) {
+        if (bytes > 0) std::memcpy(buf + offset, static_cast<const uint8_t*>(entries[i]->input.data) + firstRow * rowBytes, bytes);
+      } else {
+        std::memset(buf + offset, 0, bytes);
+      }
+      offset += bytes;
+    }
+  }
+  scale(buf, total, dtype, r.prescale);
+  collectives::reducescatter(comm, buf, result, counts, dtype, op);
+  scale(result, counts[me], dtype, r.postscale);
+  offset = 0;
+  for (size_t i = 0; i < r.tensors.size(); ++i) {
+    const TensorInfo& t = r.tensors[i];
+    size_t bytes = static_cast<size_t>(reducescatterRows(t.shape[0], n, me) * t.rowElements()) * esize;
+    if (entries[i] != nullptr && bytes > 0) std::memcpy(entries[i]->output.data, result + offset, bytes);
+    offset += bytes;
+  }
+}
+
+}  // namespace hvd::engine

@@ -1,0 +1,49 @@
+// Executor: runs one agreed response on this rank through its process set's Communicator.
+//
+// Copies are kept to the minimum: a single allreduce is reduced in place in the caller's output
+// buffer (one input->output copy when not in place); fused responses go through the persistent
+// fusion buffer (copy in, one collective, copy out). Only allgather/alltoall outputs are
+// allocated per operation (their size is known only after negotiation).
+//
+// Background thread only. Transport/collective failures propagate as thrown hvd::Errors.
+#pragma once
+
+#include <vector>
+
+#include "engine/fusion.h"
+#include "engine/message.h"
+#include "engine/process_set_table.h"
+#include "engine/tensor_queue.h"
+
+namespace hvd::engine {
+
+class Executor {
+ public:
+  Executor() = default;
+
+  // Runs `response` (any data kind: allreduce, allgather, broadcast, alltoall, reducescatter,
+  // barrier) on `set`, of which this rank is a member. entries[i] is this rank's entry for
+  // response.tensors[i], or nullptr when this rank did not request it (a joined rank: it takes
+  // part with zeros). Engine-allocated outputs and received splits are stored in the entries'
+  // works; completing the works is the caller's job.
+  void run(const Response& response, ProcessSet& set, const std::vector<Entry*>& entries);
+
+  size_t fusionBufferBytes() const { return fusion_.capacity(); }
+
+ private:
+  void allreduce(const Response& r, Communicator& comm, const std::vector<Entry*>& entries);
+  void allgather(const Response& r, Communicator& comm, const std::vector<Entry*>& entries);
+  void broadcast(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries);
+  void alltoall(const Response& r, Communicator& comm, const std::vector<Entry*>& entries);
+  void reducescatter(const Response& r, Communicator& comm, const std::vector<Entry*>& entries);
+
+  FusionBuffer fusion_;
+};
+
+// Rows of dim 0 that set rank `r` of `n` gets in a reducescatter of `rows` rows (semantics §8.4).
+inline int64_t reducescatterRows(int64_t rows, int n, int r) { return rows / n + (r < rows % n ? 1 : 0); }
+
+// Engine-allocated tensor storage (64-byte aligned; at least one byte so data is never null).
+OwnedTensor allocateTensor(DataType dtype, std::vector<int64_t> shape);
+
+}  // namespace hvd::engine

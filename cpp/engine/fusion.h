@@ -1,0 +1,40 @@
+// Tensor fusion: planning (coordinator) and the fusion buffer (every rank's executor).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/message.h"
+
+namespace hvd::engine {
+
+struct FusionOptions {
+  int64_t threshold = 0;            // bytes; 0 = no fusion
+  bool disableGroupFusion = false;  // grouped ops fuse only within their own group
+};
+
+// Packs compatible single-tensor responses into fused ones (semantics.md §5): greedy from the
+// front, appending later compatible responses while the fused size stays within the threshold,
+// skipping incompatible ones (kept in order for later) as long as current + skipped bytes fit.
+// Fusable kinds: ALLREDUCE, REDUCESCATTER, ALLGATHER. Everything else passes through unchanged,
+// as do all responses when the threshold is 0.
+std::vector<Response> fuseResponses(std::vector<Response> responses, const FusionOptions& options);
+
+// One persistent, 64-byte aligned buffer that grows to the largest size requested (at most the
+// fusion threshold in practice) and is reused by every fused collective. Background thread only.
+class FusionBuffer {
+ public:
+  void* reserve(size_t bytes);
+  size_t capacity() const { return capacity_; }
+
+ private:
+  struct Free {
+    void operator()(void* p) const;
+  };
+  std::unique_ptr<void, Free> data_;
+  size_t capacity_ = 0;
+};
+
+}  // namespace hvd::engine

@@ -1,0 +1,325 @@
+#include "engine/message.h"
+
+#include <algorithm>
+
+#include "engine/wire.h"
+#include "horovod/errors.h"
+
+namespace hvd::engine {
+namespace {
+
+void writeRequest(WireWriter& w, const Request& r) {
+  w.u8(static_cast<uint8_t>(r.kind));
+  w.svarint(r.processSet);
+  w.str(r.name);
+  w.u8(static_cast<uint8_t>(r.dtype));
+  w.svarints(r.shape);
+  w.u8(static_cast<uint8_t>(r.op));
+  w.f64(r.prescale);
+  w.f64(r.postscale);
+  w.svarint(r.root);
+  w.svarints(r.splits);
+  w.str(r.group);
+  w.svarint(r.groupSize);
+  w.svarint(r.device);
+}
+
+Request readRequest(WireReader& in) {
+  Request r;
+  r.kind = static_cast<Kind>(in.u8());
+  r.processSet = static_cast<int32_t>(in.svarint());
+  r.name = in.str();
+  r.dtype = static_cast<DataType>(in.u8());
+  in.svarints(r.shape);
+  r.op = static_cast<ReduceOp>(in.u8());
+  r.prescale = in.f64();
+  r.postscale = in.f64();
+  r.root = static_cast<int32_t>(in.svarint());
+  in.svarints(r.splits);
+  r.group = in.str();
+  r.groupSize = static_cast<int32_t>(in.svarint());
+  r.device = static_cast<int32_t>(in.svarint());
+  return r;
+}
+
+// Hit ids go either as a bit vector over [min, max] or as delta-coded varints, whichever is
+// smaller; the steady state (ids of one training step, mostly contiguous) takes the bit vector.
+void writeIds(WireWriter& w, std::vector<uint32_t> ids) {
+  std::sort(ids.begin(), ids.end());
+  w.varint(ids.size());
+  if (ids.empty()) return;
+  uint32_t lo = ids.front(), hi = ids.back();
+  size_t bitmapBytes = (static_cast<size_t>(hi - lo) + 8) / 8;
+  size_t listBytes = ids.size() * 2;  // estimate: small deltas take one or two bytes
+  w.varint(lo);
+  if (bitmapBytes < listBytes) {
+    w.u8(1);
+    w.varint(hi - lo);
+    std::vector<uint8_t> bits(bitmapBytes, 0);
+    for (uint32_t id : ids) bits[(id - lo) / 8] |= static_cast<uint8_t>(1u << ((id - lo) % 8));
+    w.raw(bits.data(), bits.size());
+  } else {
+    w.u8(0);
+    for (size_t i = 1; i < ids.size(); ++i) w.varint(ids[i] - ids[i - 1]);
+  }
+}
+
+void readIds(WireReader& in, std::vector<uint32_t>& ids) {
+  size_t n = in.count();
+  ids.clear();
+  if (n == 0) return;
+  ids.reserve(n);
+  uint32_t lo = static_cast<uint32_t>(in.varint());
+  if (in.u8() == 1) {
+    uint64_t span = in.varint();
+    const uint8_t* bits = in.raw(static_cast<size_t>((span + 8) / 8));
+    for (uint64_t i = 0; i <= span; ++i) {
+      if (bits[i / 8] & (1u << (i % 8))) ids.push_back(lo + static_cast<uint32_t>(i));
+    }
+    if (ids.size() != n) throw Error("engine wire: bit vector does not match its count");
+  } else {
+    ids.push_back(lo);
+    for (size_t i = 1; i < n; ++i) ids.push_back(ids.back() + static_cast<uint32_t>(in.varint()));
+  }
+}
+
+void writeTensor(WireWriter& w, const TensorInfo& t) {
+  w.str(t.name);
+  w.varint(t.cacheId == kNoCacheId ? 0 : uint64_t(t.cacheId) + 1);
+  w.u8(t.cacheInsert ? 1 : 0);
+  w.svarints(t.shape);
+  w.svarints(t.firstDims);
+  w.svarints(t.splits);
+  w.str(t.group);
+  w.svarint(t.groupSize);
+}
+
+TensorInfo readTensor(WireReader& in) {
+  TensorInfo t;
+  t.name = in.str();
+  uint64_t id = in.varint();
+  t.cacheId = id == 0 ? kNoCacheId : static_cast<uint32_t>(id - 1);
+  t.cacheInsert = in.u8() != 0;
+  in.svarints(t.shape);
+  in.svarints(t.firstDims);
+  in.svarints(t.splits);
+  t.group = in.str();
+  t.groupSize = static_cast<int32_t>(in.svarint());
+  return t;
+}
+
+void writeResponse(WireWriter& w, const Response& r) {
+  w.u8(static_cast<uint8_t>(r.kind));
+  if (r.cachedForm || r.kind == Kind::kEvict) {
+    // Everything else is in the receiver's cache replica.
+    w.u8(1);
+    std::vector<uint32_t> ids;
+    ids.reserve(r.tensors.size());
+    for (const auto& t : r.tensors) ids.push_back(t.cacheId);
+    // Order matters for a fused response: keep it (delta coding of sorted ids is only used
+    // for hit lists), so write plain varints.
+    w.varint(ids.size());
+    for (uint32_t id : ids) w.varint(id);
+    return;
+  }
+  w.u8(0);
+  w.svarint(r.processSet);
+  w.u8(static_cast<uint8_t>(r.dtype));
+  w.u8(static_cast<uint8_t>(r.op));
+  w.f64(r.prescale);
+  w.f64(r.postscale);
+  w.svarint(r.root);
+  w.svarint(r.device);
+  w.varint(r.tensors.size());
+  for (const auto& t : r.tensors) writeTensor(w, t);
+  w.str(r.error);
+  w.svarint(r.lastJoined);
+  w.svarint(r.setId);
+  w.svarints(r.setRanks);
+}
+
+Response readResponse(WireReader& in) {
+  Response r;
+  r.kind = static_cast<Kind>(in.u8());
+  if (in.u8() == 1) {
+    r.cachedForm = r.kind != Kind::kEvict;
+    size_t n = in.count();
+    r.tensors.resize(n);
+    for (size_t i = 0; i < n; ++i) r.tensors[i].cacheId = static_cast<uint32_t>(in.varint());
+    return r;
+  }
+  r.processSet = static_cast<int32_t>(in.svarint());
+  r.dtype = static_cast<DataType>(in.u8());
+  r.op = static_cast<ReduceOp>(in.u8());
+  r.prescale = in.f64();
+  r.postscale = in.f64();
+  r.root = static_cast<int32_t>(in.svarint());
+  r.device = static_cast<int32_t>(in.svarint());
+  size_t n = in.count();
+  r.tensors.reserve(n);
+  for (size_t i = 0; i < n; ++i) r.tensors.push_back(readTensor(in));
+  r.error = in.str();
+  r.lastJoined = static_cast<int32_t>(in.svarint());
+  r.setId = static_cast<int32_t>(in.svarint());
+  in.svarints(r.setRanks);
+  return r;
+}
+
+}  // namespace
+
+const char* kindName(Kind kind) {
+  switch (kind) {
+    case Kind::kAllreduce: return "ALLREDUCE";
+    case Kind::kAllgather: return "ALLGATHER";
+    case Kind::kBroadcast: return "BROADCAST";
+    case Kind::kJoin: return "JOIN";
+    case Kind::kAdasum: return "ADASUM";
+    case Kind::kAlltoall: return "ALLTOALL";
+    case Kind::kBarrier: return "BARRIER";
+    case Kind::kReducescatter: return "REDUCESCATTER";
+    case Kind::kAddProcessSet: return "ADD_PROCESS_SET";
+    case Kind::kRemoveProcessSet: return "REMOVE_PROCESS_SET";
+    case Kind::kError: return "ERROR";
+    case Kind::kEvict: return "EVICT";
+  }
+  return "UNKNOWN";
+}
+
+int64_t TensorInfo::rowElements() const {
+  int64_t n = 1;
+  for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
+  return n;
+}
+
+int64_t TensorInfo::numElements() const {
+  int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+std::string shapeString(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+ErrorInfo ErrorInfo::fromException(std::exception_ptr error) {
+  ErrorInfo info;
+  try {
+    std::rethrow_exception(error);
+  } catch (const PeerLost& e) {
+    info.kind = ErrorKind::kPeerLost;
+    info.rank = e.rank();
+    info.message = e.what();
+  } catch (const InvalidArgument& e) {
+    info.kind = ErrorKind::kInvalidArgument;
+    info.message = e.what();
+  } catch (const MismatchError& e) {
+    info.kind = ErrorKind::kMismatch;
+    info.message = e.what();
+  } catch (const Timeout& e) {
+    info.kind = ErrorKind::kTimeout;
+    info.message = e.what();
+  } catch (const StoreError& e) {
+    info.kind = ErrorKind::kStore;
+    info.message = e.what();
+  } catch (const Aborted& e) {
+    info.kind = ErrorKind::kAborted;
+    info.message = e.what();
+  } catch (const std::exception& e) {
+    info.kind = ErrorKind::kError;
+    info.message = e.what();
+  } catch (...) {
+    info.kind = ErrorKind::kError;
+    info.message = "unknown error";
+  }
+  return info;
+}
+
+std::exception_ptr ErrorInfo::toException() const {
+  switch (kind) {
+    case ErrorKind::kPeerLost: return std::make_exception_ptr(PeerLost(rank, message));
+    case ErrorKind::kInvalidArgument: return std::make_exception_ptr(InvalidArgument(message));
+    case ErrorKind::kMismatch: return std::make_exception_ptr(MismatchError(message));
+    case ErrorKind::kTimeout: return std::make_exception_ptr(Timeout(message));
+    case ErrorKind::kStore: return std::make_exception_ptr(StoreError(message));
+    case ErrorKind::kAborted: return std::make_exception_ptr(Aborted(message));
+    case ErrorKind::kError: break;
+  }
+  return std::make_exception_ptr(Error(message));
+}
+
+void encode(const RequestList& list, std::vector<uint8_t>& out) {
+  out.clear();
+  WireWriter w(out);
+  w.u8(static_cast<uint8_t>(MessageType::kRequests));
+  w.varint(list.lastSeq);
+  w.u8(list.shutdown ? 1 : 0);
+  writeIds(w, list.hits);
+  w.varint(list.requests.size());
+  for (const auto& r : list.requests) writeRequest(w, r);
+}
+
+void encode(const ResponseList& list, std::vector<uint8_t>& out) {
+  out.clear();
+  WireWriter w(out);
+  w.u8(static_cast<uint8_t>(MessageType::kResponses));
+  w.varint(list.seq);
+  w.u8(list.shutdown ? 1 : 0);
+  w.varint(list.items.size());
+  for (const auto& r : list.items) writeResponse(w, r);
+}
+
+void encode(const ErrorInfo& info, std::vector<uint8_t>& out) {
+  out.clear();
+  WireWriter w(out);
+  w.u8(static_cast<uint8_t>(MessageType::kAbort));
+  w.u8(static_cast<uint8_t>(info.kind));
+  w.svarint(info.rank);
+  w.str(info.message);
+}
+
+MessageType messageType(const std::vector<uint8_t>& bytes) {
+  if (bytes.empty()) throw Error("engine wire: empty control message");
+  return static_cast<MessageType>(bytes[0]);
+}
+
+RequestList decodeRequestList(const std::vector<uint8_t>& bytes) {
+  WireReader in(bytes.data(), bytes.size());
+  in.u8();
+  RequestList list;
+  list.lastSeq = in.varint();
+  list.shutdown = in.u8() != 0;
+  readIds(in, list.hits);
+  size_t n = in.count();
+  list.requests.reserve(n);
+  for (size_t i = 0; i < n; ++i) list.requests.push_back(readRequest(in));
+  return list;
+}
+
+ResponseList decodeResponseList(const std::vector<uint8_t>& bytes) {
+  WireReader in(bytes.data(), bytes.size());
+  in.u8();
+  ResponseList list;
+  list.seq = in.varint();
+  list.shutdown = in.u8() != 0;
+  size_t n = in.count();
+  list.items.reserve(n);
+  for (size_t i = 0; i < n; ++i) list.items.push_back(readResponse(in));
+  return list;
+}
+
+ErrorInfo decodeErrorInfo(const std::vector<uint8_t>& bytes) {
+  WireReader in(bytes.data(), bytes.size());
+  in.u8();
+  ErrorInfo info;
+  info.kind = static_cast<ErrorKind>(in.u8());
+  info.rank = static_cast<int>(in.svarint());
+  info.message = in.str();
+  return info;
+}
+
+}  // namespace hvd::engine

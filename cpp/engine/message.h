@@ -1,0 +1,137 @@
+// Control-plane messages of the engine: what workers tell the coordinator (RequestList), what
+// the coordinator tells every rank (ResponseList), and the abort notice any rank sends when it
+// fails. Plain structs plus encode/decode; used only on the background threads.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "horovod/types.h"
+
+namespace hvd::engine {
+
+// Request kinds: the public OpType values, plus engine-internal collective kinds.
+enum class Kind : uint8_t {
+  kAllreduce = 0,
+  kAllgather = 1,
+  kBroadcast = 2,
+  kJoin = 3,
+  kAdasum = 4,
+  kAlltoall = 5,
+  kBarrier = 6,
+  kReducescatter = 7,
+  kAddProcessSet = 16,
+  kRemoveProcessSet = 17,
+  kError = 32,  // response only
+  kEvict = 33,  // response-list item only: drop cache ids on every rank
+};
+const char* kindName(Kind kind);  // "ALLREDUCE", ... as Horovod's RequestType_Name
+inline Kind kindOf(OpType t) { return static_cast<Kind>(static_cast<uint8_t>(t)); }
+
+constexpr uint32_t kNoCacheId = std::numeric_limits<uint32_t>::max();
+constexpr int kCpuDevice = -1;
+
+// One tensor's request, as a rank submits it.
+struct Request {
+  Kind kind = Kind::kAllreduce;
+  int32_t processSet = 0;
+  std::string name;
+  DataType dtype = DataType::kFloat32;
+  std::vector<int64_t> shape;
+  ReduceOp op = ReduceOp::kSum;
+  double prescale = 1.0;
+  double postscale = 1.0;  // reducescatter Average: already multiplied by 1/size
+  int32_t root = -1;       // broadcast: global rank
+  std::vector<int32_t> splits;  // alltoall: rows per set rank (normalized); add-set: ranks
+  std::string group;            // grouped ops: the group's base name ("" = not grouped)
+  int32_t groupSize = 0;
+  int32_t device = kCpuDevice;
+  int32_t rank = -1;  // global rank of the requester (filled in by the coordinator)
+};
+
+// One tensor of a response. For a tensor answered from the cache (Response::cachedForm) only
+// cacheId is sent; the receiver fills the rest from its cache replica.
+struct TensorInfo {
+  std::string name;
+  uint32_t cacheId = kNoCacheId;
+  bool cacheInsert = false;         // this response adds cacheId to every rank's cache
+  std::vector<int64_t> shape;       // the common shape (allgather/alltoall: requests[0]'s)
+  std::vector<int64_t> firstDims;   // allgather/alltoall: dim 0 of every set rank
+  std::vector<int32_t> splits;      // alltoall: set size x set size, row r = rank r's splits
+  std::string group;
+  int32_t groupSize = 0;
+
+  int64_t rowElements() const;  // product of dims >= 1
+  int64_t numElements() const;  // product of shape
+};
+
+struct Response {
+  Kind kind = Kind::kAllreduce;
+  int32_t processSet = 0;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  int32_t root = -1;
+  int32_t device = kCpuDevice;
+  std::vector<TensorInfo> tensors;
+  std::string error;               // kError
+  int32_t lastJoined = -1;         // kJoin
+  int32_t setId = -1;              // kAddProcessSet / kRemoveProcessSet
+  std::vector<int32_t> setRanks;   // kAddProcessSet
+  bool cachedForm = false;         // every tensor is a live cache id: encode ids only
+};
+
+// Worker -> coordinator. `hits` are cache ids of requests identical to their cached response.
+struct RequestList {
+  uint64_t lastSeq = 0;  // seq of the last ResponseList the sender processed
+  bool shutdown = false;
+  std::vector<uint32_t> hits;
+  std::vector<Request> requests;
+  bool empty() const { return !shutdown && hits.empty() && requests.empty(); }
+};
+
+// Coordinator -> every rank: the globally ordered work to do.
+struct ResponseList {
+  uint64_t seq = 0;
+  bool shutdown = false;
+  std::vector<Response> items;
+};
+
+// Any rank -> any rank: "I failed with this error".
+enum class ErrorKind : uint8_t {
+  kError = 0,
+  kInvalidArgument,
+  kMismatch,
+  kTimeout,
+  kPeerLost,
+  kStore,
+  kAborted,
+};
+struct ErrorInfo {
+  ErrorKind kind = ErrorKind::kError;
+  int rank = -1;  // kPeerLost: the lost rank
+  std::string message;
+
+  static ErrorInfo fromException(std::exception_ptr error);
+  // A fresh exception object of the right hvd::Error subclass.
+  std::exception_ptr toException() const;
+};
+
+enum class MessageType : uint8_t { kRequests = 1, kResponses = 2, kAbort = 3 };
+
+void encode(const RequestList& list, std::vector<uint8_t>& out);
+void encode(const ResponseList& list, std::vector<uint8_t>& out);
+void encode(const ErrorInfo& info, std::vector<uint8_t>& out);
+MessageType messageType(const std::vector<uint8_t>& bytes);  // throws on an empty message
+RequestList decodeRequestList(const std::vector<uint8_t>& bytes);
+ResponseList decodeResponseList(const std::vector<uint8_t>& bytes);
+ErrorInfo decodeErrorInfo(const std::vector<uint8_t>& bytes);
+
+// "[a, b, c]" as Horovod's TensorShape::DebugString.
+std::string shapeString(const std::vector<int64_t>& shape);
+
+}  // namespace hvd::engine

@@ -1,0 +1,227 @@
+#include "engine/negotiation.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace hvd::engine {
+namespace {
+
+bool isReduction(Kind k) { return k == Kind::kAllreduce || k == Kind::kAdasum || k == Kind::kReducescatter; }
+
+// Horovod scales on the CPU only for these types ("not supported by ScaleBufferCPUImpl").
+bool scalable(DataType t) { return t != DataType::kUInt16 && t != DataType::kInt16 && t != DataType::kBool; }
+
+Response errorResponse(const Request& first, std::string message) {
+  Response r;
+  r.kind = Kind::kError;
+  r.processSet = first.processSet;
+  r.dtype = first.dtype;
+  TensorInfo t;
+  t.name = first.name;
+  r.tensors.push_back(std::move(t));
+  r.error = std::move(message);
+  return r;
+}
+
+// Returns the first mismatch message, or "" when the requests agree.
+std::string validate(const std::vector<Request>& requests, const NegotiationContext& ctx) {
+  const Request& first = requests[0];
+  std::ostringstream msg;
+  const size_t n = requests.size();
+
+  for (size_t i = 1; i < n; ++i) {
+    if (requests[i].dtype != first.dtype) {
+      msg << "Mismatched data types: One rank had type " << dataTypeName(first.dtype)
+          << ", but another rank had type " << dataTypeName(requests[i].dtype) << ".";
+      return msg.str();
+    }
+  }
+  for (size_t i = 1; i < n; ++i) {
+    if (requests[i].kind != first.kind) {
+      msg << "Mismatched operations: One rank did an " << kindName(first.kind) << ", but another rank did an "
+          << kindName(requests[i].kind) << ".";
+      return msg.str();
+    }
+  }
+  const Kind kind = first.kind;
+  if (isReduction(kind) || kind == Kind::kBroadcast) {
+    for (size_t i = 1; i < n; ++i) {
+      if (requests[i].shape != first.shape) {
+        msg << "Mismatched " << kindName(kind) << " tensor shapes: One rank sent a tensor of shape "
+            << shapeString(first.shape) << ", but another rank sent a tensor of shape "
+            << shapeString(requests[i].shape) << ".";
+        return msg.str();
+      }
+    }
+  }
+  if (isReduction(kind)) {
+    for (size_t i = 1; i < n; ++i) {
+      if (requests[i].prescale != first.prescale || requests[i].postscale != first.postscale) {
+        msg << "Mismatched prescale and/or postscale factors: One rank sent factors (" << first.prescale << ", "
+            << first.postscale << "), but another rank sent factors (" << requests[i].prescale << ", "
+            << requests[i].postscale << ").";
+        return msg.str();
+      }
+    }
+  }
+  if (kind == Kind::kAllreduce) {
+    for (size_t i = 1; i < n; ++i) {
+      if (requests[i].op != first.op) {
+        msg << "Mismatched reduction operation: One rank sent reduction op " << static_cast<int>(first.op)
+            << ", but another rank sent reduction op " << static_cast<int>(requests[i].op) << ".";
+        return msg.str();
+      }
+    }
+  }
+  if (kind == Kind::kAllgather || kind == Kind::kAlltoall) {
+    if (ctx.joinedCount > 0) {
+      return kind == Kind::kAllgather ? "Allgather is not supported with Join at this time. Specify "
+                                        "sparse_to_dense=True if using DistributedOptimizer"
+                                      : "Alltoall is not supported with Join at this time.";
+    }
+    if (first.shape.empty()) {
+      msg << "Process-set rank zero tried to " << kindName(kind) << " a rank-zero tensor.";
+      return msg.str();
+    }
+    for (size_t i = 1; i < n; ++i) {
+      const auto& shape = requests[i].shape;
+      if (shape.size() != first.shape.size()) {
+        msg << "Mismatched " << kindName(kind) << " tensor shapes: One rank sent a tensor of rank "
+            << first.shape.size() << ", but another rank sent a tensor of rank " << shape.size() << ".";
+        return msg.str();
+      }
+      for (size_t d = 1; d < shape.size(); ++d) {
+        if (shape[d] != first.shape[d]) {
+          msg << "Mismatched " << kindName(kind) << " tensor shapes: One rank sent a tensor with dimension " << d
+              << " equal to " << first.shape[d] << ", but another rank sent a tensor with dimension " << d
+              << " equal to " << shape[d] << ".";
+          return msg.str();
+        }
+      }
+    }
+  }
+  if (kind == Kind::kReducescatter) {
+    if (ctx.joinedCount > 0) return "Reducescatter is not supported with Join at this time.";
+    if (first.shape.empty()) {
+      msg << "Process-set rank zero tried to " << kindName(kind) << " a rank-zero tensor.";
+      return msg.str();
+    }
+    int64_t elements = 1;
+    for (auto d : first.shape) elements *= d;
+    int64_t bytes = elements * static_cast<int64_t>(dataTypeSize(first.dtype));
+    if (first.prescale != 1.0 && bytes > ctx.fusionThreshold) {
+      msg << "Reducescatter with prescale_factor == " << first.prescale
+          << " != 1.0: The fusion buffer is not large enough to hold the input tensor (" << bytes
+          << " bytes); increase HOROVOD_FUSION_THRESHOLD.";
+      return msg.str();
+    }
+  }
+  if (kind == Kind::kBroadcast) {
+    if (ctx.joinedCount > 0) return "Broadcast is not supported with Join at this time.";
+    for (size_t i = 1; i < n; ++i) {
+      if (requests[i].root != first.root) {
+        msg << "Mismatched " << kindName(kind) << " root ranks: One rank specified root rank " << first.root
+            << ", but another rank specified root rank " << requests[i].root << ".";
+        return msg.str();
+      }
+    }
+  }
+  bool firstCpu = first.device == kCpuDevice;
+  for (size_t i = 1; i < n; ++i) {
+    bool cpu = requests[i].device == kCpuDevice;
+    if (cpu != firstCpu) {
+      msg << "Mismatched " << kindName(kind) << " CPU/GPU device selection: One rank specified device "
+          << (firstCpu ? "CPU" : "GPU") << ", but another rank specified device " << (cpu ? "CPU" : "GPU") << ".";
+      return msg.str();
+    }
+  }
+  if (kind == Kind::kAddProcessSet || kind == Kind::kRemoveProcessSet) {
+    for (size_t i = 1; i < n; ++i) {
+      if (requests[i].splits != first.splits) {
+        return kind == Kind::kAddProcessSet
+                   ? "Mismatched add_process_set: ranks called it with different rank lists."
+                   : "Mismatched remove_process_set: ranks called it with different process set ids.";
+      }
+    }
+  }
+  // Beyond Horovod's table: checks whose failure would otherwise surface only at execution.
+  if (kind == Kind::kAdasum) return "Adasum is not supported yet";
+  if (isReduction(kind) && !scalable(first.dtype) &&
+      (first.prescale != 1.0 || first.postscale != 1.0 || first.op == ReduceOp::kAverage)) {
+    msg << "Type " << dataTypeName(first.dtype) << " not supported by ScaleBufferCPUImpl.";
+    return msg.str();
+  }
+  if (kind == Kind::kAlltoall) {
+    size_t setSize = ctx.setRanks->size();
+    for (const auto& r : requests) {
+      if (r.splits.size() != setSize) return "Number of entries in splits does not equal number of workers.";
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+int setIndexOf(const std::vector<int>& setRanks, int globalRank) {
+  auto it = std::lower_bound(setRanks.begin(), setRanks.end(), globalRank);
+  if (it == setRanks.end() || *it != globalRank) return -1;
+  return static_cast<int>(it - setRanks.begin());
+}
+
+Response constructResponse(const std::vector<Request>& requests, const NegotiationContext& ctx) {
+  const Request& first = requests[0];
+  std::string error = validate(requests, ctx);
+  if (!error.empty()) return errorResponse(first, std::move(error));
+
+  Response r;
+  r.kind = first.kind;
+  r.processSet = first.processSet;
+  r.dtype = first.dtype;
+  r.op = first.op;
+  r.prescale = first.prescale;
+  r.postscale = first.postscale;
+  r.root = first.root;
+  r.device = first.device;
+  TensorInfo t;
+  t.name = first.name;
+  t.shape = first.shape;
+  t.group = first.group;
+  t.groupSize = first.groupSize;
+  const std::vector<int>& setRanks = *ctx.setRanks;
+  const size_t setSize = setRanks.size();
+  if (r.kind == Kind::kAllgather || r.kind == Kind::kAlltoall) {
+    t.firstDims.assign(setSize, 0);
+    if (r.kind == Kind::kAlltoall) t.splits.assign(setSize * setSize, 0);
+    for (const auto& req : requests) {
+      int idx = setIndexOf(setRanks, req.rank);
+      if (idx < 0) continue;
+      t.firstDims[idx] = req.shape.empty() ? 0 : req.shape[0];
+      if (r.kind == Kind::kAlltoall) {
+        std::copy(req.splits.begin(), req.splits.end(), t.splits.begin() + static_cast<ptrdiff_t>(idx * setSize));
+      }
+    }
+  } else if (r.kind == Kind::kAddProcessSet) {
+    r.setRanks = first.splits;
+  } else if (r.kind == Kind::kRemoveProcessSet) {
+    r.setId = first.splits.empty() ? -1 : first.splits[0];
+  }
+  r.tensors.push_back(std::move(t));
+  return r;
+}
+
+int64_t fusionBytes(const Response& response) {
+  int64_t total = 0;
+  const int64_t elem = static_cast<int64_t>(dataTypeSize(response.dtype));
+  for (const auto& t : response.tensors) {
+    if (response.kind == Kind::kAllgather) {
+      int64_t rows = 0;
+      for (auto d : t.firstDims) rows += d;
+      total += rows * t.rowElements() * elem;
+    } else {
+      total += t.numElements() * elem;
+    }
+  }
+  return total;
+}
+
+}  // namespace hvd::engine

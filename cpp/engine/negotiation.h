@@ -1,0 +1,30 @@
+// Negotiation: turning the requests that every rank made for one name into one Response.
+// Pure functions, run by the coordinator; the checks and messages are Horovod's (semantics.md §3):
+// each check runs over all requests before the next check, and the first mismatch wins.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/message.h"
+
+namespace hvd::engine {
+
+struct NegotiationContext {
+  const std::vector<int>* setRanks = nullptr;  // ascending global ranks of the process set
+  int joinedCount = 0;                         // ranks joined (global set only)
+  int64_t fusionThreshold = 0;
+};
+
+// `requests` are all requests for one (process set, name), requests[0] being the first one the
+// coordinator saw. Returns a response of the requests' kind, or a kError response carrying the
+// mismatch message (tensors[0].name set in both cases).
+Response constructResponse(const std::vector<Request>& requests, const NegotiationContext& context);
+
+// Index of `globalRank` in the sorted member list, or -1.
+int setIndexOf(const std::vector<int>& setRanks, int globalRank);
+
+// Bytes a response occupies in the fusion buffer (all ranks' rows for allgather).
+int64_t fusionBytes(const Response& response);
+
+}  // namespace hvd::engine

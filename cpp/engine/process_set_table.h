@@ -1,0 +1,53 @@
+// ProcessSetTable: this rank's registered process sets (id 0 = all ranks). Read by enqueueing
+// threads (validation) and the background thread; changed only by the background thread when it
+// processes an add/remove response, and by init. Each set this rank belongs to has a
+// Communicator over the job's transport.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <shared_mutex>
+#include <vector>
+
+#include "collectives/communicator.h"
+
+namespace hvd::engine {
+
+struct ProcessSet {
+  int32_t id = 0;
+  std::vector<int> ranks;  // ascending global ranks
+  int myIndex = -1;        // this rank's set rank, -1 if not a member
+  std::unique_ptr<Communicator> comm;  // members only
+};
+
+// What enqueue-time validation needs, copied out under the lock.
+struct ProcessSetInfo {
+  int size = 0;
+  int myIndex = -1;
+  bool rootIsMember = false;  // for the `root` passed to lookup()
+};
+
+class ProcessSetTable {
+ public:
+  explicit ProcessSetTable(int myRank) : myRank_(myRank) {}
+
+  void add(int32_t id, std::vector<int> ranks, Transport* transport, std::chrono::milliseconds timeout);
+  void remove(int32_t id);
+  // Any thread.
+  std::optional<ProcessSetInfo> lookup(int32_t id, int root = -1) const;
+  std::optional<std::vector<int>> ranks(int32_t id) const;
+  std::vector<int> ids() const;
+  // Id of a registered set with exactly these ranks, or -1.
+  int32_t find(const std::vector<int>& ranks) const;
+  // Background thread only (the table is not changed concurrently with it).
+  ProcessSet* get(int32_t id);
+  void clear();
+
+ private:
+  int myRank_;
+  mutable std::shared_mutex mu_;
+  std::map<int32_t, std::unique_ptr<ProcessSet>> sets_;
+};
+
+}  // namespace hvd::engine

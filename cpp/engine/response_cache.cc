@@ -1,0 +1,196 @@
+#include "engine/response_cache.h"
+
+#include <algorithm>
+
+#include "common/logging.h"
+
+namespace hvd::engine {
+namespace {
+
+bool perRankShape(Kind k) { return k == Kind::kAllgather || k == Kind::kAlltoall; }
+
+}  // namespace
+
+CacheEntry CacheEntry::fromResponse(const Response& response, const TensorInfo& tensor) {
+  CacheEntry e;
+  e.kind = response.kind;
+  e.processSet = response.processSet;
+  e.dtype = response.dtype;
+  e.op = response.op;
+  e.prescale = response.prescale;
+  e.postscale = response.postscale;
+  e.root = response.root;
+  e.device = response.device;
+  e.tensor = tensor;
+  e.tensor.cacheInsert = false;
+  return e;
+}
+
+bool CacheEntry::matches(const Request& r, int setIndex) const {
+  if (r.kind != kind || r.processSet != processSet || r.dtype != dtype || r.op != op ||
+      r.prescale != prescale || r.postscale != postscale || r.root != root || r.device != device ||
+      r.group != tensor.group || r.groupSize != tensor.groupSize || r.name != tensor.name) {
+    return false;
+  }
+  if (!perRankShape(kind)) return r.shape == tensor.shape;
+  if (setIndex < 0 || static_cast<size_t>(setIndex) >= tensor.firstDims.size()) return false;
+  if (r.shape.size() != tensor.shape.size() || r.shape.empty()) return false;
+  if (r.shape[0] != tensor.firstDims[setIndex]) return false;
+  if (!std::equal(r.shape.begin() + 1, r.shape.end(), tensor.shape.begin() + 1)) return false;
+  if (kind == Kind::kAlltoall) {
+    size_t n = tensor.firstDims.size();
+    if (r.splits.size() != n) return false;
+    return std::equal(r.splits.begin(), r.splits.end(), tensor.splits.begin() + static_cast<ptrdiff_t>(setIndex * n));
+  }
+  return true;
+}
+
+Request CacheEntry::requestFor(int setIndex, int globalRank) const {
+  Request r;
+  r.kind = kind;
+  r.processSet = processSet;
+  r.name = tensor.name;
+  r.dtype = dtype;
+  r.shape = tensor.shape;
+  r.op = op;
+  r.prescale = prescale;
+  r.postscale = postscale;
+  r.root = root;
+  r.group = tensor.group;
+  r.groupSize = tensor.groupSize;
+  r.device = device;
+  r.rank = globalRank;
+  if (perRankShape(kind) && setIndex >= 0 && static_cast<size_t>(setIndex) < tensor.firstDims.size()) {
+    r.shape[0] = tensor.firstDims[setIndex];
+    if (kind == Kind::kAlltoall) {
+      size_t n = tensor.firstDims.size();
+      auto row = tensor.splits.begin() + static_cast<ptrdiff_t>(setIndex * n);
+      r.splits.assign(row, row + static_cast<ptrdiff_t>(n));
+    }
+  }
+  return r;
+}
+
+// ---- CacheReplica ---------------------------------------------------------------------------
+
+uint32_t CacheReplica::lookup(const Request& request, int setIndex) const {
+  if (byName_.empty()) return kNoCacheId;
+  auto it = byName_.find(NameKey{request.processSet, request.name});
+  if (it == byName_.end()) return kNoCacheId;
+  auto e = entries_.find(it->second);
+  if (e == entries_.end() || !e->second.matches(request, setIndex)) return kNoCacheId;
+  return it->second;
+}
+
+const CacheEntry* CacheReplica::get(uint32_t id) const {
+  auto it = entries_.find(id);
+  return it == entries_.end() ? nullptr : &it->second;
+}
+
+void CacheReplica::insert(uint32_t id, CacheEntry entry) {
+  entry.tensor.cacheId = id;
+  byName_[NameKey{entry.processSet, entry.tensor.name}] = id;
+  entries_[id] = std::move(entry);
+}
+
+void CacheReplica::erase(uint32_t id) {
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return;
+  auto name = byName_.find(NameKey{it->second.processSet, it->second.tensor.name});
+  if (name != byName_.end() && name->second == id) byName_.erase(name);
+  entries_.erase(it);
+}
+
+// ---- CoordinatorCache -----------------------------------------------------------------------
+
+const CacheEntry* CoordinatorCache::find(uint32_t id, bool* live) const {
+  auto it = slots_.find(id);
+  if (it == slots_.end()) return nullptr;
+  if (live) *live = it->second.live;
+  return &it->second.entry;
+}
+
+uint32_t CoordinatorCache::liveId(int32_t processSet, const std::string& name) const {
+  if (byName_.empty()) return kNoCacheId;
+  auto it = byName_.find(NameKey{processSet, name});
+  return it == byName_.end() ? kNoCacheId : it->second;
+}
+
+void CoordinatorCache::touch(uint32_t id) {
+  auto it = slots_.find(id);
+  if (it != slots_.end()) it->second.lastUse = ++clock_;
+}
+
+uint32_t CoordinatorCache::insert(CacheEntry entry, uint64_t seq, std::vector<uint32_t>& evicted) {
+  const int32_t ps = entry.processSet;
+  if (liveCount_[ps] >= capacity_) {
+    uint32_t victim = kNoCacheId;
+    uint64_t oldest = UINT64_MAX;
+    for (const auto& [id, slot] : slots_) {
+      if (slot.live && slot.entry.processSet == ps && slot.lastUse < oldest) {
+        oldest = slot.lastUse;
+        victim = id;
+      }
+    }
+    if (victim != kNoCacheId) {
+      if (!warned_) {
+        warned_ = true;
+        HVD_LOG(Warning) << "A response has been evicted from cache which may indicate reduced performance. Better "
+                            "performance may be obtained by disabling caching (HOROVOD_CACHE_CAPACITY=0) or "
+                            "increasing the cache capacity (HOROVOD_CACHE_CAPACITY>"
+                         << capacity_ << ").";
+      }
+      evict(victim, seq);
+      evicted.push_back(victim);
+    }
+  }
+  uint32_t id = nextId_++;
+  entry.tensor.cacheId = id;
+  byName_[NameKey{ps, entry.tensor.name}] = id;
+  Slot slot;
+  slot.entry = std::move(entry);
+  slot.lastUse = ++clock_;
+  slots_.emplace(id, std::move(slot));
+  liveCount_[ps]++;
+  return id;
+}
+
+void CoordinatorCache::evict(uint32_t id, uint64_t seq) {
+  auto it = slots_.find(id);
+  if (it == slots_.end() || !it->second.live) return;
+  Slot& slot = it->second;
+  slot.live = false;
+  slot.evictedAt = seq;
+  liveCount_[slot.entry.processSet]--;
+  auto name = byName_.find(NameKey{slot.entry.processSet, slot.entry.tensor.name});
+  if (name != byName_.end() && name->second == id) byName_.erase(name);
+  tombstones_.push_back(id);
+}
+
+void CoordinatorCache::evictProcessSet(int32_t processSet, uint64_t seq, std::vector<uint32_t>& evicted) {
+  std::vector<uint32_t> ids;
+  for (const auto& [id, slot] : slots_) {
+    if (slot.live && slot.entry.processSet == processSet) ids.push_back(id);
+  }
+  std::sort(ids.begin(), ids.end());
+  for (uint32_t id : ids) {
+    evict(id, seq);
+    evicted.push_back(id);
+  }
+}
+
+void CoordinatorCache::forgetTombstones(uint64_t seqSeenByAll) {
+  if (tombstones_.empty()) return;
+  auto keep = tombstones_.begin();
+  for (uint32_t id : tombstones_) {
+    auto it = slots_.find(id);
+    if (it != slots_.end() && it->second.evictedAt <= seqSeenByAll) {
+      slots_.erase(it);
+    } else {
+      *keep++ = id;
+    }
+  }
+  tombstones_.erase(keep, tombstones_.end());
+}
+
+}  // namespace hvd::engine

@@ -1,0 +1,106 @@
+// Response cache (semantics.md §4). After a name has been negotiated once with every member of
+// its process set taking part, the coordinator gives its response a cache id that every rank
+// records. From then on a rank whose request is identical (same kind, dtype, shape, factors, op,
+// root, splits, group) sends only that id (bits in a vector), and the coordinator answers with
+// ids; no names or shapes travel.
+//
+// Ids are assigned by the coordinator and never reused, so an id always means one
+// (process set, name, parameters). Two views:
+//  * CacheReplica: on every rank (rank 0 included), updated only by processing response lists,
+//    in list order; used to decide hits and to expand id-only responses.
+//  * CoordinatorCache: rank 0's authoritative copy with LRU and per-set capacity. An evicted entry
+//    stays as a tombstone until every rank has processed the list announcing the eviction, so a
+//    hit that crossed the eviction on the wire can still be resolved (and renegotiated).
+// Background thread only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/message.h"
+
+namespace hvd::engine {
+
+struct CacheEntry {
+  Kind kind = Kind::kAllreduce;
+  int32_t processSet = 0;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  int32_t root = -1;
+  int32_t device = kCpuDevice;
+  TensorInfo tensor;  // cacheInsert false, cacheId = the entry's id
+
+  static CacheEntry fromResponse(const Response& response, const TensorInfo& tensor);
+  // Whether `request`, made by the member at `setIndex`, is identical to what was cached.
+  bool matches(const Request& request, int setIndex) const;
+  // The request the member at `setIndex` made (to renegotiate from a hit).
+  Request requestFor(int setIndex, int globalRank) const;
+};
+
+// Key of a name within a process set.
+struct NameKey {
+  int32_t processSet = 0;
+  std::string name;
+  bool operator==(const NameKey& o) const { return processSet == o.processSet && name == o.name; }
+};
+struct NameKeyHash {
+  size_t operator()(const NameKey& k) const {
+    return std::hash<std::string>()(k.name) * 31 + static_cast<size_t>(k.processSet);
+  }
+};
+
+class CacheReplica {
+ public:
+  // The id of (processSet, name) if cached and identical to `request`, else kNoCacheId.
+  uint32_t lookup(const Request& request, int setIndex) const;
+  const CacheEntry* get(uint32_t id) const;
+  void insert(uint32_t id, CacheEntry entry);
+  void erase(uint32_t id);
+  size_t size() const { return entries_.size(); }
+
+ private:
+  std::unordered_map<uint32_t, CacheEntry> entries_;
+  std::unordered_map<NameKey, uint32_t, NameKeyHash> byName_;
+};
+
+class CoordinatorCache {
+ public:
+  explicit CoordinatorCache(int64_t capacity) : capacity_(capacity) {}
+  bool enabled() const { return capacity_ > 0; }
+
+  // Live entry or tombstone; nullptr if unknown. `live` tells which.
+  const CacheEntry* find(uint32_t id, bool* live) const;
+  // Live id of (processSet, name), or kNoCacheId.
+  uint32_t liveId(int32_t processSet, const std::string& name) const;
+  void touch(uint32_t id);
+  // Adds an entry and returns its id. Evicts the set's least recently used entry when the set is
+  // at capacity (logging Horovod's warning once); evicted ids are appended to `evicted`.
+  uint32_t insert(CacheEntry entry, uint64_t seq, std::vector<uint32_t>& evicted);
+  // Turns a live entry into a tombstone (announced in list `seq`).
+  void evict(uint32_t id, uint64_t seq);
+  void evictProcessSet(int32_t processSet, uint64_t seq, std::vector<uint32_t>& evicted);
+  // Drops tombstones every rank has heard about (all processed lists up to `seq`).
+  void forgetTombstones(uint64_t seqSeenByAll);
+
+ private:
+  struct Slot {
+    CacheEntry entry;
+    uint64_t lastUse = 0;
+    bool live = true;
+    uint64_t evictedAt = 0;
+  };
+  int64_t capacity_;
+  uint32_t nextId_ = 0;
+  uint64_t clock_ = 0;
+  bool warned_ = false;
+  std::unordered_map<uint32_t, Slot> slots_;
+  std::unordered_map<NameKey, uint32_t, NameKeyHash> byName_;  // live only
+  std::unordered_map<int32_t, int64_t> liveCount_;             // per process set
+  std::vector<uint32_t> tombstones_;
+};
+
+}  // namespace hvd::engine

@@ -1,0 +1,183 @@
+// Runtime: one rank's Horovod engine. Owns the config, the rendezvous store, the transport, the
+// process-set table, the tensor queue, the coordinator (rank 0), the response-cache replica, the
+// executor with its fusion buffer, and ONE background thread. No globals: tests run several
+// Runtimes in one process (threads as ranks) over one MemoryStore and the "local" transport;
+// only cpp/api keeps a default instance for the free functions of horovod.h.
+//
+// Lifecycle: construct -> init() (blocks until every rank is in) -> collectives from any thread
+// -> shutdown() (or the destructor). A Runtime is initialized at most once; to re-init, build a
+// new one over the same store (a per-rank round counter in the store keeps rounds apart, so
+// init -> shutdown -> init gives the same rank/size and works).
+//
+// The background thread loop (runtime_loop.cc): wait for a message or a wake-up (bounded, only
+// so that it never blocks forever), drain newly enqueued requests, send them to the coordinator
+// (rank 0: negotiate), and execute response lists in the order the coordinator emitted them.
+//
+// Failure: an exception from the transport or a collective is fatal for the Runtime: the
+// current, pending and later operations fail with that error (a PeerLost stays a PeerLost), the
+// other ranks get a best-effort abort notice, and the loop stops. shutdown() on any rank stops
+// the loop on every rank; pending and later operations fail with Horovod's shutdown message.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/config.h"
+#include "engine/coordinator.h"
+#include "engine/executor.h"
+#include "engine/message.h"
+#include "engine/process_set_table.h"
+#include "engine/response_cache.h"
+#include "engine/tensor_queue.h"
+#include "horovod/horovod.h"
+#include "store/store.h"
+#include "transport/transport.h"
+
+namespace hvd::engine {
+
+// Horovod's message for operations on a shut-down engine (python-api.md §0.4).
+extern const char kShutdownMessage[];
+// Thrown by operations before init (and getters raise it as InvalidArgument).
+extern const char kNotInitializedMessage[];
+
+struct Topology {
+  int rank = 0;
+  int size = 1;
+  int localRank = 0;
+  int localSize = 1;
+  int crossRank = 0;
+  int crossSize = 1;
+  bool homogeneous = true;
+  std::vector<std::string> hostOf;  // per global rank
+};
+
+// Counters for tests and benchmarks (approximate while the loop runs).
+struct RuntimeStats {
+  uint64_t controlMessagesSent = 0;
+  uint64_t controlBytesSent = 0;
+  uint64_t responseLists = 0;   // lists processed
+  uint64_t responses = 0;       // data responses executed (a fused one counts once)
+  uint64_t tensors = 0;         // tensors in those responses
+  uint64_t cachedTensors = 0;   // tensors that arrived as cache ids
+  uint64_t hitsSent = 0;        // requests sent as cache hits
+  uint64_t fullRequestsSent = 0;
+  size_t fusionBufferBytes = 0;
+};
+
+class Runtime {
+ public:
+  // `store`: the rendezvous store to use (tests inject a shared MemoryStore); nullptr = choose
+  // from the config (TcpStore to horovodrun's server, FileStore in HOROVOD_RENDEZVOUS_DIR,
+  // MemoryStore for a single rank).
+  explicit Runtime(Config config, std::shared_ptr<Store> store = nullptr);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  // Joins the job; blocks until every rank has. Throws InvalidArgument (bad options, process
+  // sets differing between ranks), StoreError/Timeout (rendezvous). Call once.
+  void init(const InitOptions& options = {});
+  // Stops the engine on every rank (propagated through the coordinator); pending operations
+  // fail with Aborted(kShutdownMessage). Idempotent; bounded by the configured timeout.
+  void shutdown();
+  // init() done and shutdown() not called on this rank (a remote shutdown keeps it true; later
+  // operations then fail with the shutdown error).
+  bool initialized() const { return initialized_.load(); }
+
+  const Topology& topology() const { return topology_; }
+  const Config& config() const { return config_; }
+  const std::string& jobId() const { return jobId_; }
+
+  // ---- Process sets (collective over all ranks, issued in the same order everywhere) --------
+  int addProcessSet(std::vector<int> ranks);
+  bool removeProcessSet(int processSetId);
+  std::vector<int> processSetRanks(int processSetId) const;
+  std::vector<int> processSetIds() const;
+
+  // ---- Collectives: see horovod.h for the contracts ----------------------------------------
+  WorkPtr allreduce(const TensorView& in, const TensorView& out, const Options& options);
+  WorkPtr groupedAllreduce(const std::vector<TensorView>& in, const std::vector<TensorView>& out,
+                           const Options& options);
+  WorkPtr allgather(const TensorView& in, const Options& options);
+  WorkPtr groupedAllgather(const std::vector<TensorView>& in, const Options& options);
+  WorkPtr broadcast(const TensorView& tensor, const Options& options);
+  WorkPtr alltoall(const TensorView& in, const Options& options);
+  WorkPtr reducescatter(const TensorView& in, const TensorView& out, const Options& options);
+  WorkPtr groupedReducescatter(const std::vector<TensorView>& in, const std::vector<TensorView>& out,
+                               const Options& options);
+  WorkPtr barrier(int processSet);
+  WorkPtr join();
+
+  RuntimeStats stats() const;
+
+ private:
+  // ---- init (runtime_init.cc) ----
+  void bootstrap(const InitOptions& options);
+  std::shared_ptr<Store> makeStore();
+  void computeTopology(const std::vector<std::string>& hosts);
+  // ---- enqueue (runtime_enqueue.cc) ----
+  WorkPtr enqueue(std::vector<EntryPtr> entries, std::shared_ptr<WorkImpl> work);
+  EntryPtr makeEntry(Kind kind, const char* opName, const TensorView& in, const TensorView& out,
+                     const Options& options, const std::string& name, const ProcessSetInfo& set);
+  ProcessSetInfo checkProcessSet(const char* opName, int processSet, int root = -1) const;
+  std::string autoName(const std::string& name);
+  void checkRunning() const;
+  // ---- background thread (runtime_loop.cc) ----
+  void loop();
+  bool step();  // returns true when the loop must end (shutdown processed)
+  void collectRequests(RequestList& out);
+  void postRequests(RequestList& list);
+  bool processList(ResponseList& list);
+  void processResponse(Response& response);
+  void runData(Response& response);
+  void expandCached(Response& response);
+  Entry* findEntry(const Response& response, const TensorInfo& tensor);
+  void completeEntry(Entry* entry, std::exception_ptr error);
+  void failAll(const ErrorInfo& reason);
+  void onFatal(std::exception_ptr error, bool notifyPeers);
+  void pinThread();
+
+  Config config_;
+  std::shared_ptr<Store> store_;
+  std::shared_ptr<Store> roundStore_;
+  Topology topology_;
+  std::string jobId_;
+  int64_t fusionThreshold_ = 0;
+  std::unique_ptr<Transport> transport_;
+  ProcessSetTable sets_;
+  TensorQueue queue_;
+  std::unique_ptr<Coordinator> coordinator_;  // rank 0
+  CacheReplica replica_;
+  Executor executor_;
+
+  // Background-thread state.
+  std::unordered_map<NameKey, EntryPtr, NameKeyHash> pending_;
+  std::unordered_map<uint32_t, Entry*> byCacheId_;
+  std::vector<EntryPtr> drained_;
+  std::vector<Entry*> entriesScratch_;
+  std::vector<uint8_t> sendBuffer_;
+  uint64_t lastSeq_ = 0;
+  bool shutdownSent_ = false;
+
+  // Lifecycle.
+  std::mutex lifecycleMu_;
+  std::atomic<bool> initialized_{false};
+  std::atomic<bool> shutdownRequested_{false};
+  std::thread thread_;
+  std::mutex exitMu_;
+  std::condition_variable exitCv_;
+  bool loopExited_ = true;
+  std::atomic<uint64_t> nonameCounter_{0};
+
+  // Stats (written by the background thread).
+  mutable std::mutex statsMu_;
+  RuntimeStats stats_;
+};
+
+}  // namespace hvd::engine

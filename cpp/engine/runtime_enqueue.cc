@@ -1,0 +1,319 @@
+// Runtime: enqueueing (any thread). Validates synchronously with Horovod's messages, builds the
+// entries, pushes them on the TensorQueue and wakes the background thread.
+#include <algorithm>
+#include <numeric>
+
+#include "common/check.h"
+#include "engine/runtime.h"
+
+namespace hvd::engine {
+namespace {
+
+bool sameShape(const TensorView& a, const TensorView& b) { return a.dtype == b.dtype && a.shape == b.shape; }
+
+std::string ranksText(const std::vector<int>& ranks) {
+  return shapeString(std::vector<int64_t>(ranks.begin(), ranks.end()));
+}
+
+}  // namespace
+
+void Runtime::checkRunning() const {
+  if (!initialized_) throw Error(kNotInitializedMessage);
+  queue_.throwIfClosed();
+}
+
+ProcessSetInfo Runtime::checkProcessSet(const char* opName, int processSet, int root) const {
+  auto info = sets_.lookup(processSet, root);
+  if (!info) {
+    throw InvalidArgument(std::string(opName) + ": Process set provided does not exist, or has not been registered.");
+  }
+  if (info->myIndex < 0) {
+    throw InvalidArgument(std::string(opName) + ": Rank " + std::to_string(topology_.rank) +
+                          " is not a member of the provided process set.");
+  }
+  return *info;
+}
+
+std::string Runtime::autoName(const std::string& name) {
+  if (!name.empty()) return name;
+  return "noname." + std::to_string(++nonameCounter_);
+}
+
+EntryPtr Runtime::makeEntry(Kind kind, const char* opName, const TensorView& in, const TensorView& out,
+                            const Options& options, const std::string& name, const ProcessSetInfo& set) {
+  auto e = std::make_unique<Entry>();
+  Request& r = e->request;
+  r.kind = kind;
+  r.processSet = options.processSet;
+  r.name = name;
+  r.dtype = in.dtype;
+  r.shape = in.shape;
+  r.op = options.op;
+  r.prescale = options.prescale;
+  r.postscale = options.postscale;
+  e->input = in;
+  e->output = out;
+  for (auto d : in.shape) {
+    if (d < 0) throw InvalidArgument(std::string(opName) + ": negative dimension in tensor shape " + shapeString(in.shape));
+  }
+  if (in.data == nullptr && in.numElements() > 0) {
+    throw InvalidArgument(std::string(opName) + ": tensor data is null");
+  }
+  if (kind == Kind::kAllreduce && options.op == ReduceOp::kAdasum) r.kind = Kind::kAdasum;
+  if (kind == Kind::kAllreduce || kind == Kind::kReducescatter) {
+    if (out.data == nullptr && out.numElements() > 0) {
+      throw InvalidArgument(std::string(opName) + ": output data is null");
+    }
+  }
+  (void)set;
+  return e;
+}
+
+WorkPtr Runtime::enqueue(std::vector<EntryPtr> entries, std::shared_ptr<WorkImpl> work) {
+  for (size_t i = 0; i < entries.size(); ++i) {
+    entries[i]->work = work;
+    entries[i]->member = static_cast<int>(i);
+  }
+  queue_.push(entries);
+  transport_->wake();
+  return work;
+}
+
+// ---- Allreduce -------------------------------------------------------------------------------
+
+WorkPtr Runtime::allreduce(const TensorView& in, const TensorView& out, const Options& options) {
+  return groupedAllreduce({in}, {out}, options);
+}
+
+WorkPtr Runtime::groupedAllreduce(const std::vector<TensorView>& in, const std::vector<TensorView>& out,
+                                  const Options& options) {
+  checkRunning();
+  ProcessSetInfo set = checkProcessSet("Allreduce", options.processSet);
+  if (in.empty() || in.size() != out.size()) {
+    throw InvalidArgument("Allreduce: expected as many outputs as inputs (got " + std::to_string(in.size()) +
+                          " and " + std::to_string(out.size()) + ")");
+  }
+  const bool grouped = in.size() > 1;
+  std::string base = autoName(options.name);
+  std::vector<EntryPtr> entries;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (!sameShape(in[i], out[i])) {
+      throw InvalidArgument("Allreduce: output tensor " + shapeString(out[i].shape) + " " +
+                            std::string(dataTypeName(out[i].dtype)) + " does not match input " +
+                            shapeString(in[i].shape) + " " + std::string(dataTypeName(in[i].dtype)));
+    }
+    std::string name = grouped ? base + "_" + std::to_string(i + 1) + "of" + std::to_string(in.size()) : base;
+    auto e = makeEntry(Kind::kAllreduce, "Allreduce", in[i], out[i], options, name, set);
+    if (grouped) {
+      e->request.group = base;
+      e->request.groupSize = static_cast<int32_t>(in.size());
+    }
+    entries.push_back(std::move(e));
+  }
+  return enqueue(std::move(entries), std::make_shared<WorkImpl>(static_cast<int>(in.size())));
+}
+
+// ---- Allgather -------------------------------------------------------------------------------
+
+WorkPtr Runtime::allgather(const TensorView& in, const Options& options) { return groupedAllgather({in}, options); }
+
+WorkPtr Runtime::groupedAllgather(const std::vector<TensorView>& in, const Options& options) {
+  checkRunning();
+  ProcessSetInfo set = checkProcessSet("Allgather", options.processSet);
+  if (in.empty()) throw InvalidArgument("Allgather: no tensors given");
+  const bool grouped = in.size() > 1;
+  std::string base = autoName(options.name);
+  std::vector<EntryPtr> entries;
+  for (size_t i = 0; i < in.size(); ++i) {
+    std::string name = grouped ? base + "_" + std::to_string(i + 1) + "of" + std::to_string(in.size()) : base;
+    auto e = makeEntry(Kind::kAllgather, "Allgather", in[i], TensorView{}, options, name, set);
+    e->request.op = ReduceOp::kSum;
+    e->request.prescale = e->request.postscale = 1.0;
+    if (grouped) {
+      e->request.group = base;
+      e->request.groupSize = static_cast<int32_t>(in.size());
+    }
+    entries.push_back(std::move(e));
+  }
+  return enqueue(std::move(entries), std::make_shared<WorkImpl>(static_cast<int>(in.size())));
+}
+
+// ---- Broadcast -------------------------------------------------------------------------------
+
+WorkPtr Runtime::broadcast(const TensorView& tensor, const Options& options) {
+  checkRunning();
+  ProcessSetInfo set = checkProcessSet("Broadcast", options.processSet, options.root);
+  if (!set.rootIsMember) {
+    throw InvalidArgument("broadcast received invalid root rank " + std::to_string(options.root) +
+                          " for provided process set");
+  }
+  auto e = makeEntry(Kind::kBroadcast, "Broadcast", tensor, tensor, options, autoName(options.name), set);
+  e->request.root = options.root;
+  e->request.op = ReduceOp::kSum;
+  e->request.prescale = e->request.postscale = 1.0;
+  std::vector<EntryPtr> entries;
+  entries.push_back(std::move(e));
+  return enqueue(std::move(entries), std::make_shared<WorkImpl>(1));
+}
+
+// ---- Alltoall --------------------------------------------------------------------------------
+
+WorkPtr Runtime::alltoall(const TensorView& in, const Options& options) {
+  checkRunning();
+  ProcessSetInfo set = checkProcessSet("Alltoall", options.processSet);
+  std::vector<int32_t> splits = options.splits;
+  if (!in.shape.empty()) {
+    const int64_t rows = in.shape[0];
+    if (splits.empty()) {
+      if (rows % set.size != 0) {
+        throw InvalidArgument(
+            "splits not provided, but first dimension of tensor is not an even multiple of the number of workers.");
+      }
+      splits.assign(static_cast<size_t>(set.size), static_cast<int32_t>(rows / set.size));
+    } else {
+      if (static_cast<int>(splits.size()) != set.size) {
+        throw InvalidArgument("Number of entries in splits does not equal number of workers.");
+      }
+      if (std::any_of(splits.begin(), splits.end(), [](int32_t s) { return s < 0; })) {
+        throw InvalidArgument("alltoall splits entries must be non-negative.");
+      }
+      int64_t sum = std::accumulate(splits.begin(), splits.end(), int64_t(0));
+      if (sum > rows) throw InvalidArgument("Sum of splits entries is greater than the first dimension of tensor.");
+    }
+  } else {
+    // A 0-d tensor fails in negotiation with Horovod's message; send no rows meanwhile.
+    splits.assign(static_cast<size_t>(set.size), 0);
+  }
+  auto e = makeEntry(Kind::kAlltoall, "Alltoall", in, TensorView{}, options, autoName(options.name), set);
+  e->request.splits = std::move(splits);
+  e->request.op = ReduceOp::kSum;
+  e->request.prescale = e->request.postscale = 1.0;
+  std::vector<EntryPtr> entries;
+  entries.push_back(std::move(e));
+  return enqueue(std::move(entries), std::make_shared<WorkImpl>(1));
+}
+
+// ---- Reducescatter ---------------------------------------------------------------------------
+
+WorkPtr Runtime::reducescatter(const TensorView& in, const TensorView& out, const Options& options) {
+  return groupedReducescatter({in}, {out}, options);
+}
+
+WorkPtr Runtime::groupedReducescatter(const std::vector<TensorView>& in, const std::vector<TensorView>& out,
+                                      const Options& options) {
+  checkRunning();
+  ProcessSetInfo set = checkProcessSet("Reducescatter", options.processSet);
+  if (options.op != ReduceOp::kSum && options.op != ReduceOp::kAverage) {
+    throw Error("Reducescatter currently only supports AVERAGE and SUM.");
+  }
+  if (in.empty() || in.size() != out.size()) {
+    throw InvalidArgument("Reducescatter: expected as many outputs as inputs (got " + std::to_string(in.size()) +
+                          " and " + std::to_string(out.size()) + ")");
+  }
+  const bool grouped = in.size() > 1;
+  std::string base = autoName(options.name);
+  std::vector<EntryPtr> entries;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (!in[i].shape.empty()) {
+      std::vector<int64_t> expected = in[i].shape;
+      expected[0] = reducescatterRows(in[i].shape[0], set.size, set.myIndex);
+      if (out[i].dtype != in[i].dtype || out[i].shape != expected) {
+        throw InvalidArgument("Reducescatter: output tensor must be " + std::string(dataTypeName(in[i].dtype)) + " " +
+                              shapeString(expected) + " on this rank, got " +
+                              std::string(dataTypeName(out[i].dtype)) + " " + shapeString(out[i].shape));
+      }
+    }
+    std::string name = grouped ? base + "_" + std::to_string(i + 1) + "of" + std::to_string(in.size()) : base;
+    auto e = makeEntry(Kind::kReducescatter, "Reducescatter", in[i], out[i], options, name, set);
+    // Average = Sum * (postscale / n): folded here, so negotiation compares folded factors.
+    if (options.op == ReduceOp::kAverage) e->request.postscale = options.postscale / set.size;
+    if (grouped) {
+      e->request.group = base;
+      e->request.groupSize = static_cast<int32_t>(in.size());
+    }
+    entries.push_back(std::move(e));
+  }
+  return enqueue(std::move(entries), std::make_shared<WorkImpl>(static_cast<int>(in.size())));
+}
+
+// ---- Barrier, join ---------------------------------------------------------------------------
+
+WorkPtr Runtime::barrier(int processSet) {
+  checkRunning();
+  Options options;
+  options.processSet = processSet;
+  ProcessSetInfo set = checkProcessSet("Barrier", processSet);
+  auto e = makeEntry(Kind::kBarrier, "Barrier", TensorView{}, TensorView{}, options, "barrier.noname", set);
+  e->request.dtype = DataType::kUInt8;
+  std::vector<EntryPtr> entries;
+  entries.push_back(std::move(e));
+  return enqueue(std::move(entries), std::make_shared<WorkImpl>(1));
+}
+
+WorkPtr Runtime::join() {
+  checkRunning();
+  auto e = std::make_unique<Entry>();
+  e->request.kind = Kind::kJoin;
+  e->request.processSet = 0;
+  e->request.name = "join.noname";
+  e->request.dtype = DataType::kUInt8;
+  std::vector<EntryPtr> entries;
+  entries.push_back(std::move(e));
+  return enqueue(std::move(entries), std::make_shared<WorkImpl>(1));
+}
+
+// ---- Process sets ----------------------------------------------------------------------------
+
+int Runtime::addProcessSet(std::vector<int> ranks) {
+  checkRunning();
+  if (!config_.dynamicProcessSets) {
+    throw InvalidArgument(
+        "Set HOROVOD_DYNAMIC_PROCESS_SETS=1 to allow adding process sets after Horovod initialization.");
+  }
+  std::sort(ranks.begin(), ranks.end());
+  if (ranks.empty() || ranks.front() < 0 || ranks.back() >= topology_.size ||
+      std::adjacent_find(ranks.begin(), ranks.end()) != ranks.end()) {
+    throw InvalidArgument("Invalid process set " + ranksText(ranks) + ": ranks must be distinct and in [0, " +
+                          std::to_string(topology_.size) + ")");
+  }
+  if (sets_.find(ranks) >= 0) throw InvalidArgument("Attempted to add a duplicate process set: " + ranksText(ranks));
+  auto e = std::make_unique<Entry>();
+  e->request.kind = Kind::kAddProcessSet;
+  e->request.name = "process_set.add";
+  e->request.dtype = DataType::kUInt8;
+  e->request.splits.assign(ranks.begin(), ranks.end());
+  std::vector<EntryPtr> entries;
+  entries.push_back(std::move(e));
+  WorkPtr work = enqueue(std::move(entries), std::make_shared<WorkImpl>(1));
+  work->wait();
+  return work->joinResult();
+}
+
+bool Runtime::removeProcessSet(int processSetId) {
+  checkRunning();
+  if (!config_.dynamicProcessSets) {
+    throw InvalidArgument(
+        "Set HOROVOD_DYNAMIC_PROCESS_SETS=1 to allow removing process sets after Horovod initialization.");
+  }
+  if (processSetId == 0 || !sets_.lookup(processSetId)) return false;
+  auto e = std::make_unique<Entry>();
+  e->request.kind = Kind::kRemoveProcessSet;
+  e->request.name = "process_set.remove";
+  e->request.dtype = DataType::kUInt8;
+  e->request.splits = {processSetId};
+  std::vector<EntryPtr> entries;
+  entries.push_back(std::move(e));
+  WorkPtr work = enqueue(std::move(entries), std::make_shared<WorkImpl>(1));
+  work->wait();
+  return true;
+}
+
+std::vector<int> Runtime::processSetRanks(int processSetId) const {
+  auto ranks = sets_.ranks(processSetId);
+  if (!ranks) throw InvalidArgument("Process set does not exist or has not been registered.");
+  return *ranks;
+}
+
+std::vector<int> Runtime::processSetIds() const { return sets_.ids(); }
+
+}  // namespace hvd::engine

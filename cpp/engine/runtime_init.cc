@@ -1,0 +1,282 @@
+// Runtime lifecycle: rendezvous (init) and teardown (shutdown).
+#include <unistd.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include "common/check.h"
+#include "common/logging.h"
+#include "engine/runtime.h"
+#include "engine/wire.h"
+#include "store/file_store.h"
+#include "store/memory_store.h"
+#include "store/tcp_store.h"
+
+namespace hvd::engine {
+
+const char kShutdownMessage[] =
+    "Horovod has been shut down. This was caused by an exception on one of the ranks or an attempt to "
+    "allreduce, allgather or broadcast a tensor after one of the ranks finished execution. If the shutdown was "
+    "caused by an exception, you should see the exception in the log before the first shutdown message.";
+const char kNotInitializedMessage[] = "Horovod has not been initialized; use hvd.init().";
+
+namespace {
+
+// How long a shutting-down rank waits for the others to reach shutdown too before it closes its
+// transport (so that messages it posted last are not lost). Ranks that shut down at the end of a
+// job meet here at once; a rank that leaves early waits at most this long.
+constexpr auto kTeardownGrace = std::chrono::milliseconds(2000);
+
+std::string randomToken() {
+  std::random_device device;
+  std::mt19937_64 gen((static_cast<uint64_t>(device()) << 32) ^ device() ^
+                      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
+  std::ostringstream out;
+  out << std::hex << gen();
+  return out.str();
+}
+
+// What every rank publishes at rendezvous.
+struct RankInfo {
+  std::string hostname;
+  int64_t pid = 0;
+  std::vector<std::vector<int>> processSets;
+};
+
+Bytes encodeRankInfo(const RankInfo& info) {
+  Bytes out;
+  WireWriter w(out);
+  w.str(info.hostname);
+  w.svarint(info.pid);
+  w.varint(info.processSets.size());
+  for (const auto& set : info.processSets) w.svarints(set);
+  return out;
+}
+
+RankInfo decodeRankInfo(const Bytes& bytes) {
+  WireReader in(bytes.data(), bytes.size());
+  RankInfo info;
+  info.hostname = in.str();
+  info.pid = in.svarint();
+  size_t n = in.count();
+  info.processSets.resize(n);
+  for (auto& set : info.processSets) in.svarints(set);
+  return info;
+}
+
+std::string setsText(const std::vector<std::vector<int>>& sets) {
+  std::string s = "[";
+  for (size_t i = 0; i < sets.size(); ++i) {
+    if (i > 0) s += ", ";
+    s += shapeString(std::vector<int64_t>(sets[i].begin(), sets[i].end()));
+  }
+  return s + "]";
+}
+
+}  // namespace
+
+Runtime::Runtime(Config config, std::shared_ptr<Store> store)
+    : config_(std::move(config)), store_(std::move(store)), sets_(config_.rank) {}
+
+Runtime::~Runtime() {
+  try {
+    shutdown();
+  } catch (const std::exception& e) {
+    HVD_LOG(Error) << "Horovod shutdown failed: " << e.what();
+  }
+}
+
+std::shared_ptr<Store> Runtime::makeStore() {
+  if (!config_.rendezvousAddr.empty()) {
+    return std::make_shared<TcpStore>(config_.rendezvousAddr, static_cast<uint16_t>(config_.rendezvousPort),
+                                      config_.secret, Deadline::after(config_.timeout));
+  }
+  if (!config_.rendezvousDir.empty()) return std::make_shared<FileStore>(config_.rendezvousDir);
+  if (config_.size == 1) return std::make_shared<MemoryStore>();
+  if (config_.launchedBy == "horovod") {
+    throw InvalidArgument("HOROVOD_SIZE=" + std::to_string(config_.size) +
+                          " but no rendezvous is configured: set HOROVOD_GLOO_RENDEZVOUS_ADDR and "
+                          "HOROVOD_GLOO_RENDEZVOUS_PORT (horovodrun does), or HOROVOD_RENDEZVOUS_DIR to a "
+                          "directory shared by all ranks");
+  }
+  throw InvalidArgument("Launched by " + config_.launchedBy + " with " + std::to_string(config_.size) +
+                        " ranks but without horovodrun: set HOROVOD_RENDEZVOUS_DIR to a directory every rank "
+                        "can see (a FileStore rendezvous), or HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT to a running "
+                        "rendezvous server, or launch with horovodrun");
+}
+
+void Runtime::computeTopology(const std::vector<std::string>& hosts) {
+  Topology t;
+  t.rank = config_.rank;
+  t.size = config_.size;
+  t.hostOf = hosts;
+  // Local: ranks with my hostname, in rank order. Cross: hosts (in order of their lowest rank)
+  // that have a rank with my local rank.
+  std::map<std::string, std::vector<int>> byHost;
+  std::vector<std::string> hostOrder;
+  for (int r = 0; r < t.size; ++r) {
+    auto& list = byHost[hosts[r]];
+    if (list.empty()) hostOrder.push_back(hosts[r]);
+    list.push_back(r);
+  }
+  const auto& mine = byHost[hosts[t.rank]];
+  int localRank = static_cast<int>(std::find(mine.begin(), mine.end(), t.rank) - mine.begin());
+  int crossRank = 0, crossSize = 0;
+  for (const auto& host : hostOrder) {
+    if (static_cast<int>(byHost[host].size()) > localRank) {
+      if (host == hosts[t.rank]) crossRank = crossSize;
+      crossSize++;
+    }
+  }
+  t.homogeneous = true;
+  for (const auto& [host, list] : byHost) {
+    if (list.size() != mine.size()) t.homogeneous = false;
+  }
+  t.localRank = config_.localRank >= 0 ? config_.localRank : localRank;
+  t.localSize = config_.localSize >= 0 ? config_.localSize : static_cast<int>(mine.size());
+  t.crossRank = config_.crossRank >= 0 ? config_.crossRank : crossRank;
+  t.crossSize = config_.crossSize >= 0 ? config_.crossSize : crossSize;
+  topology_ = std::move(t);
+}
+
+void Runtime::init(const InitOptions& options) {
+  std::lock_guard<std::mutex> lock(lifecycleMu_);
+  HVD_CHECK(!initialized_ && !transport_) << "Runtime::init called twice; build a new Runtime to re-init";
+  bootstrap(options);
+  initialized_ = true;
+}
+
+void Runtime::bootstrap(const InitOptions& options) {
+  const int rank = config_.rank;
+  const int size = config_.size;
+  // Static process sets: sorted, in range, distinct.
+  std::vector<std::vector<int>> staticSets;
+  for (size_t i = 0; i < options.processSets.size(); ++i) {
+    std::vector<int> set = options.processSets[i];
+    std::sort(set.begin(), set.end());
+    if (set.empty() || set.front() < 0 || set.back() >= size ||
+        std::adjacent_find(set.begin(), set.end()) != set.end()) {
+      throw InvalidArgument("Process set " + std::to_string(i) + " given to init() is invalid: " +
+                            shapeString(std::vector<int64_t>(set.begin(), set.end())) + " (ranks must be distinct and in [0, " +
+                            std::to_string(size) + "))");
+    }
+    if (std::find(staticSets.begin(), staticSets.end(), set) != staticSets.end() ||
+        static_cast<int>(set.size()) == size) {
+      throw InvalidArgument("Process set " + std::to_string(i) + " given to init() duplicates another process set: " +
+                            shapeString(std::vector<int64_t>(set.begin(), set.end())));
+    }
+    staticSets.push_back(std::move(set));
+  }
+  if (options.dynamicProcessSets) config_.dynamicProcessSets = true;
+
+  if (!store_) store_ = makeStore();
+  Deadline deadline = Deadline::after(config_.timeout);
+  int64_t round = store_->add("horovod/round/" + std::to_string(rank), 1, deadline);
+  roundStore_ = std::make_shared<PrefixStore>("horovod/r" + std::to_string(round), store_);
+
+  RankInfo mine;
+  mine.hostname = config_.hostname;
+  mine.pid = static_cast<int64_t>(getpid());
+  mine.processSets = staticSets;
+  roundStore_->set("rank/" + std::to_string(rank), encodeRankInfo(mine), deadline);
+  if (rank == 0) setString(*roundStore_, "job", randomToken(), deadline);
+
+  std::vector<std::string> hosts(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) {
+    RankInfo info = r == rank ? mine : decodeRankInfo(roundStore_->get("rank/" + std::to_string(r), deadline));
+    hosts[r] = info.hostname;
+    if (info.processSets != staticSets) {
+      throw InvalidArgument("Process sets given to init() differ between ranks: rank " + std::to_string(rank) +
+                            " has " + setsText(staticSets) + ", rank " + std::to_string(r) + " has " +
+                            setsText(info.processSets) + ". They must be identical on all ranks.");
+    }
+  }
+  jobId_ = getString(*roundStore_, "job", deadline) + "-r" + std::to_string(round);
+  computeTopology(hosts);
+  fusionThreshold_ =
+      Config::roundFusionThreshold(config_.fusionThreshold, topology_.localSize, topology_.homogeneous);
+
+  TransportContext ctx;
+  ctx.rank = rank;
+  ctx.size = size;
+  ctx.hostOf = hosts;
+  ctx.store = std::make_shared<PrefixStore>("transport", roundStore_);
+  ctx.jobId = jobId_;
+  ctx.secret = config_.secret;
+  ctx.interface = config_.interface;
+  ctx.timeout = config_.timeout;
+  transport_ = makeTransport(config_.transport, ctx);
+
+  std::vector<int> all(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) all[r] = r;
+  sets_.add(0, all, transport_.get(), config_.timeout);
+  for (size_t i = 0; i < staticSets.size(); ++i) {
+    sets_.add(static_cast<int32_t>(i + 1), staticSets[i], transport_.get(), config_.timeout);
+  }
+  if (rank == 0) {
+    Coordinator::Options copts;
+    copts.size = size;
+    copts.cacheCapacity = config_.cacheCapacity;
+    copts.fusion.threshold = fusionThreshold_;
+    copts.fusion.disableGroupFusion = config_.disableGroupFusion;
+    coordinator_ = std::make_unique<Coordinator>(copts);
+    for (size_t i = 0; i < staticSets.size(); ++i) {
+      coordinator_->addProcessSet(static_cast<int32_t>(i + 1), staticSets[i]);
+    }
+  }
+
+  // Everyone is connected before anyone returns from init.
+  roundStore_->set("ready/" + std::to_string(rank), Bytes{1}, deadline);
+  std::vector<std::string> keys;
+  for (int r = 0; r < size; ++r) keys.push_back("ready/" + std::to_string(r));
+  roundStore_->wait(keys, deadline);
+
+  {
+    std::lock_guard<std::mutex> lock(exitMu_);
+    loopExited_ = false;
+  }
+  thread_ = std::thread([this] { loop(); });
+  HVD_LOG(Debug) << "Horovod initialized: rank " << rank << " of " << size << ", transport "
+                 << transport_->name() << ", job " << jobId_;
+}
+
+void Runtime::shutdown() {
+  std::lock_guard<std::mutex> lock(lifecycleMu_);
+  if (!transport_) {
+    initialized_ = false;
+    return;
+  }
+  if (thread_.joinable()) {
+    shutdownRequested_ = true;
+    transport_->wake();
+    std::unique_lock<std::mutex> exitLock(exitMu_);
+    if (!exitCv_.wait_for(exitLock, config_.timeout, [&] { return loopExited_; })) {
+      // The coordinator never answered: stop our blocking calls and leave.
+      HVD_LOG(Warning) << "Horovod shutdown: the engine did not stop within " << config_.timeout.count()
+                       << " ms; aborting this rank's transport";
+      transport_->abort("shutdown timed out");
+      exitCv_.wait_for(exitLock, config_.timeout, [&] { return loopExited_; });
+    }
+    exitLock.unlock();
+    thread_.join();
+  }
+  // Give the other ranks a moment to read what we posted last, then close.
+  try {
+    Deadline grace = Deadline::after(kTeardownGrace);
+    roundStore_->set("bye/" + std::to_string(config_.rank), Bytes{1}, grace);
+    std::vector<std::string> keys;
+    for (int r = 0; r < config_.size; ++r) keys.push_back("bye/" + std::to_string(r));
+    roundStore_->wait(keys, grace);
+  } catch (const std::exception&) {
+    // Other ranks left earlier or are gone; nothing to wait for.
+  }
+  sets_.clear();
+  transport_.reset();
+  coordinator_.reset();
+  initialized_ = false;
+}
+
+}  // namespace hvd::engine

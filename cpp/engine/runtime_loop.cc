@@ -1,0 +1,369 @@
+// Runtime: the background thread. Negotiation messages go through the transport's mailbox;
+// collectives through the executor. Every wait is bounded.
+#include <pthread.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <sstream>
+
+#include "common/logging.h"
+#include "engine/runtime.h"
+
+namespace hvd::engine {
+namespace {
+
+// The loop wakes at least this often even when idle, only to notice a stop request that raced
+// with its wait; the real wake-ups are messages and enqueue's transport.wake().
+constexpr auto kIdleWait = std::chrono::milliseconds(1000);
+
+bool isFatal(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const PeerLost&) {
+    return true;
+  } catch (const Timeout&) {
+    return true;
+  } catch (const Aborted&) {
+    return true;
+  } catch (const StoreError&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+}  // namespace
+
+void Runtime::pinThread() {
+  if (config_.threadAffinity.empty()) return;
+  std::vector<int> cores;
+  std::stringstream in(config_.threadAffinity);
+  std::string item;
+  bool bad = false;
+  while (std::getline(in, item, ',')) {
+    try {
+      size_t used = 0;
+      int core = std::stoi(item, &used);
+      if (used != item.size() || core < 0) bad = true;
+      else cores.push_back(core);
+    } catch (const std::exception&) {
+      bad = true;
+    }
+  }
+  if (bad) {
+    HVD_LOG(Error) << "HOROVOD_THREAD_AFFINITY='" << config_.threadAffinity
+                   << "' contains negative or non-numeric core ids; not pinning the background thread.";
+    return;
+  }
+  if (static_cast<int>(cores.size()) < topology_.localSize) {
+    HVD_LOG(Error) << "Expected " << topology_.localSize << " core ids but got " << cores.size() << ".";
+    return;
+  }
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cores[topology_.localRank], &set);
+  if (pthread_setaffinity_np(pthread_self(), sizeof(set), &set) != 0) {
+    HVD_LOG(Error) << "Could not pin the background thread to core " << cores[topology_.localRank];
+  }
+}
+
+void Runtime::loop() {
+  pinThread();
+  ErrorInfo reason;
+  reason.kind = ErrorKind::kAborted;
+  reason.message = kShutdownMessage;
+  try {
+    while (true) {
+      bool busy = !queue_.empty() || (coordinator_ && coordinator_->hasWork()) ||
+                  (shutdownRequested_.load() && !shutdownSent_);
+      if (!busy) transport_->waitForMessage(Deadline::after(kIdleWait));
+      if (step()) break;
+    }
+  } catch (...) {
+    std::exception_ptr error = std::current_exception();
+    reason = ErrorInfo::fromException(error);
+    bool fromPeer = reason.message.rfind("[from rank ", 0) == 0;
+    onFatal(error, !fromPeer);
+  }
+  failAll(reason);
+  {
+    std::lock_guard<std::mutex> lock(exitMu_);
+    loopExited_ = true;
+  }
+  exitCv_.notify_all();
+}
+
+bool Runtime::step() {
+  RequestList mine;
+  collectRequests(mine);
+  if (coordinator_) {
+    // Rank 0: its own requests first, then the others' in rank order (Horovod's ready order).
+    coordinator_->ingest(0, mine);
+    std::vector<std::pair<int, RequestList>> others;
+    while (auto message = transport_->poll()) {
+      switch (messageType(message->bytes)) {
+        case MessageType::kRequests:
+          others.emplace_back(message->from, decodeRequestList(message->bytes));
+          break;
+        case MessageType::kAbort: {
+          ErrorInfo info = decodeErrorInfo(message->bytes);
+          std::rethrow_exception(info.toException());
+        }
+        default:
+          HVD_LOG(Error) << "Coordinator: unexpected control message from rank " << message->from;
+      }
+    }
+    std::stable_sort(others.begin(), others.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (auto& [from, list] : others) coordinator_->ingest(from, list);
+    ResponseList list = coordinator_->build();
+    if (list.items.empty() && !list.shutdown) return false;
+    encode(list, sendBuffer_);
+    for (int r = 1; r < topology_.size; ++r) transport_->post(r, sendBuffer_.data(), sendBuffer_.size());
+    {
+      std::lock_guard<std::mutex> lock(statsMu_);
+      stats_.controlMessagesSent += static_cast<uint64_t>(topology_.size - 1);
+      stats_.controlBytesSent += sendBuffer_.size() * static_cast<uint64_t>(topology_.size - 1);
+    }
+    return processList(list);
+  }
+
+  postRequests(mine);
+  while (auto message = transport_->poll()) {
+    switch (messageType(message->bytes)) {
+      case MessageType::kResponses: {
+        ResponseList list = decodeResponseList(message->bytes);
+        if (processList(list)) return true;
+        // Requests enqueued while that list ran go out now rather than after the next wait.
+        RequestList more;
+        collectRequests(more);
+        postRequests(more);
+        break;
+      }
+      case MessageType::kAbort: {
+        ErrorInfo info = decodeErrorInfo(message->bytes);
+        std::rethrow_exception(info.toException());
+      }
+      default:
+        HVD_LOG(Error) << "Worker: unexpected control message from rank " << message->from;
+    }
+  }
+  return false;
+}
+
+void Runtime::collectRequests(RequestList& out) {
+  out.lastSeq = lastSeq_;
+  queue_.drain(drained_);
+  uint64_t hits = 0, full = 0;
+  for (auto& e : drained_) {
+    Request& r = e->request;
+    if (r.kind == Kind::kAllreduce || r.kind == Kind::kAllgather || r.kind == Kind::kAlltoall) {
+      ProcessSet* set = sets_.get(r.processSet);
+      uint32_t id = set != nullptr ? replica_.lookup(r, set->myIndex) : kNoCacheId;
+      if (id != kNoCacheId) {
+        out.hits.push_back(id);
+        e->sentCacheId = id;
+        byCacheId_[id] = e.get();
+        ++hits;
+      } else {
+        out.requests.push_back(r);
+        ++full;
+      }
+    } else {
+      out.requests.push_back(r);
+      ++full;
+    }
+    NameKey key{r.processSet, r.name};
+    pending_[std::move(key)] = std::move(e);
+  }
+  drained_.clear();
+  if (shutdownRequested_.load() && !shutdownSent_) {
+    out.shutdown = true;
+    shutdownSent_ = true;
+  }
+  if (hits + full > 0) {
+    std::lock_guard<std::mutex> lock(statsMu_);
+    stats_.hitsSent += hits;
+    stats_.fullRequestsSent += full;
+  }
+}
+
+void Runtime::postRequests(RequestList& list) {
+  if (list.empty()) return;
+  encode(list, sendBuffer_);
+  transport_->post(0, sendBuffer_.data(), sendBuffer_.size());
+  std::lock_guard<std::mutex> lock(statsMu_);
+  stats_.controlMessagesSent++;
+  stats_.controlBytesSent += sendBuffer_.size();
+}
+
+bool Runtime::processList(ResponseList& list) {
+  for (auto& response : list.items) processResponse(response);
+  lastSeq_ = list.seq;
+  {
+    std::lock_guard<std::mutex> lock(statsMu_);
+    stats_.responseLists++;
+  }
+  return list.shutdown;
+}
+
+void Runtime::expandCached(Response& r) {
+  // Id-only response: everything else comes from this rank's cache replica.
+  for (size_t i = 0; i < r.tensors.size(); ++i) {
+    uint32_t id = r.tensors[i].cacheId;
+    const CacheEntry* entry = replica_.get(id);
+    if (entry == nullptr) throw Error("Response cache out of sync: unknown cache id " + std::to_string(id));
+    if (i == 0) {
+      r.kind = entry->kind;
+      r.processSet = entry->processSet;
+      r.dtype = entry->dtype;
+      r.op = entry->op;
+      r.prescale = entry->prescale;
+      r.postscale = entry->postscale;
+      r.root = entry->root;
+      r.device = entry->device;
+    }
+    r.tensors[i] = entry->tensor;
+  }
+}
+
+Entry* Runtime::findEntry(const Response& response, const TensorInfo& tensor) {
+  if (tensor.cacheId != kNoCacheId) {
+    auto it = byCacheId_.find(tensor.cacheId);
+    if (it != byCacheId_.end()) return it->second;
+  }
+  auto it = pending_.find(NameKey{response.processSet, tensor.name});
+  return it == pending_.end() ? nullptr : it->second.get();
+}
+
+void Runtime::completeEntry(Entry* entry, std::exception_ptr error) {
+  if (entry == nullptr) return;
+  if (entry->sentCacheId != kNoCacheId) {
+    auto it = byCacheId_.find(entry->sentCacheId);
+    if (it != byCacheId_.end() && it->second == entry) byCacheId_.erase(it);
+  }
+  auto it = pending_.find(NameKey{entry->request.processSet, entry->request.name});
+  if (it == pending_.end() || it->second.get() != entry) return;
+  EntryPtr owned = std::move(it->second);
+  pending_.erase(it);
+  // The name is free again before the caller can observe completion.
+  queue_.release(owned->request.processSet, owned->request.name);
+  owned->work->completeMember(error);
+}
+
+void Runtime::processResponse(Response& r) {
+  switch (r.kind) {
+    case Kind::kEvict:
+      for (const auto& t : r.tensors) replica_.erase(t.cacheId);
+      return;
+    case Kind::kJoin: {
+      auto it = pending_.find(NameKey{0, "join.noname"});
+      if (it != pending_.end()) {
+        it->second->work->setJoinResult(r.lastJoined);
+        completeEntry(it->second.get(), nullptr);
+      }
+      return;
+    }
+    case Kind::kAddProcessSet: {
+      std::vector<int> ranks(r.setRanks.begin(), r.setRanks.end());
+      sets_.add(r.setId, std::move(ranks), transport_.get(), config_.timeout);
+      auto it = pending_.find(NameKey{0, "process_set.add"});
+      if (it != pending_.end()) {
+        it->second->work->setJoinResult(r.setId);
+        completeEntry(it->second.get(), nullptr);
+      }
+      return;
+    }
+    case Kind::kRemoveProcessSet: {
+      // Operations still pending in the removed set can never run.
+      std::vector<Entry*> orphans;
+      for (auto& [key, entry] : pending_) {
+        if (key.processSet == r.setId) orphans.push_back(entry.get());
+      }
+      for (Entry* e : orphans) {
+        completeEntry(e, std::make_exception_ptr(Error("Process set " + std::to_string(r.setId) +
+                                                       " was removed while this operation was pending.")));
+      }
+      for (auto it = byCacheId_.begin(); it != byCacheId_.end();) {
+        it = it->second->request.processSet == r.setId ? byCacheId_.erase(it) : std::next(it);
+      }
+      sets_.remove(r.setId);
+      auto it = pending_.find(NameKey{0, "process_set.remove"});
+      if (it != pending_.end()) {
+        it->second->work->setJoinResult(1);
+        completeEntry(it->second.get(), nullptr);
+      }
+      return;
+    }
+    case Kind::kError:
+      for (const auto& t : r.tensors) {
+        completeEntry(findEntry(r, t), std::make_exception_ptr(MismatchError(r.error)));
+      }
+      return;
+    default:
+      runData(r);
+  }
+}
+
+void Runtime::runData(Response& r) {
+  if (r.cachedForm) expandCached(r);
+  for (const auto& t : r.tensors) {
+    if (t.cacheInsert) replica_.insert(t.cacheId, CacheEntry::fromResponse(r, t));
+  }
+  ProcessSet* set = sets_.get(r.processSet);
+  if (set == nullptr || set->myIndex < 0) return;  // not ours: only the cache bookkeeping above
+
+  entriesScratch_.clear();
+  for (const auto& t : r.tensors) entriesScratch_.push_back(findEntry(r, t));
+  {
+    std::lock_guard<std::mutex> lock(statsMu_);
+    stats_.responses++;
+    stats_.tensors += r.tensors.size();
+    if (r.cachedForm) stats_.cachedTensors += r.tensors.size();
+    stats_.fusionBufferBytes = executor_.fusionBufferBytes();
+  }
+  std::exception_ptr error;
+  try {
+    executor_.run(r, *set, entriesScratch_);
+  } catch (...) {
+    error = std::current_exception();
+    // Transport and collective failures end the runtime; anything else fails this response only
+    // (it is deterministic, so every rank fails it alike).
+    if (isFatal(error)) throw;
+  }
+  // Copy: completing an entry may free it.
+  std::vector<Entry*> done = entriesScratch_;
+  for (Entry* e : done) completeEntry(e, error);
+}
+
+void Runtime::onFatal(std::exception_ptr error, bool notifyPeers) {
+  ErrorInfo info = ErrorInfo::fromException(error);
+  HVD_LOG(Error) << "Horovod background loop stopped on rank " << topology_.rank << ": " << info.message;
+  if (!notifyPeers || !transport_) return;
+  // Tell the others so they fail fast instead of waiting for their own timeouts.
+  ErrorInfo relay = info;
+  relay.message = "[from rank " + std::to_string(topology_.rank) + "] " + info.message;
+  std::vector<uint8_t> bytes;
+  encode(relay, bytes);
+  for (int r = 0; r < topology_.size; ++r) {
+    if (r == topology_.rank) continue;
+    try {
+      transport_->post(r, bytes.data(), bytes.size());
+    } catch (...) {
+    }
+  }
+}
+
+void Runtime::failAll(const ErrorInfo& reason) {
+  std::vector<EntryPtr> left = queue_.close(reason.toException());
+  for (auto& e : left) e->work->failRemaining(reason.toException());
+  for (auto& [key, e] : pending_) e->work->failRemaining(reason.toException());
+  pending_.clear();
+  byCacheId_.clear();
+}
+
+RuntimeStats Runtime::stats() const {
+  std::lock_guard<std::mutex> lock(statsMu_);
+  return stats_;
+}
+
+}  // namespace hvd::engine

@@ -1,0 +1,70 @@
+#include "engine/tensor_queue.h"
+
+namespace hvd::engine {
+
+namespace {
+const char kDuplicateName[] =
+    "Requested to allreduce, allgather, or broadcast a tensor with the same name as another tensor that is "
+    "currently being processed.  If you want to request another tensor, use a different tensor name.";
+}  // namespace
+
+void TensorQueue::push(std::vector<EntryPtr>& entries) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closedWith_) std::rethrow_exception(closedWith_);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const Request& r = entries[i]->request;
+    NameKey key{r.processSet, r.name};
+    bool duplicate = pending_.count(key) != 0;
+    for (size_t j = 0; j < i && !duplicate; ++j) {
+      duplicate = entries[j]->request.processSet == r.processSet && entries[j]->request.name == r.name;
+    }
+    if (duplicate) throw InvalidArgument(kDuplicateName);
+  }
+  for (auto& e : entries) {
+    pending_.insert(NameKey{e->request.processSet, e->request.name});
+    queue_.push_back(std::move(e));
+  }
+  entries.clear();
+}
+
+void TensorQueue::drain(std::vector<EntryPtr>& out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (queue_.empty()) return;
+  if (out.empty()) {
+    out.swap(queue_);
+  } else {
+    for (auto& e : queue_) out.push_back(std::move(e));
+    queue_.clear();
+  }
+}
+
+bool TensorQueue::empty() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue_.empty();
+}
+
+void TensorQueue::release(int32_t processSet, const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  pending_.erase(NameKey{processSet, name});
+}
+
+std::vector<EntryPtr> TensorQueue::close(std::exception_ptr error) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!closedWith_) closedWith_ = error;
+  std::vector<EntryPtr> left;
+  left.swap(queue_);
+  pending_.clear();
+  return left;
+}
+
+void TensorQueue::throwIfClosed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closedWith_) std::rethrow_exception(closedWith_);
+}
+
+bool TensorQueue::closed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return closedWith_ != nullptr;
+}
+
+}  // namespace hvd::engine

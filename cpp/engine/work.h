@@ -1,0 +1,58 @@
+// WorkImpl: the engine's hvd::Work. Created by the enqueueing thread, completed by the
+// background thread; any thread may wait. A grouped call has one WorkImpl with one slot per
+// member; it completes when every member has, with the first member failure as its error.
+//
+// Waiting spins briefly (most collectives on small tensors finish within microseconds) and then
+// blocks on a condition variable, so an idle waiter costs no CPU.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <vector>
+
+#include "horovod/horovod.h"
+
+namespace hvd::engine {
+
+class WorkImpl : public Work {
+ public:
+  explicit WorkImpl(int members = 1);
+
+  bool isCompleted() const override { return done_.load(std::memory_order_acquire); }
+  void wait() override;
+  bool waitFor(std::chrono::milliseconds timeout) override;
+  const std::vector<OwnedTensor>& outputs() const override { return outputs_; }
+  const std::vector<int32_t>& receivedSplits() const override { return receivedSplits_; }
+  int joinResult() const override { return joinResult_; }
+
+  // ---- Background thread (or the enqueueing thread before the work is queued) -------------
+  // Outputs are written before the member completes; members never share a slot.
+  OwnedTensor& output(int member) { return outputs_[member]; }
+  void setReceivedSplits(std::vector<int32_t> splits) { receivedSplits_ = std::move(splits); }
+  void setJoinResult(int rank) { joinResult_ = rank; }
+  // Marks one member done (error = nullptr for success). Completes the work with the last one.
+  void completeMember(std::exception_ptr error);
+  // Fails every member that has not completed yet (shutdown, fatal transport error).
+  void failRemaining(std::exception_ptr error);
+  // Called once, on the completing thread, right after completion (bindings use it to wake
+  // event loops). Must be set before the work is enqueued.
+  void setCallback(std::function<void()> callback) { callback_ = std::move(callback); }
+
+ private:
+  void finish();
+
+  std::atomic<bool> done_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int remaining_;
+  std::exception_ptr error_;
+  std::vector<OwnedTensor> outputs_;
+  std::vector<int32_t> receivedSplits_;
+  int joinResult_ = -1;
+  std::function<void()> callback_;
+};
+
+}  // namespace hvd::engine
