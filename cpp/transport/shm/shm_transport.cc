@@ -23,8 +23,11 @@ Param<int64_t> kMailboxBytes("HOROVOD_SHM_MAILBOX_BYTES", int64_t{256} << 10,
 Param<int64_t> kSpaceBytes("HOROVOD_SHM_SPACE_BYTES", int64_t{16} << 20,
                            "Shared-memory transport: capacity of each rank's shared buffer (fusion and reduction "
                            "between local ranks), allocated on first use.");
-Param<int64_t> kSpinUs("HOROVOD_SHM_SPIN_US", 20,
-                       "Shared-memory transport: microseconds a wait spins before it sleeps (0 = sleep at once).");
+Param<int64_t> kSpinUs("HOROVOD_SHM_SPIN_US", 100,
+                       "Shared-memory transport: microseconds a wait polls before it sleeps (0 = sleep at once); "
+                       "after HOROVOD_SHM_BUSY_SPIN_US of busy polling it yields the CPU between polls.");
+Param<int64_t> kBusySpinUs("HOROVOD_SHM_BUSY_SPIN_US", 5,
+                           "Shared-memory transport: microseconds of busy polling (no yield) at the start of a wait.");
 Param<bool> kNamed("HOROVOD_SHM_NAMED", false,
                    "Shared-memory transport: use named /dev/shm segments (unlinked right after setup) instead of "
                    "anonymous memfd segments opened through /proc/<pid>/fd.");
@@ -61,6 +64,9 @@ ShmOptions ShmOptions::fromEnvironment(const EnvLookup& env) {
   int64_t spin = kSpinUs.get(env);
   if (spin < 0) throw InvalidArgument(std::string(kSpinUs.name()) + " must not be negative");
   options.spin = std::chrono::microseconds(spin);
+  int64_t busy = kBusySpinUs.get(env);
+  if (busy < 0) throw InvalidArgument(std::string(kBusySpinUs.name()) + " must not be negative");
+  options.busySpin = std::chrono::microseconds(busy);
   options.named = kNamed.get(env);
   return options;
 }
@@ -140,7 +146,7 @@ void ShmTransport::connect(Deadline deadline) {
       named_ = named;
       segments.resize(size_);
       peers_.resize(size_);
-      waiter_ = std::make_unique<Waiter>(rank_, header_, options_.spin);
+      waiter_ = std::make_unique<Waiter>(rank_, header_, options_.spin, options_.busySpin);
       for (int p = 0; p < size_; ++p) {
         if (p == rank_) continue;
         Peer& peer = peers_[p];

@@ -51,11 +51,12 @@ struct ShmOptions {
   size_t ringBytes = size_t{1} << 20;      // per sender, rounded up to a power of two (>= 4 KiB)
   size_t mailboxBytes = size_t{256} << 10;  // per sender, ditto
   size_t spaceBytes = size_t{16} << 20;     // SharedSpace capacity per member
-  std::chrono::microseconds spin{20};       // spin before sleeping in a wait
+  std::chrono::microseconds spin{100};      // poll this long before sleeping in a wait
+  std::chrono::microseconds busySpin{5};    // of which busy (no yield) at most this long
   bool named = false;                       // force named /dev/shm segments
 
   // From HOROVOD_SHM_RING_BYTES, HOROVOD_SHM_MAILBOX_BYTES, HOROVOD_SHM_SPACE_BYTES,
-  // HOROVOD_SHM_SPIN_US, HOROVOD_SHM_NAMED. Throws InvalidArgument on bad values.
+  // HOROVOD_SHM_SPIN_US, HOROVOD_SHM_BUSY_SPIN_US, HOROVOD_SHM_NAMED. Throws InvalidArgument on bad values.
   static ShmOptions fromEnvironment(const EnvLookup& env = processEnvironment());
 };
 

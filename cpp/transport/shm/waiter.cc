@@ -2,6 +2,7 @@
 
 #include <linux/futex.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -27,7 +28,10 @@ int openPidfd(int pid) {
 
 }  // namespace
 
-Waiter::Waiter(int rank, SegmentHeader* own, std::chrono::microseconds spin) : rank_(rank), own_(own), spin_(spin) {}
+void yieldCpu() { ::sched_yield(); }
+
+Waiter::Waiter(int rank, SegmentHeader* own, std::chrono::microseconds spin, std::chrono::microseconds busySpin)
+    : rank_(rank), own_(own), spin_(spin), busySpin_(busySpin) {}
 
 Waiter::~Waiter() {
   for (auto& peer : peers_) {

@@ -34,11 +34,15 @@ inline void cpuRelax() {
 #endif
 }
 
+void yieldCpu();  // sched_yield()
+
 class Waiter {
  public:
   static constexpr std::chrono::milliseconds kLivenessInterval{100};
 
-  Waiter(int rank, SegmentHeader* own, std::chrono::microseconds spin);
+  // Waits spin for up to `spin` (busy for at most `busySpin` of it, yielding the CPU between
+  // polls after that) before they sleep.
+  Waiter(int rank, SegmentHeader* own, std::chrono::microseconds spin, std::chrono::microseconds busySpin);
   ~Waiter();
   Waiter(const Waiter&) = delete;
   Waiter& operator=(const Waiter&) = delete;
@@ -54,14 +58,24 @@ class Waiter {
     if (ready()) return true;
     throwIfFailed();
     if (spin_.count() > 0) {
+      // Busy-wait first (a peer running on another CPU answers within ~1 us), then keep
+      // polling but yield the CPU between polls, so that a peer or any other thread waiting
+      // for this CPU runs (2 ranks on 2 vCPUs), while this thread stays runnable and skips the
+      // costly sleep/wake-up cycle of an idle CPU.
       auto start = std::chrono::steady_clock::now();
+      bool yielding = false;
       for (unsigned i = 1;; ++i) {
-        cpuRelax();
+        if (yielding) {
+          yieldCpu();
+        } else {
+          cpuRelax();
+        }
         if (ready()) return true;
-        if ((i & 31) == 0) {
+        if (yielding || (i & 15) == 0) {
           throwIfFailed();
-          auto now = std::chrono::steady_clock::now();
-          if (now - start >= spin_ || now >= deadline.at()) break;
+          auto spun = std::chrono::steady_clock::now() - start;
+          if (spun >= spin_ || std::chrono::steady_clock::now() >= deadline.at()) break;
+          yielding = spun >= busySpin_;
         }
       }
     }
@@ -133,6 +147,7 @@ class Waiter {
   int rank_;
   SegmentHeader* own_;
   std::chrono::microseconds spin_;
+  std::chrono::microseconds busySpin_;
   std::vector<WatchedPeer> peers_;
   std::mutex pollMutex_;  // guards lastPoll_ (waits from several threads)
   std::chrono::steady_clock::time_point lastPoll_{};
