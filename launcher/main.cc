@@ -166,9 +166,12 @@ int main(int argc, char** argv) {
   // Before any thread exists, so every thread inherits the mask and signals reach the signalfd.
   blockLauncherSignals();
   int signalFd = launcherSignalFd();
+  startOrphanGuard();
   std::vector<std::string> args(argv + 1, argv + argc);
   try {
-    return runLauncher(args, signalFd);
+    int code = runLauncher(args, signalFd);
+    dismissOrphanGuard();
+    return code;
   } catch (const UsageError& e) {
     say(2, std::string("horovodrun: error: ") + e.what() + "\n");
     return 2;

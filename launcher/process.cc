@@ -71,7 +71,61 @@ void closeIf(int fd) {
   _exit(127);
 }
 
+int gGuardFd = -1;
+pid_t gGuardPid = -1;
+
 }  // namespace
+
+void startOrphanGuard() {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return;  // best effort: no guard
+  pid_t pid = fork();
+  if (pid == 0) {
+    // Keep the read end at a known number across close_range.
+    int keep = fcntl(fds[0], F_DUPFD, 3);
+    if (keep < 0) _exit(0);
+    int devnull = open("/dev/null", O_RDWR);
+    dup2(devnull, 0);
+    dup2(devnull, 1);
+    dup2(devnull, 2);
+    dup2(keep, 3);
+    close_range(4, ~0U, 0);
+    setsid();  // out of the terminal's process group: Ctrl-C is the launcher's business
+    std::vector<pid_t> groups;
+    pid_t pgid = 0;
+    while (true) {
+      ssize_t n = read(3, &pgid, sizeof(pgid));
+      if (n < 0 && errno == EINTR) continue;
+      if (n != sizeof(pgid)) break;  // EOF: the launcher is gone
+      if (pgid == 0) _exit(0);        // dismissed
+      groups.push_back(pgid);
+    }
+    for (pid_t g : groups) kill(-g, SIGTERM);
+    sleep(2);
+    for (pid_t g : groups) kill(-g, SIGKILL);
+    _exit(0);
+  }
+  close(fds[0]);
+  if (pid < 0) {
+    close(fds[1]);
+    return;
+  }
+  gGuardFd = fds[1];
+  gGuardPid = pid;
+}
+
+void guardProcessGroup(pid_t pgid) {
+  if (gGuardFd >= 0 && pgid > 0) writeAll(gGuardFd, reinterpret_cast<const char*>(&pgid), sizeof(pgid));
+}
+
+void dismissOrphanGuard() {
+  if (gGuardFd < 0) return;
+  pid_t zero = 0;
+  writeAll(gGuardFd, reinterpret_cast<const char*>(&zero), sizeof(zero));
+  close(gGuardFd);
+  gGuardFd = -1;
+  waitpid(gGuardPid, nullptr, 0);  // it exits as soon as it reads the dismissal
+}
 
 SpawnedProcess spawnProcess(const SpawnRequest& req) {
   // Everything the child needs is prepared before fork: the launcher has other threads (the

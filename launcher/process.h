@@ -43,6 +43,14 @@ void blockLauncherSignals();
 // A signalfd for SIGCHLD, SIGINT, SIGTERM, SIGHUP (non-blocking, close-on-exec).
 int launcherSignalFd();
 
+// The orphan guard: a small process forked at startup (before any thread) that outlives a
+// launcher killed by SIGKILL and then terminates every worker process group it was told about
+// (SIGTERM, SIGKILL 2 s later). PR_SET_PDEATHSIG alone only reaches a worker's first process,
+// not the processes it started. On a clean exit the launcher dismisses the guard first.
+void startOrphanGuard();
+void guardProcessGroup(pid_t pgid);  // no-op without a guard
+void dismissOrphanGuard();           // the job ended normally: forget every group
+
 // Writes all bytes, retrying EINTR and short writes. Returns false on error (e.g. EPIPE).
 bool writeAll(int fd, const char* data, size_t bytes);
 

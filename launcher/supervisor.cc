@@ -46,7 +46,10 @@ std::string failureDetail(const WorkerProcess& w) {
 Supervisor::Supervisor(int signalFd, std::string statusFile, bool verbose)
     : signalFd_(signalFd), statusFile_(std::move(statusFile)), verbose_(verbose) {}
 
-void Supervisor::add(WorkerProcess worker) { workers_.push_back(std::move(worker)); }
+void Supervisor::add(WorkerProcess worker) {
+  guardProcessGroup(worker.pid);
+  workers_.push_back(std::move(worker));
+}
 
 bool Supervisor::allExited() const {
   for (const auto& w : workers_) {
