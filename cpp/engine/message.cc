@@ -65,21 +65,23 @@ void writeIds(WireWriter& w, std::vector<uint32_t> ids) {
 }
 
 void readIds(WireReader& in, std::vector<uint32_t>& ids) {
-  size_t n = in.count();
+  // Not count(): a bit vector packs eight ids per byte.
+  uint64_t n = in.varint();
   ids.clear();
   if (n == 0) return;
-  ids.reserve(n);
   uint32_t lo = static_cast<uint32_t>(in.varint());
   if (in.u8() == 1) {
     uint64_t span = in.varint();
+    if (n > span + 1) throw Error("engine wire: bit vector shorter than its count");
     const uint8_t* bits = in.raw(static_cast<size_t>((span + 8) / 8));
+    ids.reserve(static_cast<size_t>(n));
     for (uint64_t i = 0; i <= span; ++i) {
       if (bits[i / 8] & (1u << (i % 8))) ids.push_back(lo + static_cast<uint32_t>(i));
     }
     if (ids.size() != n) throw Error("engine wire: bit vector does not match its count");
   } else {
     ids.push_back(lo);
-    for (size_t i = 1; i < n; ++i) ids.push_back(ids.back() + static_cast<uint32_t>(in.varint()));
+    for (uint64_t i = 1; i < n; ++i) ids.push_back(ids.back() + static_cast<uint32_t>(in.varint()));
   }
 }
 

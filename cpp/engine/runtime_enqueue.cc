@@ -243,7 +243,10 @@ WorkPtr Runtime::barrier(int processSet) {
   Options options;
   options.processSet = processSet;
   ProcessSetInfo set = checkProcessSet("Barrier", processSet);
-  auto e = makeEntry(Kind::kBarrier, "Barrier", TensorView{}, TensorView{}, options, "barrier.noname", set);
+  TensorView none;
+  none.dtype = DataType::kUInt8;
+  none.shape = {0};
+  auto e = makeEntry(Kind::kBarrier, "Barrier", none, none, options, "barrier.noname", set);
   e->request.dtype = DataType::kUInt8;
   std::vector<EntryPtr> entries;
   entries.push_back(std::move(e));
