@@ -19,7 +19,7 @@ constexpr size_t kAny = std::numeric_limits<size_t>::max();
 // Preference order: the first entry whose rule matches runs.
 const std::vector<AllreduceAlgorithm> kTable = {
     {"shm_direct", "shared memory, one barrier: every rank reduces all inputs in rank order", true,
-     size_t(32) << 10, &allreduceSharedDirect},
+     size_t(4) << 10, &allreduceSharedDirect},
     {"shm_slices", "shared memory reduce-scatter + gather: rank r reduces slice r, 2 barriers per chunk", true,
      kAny, &allreduceSharedSlices},
     {"recursive_doubling", "log2(n) full-buffer exchanges, fold for non-powers of two (latency-bound sizes)",

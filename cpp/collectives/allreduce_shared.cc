@@ -13,7 +13,7 @@ namespace {
 // Elements are reduced in tiles that stay in L1 while n inputs are folded into them.
 constexpr size_t kTileBytes = 16 << 10;
 // Larger chunks mean fewer barriers; smaller ones keep the shared data cache-resident.
-constexpr size_t kSliceChunkBytes = size_t(2) << 20;
+constexpr size_t kSliceChunkBytes = size_t(1) << 20;
 
 SharedSpace& checkedSpace(const AllreduceArgs& args) {
   HVD_CHECK(args.shared != nullptr) << "shared-memory allreduce without a SharedSpace";

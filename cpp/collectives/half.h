@@ -8,6 +8,9 @@
 
 namespace hvd::detail {
 
+// All-ones when cond holds, else zero: selects written as masks so that loops stay branch-free.
+inline uint32_t maskIf(bool cond) { return 0u - static_cast<uint32_t>(cond); }
+
 inline float halfBitsToFloat(uint16_t h) {
   uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   uint32_t em = h & 0x7fffu;  // exponent and mantissa
@@ -15,12 +18,13 @@ inline float halfBitsToFloat(uint16_t h) {
   // Normal numbers: rebias the exponent from 15 to 127.
   uint32_t normal = shifted + 0x38000000u;
   // Inf/NaN: all-ones exponent, mantissa kept; NaNs made quiet.
-  uint32_t special = shifted | 0x7f800000u | (em > 0x7c00u ? 0x00400000u : 0u);
+  uint32_t special = shifted | 0x7f800000u | (maskIf(em > 0x7c00u) & 0x00400000u);
   // Subnormals (and zero): value = m * 2^-24. Put m under an exponent of 2^-14 and subtract
   // 2^-14; the float subtraction is exact.
   float sub = std::bit_cast<float>(shifted + 0x38800000u) - std::bit_cast<float>(0x38800000u);
   uint32_t subnormal = std::bit_cast<uint32_t>(sub);
-  uint32_t bits = em < 0x0400u ? subnormal : (em >= 0x7c00u ? special : normal);
+  uint32_t isSub = maskIf(em < 0x0400u), isSpecial = maskIf(em >= 0x7c00u);
+  uint32_t bits = (subnormal & isSub) | (special & isSpecial) | (normal & ~(isSub | isSpecial));
   return std::bit_cast<float>(bits | sign);
 }
 
@@ -36,9 +40,11 @@ inline uint16_t floatToHalfBits(float f) {
   float aligned = std::bit_cast<float>(ax) + 0.5f;
   uint32_t subnormal = std::bit_cast<uint32_t>(aligned) - 0x3f000000u;
   uint32_t nan = 0x7e00u | ((ax >> 13) & 0x3ffu);
-  uint32_t bits = ax < 0x38800000u ? subnormal : normal;
-  bits = ax >= 0x477ff000u ? 0x7c00u : bits;  // rounds to >= 65520: overflow to Inf
-  bits = ax > 0x7f800000u ? nan : bits;
+  uint32_t isSub = maskIf(ax < 0x38800000u);
+  uint32_t isNan = maskIf(ax > 0x7f800000u);
+  uint32_t isInf = maskIf(ax >= 0x477ff000u) & ~isNan;  // rounds to >= 65520 (or is Inf)
+  uint32_t isNormal = ~(isSub | isNan | isInf);
+  uint32_t bits = (subnormal & isSub) | (normal & isNormal) | (0x7c00u & isInf) | (nan & isNan);
   return static_cast<uint16_t>(bits | sign);
 }
 
@@ -48,8 +54,8 @@ inline uint16_t floatToBfloat16Bits(float f) {
   uint32_t x = std::bit_cast<uint32_t>(f);
   uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
   uint32_t nan = (x >> 16) | 0x0040u;
-  bool isNan = (x & 0x7fffffffu) > 0x7f800000u;
-  return static_cast<uint16_t>(isNan ? nan : rounded);
+  uint32_t isNan = maskIf((x & 0x7fffffffu) > 0x7f800000u);
+  return static_cast<uint16_t>((nan & isNan) | (rounded & ~isNan));
 }
 
 }  // namespace hvd::detail

@@ -12,6 +12,7 @@
 
 #include "collectives/half.h"
 #include "collectives/reduce_kernels.h"
+#include "collectives/reduce_ops.h"
 #include "common/check.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -23,56 +24,8 @@
 namespace hvd {
 namespace {
 
-// ---- Operators -------------------------------------------------------------------------------
-// Integers wrap (computed unsigned, at least 32 bits wide, so no signed overflow or promotion to
-// int). Floating Min/Max propagate NaN. apply(a, b): a is the left (lower-rank) operand.
-
-template <typename T>
-using Wide = std::conditional_t<(sizeof(T) < 4), uint32_t, std::make_unsigned_t<T>>;
-
-struct SumOp {
-  template <typename T>
-  static T apply(T a, T b) {
-    if constexpr (std::is_integral_v<T>) {
-      return static_cast<T>(static_cast<Wide<T>>(a) + static_cast<Wide<T>>(b));
-    } else {
-      return a + b;
-    }
-  }
-};
-struct ProductOp {
-  template <typename T>
-  static T apply(T a, T b) {
-    if constexpr (std::is_integral_v<T>) {
-      return static_cast<T>(static_cast<Wide<T>>(a) * static_cast<Wide<T>>(b));
-    } else {
-      return a * b;
-    }
-  }
-};
-struct MinOp {
-  template <typename T>
-  static T apply(T a, T b) {
-    T r = b < a ? b : a;
-    if constexpr (std::is_floating_point_v<T>) r = b != b ? b : r;
-    return r;
-  }
-};
-struct MaxOp {
-  template <typename T>
-  static T apply(T a, T b) {
-    T r = b > a ? b : a;
-    if constexpr (std::is_floating_point_v<T>) r = b != b ? b : r;
-    return r;
-  }
-};
-// bool is stored as one byte; results are normalised to 0/1.
-struct OrOp {
-  static uint8_t apply(uint8_t a, uint8_t b) { return static_cast<uint8_t>((a | b) != 0); }
-};
-struct AndOp {
-  static uint8_t apply(uint8_t a, uint8_t b) { return static_cast<uint8_t>((a != 0) & (b != 0)); }
-};
+using namespace detail;
+constexpr size_t kBlock = kHalfBlock;
 
 // ---- Native-type loops -----------------------------------------------------------------------
 
@@ -108,18 +61,7 @@ void nativeToFn(void* dst, const void* a, const void* b, size_t n) {
   }
 }
 
-// ---- 16-bit floats through float32 -----------------------------------------------------------
-
-struct HalfCvt {
-  static float toFloat(uint16_t v) { return detail::halfBitsToFloat(v); }
-  static uint16_t fromFloat(float v) { return detail::floatToHalfBits(v); }
-};
-struct Bf16Cvt {
-  static float toFloat(uint16_t v) { return detail::bfloat16BitsToFloat(v); }
-  static uint16_t fromFloat(float v) { return detail::floatToBfloat16Bits(v); }
-};
-
-constexpr size_t kBlock = 256;
+// ---- 16-bit floats through float32 (portable path) --------------------------------------
 
 // dst = a OP b; dst may alias a or b (each block is read into scratch before it is written).
 template <typename Cvt, typename Op>
@@ -226,14 +168,35 @@ HVD_CLONES void scaleHalf(uint16_t* buf, size_t n, float factor) {
 
 }  // namespace
 
-const ReduceKernel& reduceKernel(DataType dtype, ReduceOp op) {
-  static const KernelTable table = buildTable();
+namespace {
+
+const ReduceKernel& lookup(const KernelTable& table, DataType dtype, ReduceOp op) {
   int index = opIndex(op);
   HVD_CHECK_AS(InvalidArgument, index >= 0)
       << "local reduction supports Sum, Min, Max and Product, not op " << static_cast<int>(op);
   int type = static_cast<int>(dtype);
   HVD_CHECK_AS(InvalidArgument, type >= 0 && type < kNumDataTypes) << "unknown dtype " << type;
   return table[type][index];
+}
+
+}  // namespace
+
+const ReduceKernel& portableReduceKernel(DataType dtype, ReduceOp op) {
+  static const KernelTable table = buildTable();
+  return lookup(table, dtype, op);
+}
+
+const ReduceKernel& reduceKernel(DataType dtype, ReduceOp op) {
+  static const KernelTable table = [] {
+    KernelTable t = buildTable();
+    if (cpuHasAvx2F16c()) {
+      for (DataType type : {DataType::kFloat16, DataType::kBFloat16}) {
+        for (int op = 0; op < 4; ++op) t[static_cast<int>(type)][op] = avx2HalfKernel(type, op);
+      }
+    }
+    return t;
+  }();
+  return lookup(table, dtype, op);
 }
 
 void reduceInto(void* dst, const void* src, size_t count, DataType dtype, ReduceOp op) {
@@ -253,8 +216,12 @@ void scaleBuffer(void* buf, size_t count, DataType dtype, double factor) {
     case DataType::kInt8: return scaleInteger(static_cast<int8_t*>(buf), count, factor);
     case DataType::kInt32: return scaleInteger(static_cast<int32_t*>(buf), count, factor);
     case DataType::kInt64: return scaleInteger(static_cast<int64_t*>(buf), count, factor);
-    case DataType::kFloat16: return scaleHalf<HalfCvt>(static_cast<uint16_t*>(buf), count, static_cast<float>(factor));
+    case DataType::kFloat16:
     case DataType::kBFloat16:
+      if (cpuHasAvx2F16c()) return avx2ScaleHalf(dtype, static_cast<uint16_t*>(buf), count, static_cast<float>(factor));
+      if (dtype == DataType::kFloat16) {
+        return scaleHalf<HalfCvt>(static_cast<uint16_t*>(buf), count, static_cast<float>(factor));
+      }
       return scaleHalf<Bf16Cvt>(static_cast<uint16_t*>(buf), count, static_cast<float>(factor));
     case DataType::kFloat32: return scaleFloat(static_cast<float*>(buf), count, static_cast<float>(factor));
     case DataType::kFloat64: return scaleFloat(static_cast<double*>(buf), count, factor);

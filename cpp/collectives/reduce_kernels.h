@@ -23,5 +23,7 @@ struct ReduceKernel {
 // Throws InvalidArgument for ops other than Sum/Min/Max/Product. The reference stays valid for
 // the life of the process.
 const ReduceKernel& reduceKernel(DataType dtype, ReduceOp op);
+// The same kernels without CPU-specific paths (for tests: both must give the same bits).
+const ReduceKernel& portableReduceKernel(DataType dtype, ReduceOp op);
 
 }  // namespace hvd

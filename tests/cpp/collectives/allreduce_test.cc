@@ -153,6 +153,7 @@ TEST(Allreduce, RejectsUnsupportedOps) {
 TEST(Allreduce, AlgorithmTable) {
   using collectives::chooseAllreduce;
   EXPECT_STREQ("shm_direct", chooseAllreduce("", 1024, true).name);
+  EXPECT_STREQ("shm_slices", chooseAllreduce("", 64 << 10, true).name);
   EXPECT_STREQ("shm_slices", chooseAllreduce("", 64 << 20, true).name);
   EXPECT_STREQ("recursive_doubling", chooseAllreduce("", 1024, false).name);
   EXPECT_STREQ("ring", chooseAllreduce("", 64 << 20, false).name);

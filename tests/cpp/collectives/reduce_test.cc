@@ -3,7 +3,9 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <limits>
+#include <random>
 
 #include "collectives/reduce.h"
 #include "collectives/reduce_kernels.h"
@@ -166,6 +168,40 @@ TEST(ReduceKernels, AllTypesOpsAndForms) {
         std::vector<uint8_t> aliasB = in[1];
         reduceTo(aliasB.data(), in[0].data(), aliasB.data(), count, t, op);
         ASSERT_EQ(0, std::memcmp(aliasB.data(), out.data(), bytes));
+      }
+    }
+  }
+}
+
+// The CPU-specific 16-bit float kernels (F16C / AVX2) must give exactly the portable bits,
+// including NaN, Inf, subnormals, signed zeros and every tail length.
+TEST(ReduceKernels, DispatchedHalfKernelsMatchPortable) {
+  std::mt19937 rng(11);
+  const size_t count = 4099;
+  std::vector<uint16_t> a(count), b(count);
+  for (size_t i = 0; i < count; ++i) {
+    a[i] = static_cast<uint16_t>(rng());
+    b[i] = static_cast<uint16_t>(rng());
+  }
+  // Plenty of specials on both sides, and products/sums that overflow or go subnormal.
+  const uint16_t specials[] = {0x0000, 0x8000, 0x0001, 0x03ff, 0x0400, 0x7bff, 0x7c00, 0xfc00, 0x7e00,
+                               0x7c01, 0xfe01, 0x7f80, 0xff80, 0x7fc0, 0x7f81, 0x0080, 0x3c00, 0xbc00};
+  for (size_t i = 0; i < count; i += 3) a[i] = specials[(i / 3) % std::size(specials)];
+  for (size_t i = 0; i < count; i += 5) b[i] = specials[(i / 5 + 7) % std::size(specials)];
+  for (DataType t : {DataType::kFloat16, DataType::kBFloat16}) {
+    for (ReduceOp op : allReduceOps()) {
+      const ReduceKernel& fast = reduceKernel(t, op);
+      const ReduceKernel& portable = portableReduceKernel(t, op);
+      for (size_t n : {size_t(1), size_t(7), size_t(8), size_t(9), size_t(255), size_t(256), size_t(257), count}) {
+        std::vector<uint16_t> x(n), y(n);
+        fast.to(x.data(), a.data(), b.data(), n);
+        portable.to(y.data(), a.data(), b.data(), n);
+        ASSERT_EQ(x, y) << dataTypeName(t) << " " << opName(op) << " n=" << n;
+        std::vector<uint16_t> l1(b.begin(), b.begin() + n), l2 = l1;
+        fast.intoLeft(l1.data(), a.data(), n);
+        portable.intoLeft(l2.data(), a.data(), n);
+        ASSERT_EQ(l1, l2);
+        ASSERT_EQ(l1, x);
       }
     }
   }
