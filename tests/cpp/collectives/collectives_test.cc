@@ -67,7 +67,8 @@ TEST(Broadcast, EveryRootAndSize) {
   for (const auto& options : transportVariants()) {
     for (int n = 1; n <= 8; ++n) {
       for (size_t bytes : {size_t(0), size_t(1), size_t(1000), size_t(300000), size_t(3u << 20) + 5}) {
-        if (bytes > 300000 && n > 4) continue;
+        if (bytes > 300000 && n != 3) continue;  // the pipelined chain: one odd size is enough
+        if (bytes == 300000 && n > 5) continue;
         SCOPED_TRACE("n=" + std::to_string(n) + " bytes=" + std::to_string(bytes) + (options.shared ? " shared" : " p2p"));
         runRanks(n, options, [&](Communicator& comm) {
           std::vector<uint8_t> buf(bytes);
