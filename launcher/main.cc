@@ -110,8 +110,8 @@ int runMpiJob(const Options& o, const std::vector<HostSlots>& hosts, int signalF
   job.environment["HOROVOD_GLOO_RENDEZVOUS_ADDR"] = network.driverAddress;
   job.environment["HOROVOD_GLOO_RENDEZVOUS_PORT"] = std::to_string(rendezvous.port());
   job.environment["PYTHONUNBUFFERED"] = "1";
+  job.environment[kSecretEnv] = secret;  // exported by name only; the value stays off the command line
   std::string command = buildMpirunCommand(o, job);
-  job.environment[kSecretEnv] = secret;
   if (o.verbose) say(2, "horovodrun: running " + command + "\n");
   return runMpirun(command, job.environment, signalFd);
 }

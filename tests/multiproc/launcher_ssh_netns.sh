@@ -12,7 +12,7 @@
 # unreachable host (fails within --start-timeout naming it), ssh refused, and — when the
 # engine is built — a real allreduce across the namespaces.
 #
-# Usage: launcher_ssh_netns.sh [path/to/horovodrun]     (or $HOROVODRUN)
+# Usage: launcher_ssh_netns.sh [path/to/horovodrun]     (or $HOROVODRUN, or $BUILD_DIR/launcher/horovodrun)
 # Exit: 0 pass, 1 fail, 77 skipped (not root, no netns/sshd). Whole script bounded by the
 # caller's timeout; every horovodrun run is bounded by `timeout` as well.
 set -u
@@ -20,7 +20,10 @@ set -u
 HVDRUN=${1:-${HOROVODRUN:-}}
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-if [ -z "$HVDRUN" ]; then
+if [ -z "$HVDRUN" ] && [ -n "${BUILD_DIR:-}" ]; then
+  HVDRUN=$(cd "$ROOT" && realpath -m "$BUILD_DIR/launcher/horovodrun")
+fi
+if [ ! -x "$HVDRUN" ]; then
   for b in "$ROOT"/build*/launcher/horovodrun; do [ -x "$b" ] && HVDRUN=$b && break; done
 fi
 
