@@ -1,0 +1,206 @@
+// Init, shutdown, re-init; configuration errors; launcher variable mapping.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+
+#include "cluster.h"
+#include "store/file_store.h"
+#include "typed.h"
+
+namespace hvd::test {
+namespace {
+
+const std::string kShutdown = engine::kShutdownMessage;
+
+TEST(Lifecycle, ShutdownOnOneRankFailsPendingOpsEverywhere) {
+  Cluster cluster(3);
+  std::atomic<bool> pendingSubmitted{false};
+  cluster.run([&](int rank, engine::Runtime& rt) {
+    if (rank == 1) {
+      while (!pendingSubmitted) std::this_thread::yield();
+      rt.shutdown();
+      EXPECT_FALSE(rt.initialized());
+      std::vector<float> a(2), b(2);
+      expectThrowWith<Error>([&] { rt.allreduce(view(a, DataType::kFloat32), view(b, DataType::kFloat32), named("late")); },
+                             "Horovod has not been initialized");
+      return;
+    }
+    std::vector<float> a(2), b(2);
+    // Only ranks 0 and 2 submit it: it stays pending until the shutdown fails it.
+    auto w = rt.allreduce(view(a, DataType::kFloat32), view(b, DataType::kFloat32), named("lonely"));
+    if (rank == 0) pendingSubmitted = true;
+    try {
+      w->wait();
+      ADD_FAILURE() << "pending op completed";
+    } catch (const Aborted& e) {
+      EXPECT_EQ(std::string(e.what()), kShutdown);
+    }
+    // Later ops fail synchronously with the same message; the runtime still reports initialized.
+    EXPECT_TRUE(rt.initialized());
+    expectThrowWith<Aborted>([&] { rt.allreduce(view(a, DataType::kFloat32), view(b, DataType::kFloat32), named("x")); },
+                             kShutdown);
+    rt.shutdown();
+  });
+}
+
+TEST(Lifecycle, InitShutdownInitKeepsRankAndSize) {
+  auto store = std::make_shared<MemoryStore>();
+  for (int round = 0; round < 3; ++round) {
+    Cluster cluster(3, {}, {}, store);
+    cluster.run([&](int rank, engine::Runtime& rt) {
+      EXPECT_EQ(rt.topology().rank, rank);
+      EXPECT_EQ(rt.topology().size, 3);
+      EXPECT_EQ(rt.topology().localSize, 3);
+      EXPECT_EQ(rt.topology().localRank, rank);
+      EXPECT_EQ(rt.topology().crossSize, 1);
+      EXPECT_TRUE(rt.topology().homogeneous);
+      std::vector<int32_t> a(2, round), b(2);
+      rt.allreduce(view(a, DataType::kInt32), view(b, DataType::kInt32), named("r"))->wait();
+      EXPECT_EQ(b[0], 3 * round);
+    });
+    cluster.shutdown();
+  }
+}
+
+TEST(Lifecycle, ShutdownIsQuickWhenAllRanksLeave) {
+  Cluster cluster(4);
+  auto start = std::chrono::steady_clock::now();
+  cluster.shutdown();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(1500));
+}
+
+TEST(Lifecycle, TopologyFromHostnames) {
+  // Ranks 0,1 on host a; 2,3,4 on host b: not homogeneous; cross groups by local rank.
+  auto store = std::make_shared<MemoryStore>();
+  std::vector<engine::Topology> topo(5);
+  runThreads(5, [&](int r) {
+    auto config = engine::Config::fromEnvironment(
+        mapEnvironment(rankEnv(r, 5, {{"HOROVOD_HOSTNAME", r < 2 ? "a" : "b"}})));
+    engine::Runtime rt(config, store);
+    rt.init();
+    topo[r] = rt.topology();
+    rt.shutdown();
+  });
+  EXPECT_EQ(topo[1].localRank, 1);
+  EXPECT_EQ(topo[1].localSize, 2);
+  EXPECT_EQ(topo[4].localRank, 2);
+  EXPECT_EQ(topo[4].localSize, 3);
+  EXPECT_EQ(topo[2].crossRank, 1);
+  EXPECT_EQ(topo[2].crossSize, 2);
+  EXPECT_EQ(topo[4].crossRank, 0);
+  EXPECT_EQ(topo[4].crossSize, 1);
+  EXPECT_FALSE(topo[0].homogeneous);
+}
+
+TEST(Config, BadValuesNameVariableAndValue) {
+  auto expectBad = [](const char* var, const char* value, const std::string& text) {
+    try {
+      engine::Config::fromEnvironment(mapEnvironment({{var, value}}));
+      ADD_FAILURE() << var << "=" << value << " accepted";
+    } catch (const InvalidArgument& e) {
+      std::string msg = e.what();
+      EXPECT_NE(msg.find(var), std::string::npos) << msg;
+      EXPECT_NE(msg.find(value), std::string::npos) << msg;
+      EXPECT_NE(msg.find(text), std::string::npos) << msg;
+    }
+  };
+  expectBad("HOROVOD_FUSION_THRESHOLD", "64MB", "");
+  expectBad("HOROVOD_CYCLE_TIME", "fast", "");
+  expectBad("HOROVOD_CACHE_CAPACITY", "lots", "");
+  expectBad("HOROVOD_TIMELINE_MARK_CYCLES", "maybe", "");
+  expectBad("HOROVOD_STALL_CHECK_TIME_SECONDS", "1m", "");
+  expectBad("HOROVOD_AUTOTUNE", "sure", "");
+  expectBad("HOROVOD_CONTROLLER", "nccl", "Unsupported controller type, only MPI and Gloo are supported");
+  expectBad("HOROVOD_CPU_OPERATIONS", "cuda", "Unsupported CPU operation type, only MPI, oneCCL, and Gloo are supported");
+  expectBad("HOROVOD_CONTROLLER", "mpi", "not built with MPI");
+  expectBad("HOROVOD_GLOO_TIMEOUT_SECONDS", "0", "");
+  EXPECT_NO_THROW(engine::Config::fromEnvironment(mapEnvironment({{"HOROVOD_CONTROLLER", "GLOO"},
+                                                                  {"HOROVOD_CPU_OPERATIONS", "gloo"},
+                                                                  {"HOROVOD_CYCLE_TIME", "0.5"},
+                                                                  {"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"}})));
+}
+
+TEST(Config, BadValueFailsInitThroughApiLayer) {
+  Cluster* never = nullptr;
+  (void)never;
+  try {
+    auto config = engine::Config::fromEnvironment(mapEnvironment(rankEnv(0, 1, {{"HOROVOD_CACHE_CAPACITY", "x1"}})));
+    ADD_FAILURE() << "accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("HOROVOD_CACHE_CAPACITY='x1'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Config, FusionThresholdRounding) {
+  EXPECT_EQ(engine::Config::roundFusionThreshold(0, 4, true), 0);
+  EXPECT_EQ(engine::Config::roundFusionThreshold(1000, 4, true), 2048);
+  EXPECT_EQ(engine::Config::roundFusionThreshold(2048, 4, true), 2048);
+  EXPECT_EQ(engine::Config::roundFusionThreshold(1000, 4, false), 1000);
+  EXPECT_EQ(engine::Config::roundFusionThreshold(134217728, 3, true), 134218752);
+}
+
+TEST(Config, LauncherVariableMapping) {
+  auto c = engine::Config::fromEnvironment(mapEnvironment({{"OMPI_COMM_WORLD_RANK", "2"},
+                                                           {"OMPI_COMM_WORLD_SIZE", "4"},
+                                                           {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                                                           {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}));
+  EXPECT_EQ(c.rank, 2);
+  EXPECT_EQ(c.size, 4);
+  EXPECT_EQ(c.localRank, 0);
+  EXPECT_EQ(c.localSize, 2);
+  EXPECT_EQ(c.launchedBy, "openmpi");
+  c = engine::Config::fromEnvironment(mapEnvironment({{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"}}));
+  EXPECT_EQ(c.rank, 3);
+  EXPECT_EQ(c.size, 8);
+  EXPECT_EQ(c.localRank, 1);
+  c = engine::Config::fromEnvironment(mapEnvironment({{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}, {"HOROVOD_RANK", "0"}, {"HOROVOD_SIZE", "1"}}));
+  EXPECT_EQ(c.size, 1);  // horovodrun's variables win
+  expectThrowWith<InvalidArgument>([] { engine::Config::fromEnvironment(mapEnvironment({{"HOROVOD_RANK", "3"}, {"HOROVOD_SIZE", "2"}})); },
+                                   "Invalid rank 3");
+}
+
+TEST(Lifecycle, MpirunWithoutRendezvousFailsClearly) {
+  auto config = engine::Config::fromEnvironment(mapEnvironment({{"PMI_RANK", "0"}, {"PMI_SIZE", "2"}}));
+  engine::Runtime rt(config);
+  expectThrowWith<InvalidArgument>([&] { rt.init(); }, "HOROVOD_RENDEZVOUS_DIR");
+  auto config2 = engine::Config::fromEnvironment(mapEnvironment({{"HOROVOD_RANK", "0"}, {"HOROVOD_SIZE", "2"}}));
+  engine::Runtime rt2(config2);
+  expectThrowWith<InvalidArgument>([&] { rt2.init(); }, "HOROVOD_GLOO_RENDEZVOUS_ADDR");
+}
+
+TEST(Lifecycle, SlurmWithFileStoreRendezvous) {
+  std::string dir = (std::filesystem::temp_directory_path() / ("hvd-engine-fs-" + std::to_string(getpid()))).string();
+  runThreads(3, [&](int r) {
+    auto config = engine::Config::fromEnvironment(mapEnvironment({{"SLURM_PROCID", std::to_string(r)},
+                                                                  {"SLURM_NTASKS", "3"},
+                                                                  {"SLURM_LOCALID", std::to_string(r)},
+                                                                  {"HOROVOD_RENDEZVOUS_DIR", dir},
+                                                                  {"HOROVOD_TRANSPORT", "local"},
+                                                                  {"HOROVOD_HOSTNAME", "h"}}));
+    engine::Runtime rt(config);
+    rt.init();
+    std::vector<int32_t> a(1, r), b(1);
+    rt.allreduce(view(a, DataType::kInt32), view(b, DataType::kInt32), named("fs"))->wait();
+    EXPECT_EQ(b[0], 3);
+    rt.shutdown();
+  });
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Lifecycle, OpsBeforeInitAndTypes) {
+  engine::Runtime rt(engine::Config::fromEnvironment(mapEnvironment({})));
+  std::vector<float> a(1), b(1);
+  expectThrowWith<Error>([&] { rt.allreduce(view(a, DataType::kFloat32), view(b, DataType::kFloat32), named("x")); },
+                         "Horovod has not been initialized; use hvd.init().");
+  rt.init();  // size 1, own MemoryStore
+  rt.allreduce(view(a, DataType::kFloat32), view(b, DataType::kFloat32), named("x"))->wait();
+  rt.shutdown();
+  rt.shutdown();  // idempotent
+}
+
+}  // namespace
+}  // namespace hvd::test
