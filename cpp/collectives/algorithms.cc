@@ -1,5 +1,6 @@
 #include "collectives/algorithms.h"
 
+#include <cstring>
 #include <limits>
 
 #include "collectives/collectives.h"
@@ -59,14 +60,26 @@ const AllreduceAlgorithm& chooseAllreduce(const std::string& requested, size_t b
   return kTable.back();
 }
 
-void allreduce(Communicator& comm, void* buf, size_t count, DataType dtype, ReduceOp op) {
+void allreduce(Communicator& comm, const void* in, void* out, size_t count, DataType dtype, ReduceOp op) {
   const ReduceKernel& kernel = reduceKernel(dtype, op);  // validates op before anything is sent
-  if (comm.size() == 1 || count == 0) return;
+  const size_t bytes = count * kernel.elementSize;
+  if (comm.size() == 1 || count == 0) {
+    if (in != out && bytes > 0) std::memcpy(out, in, bytes);
+    return;
+  }
   Deadline deadline = comm.deadline();
   SharedSpace* shared = comm.sharedSpace(deadline);
   bool useShared = sharedUsable(shared, comm.size());
-  const AllreduceAlgorithm& algo = chooseAllreduce(comm.allreduceAlgorithm(), count * kernel.elementSize, useShared);
-  algo.run(AllreduceArgs{comm, buf, count, dtype, kernel, useShared ? shared : nullptr, deadline});
+  const AllreduceAlgorithm& algo = chooseAllreduce(comm.allreduceAlgorithm(), bytes, useShared);
+  if (!algo.needsShared && in != out) {
+    std::memcpy(out, in, bytes);
+    in = out;
+  }
+  algo.run(AllreduceArgs{comm, in, out, count, dtype, kernel, useShared ? shared : nullptr, deadline});
+}
+
+void allreduce(Communicator& comm, void* buf, size_t count, DataType dtype, ReduceOp op) {
+  allreduce(comm, buf, buf, count, dtype, op);
 }
 
 }  // namespace hvd::collectives

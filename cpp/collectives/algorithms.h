@@ -22,7 +22,8 @@ void checkAllreduceAlgorithmName(const std::string& name);
 
 struct AllreduceArgs {
   Communicator& comm;
-  void* buf;
+  const void* in;  // input; equal to buf for in place. Point-to-point algorithms get in == buf.
+  void* buf;       // output
   size_t count;
   DataType dtype;
   const ReduceKernel& kernel;

@@ -31,12 +31,13 @@ void allreduceSharedDirect(const AllreduceArgs& args) {
   const int n = comm.size(), me = comm.rank();
   const size_t elem = args.kernel.elementSize;
   const size_t chunkElems = sharedHalfBytes(space) / elem;
+  const auto* in = static_cast<const uint8_t*>(args.in);
   auto* buf = static_cast<uint8_t*>(args.buf);
   for (size_t offset = 0; offset < args.count; offset += chunkElems) {
     const size_t c = std::min(chunkElems, args.count - offset);
     const uint64_t phase = comm.nextSharedPhase();
     uint8_t* out = buf + offset * elem;
-    std::memcpy(sharedHalf(space, me, phase), out, c * elem);
+    std::memcpy(sharedHalf(space, me, phase), in + offset * elem, c * elem);
     space.barrier(args.deadline);
     args.kernel.to(out, sharedHalf(space, 0, phase), sharedHalf(space, 1, phase), c);
     for (int j = 2; j < n; ++j) args.kernel.into(out, sharedHalf(space, j, phase), c);
@@ -56,6 +57,7 @@ void allreduceSharedSlices(const AllreduceArgs& args) {
   const size_t lineElems = 64 / elem;
   const size_t tileElems = kTileBytes / elem;
   alignas(64) uint8_t tile[kTileBytes];
+  const auto* in = static_cast<const uint8_t*>(args.in);
   auto* buf = static_cast<uint8_t*>(args.buf);
 
   for (size_t offset = 0; offset < args.count; offset += chunkElems) {
@@ -66,18 +68,19 @@ void allreduceSharedSlices(const AllreduceArgs& args) {
       return Block{begin, std::min(c, begin + sliceElems) - begin};
     };
     const uint64_t phase = comm.nextSharedPhase();
+    const uint8_t* source = in + offset * elem;
     uint8_t* chunk = buf + offset * elem;
     uint8_t* mine = sharedHalf(space, me, phase);
     const Block own = slice(me);
-    std::memcpy(mine, chunk, own.begin * elem);
-    std::memcpy(mine + (own.begin + own.size) * elem, chunk + (own.begin + own.size) * elem,
+    std::memcpy(mine, source, own.begin * elem);
+    std::memcpy(mine + (own.begin + own.size) * elem, source + (own.begin + own.size) * elem,
                 (c - own.begin - own.size) * elem);
     space.barrier(args.deadline);
 
     for (size_t t = own.begin; t < own.begin + own.size; t += tileElems) {
       const size_t len = std::min(tileElems, own.begin + own.size - t);
       auto input = [&](int j) -> const uint8_t* {
-        return j == me ? chunk + t * elem : sharedHalf(space, j, phase) + t * elem;
+        return j == me ? source + t * elem : sharedHalf(space, j, phase) + t * elem;
       };
       args.kernel.to(tile, input(0), input(1), len);
       for (int j = 2; j < n; ++j) args.kernel.into(tile, input(j), len);

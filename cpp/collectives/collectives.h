@@ -19,6 +19,10 @@ namespace hvd::collectives {
 // In place: buf = OP over ranks of buf. op is kSum, kMin, kMax or kProduct (Average and scaling
 // are the engine's business: it applies pre/postscale with scaleBuffer()).
 void allreduce(Communicator& comm, void* buf, size_t count, DataType dtype, ReduceOp op);
+// Out of place: out = OP over ranks of in; `in` is not modified. in == out is the in-place form;
+// other overlap is not allowed. Cheaper than copying in to out first: the shared-memory
+// algorithms read `in` directly.
+void allreduce(Communicator& comm, const void* in, void* out, size_t count, DataType dtype, ReduceOp op);
 
 // out = concatenation of every rank's `in` in set-rank order; bytesPerRank[r] is rank r's size.
 // `in` may point into `out` at this rank's offset (in-place allgather).

@@ -124,6 +124,32 @@ TEST(Allreduce, DeterministicAcrossRuns) {
   }
 }
 
+// Out of place: same bits as in place, input untouched, for every algorithm.
+TEST(Allreduce, OutOfPlaceMatchesInPlace) {
+  for (const auto& algo : kAlgorithms) {
+    for (int n : {1, 2, 3, 4}) {
+      for (size_t count : {size_t(1), size_t(1000), size_t(65537)}) {
+        for (auto [t, op] : {std::pair{DataType::kFloat32, ReduceOp::kSum}, std::pair{DataType::kFloat16, ReduceOp::kMax},
+                             std::pair{DataType::kInt64, ReduceOp::kProduct}}) {
+          SCOPED_TRACE(algo + " n=" + std::to_string(n) + " count=" + std::to_string(count));
+          RankOptions options;
+          options.algorithm = algo;
+          options.sharedCapacity = 8192;
+          runRanks(n, options, [&](Communicator& comm) {
+            const std::vector<uint8_t> input = makeInput(t, op, comm.rank(), count, 21);
+            std::vector<uint8_t> in = input, out(input.size(), 0xcd), inPlace = input;
+            collectives::allreduce(comm, in.data(), out.data(), count, t, op);
+            collectives::allreduce(comm, inPlace.data(), count, t, op);
+            ASSERT_EQ(in, input) << "input modified";
+            ASSERT_EQ(0, std::memcmp(out.data(), inPlace.data(), count * dataTypeSize(t)));
+          });
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+}
+
 // Many collectives back to back on one communicator (double-buffered shared halves, scratch
 // reuse), alternating sizes that pick different algorithms.
 TEST(Allreduce, ManyCallsInSequence) {
