@@ -97,7 +97,7 @@ echo "# tcp goodput (1 stream, h1 -> h0): $(awk -v g="$GOODPUT" 'BEGIN {printf "
 # ---- allreduce, one rank per host ---------------------------------------------------------------
 SECRET=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 export HOROVOD_SECRET_KEY="$SECRET"
-ip netns exec "${TAG}h0" "$RDV" --bind "$SUBNET.1" --seconds 900 <&- >"$WORK/rdv.txt" 2>&1 &
+ip netns exec "${TAG}h0" "$RDV" --bind "$SUBNET.1" --seconds 900 </dev/null >"$WORK/rdv.txt" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 100); do grep -q '^port ' "$WORK/rdv.txt" 2>/dev/null && break; sleep 0.05; done
 PORT=$(awk '/^port / {print $2}' "$WORK/rdv.txt")

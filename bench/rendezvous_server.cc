@@ -4,11 +4,10 @@
 //   rendezvous_server [--bind ADDR] [--port N] [--seconds S]
 //
 // The job secret is read from HOROVOD_SECRET_KEY (hex, as horovodrun passes it to workers).
-// Prints "port <N>" on stdout once listening, then serves until stdin closes or S seconds pass.
-#include <poll.h>
-#include <unistd.h>
+// Prints "port <N>" on stdout once listening, then serves until SIGTERM/SIGINT or S seconds pass.
+#include <signal.h>
 
-#include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -36,20 +35,18 @@ int main(int argc, char** argv) {
     std::cerr << "rendezvous_server: set HOROVOD_SECRET_KEY\n";
     return 2;
   }
+  // Block the stop signals before the server's thread starts, so that only sigtimedwait sees them.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
   try {
     hvd::TcpStoreServer server(bind, static_cast<uint16_t>(port), secret);
     std::printf("port %u\n", unsigned(server.port()));
     std::fflush(stdout);
-    // Serve until stdin reaches end of file (the parent script closes it) or the time is up.
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-    while (std::chrono::steady_clock::now() < deadline) {
-      pollfd in{0, POLLIN, 0};
-      int ready = poll(&in, 1, 200);
-      if (ready > 0) {
-        char buf[64];
-        if (read(0, buf, sizeof buf) <= 0) break;
-      }
-    }
+    timespec limit{static_cast<time_t>(seconds), static_cast<long>((seconds - double(time_t(seconds))) * 1e9)};
+    sigtimedwait(&stop, nullptr, &limit);  // a stop signal or the time limit
   } catch (const hvd::Error& e) {
     std::cerr << "rendezvous_server: " << e.what() << "\n";
     return 1;

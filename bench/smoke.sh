@@ -23,12 +23,14 @@ trap 'rm -f "$LOG"' EXIT
 check() {  # name, command...   (each bounded by a timeout)
   local name="$1"
   shift
-  if timeout 60 "$@" >"$LOG" 2>&1; then
+  timeout 60 "$@" >"$LOG" 2>&1
+  local rc=$?
+  if [[ $rc -eq 0 ]]; then
     PASS=$((PASS + 1))
     echo "ok    $name"
   else
     FAIL=$((FAIL + 1))
-    echo "FAIL  $name (exit $?)"
+    echo "FAIL  $name (exit $rc)"
     tail -20 "$LOG" | sed 's/^/      /'
   fi
 }
