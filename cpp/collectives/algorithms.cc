@@ -67,15 +67,14 @@ void allreduce(Communicator& comm, const void* in, void* out, size_t count, Data
     if (in != out && bytes > 0) std::memcpy(out, in, bytes);
     return;
   }
-  Deadline deadline = comm.deadline();
-  SharedSpace* shared = comm.sharedSpace(deadline);
+  SharedSpace* shared = comm.sharedSpace(comm.deadline());
   bool useShared = sharedUsable(shared, comm.size());
   const AllreduceAlgorithm& algo = chooseAllreduce(comm.allreduceAlgorithm(), bytes, useShared);
   if (!algo.needsShared && in != out) {
     std::memcpy(out, in, bytes);
     in = out;
   }
-  algo.run(AllreduceArgs{comm, in, out, count, dtype, kernel, useShared ? shared : nullptr, deadline});
+  algo.run(AllreduceArgs{comm, in, out, count, dtype, kernel, useShared ? shared : nullptr});
 }
 
 void allreduce(Communicator& comm, void* buf, size_t count, DataType dtype, ReduceOp op) {

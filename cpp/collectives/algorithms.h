@@ -28,8 +28,9 @@ struct AllreduceArgs {
   DataType dtype;
   const ReduceKernel& kernel;
   SharedSpace* shared;  // non-null only when the algorithm needs it and the members share memory
-  Deadline deadline;
 };
+// Deadlines: every blocking step takes comm.deadline() when it starts, so a large collective is
+// bounded per step (progress), not as a whole.
 
 struct AllreduceAlgorithm {
   const char* name;

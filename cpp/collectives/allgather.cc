@@ -11,7 +11,7 @@ namespace {
 // Round k: every rank publishes bytes [k*h, (k+1)*h) of its block into its half h, barrier, and
 // copies the same range of every other block out. One barrier per round (double buffering).
 void allgatherShared(Communicator& comm, SharedSpace& space, uint8_t* out, const std::vector<size_t>& bytes,
-                     const std::vector<size_t>& offsets, Deadline deadline) {
+                     const std::vector<size_t>& offsets) {
   const int n = comm.size(), me = comm.rank();
   const size_t half = sharedHalfBytes(space);
   const size_t largest = *std::max_element(bytes.begin(), bytes.end());
@@ -20,7 +20,7 @@ void allgatherShared(Communicator& comm, SharedSpace& space, uint8_t* out, const
     if (bytes[me] > start) {
       std::memcpy(sharedHalf(space, me, phase), out + offsets[me] + start, std::min(half, bytes[me] - start));
     }
-    space.barrier(deadline);
+    space.barrier(comm.deadline());
     for (int j = 0; j < n; ++j) {
       if (j == me || bytes[j] <= start) continue;
       std::memcpy(out + offsets[j] + start, sharedHalf(space, j, phase), std::min(half, bytes[j] - start));
@@ -30,13 +30,13 @@ void allgatherShared(Communicator& comm, SharedSpace& space, uint8_t* out, const
 
 // Ring: at step s rank r forwards block r-s to the right and receives block r-s-1 from the left.
 void allgatherRing(Communicator& comm, uint8_t* out, const std::vector<size_t>& bytes,
-                   const std::vector<size_t>& offsets, Deadline deadline) {
+                   const std::vector<size_t>& offsets) {
   const int n = comm.size(), r = comm.rank();
   const int right = mod(r + 1, n), left = mod(r - 1, n);
   for (int s = 0; s < n - 1; ++s) {
     int sendBlock = mod(r - s, n), recvBlock = mod(r - s - 1, n);
     comm.sendRecv(right, out + offsets[sendBlock], bytes[sendBlock], left, out + offsets[recvBlock],
-                  bytes[recvBlock], deadline);
+                  bytes[recvBlock], comm.deadline());
   }
 }
 
@@ -53,12 +53,11 @@ void allgatherv(Communicator& comm, const void* in, void* out, const std::vector
   if (n == 1) return;
   size_t total = offsets[n - 1] + bytesPerRank[n - 1];
   if (total == 0) return;
-  Deadline deadline = comm.deadline();
-  SharedSpace* shared = comm.sharedSpace(deadline);
+  SharedSpace* shared = comm.sharedSpace(comm.deadline());
   if (sharedUsable(shared, n)) {
-    allgatherShared(comm, *shared, dst, bytesPerRank, offsets, deadline);
+    allgatherShared(comm, *shared, dst, bytesPerRank, offsets);
   } else {
-    allgatherRing(comm, dst, bytesPerRank, offsets, deadline);
+    allgatherRing(comm, dst, bytesPerRank, offsets);
   }
 }
 

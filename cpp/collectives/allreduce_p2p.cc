@@ -26,10 +26,10 @@ void allreduceRecursiveDoubling(const AllreduceArgs& args) {
   int vrank;
   if (r < 2 * rem) {
     if (r % 2 == 0) {
-      comm.send(r + 1, buf, bytes, args.deadline);
+      comm.send(r + 1, buf, bytes, comm.deadline());
       vrank = -1;
     } else {
-      comm.recv(r - 1, tmp, bytes, args.deadline);
+      comm.recv(r - 1, tmp, bytes, comm.deadline());
       args.kernel.intoLeft(buf, tmp, args.count);  // x_{r-1} OP x_r
       vrank = r / 2;
     }
@@ -41,7 +41,7 @@ void allreduceRecursiveDoubling(const AllreduceArgs& args) {
     for (int mask = 1; mask < p; mask <<= 1) {
       int vpeer = vrank ^ mask;
       int peer = vpeer < rem ? 2 * vpeer + 1 : vpeer + rem;
-      comm.sendRecv(peer, buf, bytes, peer, tmp, bytes, args.deadline);
+      comm.sendRecv(peer, buf, bytes, peer, tmp, bytes, comm.deadline());
       if (vpeer < vrank) {
         args.kernel.intoLeft(buf, tmp, args.count);  // theirs (lower) OP mine
       } else {
@@ -52,9 +52,9 @@ void allreduceRecursiveDoubling(const AllreduceArgs& args) {
 
   if (r < 2 * rem) {
     if (r % 2 == 1) {
-      comm.send(r - 1, buf, bytes, args.deadline);
+      comm.send(r - 1, buf, bytes, comm.deadline());
     } else {
-      comm.recv(r + 1, buf, bytes, args.deadline);
+      comm.recv(r + 1, buf, bytes, comm.deadline());
     }
   }
 }
@@ -78,14 +78,14 @@ void allreduceRing(const AllreduceArgs& args) {
     for (int s = 0; s < n - 1; ++s) {
       Block out = evenBlock(c, n, mod(r - s, n));
       Block in = evenBlock(c, n, mod(r - s - 1, n));
-      comm.sendRecv(right, base + out.begin * elem, out.size * elem, left, tmp, in.size * elem, args.deadline);
+      comm.sendRecv(right, base + out.begin * elem, out.size * elem, left, tmp, in.size * elem, comm.deadline());
       args.kernel.intoLeft(base + in.begin * elem, tmp, in.size);
     }
     for (int s = 0; s < n - 1; ++s) {
       Block out = evenBlock(c, n, mod(r + 1 - s, n));
       Block in = evenBlock(c, n, mod(r - s, n));
       comm.sendRecv(right, base + out.begin * elem, out.size * elem, left, base + in.begin * elem, in.size * elem,
-                    args.deadline);
+                    comm.deadline());
     }
   }
 }

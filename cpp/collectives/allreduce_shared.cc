@@ -38,7 +38,7 @@ void allreduceSharedDirect(const AllreduceArgs& args) {
     const uint64_t phase = comm.nextSharedPhase();
     uint8_t* out = buf + offset * elem;
     std::memcpy(sharedHalf(space, me, phase), in + offset * elem, c * elem);
-    space.barrier(args.deadline);
+    space.barrier(comm.deadline());
     args.kernel.to(out, sharedHalf(space, 0, phase), sharedHalf(space, 1, phase), c);
     for (int j = 2; j < n; ++j) args.kernel.into(out, sharedHalf(space, j, phase), c);
   }
@@ -75,7 +75,7 @@ void allreduceSharedSlices(const AllreduceArgs& args) {
     std::memcpy(mine, source, own.begin * elem);
     std::memcpy(mine + (own.begin + own.size) * elem, source + (own.begin + own.size) * elem,
                 (c - own.begin - own.size) * elem);
-    space.barrier(args.deadline);
+    space.barrier(comm.deadline());
 
     for (size_t t = own.begin; t < own.begin + own.size; t += tileElems) {
       const size_t len = std::min(tileElems, own.begin + own.size - t);
@@ -87,7 +87,7 @@ void allreduceSharedSlices(const AllreduceArgs& args) {
       std::memcpy(chunk + t * elem, tile, len * elem);
       std::memcpy(mine + t * elem, tile, len * elem);
     }
-    space.barrier(args.deadline);
+    space.barrier(comm.deadline());
 
     for (int j = 0; j < n; ++j) {
       if (j == me) continue;

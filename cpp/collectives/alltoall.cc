@@ -24,10 +24,9 @@ void alltoallv(Communicator& comm, const void* in, const std::vector<size_t>& se
       << "alltoallv: rank " << r << " sends itself " << sendBytes[r] << " bytes but expects " << recvBytes[r];
   if (sendBytes[r] > 0) std::memmove(dst + recvOffsets[r], src + sendOffsets[r], sendBytes[r]);
   if (n == 1) return;
-  Deadline deadline = comm.deadline();
   for (int s = 1; s < n; ++s) {
     int to = mod(r + s, n), from = mod(r - s, n);
-    comm.sendRecv(to, src + sendOffsets[to], sendBytes[to], from, dst + recvOffsets[from], recvBytes[from], deadline);
+    comm.sendRecv(to, src + sendOffsets[to], sendBytes[to], from, dst + recvOffsets[from], recvBytes[from], comm.deadline());
   }
 }
 

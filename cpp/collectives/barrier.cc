@@ -8,15 +8,14 @@ namespace hvd::collectives {
 void barrier(Communicator& comm) {
   const int n = comm.size(), r = comm.rank();
   if (n == 1) return;
-  Deadline deadline = comm.deadline();
-  SharedSpace* shared = comm.sharedSpace(deadline);
+  SharedSpace* shared = comm.sharedSpace(comm.deadline());
   if (shared != nullptr) {
-    shared->barrier(deadline);
+    shared->barrier(comm.deadline());
     return;
   }
   uint8_t token = 1, received = 0;
   for (int k = 1; k < n; k <<= 1) {
-    comm.sendRecv(mod(r + k, n), &token, 1, mod(r - k, n), &received, 1, deadline);
+    comm.sendRecv(mod(r + k, n), &token, 1, mod(r - k, n), &received, 1, comm.deadline());
   }
 }
 

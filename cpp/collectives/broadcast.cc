@@ -11,39 +11,38 @@ namespace {
 constexpr size_t kTreeMaxBytes = size_t(256) << 10;
 
 // Root publishes a chunk into its next half, barrier, the others copy it out.
-void broadcastShared(Communicator& comm, SharedSpace& space, uint8_t* buf, size_t bytes, int root,
-                     Deadline deadline) {
+void broadcastShared(Communicator& comm, SharedSpace& space, uint8_t* buf, size_t bytes, int root) {
   const size_t half = sharedHalfBytes(space);
   const bool isRoot = comm.rank() == root;
   for (size_t offset = 0; offset < bytes; offset += half) {
     const size_t len = std::min(half, bytes - offset);
     const uint64_t phase = comm.nextSharedPhase();
     if (isRoot) std::memcpy(sharedHalf(space, root, phase), buf + offset, len);
-    space.barrier(deadline);
+    space.barrier(comm.deadline());
     if (!isRoot) std::memcpy(buf + offset, sharedHalf(space, root, phase), len);
   }
 }
 
 // Binomial tree on ranks relative to the root (v = r - root): v receives from v - lowbit(v),
 // then sends to v + m for each power of two m below lowbit(v) (below n for the root).
-void broadcastTree(Communicator& comm, uint8_t* buf, size_t bytes, int root, Deadline deadline) {
+void broadcastTree(Communicator& comm, uint8_t* buf, size_t bytes, int root) {
   const int n = comm.size();
   const int v = mod(comm.rank() - root, n);
   int mask = 1;
   while (mask < n) {
     if (v & mask) {
-      comm.recv(mod(v - mask + root, n), buf, bytes, deadline);
+      comm.recv(mod(v - mask + root, n), buf, bytes, comm.deadline());
       break;
     }
     mask <<= 1;
   }
   for (mask >>= 1; mask > 0; mask >>= 1) {
-    if (v + mask < n) comm.send(mod(v + mask + root, n), buf, bytes, deadline);
+    if (v + mask < n) comm.send(mod(v + mask + root, n), buf, bytes, comm.deadline());
   }
 }
 
 // Chain root -> root+1 -> ... in segments: while passing segment k-1 on, receive segment k.
-void broadcastChain(Communicator& comm, uint8_t* buf, size_t bytes, int root, Deadline deadline) {
+void broadcastChain(Communicator& comm, uint8_t* buf, size_t bytes, int root) {
   const int n = comm.size();
   const int v = mod(comm.rank() - root, n);
   const int next = mod(comm.rank() + 1, n), prev = mod(comm.rank() - 1, n);
@@ -58,11 +57,11 @@ void broadcastChain(Communicator& comm, uint8_t* buf, size_t bytes, int root, De
     uint8_t* recvPtr = doRecv ? buf + k * kSegmentBytes : nullptr;
     size_t sendLen = doSend ? seg(k - 1) : 0, recvLen = doRecv ? seg(k) : 0;
     if (doSend && doRecv) {
-      comm.sendRecv(next, sendPtr, sendLen, prev, recvPtr, recvLen, deadline);
+      comm.sendRecv(next, sendPtr, sendLen, prev, recvPtr, recvLen, comm.deadline());
     } else if (doSend) {
-      comm.send(next, sendPtr, sendLen, deadline);
+      comm.send(next, sendPtr, sendLen, comm.deadline());
     } else if (doRecv) {
-      comm.recv(prev, recvPtr, recvLen, deadline);
+      comm.recv(prev, recvPtr, recvLen, comm.deadline());
     }
   }
 }
@@ -73,15 +72,14 @@ void broadcast(Communicator& comm, void* buf, size_t bytes, int root) {
   const int n = comm.size();
   HVD_CHECK_AS(InvalidArgument, root >= 0 && root < n) << "broadcast: root " << root << " of " << n;
   if (n == 1 || bytes == 0) return;
-  Deadline deadline = comm.deadline();
   auto* data = static_cast<uint8_t*>(buf);
-  SharedSpace* shared = comm.sharedSpace(deadline);
+  SharedSpace* shared = comm.sharedSpace(comm.deadline());
   if (sharedUsable(shared, n)) {
-    broadcastShared(comm, *shared, data, bytes, root, deadline);
+    broadcastShared(comm, *shared, data, bytes, root);
   } else if (bytes <= kTreeMaxBytes) {
-    broadcastTree(comm, data, bytes, root, deadline);
+    broadcastTree(comm, data, bytes, root);
   } else {
-    broadcastChain(comm, data, bytes, root, deadline);
+    broadcastChain(comm, data, bytes, root);
   }
 }
 

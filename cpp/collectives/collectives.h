@@ -4,6 +4,7 @@
 // Contract for every function: all members of the communicator call it with matching
 // arguments, in the same order relative to other collectives. Results are bitwise identical on
 // every rank and every run (reduction order is fixed by rank and chunk, never by arrival).
+// Every blocking step waits at most the communicator's timeout (Communicator::deadline()).
 // Failures throw (PeerLost, Timeout, Aborted). Buffers are host memory.
 #pragma once
 

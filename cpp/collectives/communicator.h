@@ -24,7 +24,8 @@ class Communicator {
   int globalRank(int setRank) const { return members_[setRank]; }
   const std::vector<int>& members() const { return members_; }
   Transport& transport() { return transport_; }
-  // Deadline for one collective started now.
+  // Deadline for one blocking step started now (algorithms take one per step, so the timeout
+  // bounds progress, not the length of a large collective).
   Deadline deadline() const { return Deadline::after(timeout_); }
 
   void send(int peer, const void* data, size_t bytes, Deadline d) {

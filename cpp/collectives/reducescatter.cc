@@ -23,7 +23,7 @@ struct Layout {
 // Round: publish my sub-block of every other block, barrier, reduce my block's sub-block over
 // all members in rank order (my part read from `in`). One barrier per round (double buffering).
 void reducescatterShared(Communicator& comm, SharedSpace& space, const uint8_t* in, uint8_t* out, Layout& layout,
-                         const ReduceKernel& kernel, Deadline deadline) {
+                         const ReduceKernel& kernel) {
   const int n = comm.size(), me = comm.rank();
   const size_t elem = kernel.elementSize;
   layout.q = sharedHalfBytes(space) / (static_cast<size_t>(n) * elem);
@@ -36,7 +36,7 @@ void reducescatterShared(Communicator& comm, SharedSpace& space, const uint8_t* 
       if (j == me) continue;
       std::memcpy(mine + j * layout.q * elem, in + (layout.starts[j] + from) * elem, layout.len(j, from) * elem);
     }
-    space.barrier(deadline);
+    space.barrier(comm.deadline());
     const size_t len = layout.len(me, from);
     for (size_t t = 0; t < len; t += tileElems) {
       const size_t m = std::min(tileElems, len - t);
@@ -54,7 +54,7 @@ void reducescatterShared(Communicator& comm, SharedSpace& space, const uint8_t* 
 // Ring: block b's partial sum starts at rank b+1 and travels right, accumulating
 // (received OP own), and completes at rank b.
 void reducescatterRing(Communicator& comm, const uint8_t* in, uint8_t* out, Layout& layout,
-                       const ReduceKernel& kernel, Deadline deadline) {
+                       const ReduceKernel& kernel) {
   const int n = comm.size(), r = comm.rank();
   const size_t elem = kernel.elementSize;
   layout.q = std::max<size_t>(1, kSegmentBytes / elem);
@@ -70,7 +70,7 @@ void reducescatterRing(Communicator& comm, const uint8_t* in, uint8_t* out, Layo
       const int recvBlock = mod(r - s - 2, n);
       const size_t recvLen = layout.len(recvBlock, from);
       uint8_t* recvBuf = s % 2 == 0 ? bufA : bufB;
-      comm.sendRecv(right, sendPtr, sendLen * elem, left, recvBuf, recvLen * elem, deadline);
+      comm.sendRecv(right, sendPtr, sendLen * elem, left, recvBuf, recvLen * elem, comm.deadline());
       const uint8_t* own = in + (layout.starts[recvBlock] + from) * elem;
       if (s < n - 2) {
         kernel.into(recvBuf, own, recvLen);
@@ -103,12 +103,11 @@ void reducescatter(Communicator& comm, const void* in, void* out, const std::vec
     return;
   }
   if (layout.largest == 0) return;
-  Deadline deadline = comm.deadline();
-  SharedSpace* shared = comm.sharedSpace(deadline);
+  SharedSpace* shared = comm.sharedSpace(comm.deadline());
   if (sharedUsable(shared, n) && sharedHalfBytes(*shared) >= static_cast<size_t>(n) * kernel.elementSize) {
-    reducescatterShared(comm, *shared, src, dst, layout, kernel, deadline);
+    reducescatterShared(comm, *shared, src, dst, layout, kernel);
   } else {
-    reducescatterRing(comm, src, dst, layout, kernel, deadline);
+    reducescatterRing(comm, src, dst, layout, kernel);
   }
 }
 
