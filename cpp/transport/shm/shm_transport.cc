@@ -1,5 +1,6 @@
 #include "transport/shm/shm_transport.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -139,9 +140,21 @@ void ShmTransport::connect(Deadline deadline) {
     header_->totalBytes = layout_.totalBytes();
     header_->magic.store(kSegmentMagic, std::memory_order_release);
     std::vector<Segment> segments;
-    std::string problems =
-        size_ == 1 ? std::string()
-                   : exchange("shm" + std::to_string(round), everyone, own_, layout_.totalBytes(), segments, deadline);
+    std::string problems;
+    try {
+      if (size_ > 1) {
+        problems = exchange("shm" + std::to_string(round), everyone, own_, layout_.totalBytes(), segments, deadline);
+      }
+    } catch (...) {
+      // A peer may have died after creating its named segment: remove every name of this
+      // round, so that a failed setup leaves nothing in /dev/shm either.
+      if (named) {
+        for (int p = 0; p < size_; ++p) {
+          ::shm_unlink(segmentName(jobId_, "r" + std::to_string(p) + (round ? "b" : "")).c_str());
+        }
+      }
+      throw;
+    }
     if (problems.empty()) {
       named_ = named;
       segments.resize(size_);
@@ -178,8 +191,10 @@ void ShmTransport::connect(Deadline deadline) {
       return;
     }
     if (named) throw Error("shm transport: ranks cannot map each other's shared memory: " + problems);
-    HVD_LOG(Warning) << "shm transport: anonymous segments cannot be shared (" << problems
-                     << "); falling back to named /dev/shm segments";
+    if (rank_ == 0) {
+      HVD_LOG(Warning) << "shm transport: anonymous segments cannot be shared (" << problems
+                       << "); falling back to named /dev/shm segments";
+    }
     named = true;
   }
 }
@@ -327,8 +342,10 @@ SharedSpace* ShmTransport::sharedSpace(const std::vector<int>& ranks, Deadline d
   uint64_t hash = 1469598103934665603ULL;
   for (unsigned char c : list) hash = (hash ^ c) * 1099511628211ULL;
   const size_t bytes = kPage + roundUp(options_.spaceBytes, kPage);
-  Segment own = Segment::create(bytes, named_,
-                                segmentName(jobId_, "s" + std::to_string(hash % 1000000007ULL) + "-" + std::to_string(rank_)));
+  auto nameOf = [&](int member) {
+    return segmentName(jobId_, "s" + std::to_string(hash % 1000000007ULL) + "-" + std::to_string(member));
+  };
+  Segment own = Segment::create(bytes, named_, nameOf(rank_));
   auto* header = reinterpret_cast<SpaceHeader*>(own.data());
   header->pid = static_cast<int32_t>(::getpid());
   header->rank = rank_;
@@ -336,7 +353,15 @@ SharedSpace* ShmTransport::sharedSpace(const std::vector<int>& ranks, Deadline d
   header->magic.store(kSpaceMagic, std::memory_order_release);
   std::vector<Segment> buffers;
   if (ranks.size() > 1) {
-    std::string problems = exchange("space/" + list, ranks, own, bytes, buffers, deadline);
+    std::string problems;
+    try {
+      problems = exchange("space/" + list, ranks, own, bytes, buffers, deadline);
+    } catch (...) {
+      if (named_) {
+        for (int member : ranks) ::shm_unlink(nameOf(member).c_str());  // see connect()
+      }
+      throw;
+    }
     if (!problems.empty()) throw Error("shm sharedSpace: members cannot map each other's buffers: " + problems);
   } else {
     own.seal();

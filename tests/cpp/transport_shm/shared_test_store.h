@@ -115,7 +115,7 @@ class SharedTestStore : public Store {
       e = &table_->entries[table_->used++];
       std::memcpy(e->key, key.c_str(), key.size() + 1);
     }
-    std::memcpy(e->value, value.data(), value.size());
+    if (!value.empty()) std::memcpy(e->value, value.data(), value.size());
     e->length = static_cast<uint32_t>(value.size());
     pthread_cond_broadcast(&table_->changed);
   }

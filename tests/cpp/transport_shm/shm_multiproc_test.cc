@@ -4,6 +4,7 @@
 // SIGKILL of every rank, or a setup that times out. Every child is bounded by alarm() and the
 // parent kills what is left when its own bound passes.
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -281,6 +282,32 @@ TEST(ShmLeftovers, SetupThatTimesOutRemovesItsName) {
   ::kill(procs.pid(1), SIGKILL);
   EXPECT_EQ(procs.wait(0), 0) << procs.error(0);
   EXPECT_EQ(procs.wait(1), -SIGKILL);
+  EXPECT_TRUE(devShmEntries(prefix).empty());
+}
+
+TEST(ShmFallback, NamedSegmentsWhenProcFdIsClosedToPeers) {
+  // A non-dumpable process's /proc/<pid>/fd cannot be opened by other unprivileged processes:
+  // the ranks must agree to fall back to named segments (and still leave nothing behind).
+  if (::getuid() != 0) GTEST_SKIP() << "needs root to switch the children to an unprivileged user";
+  auto store = std::make_shared<SharedTestStore>();
+  std::string job = uniqueJobId();
+  std::string prefix = segmentName(job, "").substr(1);
+  Processes procs(store);
+  for (int r = 0; r < 2; ++r) {
+    procs.start(r, [&, r] {
+      if (::setgid(65534) != 0 || ::setuid(65534) != 0) return 10;
+      if (r == 1 && ::prctl(PR_SET_DUMPABLE, 0) != 0) return 11;
+      ShmTransport t(makeContext(r, 2, store, job), smallOptions());
+      if (!t.usesNamedSegments()) return 12;
+      uint32_t out = 40 + r, in = 0;
+      t.sendRecv(1 - r, &out, 4, 1 - r, &in, 4, Deadline::after(10s));
+      if (in != static_cast<uint32_t>(41 - r)) return 13;
+      t.sharedSpace({0, 1}, Deadline::after(10s))->barrier(Deadline::after(10s));
+      return devShmEntries(prefix).empty() ? 0 : 14;
+    });
+  }
+  EXPECT_EQ(procs.wait(0), 0) << procs.error(0);
+  EXPECT_EQ(procs.wait(1), 0) << procs.error(1);
   EXPECT_TRUE(devShmEntries(prefix).empty());
 }
 
