@@ -301,7 +301,9 @@ namespace {
 // Registers "local": every rank of the job must be a thread of this process.
 const bool kRegistered = [] {
   registerTransport("local", [](const TransportContext& context) -> std::unique_ptr<Transport> {
-    return std::make_unique<LocalTransport>(context.jobId, context.rank, context.size);
+    LocalTransportOptions options;
+    options.connectTimeout = context.timeout;
+    return std::make_unique<LocalTransport>(context.jobId, context.rank, context.size, options);
   });
   return true;
 }();

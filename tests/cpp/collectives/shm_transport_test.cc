@@ -1,0 +1,119 @@
+// The collectives over the real shared-memory transport (ranks as threads, MemoryStore): the
+// shared-space algorithms on ShmSpace, and the point-to-point ones streaming through bounded
+// rings (messages larger than the ring).
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <barrier>
+#include <numeric>
+#include <thread>
+#include <cstring>
+
+#include "collectives/collectives.h"
+#include "store/memory_store.h"
+#include "test_data.h"
+#include "transport/shm/shm_transport.h"
+
+namespace hvd::test {
+namespace {
+
+void runShmRanks(int n, const std::string& algorithm, const std::function<void(Communicator&)>& body) {
+  static std::atomic<int> counter{0};
+  auto store = std::make_shared<MemoryStore>();
+  std::string job = "coll-shm-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+  std::barrier done(n);
+  std::vector<std::exception_ptr> errors(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        TransportContext context;
+        context.rank = r;
+        context.size = n;
+        context.hostOf.assign(n, "host");
+        context.store = store;
+        context.jobId = job;
+        context.timeout = std::chrono::milliseconds(20000);
+        shm::ShmOptions options;
+        options.ringBytes = 64 << 10;  // far below the 1 MiB ring segments: messages stream
+        options.mailboxBytes = 16 << 10;
+        options.spaceBytes = 256 << 10;
+        shm::ShmTransport transport(context, options);
+        std::vector<int> members(n);
+        std::iota(members.begin(), members.end(), 0);
+        Communicator comm(transport, members, std::chrono::milliseconds(20000));
+        comm.setAllreduceAlgorithm(algorithm);
+        body(comm);
+        done.arrive_and_wait();  // nobody tears down its segments while others still work
+      } catch (...) {
+        errors[r] = std::current_exception();
+        done.arrive_and_drop();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+TEST(ShmTransportCollectives, AllreduceEveryAlgorithm) {
+  for (const char* algo : {"shm_direct", "shm_slices", "recursive_doubling", "ring"}) {
+    for (int n : {2, 3, 4}) {
+      for (size_t count : {size_t(1), size_t(1000), size_t(300001)}) {
+        SCOPED_TRACE(std::string(algo) + " n=" + std::to_string(n) + " count=" + std::to_string(count));
+        std::vector<std::vector<uint8_t>> inputs, outputs(n);
+        for (int r = 0; r < n; ++r) inputs.push_back(makeInput(DataType::kFloat32, ReduceOp::kSum, r, count, 4));
+        runShmRanks(n, algo, [&](Communicator& comm) {
+          std::vector<uint8_t> out(inputs[comm.rank()].size());
+          collectives::allreduce(comm, inputs[comm.rank()].data(), out.data(), count, DataType::kFloat32,
+                                 ReduceOp::kSum);
+          outputs[comm.rank()] = std::move(out);
+        });
+        for (int r = 1; r < n; ++r) ASSERT_EQ(outputs[0], outputs[r]) << "rank " << r;
+        for (size_t i = 0; i < count; ++i) {
+          ASSERT_EQ("", checkReduced(DataType::kFloat32, ReduceOp::kSum, inputs, outputs[0].data(), i));
+        }
+      }
+    }
+  }
+}
+
+TEST(ShmTransportCollectives, OtherCollectives) {
+  const int n = 3;
+  runShmRanks(n, "", [&](Communicator& comm) {
+    const int r = comm.rank();
+    // Allgatherv larger than the shared half: several rounds.
+    std::vector<size_t> sizes = {200000, 0, 333333};
+    std::vector<uint8_t> mine(sizes[r], static_cast<uint8_t>(r + 1)), all(533333);
+    collectives::allgatherv(comm, mine.data(), all.data(), sizes);
+    ASSERT_EQ(all[0], 1);
+    ASSERT_EQ(all[199999], 1);
+    ASSERT_EQ(all[200000], 3);
+    ASSERT_EQ(all[533332], 3);
+    // Broadcast from each root.
+    for (int root = 0; root < n; ++root) {
+      std::vector<uint8_t> b(500000, static_cast<uint8_t>(r == root ? 7 + root : 0));
+      collectives::broadcast(comm, b.data(), b.size(), root);
+      ASSERT_EQ(b[0], 7 + root);
+      ASSERT_EQ(b[499999], 7 + root);
+    }
+    // Alltoallv with a 1 MiB block (streams through the 64 KiB ring).
+    std::vector<size_t> send(n, 1 << 20), recv(n, 1 << 20);
+    std::vector<uint8_t> in(3 << 20), out(3 << 20);
+    for (int p = 0; p < n; ++p) std::memset(in.data() + (size_t(p) << 20), 10 * r + p, 1 << 20);
+    collectives::alltoallv(comm, in.data(), send, out.data(), recv);
+    for (int p = 0; p < n; ++p) ASSERT_EQ(out[(size_t(p) << 20) + 12345], 10 * p + r);
+    // Reducescatter with the spec partition.
+    std::vector<size_t> counts = {100001, 100000, 100000};
+    std::vector<int32_t> x(300001, r + 1), y(counts[r]);
+    collectives::reducescatter(comm, x.data(), y.data(), counts, DataType::kInt32, ReduceOp::kSum);
+    ASSERT_EQ(y[0], 6);
+    ASSERT_EQ(y[counts[r] - 1], 6);
+    collectives::barrier(comm);
+  });
+}
+
+}  // namespace
+}  // namespace hvd::test
