@@ -104,6 +104,7 @@ int runGlooJob(const Options& options, const std::vector<HostSlots>& hosts, int 
   if (job.outputDir.has_value()) prepareOutputDirectory(*job.outputDir);
 
   NetworkChoice network = chooseNetwork(options.networkInterfaces, remoteHosts);
+  job.remoteInterfaceFromRoute = network.detected;
   if (options.verbose) {
     std::string nics;
     for (const auto& n : network.nics) nics += (nics.empty() ? "" : ",") + n;

@@ -156,6 +156,7 @@ NetworkChoice chooseNetwork(const std::vector<std::string>& requestedNics, const
     }
     return choice;
   }
+  choice.detected = true;
   if (remoteHosts.empty()) {
     std::string lo = interfaceHolding("127.0.0.1");
     if (lo.empty()) throw UsageError("No interface is found for address 127.0.0.1.");

@@ -23,6 +23,9 @@ std::vector<Interface> upInterfaces();
 struct NetworkChoice {
   std::string driverAddress;        // HOROVOD_GLOO_RENDEZVOUS_ADDR
   std::vector<std::string> nics;    // HOROVOD_GLOO_IFACE = nics[0], NCCL_SOCKET_IFNAME = joined
+  // True when the interfaces were detected on this machine (not named by the user): their
+  // names say nothing about the remote hosts, so remote workers find their own (spawn_ssh.h).
+  bool detected = false;
 };
 
 // requestedNics: --network-interface(s) (checked to exist and hold an IPv4 address; the first

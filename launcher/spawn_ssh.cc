@@ -14,6 +14,12 @@ namespace {
 constexpr const char* kRemoteWrapper =
     "IFS= read -r HOROVOD_SECRET_KEY || exit 97\n"
     "export HOROVOD_SECRET_KEY\n"
+    // Interface auto-detection on this host: the one routing to the launcher (see spawn_ssh.h).
+    "if [ -n \"${HOROVOD_IFACE_FROM_ROUTE:-}\" ]; then\n"
+    "  unset HOROVOD_IFACE_FROM_ROUTE\n"
+    "  i=$(ip -o route get \"$HOROVOD_GLOO_RENDEZVOUS_ADDR\" 2>/dev/null | sed -n 's/.* dev \\([^ ]*\\).*/\\1/p')\n"
+    "  if [ -n \"$i\" ]; then export HOROVOD_GLOO_IFACE=\"$i\" NCCL_SOCKET_IFNAME=\"$i\"; fi\n"
+    "fi\n"
     "exec 3<&0 </dev/null\n"
     "if command -v setsid >/dev/null 2>&1; then setsid \"$@\" 3<&- & else \"$@\" 3<&- & fi\n"
     "c=$!\n"
@@ -64,8 +70,11 @@ std::string remoteCommand(const JobContext& job, const SlotInfo& slot) {
   EnvMap slotEnv = slotEnvironment(slot);
   std::string cmd = "cd " + shellQuote(job.cwd) + " >/dev/null 2>&1 ; exec env";
   for (const auto& [k, v] : job.environment) {
-    if (validName(k) && slotEnv.count(k) == 0) cmd += " " + k + "=" + shellQuote(v);
+    if (!validName(k) || slotEnv.count(k) > 0) continue;
+    if (job.remoteInterfaceFromRoute && (k == "HOROVOD_GLOO_IFACE" || k == "NCCL_SOCKET_IFNAME")) continue;
+    cmd += " " + k + "=" + shellQuote(v);
   }
+  if (job.remoteInterfaceFromRoute) cmd += " HOROVOD_IFACE_FROM_ROUTE=1";
   for (const auto& [k, v] : slotEnv) cmd += " " + k + "=" + shellQuote(v);
   cmd += " /bin/sh -c " + shellQuote(kRemoteWrapper) + " horovod-worker";
   for (const auto& arg : job.command) cmd += " " + shellQuote(arg);

@@ -4,6 +4,10 @@
 // The remote wrapper (POSIX sh):
 //   * reads HOROVOD_SECRET_KEY from the first line of its stdin (so the secret is on no command
 //     line, local or remote),
+//   * when the launcher detected the interface itself (no --network-interface), sets
+//     HOROVOD_GLOO_IFACE / NCCL_SOCKET_IFNAME to the interface that routes to the rendezvous
+//     address on the remote host (`ip route get`), since interface names differ between hosts
+//     (left unset if `ip` is missing: the core then picks an address itself),
 //   * starts the command in its own session/process group (setsid),
 //   * watches the rest of stdin: when it reaches EOF (the launcher closed it, or the ssh client
 //     or the launcher died), it sends SIGTERM to the worker's process group and SIGKILL 5 s later,

@@ -40,6 +40,9 @@ struct JobContext {
   EnvMap environment;                // inherited + knobs + job variables, without the secret
   std::string secret;                // HOROVOD_SECRET_KEY
   std::string cwd;                   // remote workers cd here first
+  // Remote workers pick the interface that routes to the rendezvous address on their own host
+  // instead of the launcher's interface name (set when the interface was auto-detected).
+  bool remoteInterfaceFromRoute = false;
   std::optional<std::string> outputDir;
   bool timestampOutput = false;
   bool verbose = false;

@@ -184,7 +184,7 @@ run 60 -np 2 -H localhost:1,$HOST_B:1 -i "$TMP/id" sh -c \
   'echo R=$HOROVOD_RANK A=$HOROVOD_GLOO_RENDEZVOUS_ADDR I=$HOROVOD_GLOO_IFACE NS=$(ip netns identify)'
 [ $RC = 0 ] || fail "mixed job exited $RC: $ERR"
 expect_line "[0]<stdout>:R=0 A=$NET.1 I=$BR NS=" "mixed rank 0"
-expect_line "[1]<stdout>:R=1 A=$NET.1 I=$BR NS=$NS_B" "mixed rank 1"
+expect_line "[1]<stdout>:R=1 A=$NET.1 I=hp${ID}3 NS=$NS_B" "mixed rank 1 (its own interface)"
 report "2 - local + remote job"
 
 begin
@@ -261,14 +261,34 @@ report "7 - refused ssh is reported per host"
 
 begin
 # 8. A real allreduce across the namespaces, when the engine and a test program exist.
-ALLREDUCE=
-for b in "$ROOT"/build*/examples/cpp/allreduce* "$ROOT"/build*/examples/cpp/*allreduce*; do
-  [ -x "$b" ] && ALLREDUCE=$b && break
-done
-if [ -n "$ALLREDUCE" ]; then
+# horovodrun_allreduce_check (tests/multiproc/launcher_allreduce.cc) is built next to horovodrun.
+ALLREDUCE=$(dirname "$HVDRUN")/horovodrun_allreduce_check
+if [ -x "$ALLREDUCE" ]; then
   run 120 -np 4 -H $HOST_A:2,$HOST_B:2 -i "$TMP/id" "$ALLREDUCE"
   [ $RC = 0 ] || fail "allreduce across namespaces ($ALLREDUCE) exited $RC: $OUT $ERR"
+  for r in 0 1 2 3; do
+    grep -q "^\[$r\]<stdout>:allreduce ok rank=$r size=4 .*sum=10 " "$TMP/out" || fail "rank $r allreduce: $OUT"
+  done
   report "8 - allreduce across namespaces ($ALLREDUCE)"
+
+  begin
+  # 9. The same with two ranks in the root namespace (local fork) and two behind ssh.
+  run 120 -np 4 -H localhost:2,$HOST_B:2 -i "$TMP/id" "$ALLREDUCE"
+  [ $RC = 0 ] || fail "local+remote allreduce exited $RC: $OUT $ERR"
+  [ "$(grep -c 'allreduce ok .* size=4 .*sum=10 ' "$TMP/out")" = 4 ] || fail "local+remote allreduce: $OUT"
+  report "9 - allreduce with local and remote ranks"
+
+  begin
+  # 10. A rank that dies after init: the job fails fast with its rank named.
+  start=$(date +%s)
+  run 120 -np 4 -H $HOST_A:2,$HOST_B:2 -i "$TMP/id" "$ALLREDUCE" --fail-rank 3
+  [ $RC = 1 ] || fail "failing allreduce job: exit $RC, want 1"
+  # Survivors notice the lost peer and may exit before rank 3's own exit travels back over ssh,
+  # so the first failure reported can be any rank.
+  grep -qF "[3]<stderr>:rank 3 failing on purpose" "$TMP/err" || fail "rank 3 stderr missing: $ERR"
+  grep -q "^Process [0-3] exit with status code [13]\.$" "$TMP/out" || fail "failing allreduce: $OUT"
+  [ $(( $(date +%s) - start )) -le 20 ] || fail "failing allreduce job took too long"
+  report "10 - a rank failing mid-job stops the job"
 elif PYTHONPATH="$ROOT/python:${PYTHONPATH:-}" python3 -c "import horovod.torch as hvd; hvd.init" 2>/dev/null; then
   PYTHONPATH="$ROOT/python:${PYTHONPATH:-}" run 180 -np 4 -H $HOST_A:2,$HOST_B:2 -i "$TMP/id" python3 -c \
     'import torch, horovod.torch as hvd; hvd.init(); t = hvd.allreduce(torch.ones(4) * (hvd.rank() + 1), op=hvd.Sum); print("sum", t.tolist())'
