@@ -1,5 +1,6 @@
-"""Tests of the horovodrun executable. The binary is $HOROVODRUN if set (and non-empty), else the
-most recently built build*/launcher/horovodrun of this checkout. Every launcher run is bounded by
+"""Tests of the horovodrun executable. The binary is $HOROVODRUN if set (and non-empty), else
+$BUILD_DIR/launcher/horovodrun, else build/launcher/horovodrun, else the most recently built
+build*/launcher/horovodrun of this checkout. Every launcher run is bounded by
 a subprocess timeout, so a hang fails the test instead of the suite."""
 
 import glob
@@ -17,6 +18,11 @@ def _find_binary():
     explicit = os.environ.get('HOROVODRUN')
     if explicit:
         return explicit
+    for build_dir in (os.environ.get('BUILD_DIR'), 'build'):
+        if build_dir:
+            path = os.path.join(ROOT, build_dir, 'launcher', 'horovodrun')
+            if os.access(path, os.X_OK):
+                return path
     built = [p for p in glob.glob(os.path.join(ROOT, 'build*', 'launcher', 'horovodrun')) if os.access(p, os.X_OK)]
     if not built:
         return None
