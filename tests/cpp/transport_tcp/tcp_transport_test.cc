@@ -180,6 +180,50 @@ TEST(TcpTransport, MailboxInterleavedWithDataPlane) {
   });
 }
 
+TEST(TcpTransport, PostFromAnotherThreadWhileTheDataPlaneIsBusy) {
+  // post() is callable from any thread; a controller thread polls while the data thread moves
+  // bulk data, on every rank at once.
+  constexpr int kRanks = 3;
+  constexpr int kMessages = 300;
+  runRanks("tcp", kRanks, [&](int rank, Transport& t) {
+    std::thread poster([&] {
+      for (int i = 0; i < kMessages; ++i) {
+        for (int peer = 0; peer < kRanks; ++peer) t.post(peer, &i, sizeof(i));
+      }
+    });
+    std::thread controller([&] {
+      std::vector<int> next(kRanks, 0);
+      int remaining = kRanks * kMessages;
+      Deadline d = Deadline::after(30s);
+      while (remaining > 0 && !d.expired()) {
+        auto m = t.poll();
+        if (!m) {
+          t.waitForMessage(d);
+          continue;
+        }
+        int value;
+        std::memcpy(&value, m->bytes.data(), sizeof(value));
+        EXPECT_EQ(value, next[m->from]++);
+        remaining--;
+      }
+      EXPECT_EQ(remaining, 0);
+    });
+    int next = (rank + 1) % kRanks, prev = (rank + kRanks - 1) % kRanks;
+    for (int step = 0; step < 10; ++step) {
+      auto out = pattern(rank, next, 1 << 20, step);
+      std::vector<uint8_t> in(1 << 20);
+      t.sendRecv(next, out.data(), out.size(), prev, in.data(), in.size(), soon());
+      ASSERT_TRUE(in == pattern(prev, rank, 1 << 20, step));
+    }
+    poster.join();
+    controller.join();
+    for (int peer = 0; peer < kRanks; ++peer) {
+      uint8_t token = 0;
+      t.sendRecv(peer, &token, 1, peer, &token, 1, soon());
+    }
+  });
+}
+
 TEST(TcpTransport, WakeInterruptsWaitAndDeadlineReturnsFalse) {
   runRanks("tcp", 2, [&](int rank, Transport& t) {
     if (rank == 0) {
