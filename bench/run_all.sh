@@ -14,7 +14,6 @@ REPS="${2:-3}"
 [[ "$BUILD" = /* ]] || BUILD="$ROOT/$BUILD"
 OUT="$ROOT/bench/results"
 RUN="${HOROVODRUN:-$BUILD/launcher/horovodrun}"
-export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
 mkdir -p "$OUT/raw"
 
 part() { echo "== $* (load average: $(cut -d' ' -f1-3 /proc/loadavg))" >&2; }

@@ -13,7 +13,6 @@ B="$BUILD/bench"
 RUN="${HOROVODRUN:-$BUILD/launcher/horovodrun}"
 [[ -x "$RUN" ]] || RUN="$(command -v horovodrun || true)"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
 PASS=0
 FAIL=0
 SKIP=0
@@ -62,12 +61,12 @@ fi
 
 if python3 -c "import torch" 2>/dev/null; then
   check "torch_gloo_bench allreduce np2" python3 "$HERE/peers/torch_gloo_bench.py" --np 2 --smoke -e 1K
-  if [[ -x "$B/hvd_bench" && -n "$RUN" ]] && python3 -c "import horovod.torch" 2>/dev/null; then
+  if [[ -x "$B/hvd_bench" && -n "$RUN" ]] && python3 -c "import horovod._core, horovod.torch" 2>/dev/null; then
     check "py_latency_bench np2" "$RUN" -np 2 python3 "$HERE/py_latency_bench.py" --smoke
     check "torch_e2e cnn" python3 "$HERE/torch_e2e.py" --smoke --models cnn --build-dir "$BUILD" \
       --horovodrun "$RUN"
   else
-    skip "py_latency_bench/torch_e2e (horovod.torch not importable)"
+    skip "py_latency_bench/torch_e2e (horovod with its _core extension not importable)"
   fi
 else
   skip "torch benchmarks (torch not installed)"
