@@ -1,5 +1,6 @@
 #include "collectives/algorithms.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -20,12 +21,12 @@ constexpr size_t kAny = std::numeric_limits<size_t>::max();
 // Preference order: the first entry whose rule matches runs.
 const std::vector<AllreduceAlgorithm> kTable = {
     {"shm_direct", "shared memory, one barrier: every rank reduces all inputs in rank order", true,
-     size_t(4) << 10, &allreduceSharedDirect},
-    {"shm_slices", "shared memory reduce-scatter + gather: rank r reduces slice r, 2 barriers per chunk", true,
-     kAny, &allreduceSharedSlices},
+     size_t(64) << 10, true, &allreduceSharedDirect},
+    {"shm_slices", "shared memory reduce-scatter + gather, pipelined: one barrier per 1 MiB chunk", true, kAny,
+     false, &allreduceSharedSlices},
     {"recursive_doubling", "log2(n) full-buffer exchanges, fold for non-powers of two (latency-bound sizes)",
-     false, size_t(64) << 10, &allreduceRecursiveDoubling},
-    {"ring", "ring reduce-scatter + allgather in <= 1 MiB segments (bandwidth-bound sizes)", false, kAny,
+     false, size_t(64) << 10, false, &allreduceRecursiveDoubling},
+    {"ring", "ring reduce-scatter + allgather in <= 1 MiB segments (bandwidth-bound sizes)", false, kAny, false,
      &allreduceRing},
 };
 
@@ -46,7 +47,7 @@ void checkAllreduceAlgorithmName(const std::string& name) {
                         known);
 }
 
-const AllreduceAlgorithm& chooseAllreduce(const std::string& requested, size_t bytes, bool shared) {
+const AllreduceAlgorithm& chooseAllreduce(const std::string& requested, size_t bytes, int n, bool shared) {
   if (!requested.empty()) {
     for (const auto& algo : kTable) {
       if (requested == algo.name && (shared || !algo.needsShared)) return algo;
@@ -55,7 +56,8 @@ const AllreduceAlgorithm& chooseAllreduce(const std::string& requested, size_t b
     // A shared-memory algorithm was asked for but the members do not share memory: use the rule.
   }
   for (const auto& algo : kTable) {
-    if ((shared || !algo.needsShared) && bytes <= algo.maxBytes) return algo;
+    size_t cost = algo.perPeer ? bytes * static_cast<size_t>(std::max(1, n - 1)) : bytes;
+    if ((shared || !algo.needsShared) && cost <= algo.maxBytes) return algo;
   }
   return kTable.back();
 }
@@ -69,7 +71,7 @@ void allreduce(Communicator& comm, const void* in, void* out, size_t count, Data
   }
   SharedSpace* shared = comm.sharedSpace(comm.deadline());
   bool useShared = sharedUsable(shared, comm.size());
-  const AllreduceAlgorithm& algo = chooseAllreduce(comm.allreduceAlgorithm(), bytes, useShared);
+  const AllreduceAlgorithm& algo = chooseAllreduce(comm.allreduceAlgorithm(), bytes, comm.size(), useShared);
   if (!algo.needsShared && in != out) {
     std::memcpy(out, in, bytes);
     in = out;

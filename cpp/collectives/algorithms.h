@@ -36,14 +36,17 @@ struct AllreduceAlgorithm {
   const char* name;
   const char* description;
   bool needsShared;  // runs only over a SharedSpace
-  size_t maxBytes;   // default rule: chosen for messages of at most this many bytes
+  // Default rule: chosen when the message is at most maxBytes, or, with perPeer, when
+  // bytes * (n - 1) is (for algorithms whose cost grows with the number of peers).
+  size_t maxBytes;
+  bool perPeer;
   void (*run)(const AllreduceArgs& args);
 };
 
 // In table (preference) order.
 const std::vector<AllreduceAlgorithm>& allreduceAlgorithms();
-// The algorithm allreduce() would run; `shared` = a usable SharedSpace exists.
-const AllreduceAlgorithm& chooseAllreduce(const std::string& requested, size_t bytes, bool shared);
+// The algorithm allreduce() would run on `n` ranks; `shared` = a usable SharedSpace exists.
+const AllreduceAlgorithm& chooseAllreduce(const std::string& requested, size_t bytes, int n, bool shared);
 
 void allreduceRecursiveDoubling(const AllreduceArgs& args);
 void allreduceRing(const AllreduceArgs& args);

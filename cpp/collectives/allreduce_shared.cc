@@ -44,9 +44,15 @@ void allreduceSharedDirect(const AllreduceArgs& args) {
   }
 }
 
-// Per chunk: publish what the others need (everything but my slice), barrier, reduce my slice
-// over all members in rank order (my own part read from my private buffer) and publish the
-// result, barrier, copy every other slice's result.
+// Reduce-scatter + gather through the shared buffers, software-pipelined so that each chunk
+// costs one barrier: iteration k publishes what the others need of chunk k (everything but my
+// slice), barrier, copies the other slices' results of chunk k-1, then reduces my slice of chunk
+// k over all members in rank order (my own part read from my private input) and publishes the
+// result in my slice; a last barrier precedes the last copy. Chunks alternate buffer halves.
+// Why it is safe: my publish of chunk k+2 (same half as k) writes only input regions, which
+// every peer finished reading (reduce k) before the barrier of k+1 that I have passed; my
+// result of chunk k+2 is written after the barrier of k+2, which every peer reaches only after
+// copying the results of chunk k. The final barrier leaves the halves free for any collective.
 void allreduceSharedSlices(const AllreduceArgs& args) {
   Communicator& comm = args.comm;
   SharedSpace& space = checkedSpace(args);
@@ -60,41 +66,66 @@ void allreduceSharedSlices(const AllreduceArgs& args) {
   const auto* in = static_cast<const uint8_t*>(args.in);
   auto* buf = static_cast<uint8_t*>(args.buf);
 
-  for (size_t offset = 0; offset < args.count; offset += chunkElems) {
-    const size_t c = std::min(chunkElems, args.count - offset);
-    const size_t sliceElems = ((c + n - 1) / n + lineElems - 1) / lineElems * lineElems;
-    auto slice = [&](int j) {
-      size_t begin = std::min(c, sliceElems * j);
-      return Block{begin, std::min(c, begin + sliceElems) - begin};
-    };
-    const uint64_t phase = comm.nextSharedPhase();
-    const uint8_t* source = in + offset * elem;
-    uint8_t* chunk = buf + offset * elem;
-    uint8_t* mine = sharedHalf(space, me, phase);
-    const Block own = slice(me);
+  struct Chunk {
+    size_t offset = 0, count = 0, sliceElems = 0;
+    uint64_t phase = 0;
+    Block slice(int j) const {
+      size_t begin = std::min(count, sliceElems * j);
+      return Block{begin, std::min(count, begin + sliceElems) - begin};
+    }
+  };
+  // One slice geometry for every chunk of the call (the last chunk is clipped), so a rank's
+  // result region never moves into another rank's input region between chunks. Chunks are made
+  // about equal so the last one does not leave most ranks idle.
+  const size_t chunks = (args.count + chunkElems - 1) / chunkElems;
+  const size_t perChunk = (args.count + chunks - 1) / chunks;
+  size_t sliceElems = ((perChunk + n - 1) / n + lineElems - 1) / lineElems * lineElems;
+  if (sliceElems * n > chunkElems) sliceElems = chunkElems / n / lineElems * lineElems;
+  const size_t step = sliceElems * n;
+  auto makeChunk = [&](size_t offset) {
+    Chunk c;
+    c.offset = offset;
+    c.count = std::min(step, args.count - offset);
+    c.sliceElems = sliceElems;
+    c.phase = comm.nextSharedPhase();
+    return c;
+  };
+  auto copyOut = [&](const Chunk& c) {
+    for (int j = 0; j < n; ++j) {
+      if (j == me) continue;
+      Block b = c.slice(j);
+      std::memcpy(buf + (c.offset + b.begin) * elem, sharedHalf(space, j, c.phase) + b.begin * elem, b.size * elem);
+    }
+  };
+
+  Chunk previous;
+  bool havePrevious = false;
+  for (size_t offset = 0; offset < args.count; offset += step) {
+    const Chunk c = makeChunk(offset);
+    const uint8_t* source = in + c.offset * elem;
+    uint8_t* mine = sharedHalf(space, me, c.phase);
+    const Block own = c.slice(me);
     std::memcpy(mine, source, own.begin * elem);
     std::memcpy(mine + (own.begin + own.size) * elem, source + (own.begin + own.size) * elem,
-                (c - own.begin - own.size) * elem);
+                (c.count - own.begin - own.size) * elem);
     space.barrier(comm.deadline());
+    if (havePrevious) copyOut(previous);
 
     for (size_t t = own.begin; t < own.begin + own.size; t += tileElems) {
       const size_t len = std::min(tileElems, own.begin + own.size - t);
       auto input = [&](int j) -> const uint8_t* {
-        return j == me ? source + t * elem : sharedHalf(space, j, phase) + t * elem;
+        return j == me ? source + t * elem : sharedHalf(space, j, c.phase) + t * elem;
       };
       args.kernel.to(tile, input(0), input(1), len);
       for (int j = 2; j < n; ++j) args.kernel.into(tile, input(j), len);
-      std::memcpy(chunk + t * elem, tile, len * elem);
+      std::memcpy(buf + (c.offset + t) * elem, tile, len * elem);
       std::memcpy(mine + t * elem, tile, len * elem);
     }
-    space.barrier(comm.deadline());
-
-    for (int j = 0; j < n; ++j) {
-      if (j == me) continue;
-      Block b = slice(j);
-      std::memcpy(chunk + b.begin * elem, sharedHalf(space, j, phase) + b.begin * elem, b.size * elem);
-    }
+    previous = c;
+    havePrevious = true;
   }
+  space.barrier(comm.deadline());
+  copyOut(previous);
 }
 
 }  // namespace hvd::collectives

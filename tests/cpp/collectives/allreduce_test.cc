@@ -182,15 +182,16 @@ TEST(Allreduce, RejectsUnsupportedOps) {
 
 TEST(Allreduce, AlgorithmTable) {
   using collectives::chooseAllreduce;
-  EXPECT_STREQ("shm_direct", chooseAllreduce("", 1024, true).name);
-  EXPECT_STREQ("shm_slices", chooseAllreduce("", 64 << 10, true).name);
-  EXPECT_STREQ("shm_slices", chooseAllreduce("", 64 << 20, true).name);
-  EXPECT_STREQ("recursive_doubling", chooseAllreduce("", 1024, false).name);
-  EXPECT_STREQ("ring", chooseAllreduce("", 64 << 20, false).name);
-  EXPECT_STREQ("ring", chooseAllreduce("ring", 1, true).name);
+  EXPECT_STREQ("shm_direct", chooseAllreduce("", 1024, 8, true).name);
+  EXPECT_STREQ("shm_direct", chooseAllreduce("", 64 << 10, 2, true).name);
+  EXPECT_STREQ("shm_slices", chooseAllreduce("", 64 << 10, 3, true).name);  // rule scales with peers
+  EXPECT_STREQ("shm_slices", chooseAllreduce("", 64 << 20, 2, true).name);
+  EXPECT_STREQ("recursive_doubling", chooseAllreduce("", 1024, 8, false).name);
+  EXPECT_STREQ("ring", chooseAllreduce("", 64 << 20, 2, false).name);
+  EXPECT_STREQ("ring", chooseAllreduce("ring", 1, 2, true).name);
   // A shared algorithm requested without shared memory falls back to the size rule.
-  EXPECT_STREQ("ring", chooseAllreduce("shm_slices", 64 << 20, false).name);
-  EXPECT_THROW(chooseAllreduce("no_such_algo", 1, true), InvalidArgument);
+  EXPECT_STREQ("ring", chooseAllreduce("shm_slices", 64 << 20, 2, false).name);
+  EXPECT_THROW(chooseAllreduce("no_such_algo", 1, 2, true), InvalidArgument);
   for (const auto& algo : collectives::allreduceAlgorithms()) {
     EXPECT_GT(std::strlen(algo.description), 10u) << algo.name;
   }
