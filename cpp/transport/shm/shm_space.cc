@@ -46,9 +46,9 @@ void ShmSpace::barrier(Deadline deadline) {
   };
   transport_.waitOrTimeout(ready, deadline, [&] {
     std::ostringstream out;
-    out << "shm barrier of ranks [";
-    for (size_t i = 0; i < n; ++i) out << (i ? "," : "") << members_[i];
-    out << "] timed out on rank " << transport_.rank() << "; not arrived: ";
+    out << "shm barrier timed out on rank " << transport_.rank() << " (members: ";
+    for (size_t i = 0; i < n; ++i) out << (i ? ", " : "") << "rank " << members_[i];
+    out << "); not arrived: ";
     bool first = true;
     for (size_t i = 0; i < n; ++i) {
       if (headers_[i]->arrived.load(std::memory_order_acquire) < generation) {
