@@ -17,7 +17,9 @@ void reduceInto(void* dst, const void* src, size_t count, DataType dtype, Reduce
 void reduceTo(void* dst, const void* a, const void* b, size_t count, DataType dtype, ReduceOp op);
 
 // buf[i] *= factor. Integers are scaled in double and truncated toward zero; float16/bfloat16 in
-// float32; float32/float64 in their own precision. factor == 1 is a no-op.
+// float32; float32/float64 in their own precision. factor == 1 is a no-op. As in Horovod's CPU
+// path, uint16, int16 and bool cannot be scaled: any other factor throws hvd::Error
+// ("Type uint16 not supported by ScaleBufferCPUImpl.").
 void scaleBuffer(void* buf, size_t count, DataType dtype, double factor);
 
 // Conversions used by kernels and tests.
