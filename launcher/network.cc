@@ -174,8 +174,26 @@ NetworkChoice chooseNetwork(const std::vector<std::string>& requestedNics, const
       return choice;
     }
   }
-  throw UsageError("cannot find a local address routed to any of the remote hosts (do they resolve?); "
-                   "name one with --network-interface (available: " + describeInterfaces() + ")");
+  // No remote host resolves here (ssh may know them from ~/.ssh/config): take the source of the
+  // default route (no packet is sent), else the first non-loopback interface.
+  std::string fallback = routeSource("192.0.2.1");
+  if (fallback.empty() || fallback.rfind("127.", 0) == 0) {
+    fallback.clear();
+    for (const auto& itf : upInterfaces()) {
+      if (!itf.ipv4.empty() && itf.ipv4.rfind("127.", 0) != 0) {
+        fallback = itf.ipv4;
+        break;
+      }
+    }
+  }
+  if (fallback.empty()) {
+    throw UsageError("cannot find a local address the remote hosts can reach; name an interface with "
+                     "--network-interface (available: " + describeInterfaces() + ")");
+  }
+  choice.driverAddress = fallback;
+  std::string nic = interfaceHolding(fallback);
+  if (!nic.empty()) choice.nics.push_back(nic);
+  return choice;
 }
 
 }  // namespace hvd::launcher

@@ -31,7 +31,8 @@ struct NetworkChoice {
 // requestedNics: --network-interface(s) (checked to exist and hold an IPv4 address; the first
 // one's address is the driver address). Otherwise: all-local jobs use 127.0.0.1 and the
 // interface holding it; jobs with remote hosts use the local source address of the route to the
-// first remote host that resolves (a UDP connect(), no packet is sent) and its interface.
+// first remote host that resolves (a UDP connect(), no packet is sent) and its interface; if
+// none resolves, the default route's source address, else the first non-loopback address.
 // Throws UsageError naming the interface or address that is missing.
 NetworkChoice chooseNetwork(const std::vector<std::string>& requestedNics, const std::vector<std::string>& remoteHosts);
 
