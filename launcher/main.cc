@@ -129,6 +129,10 @@ int runLauncher(const std::vector<std::string>& args, int signalFd) {
   if (options.configFile.has_value()) applyConfigFile(*options.configFile, options);
   validateOptions(options);
   if (options.checkBuild) {
+    // Nothing to clean up here: let Ctrl-C end the (possibly slow) import probes directly.
+    sigset_t all;
+    sigfillset(&all);
+    sigprocmask(SIG_UNBLOCK, &all, nullptr);
     say(1, formatBuildInfo(probeBuild()));
     return 0;
   }
