@@ -246,8 +246,10 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
         if op == Average:
             values = values / process_set.size()
         if indices.dim() == 0 or values.dim() == 0:
-            return torch.sparse_coo_tensor(size=t.size(), dtype=t.dtype, device=t.device)
-        return torch.sparse_coo_tensor(indices.transpose(0, 1), values, t.size())
+            return torch.sparse_coo_tensor(size=t.size(), dtype=t.dtype, device=t.device,
+                                           check_invariants=False)
+        return torch.sparse_coo_tensor(indices.transpose(0, 1), values, t.size(),
+                                       check_invariants=False)
 
     return handle
 

@@ -1,0 +1,19 @@
+"""Test layout.
+
+Files in DISTRIBUTED_FILES run on every rank under the launcher
+(``horovodrun -np N python -m pytest tests/python/<file>``). A plain ``pytest tests/python``
+does not collect them directly: test_distributed.py launches each of them under
+``horovodrun -np 2`` and ``-np 3`` (bounded by a timeout) and fails if any rank fails.
+"""
+
+import os
+
+DISTRIBUTED_FILES = ['test_core.py', 'test_torch.py', 'test_torch_optimizer.py']
+SINGLE_PROCESS_FILES = ['test_distributed.py', 'test_single_process.py']
+
+
+def under_launcher():
+    return 'HOROVOD_RANK' in os.environ or 'OMPI_COMM_WORLD_RANK' in os.environ
+
+
+collect_ignore = SINGLE_PROCESS_FILES if under_launcher() else DISTRIBUTED_FILES

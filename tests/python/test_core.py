@@ -1,0 +1,289 @@
+"""horovod._core at the numpy level: every collective and every dtype numpy has.
+
+Run under the launcher (``horovodrun -np 3 python -m pytest tests/python/test_core.py``); every
+rank runs the same tests in the same order, assertions depend on the rank. A plain ``pytest
+tests/python`` runs this file through test_distributed.py.
+"""
+
+import os
+
+import numpy as np
+import pytest
+
+from horovod import _core
+from horovod.common.exceptions import HorovodInternalError
+
+SUM, AVERAGE, MIN, MAX, PRODUCT = _core.SUM, _core.AVERAGE, _core.MIN, _core.MAX, _core.PRODUCT
+
+ALL_DTYPES = [np.uint8, np.int8, np.uint16, np.int16, np.int32, np.int64, np.float16,
+              np.float32, np.float64, np.bool_]
+NUMERIC = [d for d in ALL_DTYPES if d is not np.bool_]
+SCALABLE = [np.uint8, np.int8, np.int32, np.int64, np.float16, np.float32, np.float64]
+
+
+@pytest.fixture(scope='module', autouse=True)
+def core():
+    _core.init(None, True)
+    yield _core
+    # shutdown happens in the last test (so that it is also tested)
+
+
+def rank():
+    return _core.rank()
+
+
+def size():
+    return _core.size()
+
+
+def run(work):
+    work.wait()
+    return work
+
+
+def test_topology():
+    assert _core.is_initialized()
+    assert rank() == int(os.environ.get('HOROVOD_RANK', '0'))
+    assert size() == int(os.environ.get('HOROVOD_SIZE', '1'))
+    assert 0 <= _core.local_rank() < _core.local_size() <= size()
+    assert 0 <= _core.cross_rank() < _core.cross_size()
+    assert isinstance(_core.is_homogeneous(), bool)
+    assert _core.process_set_ids()[0] == 0
+    assert list(_core.process_set_ranks(0)) == list(range(size()))
+    assert _core.gloo_built() and _core.nccl_built() == 0
+
+
+def local_value(dtype, r, shape=(5, 3)):
+    """A rank-dependent tensor small enough that sums and products of 3 ranks stay exact."""
+    base = np.arange(np.prod(shape)).reshape(shape) % 3
+    if dtype is np.bool_:
+        return ((base + r) % 2).astype(np.bool_)
+    return (base + r + 1).astype(dtype)
+
+
+def expected(dtype, op, shape=(5, 3)):
+    values = [local_value(dtype, r, shape) for r in range(size())]
+    if dtype is np.bool_:
+        stack = np.stack(values)
+        return stack.any(axis=0) if op in (SUM, MAX) else stack.all(axis=0)
+    wide = np.stack([v.astype(np.float64) for v in values])
+    if op == SUM:
+        out = wide.sum(axis=0)
+    elif op == MIN:
+        out = wide.min(axis=0)
+    elif op == MAX:
+        out = wide.max(axis=0)
+    elif op == PRODUCT:
+        out = wide.prod(axis=0)
+    else:
+        out = wide.sum(axis=0) * (1.0 / size())  # the core's rule: scale in double, truncate
+        if np.issubdtype(dtype, np.integer):
+            out = np.trunc(out)
+    return out.astype(dtype)
+
+
+@pytest.mark.parametrize('dtype', ALL_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize('op', [SUM, MIN, MAX, PRODUCT], ids=['sum', 'min', 'max', 'product'])
+def test_allreduce_ops(dtype, op):
+    x = local_value(dtype, rank())
+    out = np.empty_like(x)
+    run(_core.allreduce_async(x, out, 'core.ar.%s.%d' % (np.dtype(dtype).name, op), op, 1.0, 1.0,
+                              0))
+    np.testing.assert_array_equal(out, expected(dtype, op))
+    np.testing.assert_array_equal(x, local_value(dtype, rank()))  # input untouched
+
+
+@pytest.mark.parametrize('dtype', SCALABLE, ids=lambda d: np.dtype(d).name)
+def test_allreduce_average_in_place(dtype):
+    x = local_value(dtype, rank())
+    run(_core.allreduce_async(x, None, 'core.avg.%s' % np.dtype(dtype).name, AVERAGE, 1.0, 1.0,
+                              0))
+    np.testing.assert_allclose(x.astype(np.float64), expected(dtype, AVERAGE).astype(np.float64),
+                               rtol=1e-3)
+
+
+def test_allreduce_scaling_and_zero_size():
+    x = np.full(7, 3, dtype=np.int32)
+    out = np.empty_like(x)
+    run(_core.allreduce_async(x, out, 'core.scale', SUM, 0.5, 3.0, 0))
+    # integers scale in double and truncate: size * trunc(1.5) then * 3
+    np.testing.assert_array_equal(out, np.full(7, int(int(3 * 0.5) * size() * 3.0)))
+    empty = np.empty((0, 4), dtype=np.float32)
+    run(_core.allreduce_async(empty, None, 'core.empty', SUM, 1.0, 1.0, 0))
+
+
+def test_grouped_allreduce():
+    xs = [local_value(d, rank(), (3 + i,)) for i, d in enumerate([np.float32, np.int64,
+                                                                  np.float64])]
+    outs = [np.empty_like(x) for x in xs]
+    run(_core.grouped_allreduce_async(xs, outs, 'core.grouped', SUM, 1.0, 1.0, 0))
+    for i, (d, out) in enumerate(zip([np.float32, np.int64, np.float64], outs)):
+        np.testing.assert_array_equal(out, expected(d, SUM, (3 + i,)))
+
+
+@pytest.mark.parametrize('dtype', ALL_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_allgather(dtype):
+    x = local_value(dtype, rank(), (rank() + 1, 2))
+    work = run(_core.allgather_async(x, 'core.ag.%s' % np.dtype(dtype).name, 0))
+    out = np.asarray(work.outputs()[0])
+    want = np.concatenate([local_value(dtype, r, (r + 1, 2)) for r in range(size())])
+    assert out.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(out, want)
+
+
+def test_allgather_outputs_are_zero_copy():
+    work = run(_core.allgather_async(np.ones(4, np.float32), 'core.ag.view', 0))
+    result = work.outputs()[0]
+    a, b = np.asarray(result), np.asarray(result)
+    a[0] = 42.0
+    assert b[0] == 42.0  # both views share the engine's buffer
+    del work  # the array keeps the storage alive on its own
+    assert np.asarray(result)[0] == 42.0
+
+
+def test_grouped_allgather():
+    xs = [np.full((rank() + 1, 3), rank(), np.float32), np.full((2,), rank(), np.int8)]
+    work = run(_core.grouped_allgather_async(xs, 'core.gag', 0))
+    outs = [np.asarray(o) for o in work.outputs()]
+    assert outs[0].shape == (sum(r + 1 for r in range(size())), 3)
+    np.testing.assert_array_equal(outs[1], np.repeat(np.arange(size()), 2).astype(np.int8))
+
+
+@pytest.mark.parametrize('dtype', ALL_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_broadcast(dtype):
+    for root in range(size()):
+        x = local_value(dtype, rank(), (4,))
+        run(_core.broadcast_async(x, root, 'core.bc.%s.%d' % (np.dtype(dtype).name, root), 0))
+        np.testing.assert_array_equal(x, local_value(dtype, root, (4,)))
+
+
+@pytest.mark.parametrize('dtype', ALL_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_alltoall(dtype):
+    n = size()
+    # rank r sends (r + 1) rows to every rank; row values identify the sender
+    x = np.repeat(np.full(n, rank() % 2 if dtype is np.bool_ else rank() + 1), rank() + 1)
+    x = x.reshape(-1, 1).repeat(2, axis=1).astype(dtype)
+    work = run(_core.alltoall_async(x, [rank() + 1] * n, 'core.a2a.%s' % np.dtype(dtype).name, 0))
+    out = np.asarray(work.outputs()[0])
+    assert list(work.received_splits()) == [r + 1 for r in range(n)]
+    want = np.concatenate([np.full((r + 1, 2), r % 2 if dtype is np.bool_ else r + 1)
+                           for r in range(n)]).astype(dtype)
+    np.testing.assert_array_equal(out, want)
+
+
+def test_alltoall_equal_split():
+    n = size()
+    x = np.arange(2 * n, dtype=np.float32) + 100 * rank()
+    work = run(_core.alltoall_async(x, None, 'core.a2a.equal', 0))
+    out = np.asarray(work.outputs()[0])
+    want = np.concatenate([np.arange(2 * rank(), 2 * rank() + 2) + 100 * r for r in range(n)])
+    np.testing.assert_array_equal(out, want.astype(np.float32))
+
+
+@pytest.mark.parametrize('dtype', NUMERIC, ids=lambda d: np.dtype(d).name)
+def test_reducescatter(dtype):
+    n = size()
+    d = 2 * n + 1  # uneven: the first rank gets one row more
+    x = np.ones((d, 2), dtype=dtype) * (rank() + 1)
+    rows = d // n + (1 if rank() < d % n else 0)
+    out = np.empty((rows, 2), dtype=dtype)
+    run(_core.reducescatter_async(x, out, 'core.rs.%s' % np.dtype(dtype).name, SUM, 1.0, 1.0, 0))
+    np.testing.assert_array_equal(out, np.full((rows, 2), n * (n + 1) // 2, dtype=dtype))
+
+
+def test_grouped_reducescatter_average():
+    n = size()
+    xs = [np.full((n * 2, 3), float(rank()), np.float32), np.full((n,), float(rank()),
+                                                                   np.float64)]
+    outs = [np.empty((2, 3), np.float32), np.empty((1,), np.float64)]
+    run(_core.grouped_reducescatter_async(xs, outs, 'core.grs', AVERAGE, 1.0, 1.0, 0))
+    mean = sum(range(n)) / n
+    np.testing.assert_allclose(outs[0], mean)
+    np.testing.assert_allclose(outs[1], mean)
+
+
+def test_barrier_and_poll():
+    work = _core.barrier_async(0)
+    work.wait()
+    assert work.poll()
+
+
+def test_mismatched_shapes_fail_everywhere_then_recover():
+    x = np.ones(3 + rank(), np.float32) if size() > 1 else np.ones(3, np.float32)
+    work = _core.allreduce_async(x, None, 'core.mismatch', SUM, 1.0, 1.0, 0)
+    if size() > 1:
+        with pytest.raises(HorovodInternalError, match='Mismatched'):
+            work.wait()
+    else:
+        work.wait()
+    y = np.ones(3, np.float32)
+    run(_core.allreduce_async(y, None, 'core.after_mismatch', SUM, 1.0, 1.0, 0))
+    np.testing.assert_array_equal(y, np.full(3, size(), np.float32))
+
+
+def test_mismatched_dtypes_fail():
+    if size() == 1:
+        pytest.skip('needs 2 ranks')
+    x = np.ones(3, np.float32 if rank() == 0 else np.int32)
+    work = _core.allreduce_async(x, None, 'core.mismatch.dtype', SUM, 1.0, 1.0, 0)
+    with pytest.raises(HorovodInternalError, match='Mismatched data types'):
+        work.wait()
+
+
+def test_duplicate_name_is_value_error():
+    # rank 0 enqueues the name twice before any other rank enqueues it
+    x = np.ones(2, np.float32)
+    first = _core.allreduce_async(x, None, 'core.dup', SUM, 1.0, 1.0, 0) if rank() == 0 else None
+    if rank() == 0:
+        with pytest.raises(ValueError):
+            _core.allreduce_async(np.ones(2, np.float32), None, 'core.dup', SUM, 1.0, 1.0, 0)
+    run(_core.barrier_async(0))
+    if rank() != 0:
+        first = _core.allreduce_async(x, None, 'core.dup', SUM, 1.0, 1.0, 0)
+    first.wait()
+    np.testing.assert_array_equal(x, np.full(2, size(), np.float32))
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match='contiguous'):
+        _core.allreduce_async(np.ones((4, 4), np.float32)[:, 1], None, 'core.nc', SUM, 1.0, 1.0,
+                              0)
+    with pytest.raises(ValueError):
+        _core.allreduce_async(np.ones(2, np.complex64), None, 'core.cplx', SUM, 1.0, 1.0, 0)
+    with pytest.raises(ValueError):
+        _core.allreduce_async(np.ones(2, np.float32), None, 'core.badset', SUM, 1.0, 1.0, 99)
+
+
+def test_process_set_allreduce():
+    if size() == 1:
+        pytest.skip('needs 2 ranks')
+    evens = [r for r in range(size()) if r % 2 == 0]
+    ps = _core.add_process_set(evens)
+    try:
+        assert list(_core.process_set_ranks(ps)) == evens
+        if rank() in evens:
+            x = np.ones(3, np.float32)
+            run(_core.allreduce_async(x, None, 'core.ps', SUM, 1.0, 1.0, ps))
+            np.testing.assert_array_equal(x, np.full(3, len(evens), np.float32))
+        else:
+            with pytest.raises(ValueError):
+                _core.allreduce_async(np.ones(3, np.float32), None, 'core.ps', SUM, 1.0, 1.0, ps)
+    finally:
+        assert _core.remove_process_set(ps)
+    assert ps not in _core.process_set_ids()
+
+
+def test_join_returns_last_rank():
+    last = run(_core.join_async()).join_result()
+    assert 0 <= last < size()
+    values = run(_core.allgather_async(np.array([last], np.int32), 'core.join.check', 0))
+    assert set(np.asarray(values.outputs()[0]).tolist()) == {last}
+
+
+def test_shutdown_then_ops_fail():
+    _core.shutdown()
+    assert not _core.is_initialized()
+    with pytest.raises(HorovodInternalError, match='shut down'):
+        _core.allreduce_async(np.ones(2, np.float32), None, 'core.after', SUM, 1.0, 1.0, 0)
+    with pytest.raises(ValueError, match='not been initialized'):
+        _core.rank()
