@@ -2,6 +2,7 @@
 // every rank: each output element is either computed once and copied (ring), or computed by
 // partners that combine the same two operands in the same order (recursive doubling).
 #include <algorithm>
+#include <cstring>
 
 #include "collectives/algorithms.h"
 #include "collectives/partition.h"
@@ -38,16 +39,23 @@ void allreduceRecursiveDoubling(const AllreduceArgs& args) {
   }
 
   if (vrank >= 0) {
+    // Both partners call the very same kernel, to(out, lower, higher) into a buffer distinct
+    // from both inputs, so even compiler-chosen operand orders (NaN payloads) agree.
+    uint8_t* cur = buf;
+    auto* spare = static_cast<uint8_t*>(comm.scratch(1, bytes));
     for (int mask = 1; mask < p; mask <<= 1) {
       int vpeer = vrank ^ mask;
       int peer = vpeer < rem ? 2 * vpeer + 1 : vpeer + rem;
-      comm.sendRecv(peer, buf, bytes, peer, tmp, bytes, comm.deadline());
+      comm.sendRecv(peer, cur, bytes, peer, tmp, bytes, comm.deadline());
+      uint8_t* out = cur == buf ? spare : buf;
       if (vpeer < vrank) {
-        args.kernel.intoLeft(buf, tmp, args.count);  // theirs (lower) OP mine
+        args.kernel.to(out, tmp, cur, args.count);  // theirs (lower) OP mine
       } else {
-        args.kernel.into(buf, tmp, args.count);  // mine (lower) OP theirs
+        args.kernel.to(out, cur, tmp, args.count);  // mine (lower) OP theirs
       }
+      cur = out;
     }
+    if (cur != buf) std::memcpy(buf, cur, bytes);
   }
 
   if (r < 2 * rem) {

@@ -1,8 +1,8 @@
 // float16 / bfloat16 kernels for CPUs with AVX2 and F16C, chosen at run time. Eight elements at
 // a time are widened to float32 in registers, combined, and narrowed back: float16 with the F16C
 // instructions, bfloat16 with integer shifts. Both round to nearest even and quiet NaNs exactly
-// like the portable conversions in half.h, so every machine computes the same bits; the
-// portable conversions handle the tails.
+// like the portable conversions in half.h, so every machine computes the same bits (up to which
+// NaN payload a NaN result carries); the portable conversions handle the tails.
 #include "collectives/reduce_ops.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)

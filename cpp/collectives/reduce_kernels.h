@@ -1,7 +1,9 @@
 // Byte-range reduce callbacks for the algorithms: resolved once per collective from (dtype, op),
 // then applied to ranges of elements. Operand order is explicit because Min/Max with signed zeros
 // or NaN payloads are not symmetric: algorithms always combine (lower-rank part OP higher-rank
-// part) so that every rank computes the same bits.
+// part) so that every rank computes the same bits. Which payload a NaN sum or product carries
+// may depend on the compiled loop (compilers swap commutative operands), so where two ranks
+// compute the same element they call the same function (to) with the same operand roles.
 #pragma once
 
 #include <cstddef>
@@ -23,7 +25,7 @@ struct ReduceKernel {
 // Throws InvalidArgument for ops other than Sum/Min/Max/Product. The reference stays valid for
 // the life of the process.
 const ReduceKernel& reduceKernel(DataType dtype, ReduceOp op);
-// The same kernels without CPU-specific paths (for tests: both must give the same bits).
+// The same kernels without CPU-specific paths (for tests: both give the same bits, NaN payloads aside).
 const ReduceKernel& portableReduceKernel(DataType dtype, ReduceOp op);
 
 }  // namespace hvd

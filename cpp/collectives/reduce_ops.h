@@ -74,7 +74,7 @@ struct Bf16Cvt {
 constexpr size_t kHalfBlock = 256;
 
 // float16/bfloat16 kernels for CPUs with AVX2 and F16C (see reduce_avx2.cc): conversions in
-// registers, bitwise the same results as the portable kernels.
+// registers, bitwise the same results as the portable kernels (NaN payloads aside).
 bool cpuHasAvx2F16c();
 ReduceKernel avx2HalfKernel(DataType dtype, int opIndex);  // float16 or bfloat16; 0 Sum, 1 Min, 2 Max, 3 Product
 void avx2ScaleHalf(DataType dtype, uint16_t* buf, size_t n, float factor);

@@ -150,6 +150,43 @@ TEST(Allreduce, OutOfPlaceMatchesInPlace) {
   }
 }
 
+// NaNs with different payloads (and signed zeros) meeting on different ranks: every rank still
+// ends with the same bits, whatever the algorithm.
+TEST(Allreduce, NaNsAndSignedZerosAgreeAcrossRanks) {
+  const size_t count = 3000;
+  for (const auto& algo : kAlgorithms) {
+    for (int n : {2, 3, 5}) {
+      for (DataType t : {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16}) {
+        for (ReduceOp op : allReduceOps()) {
+          std::vector<std::vector<uint8_t>> outputs(n);
+          RankOptions options;
+          options.algorithm = algo;
+          options.sharedCapacity = 4096;
+          runRanks(n, options, [&](Communicator& comm) {
+            std::vector<uint8_t> buf = makeInput(t, op, comm.rank(), count, 8);
+            for (size_t i = comm.rank() % 3; i < count; i += 3) {
+              if (t == DataType::kFloat32) {
+                uint32_t bits = 0x7fc00000u | static_cast<uint32_t>(comm.rank() * 977 + i);  // payload per rank
+                std::memcpy(buf.data() + i * 4, &bits, 4);
+              } else {
+                uint16_t bits = t == DataType::kFloat16 ? static_cast<uint16_t>(0x7e00 | ((comm.rank() * 31 + i) & 0x1ff))
+                                                        : static_cast<uint16_t>(0x7fc0 | ((comm.rank() * 7 + i) & 0x3f));
+                std::memcpy(buf.data() + i * 2, &bits, 2);
+              }
+            }
+            for (size_t i = 1; i < count; i += 7) storeFloat(t, buf.data(), i, comm.rank() % 2 ? -0.0 : 0.0);
+            collectives::allreduce(comm, buf.data(), count, t, op);
+            outputs[comm.rank()] = std::move(buf);
+          });
+          for (int r = 1; r < n; ++r) {
+            ASSERT_EQ(outputs[0], outputs[r]) << algo << " n=" << n << " " << dataTypeName(t) << " " << opName(op);
+          }
+        }
+      }
+    }
+  }
+}
+
 // Many collectives back to back on one communicator (double-buffered shared halves, scratch
 // reuse), alternating sizes that pick different algorithms.
 TEST(Allreduce, ManyCallsInSequence) {
