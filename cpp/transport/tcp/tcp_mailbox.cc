@@ -247,9 +247,12 @@ bool TcpTransport::waitForMessage(Deadline deadline) {
           case PollKind::kAbort:
             break;  // handled below, outside the lock
           case PollKind::kWake: {
-            wakePending_ = false;
             uint64_t count;
             (void)!::read(wakeFd_.fd(), &count, sizeof(count));
+            // Clear only after draining the eventfd: clearing first lets a concurrent wake()
+            // write a count that this read then swallows, leaving the flag set with nothing to
+            // read, and every later wake() would be dropped.
+            wakePending_ = false;
             woke = true;
             break;
           }
