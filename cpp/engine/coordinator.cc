@@ -68,10 +68,11 @@ void Coordinator::addHit(int rank, uint32_t id) {
   if (ranks == nullptr) return;  // the set was removed; the rank fails the op itself
   NameKey key{entry->processSet, entry->tensor.name};
   if (live && pending_.find(key) == pending_.end()) {
+    // Nodes stay in hits_ (cleared, not erased) so the steady state allocates nothing here.
     HitState& hit = hits_[id];
     hit.ranks.push_back(rank);
     if (static_cast<int>(hit.ranks.size()) >= required(entry->processSet, entry->kind)) {
-      hits_.erase(id);
+      hit.ranks.clear();
       ReadyItem item;
       item.hitId = id;
       markReady(std::move(item), entry->tensor.group, entry->tensor.groupSize, entry->processSet);
@@ -97,12 +98,12 @@ void Coordinator::addRequest(Request request) {
     uint32_t id = cache_.liveId(request.processSet, request.name);
     if (id != kNoCacheId) {
       auto hit = hits_.find(id);
-      if (hit != hits_.end()) {
+      if (hit != hits_.end() && !hit->second.ranks.empty()) {
         const CacheEntry* entry = cache_.find(id, nullptr);
         for (int r : hit->second.ranks) {
           it->second.requests.push_back(entry->requestFor(setIndexOf(*ranks, r), r));
         }
-        hits_.erase(hit);
+        hit->second.ranks.clear();
       }
     }
   }
@@ -165,6 +166,7 @@ void Coordinator::recheckAfterJoin() {
   }
   std::vector<uint32_t> ids;
   for (auto& [id, hit] : hits_) {
+    if (hit.ranks.empty()) continue;
     const CacheEntry* entry = cache_.find(id, nullptr);
     if (entry != nullptr && entry->processSet == 0 &&
         static_cast<int>(hit.ranks.size()) >= required(0, entry->kind)) {
@@ -173,7 +175,7 @@ void Coordinator::recheckAfterJoin() {
   }
   std::sort(ids.begin(), ids.end());
   for (uint32_t id : ids) {
-    hits_.erase(id);
+    hits_[id].ranks.clear();
     const CacheEntry* entry = cache_.find(id, nullptr);
     ReadyItem item;
     item.hitId = id;
@@ -192,7 +194,10 @@ Response Coordinator::respondFromCache(uint32_t id) {
   r.postscale = entry->postscale;
   r.root = entry->root;
   r.device = entry->device;
-  r.tensors.push_back(entry->tensor);
+  TensorInfo t;
+  t.cacheId = id;
+  t.ref = &entry->tensor;  // no copy: the slot outlives this build()
+  r.tensors.push_back(std::move(t));
   r.cachedForm = true;
   return r;
 }
@@ -267,6 +272,11 @@ Response Coordinator::negotiate(const NameKey& key) {
 ResponseList Coordinator::build() {
   ResponseList out;
   if (ready_.empty() && evicted_.empty() && !joinDone_ && !shutdown_) return out;
+  // Tombstones every rank has heard of go now (not at the end: responses of the previous list
+  // may have pointed into them until it was processed).
+  uint64_t seenByAll = seq_;
+  for (int r = 1; r < options_.size; ++r) seenByAll = std::min(seenByAll, lastSeqOf_[r]);
+  cache_.forgetTombstones(seenByAll);
   out.seq = ++seq_;
   // Hits in this batch are the most recently used: protect them from eviction by inserts below.
   for (const auto& item : ready_) {
@@ -299,11 +309,11 @@ ResponseList Coordinator::build() {
   // Hits waiting on an id evicted in this batch: those ranks' requests must not be lost, so they
   // go the negotiation route (ready ones surface in the next build()).
   std::vector<std::pair<uint32_t, std::vector<int32_t>>> orphaned;
-  for (auto it = hits_.begin(); it != hits_.end();) {
+  for (auto it = hits_.begin(); !evicted_.empty() && it != hits_.end();) {
     bool live = false;
     const CacheEntry* entry = cache_.find(it->first, &live);
     if (entry == nullptr || !live) {
-      orphaned.emplace_back(it->first, std::move(it->second.ranks));
+      if (!it->second.ranks.empty()) orphaned.emplace_back(it->first, std::move(it->second.ranks));
       it = hits_.erase(it);
     } else {
       ++it;
@@ -342,9 +352,6 @@ ResponseList Coordinator::build() {
     evicted_.clear();
   }
   out.shutdown = shutdown_;
-  uint64_t seenByAll = seq_;
-  for (int r = 1; r < options_.size; ++r) seenByAll = std::min(seenByAll, lastSeqOf_[r]);
-  cache_.forgetTombstones(seenByAll);
   return out;
 }
 

@@ -81,9 +81,9 @@ class Coordinator {
   bool shutdown_ = false;
   std::map<int32_t, std::vector<int>> sets_;
   int32_t nextSetId_ = 1;
-  std::unordered_map<NameKey, Pending, NameKeyHash> pending_;
+  std::unordered_map<NameKey, Pending, NameKeyHash, NameKeyEq> pending_;
   std::unordered_map<uint32_t, HitState> hits_;
-  std::unordered_map<NameKey, GroupHold, NameKeyHash> groups_;  // key: (set, group base name)
+  std::unordered_map<NameKey, GroupHold, NameKeyHash, NameKeyEq> groups_;  // key: (set, group base name)
   std::vector<ReadyItem> ready_;
   std::vector<uint64_t> lastSeqOf_;  // per rank
   std::vector<uint8_t> joined_;      // per global rank

@@ -63,8 +63,8 @@ void Executor::allreduce(const Response& r, Communicator& comm, const std::vecto
     const size_t count = static_cast<size_t>(r.tensors[0].numElements());
     void* buf;
     if (Entry* e = entries[0]) {
-      buf = e->output.data;
-      if (e->input.data != buf && count > 0) std::memcpy(buf, e->input.data, count * esize);
+      buf = e->output;
+      if (e->input != buf && count > 0) std::memcpy(buf, e->input, count * esize);
     } else {
       buf = fusion_.reserve(count * esize);
       std::memset(buf, 0, count * esize);
@@ -82,7 +82,7 @@ void Executor::allreduce(const Response& r, Communicator& comm, const std::vecto
   for (size_t i = 0; i < r.tensors.size(); ++i) {
     size_t bytes = tensorBytes(r.tensors[i], dtype);
     if (entries[i] != nullptr) {
-      if (bytes > 0) std::memcpy(buf + offset, entries[i]->input.data, bytes);
+      if (bytes > 0) std::memcpy(buf + offset, entries[i]->input, bytes);
     } else {
       std::memset(buf + offset, 0, bytes);
     }
@@ -95,7 +95,7 @@ void Executor::allreduce(const Response& r, Communicator& comm, const std::vecto
   offset = 0;
   for (size_t i = 0; i < r.tensors.size(); ++i) {
     size_t bytes = tensorBytes(r.tensors[i], dtype);
-    if (entries[i] != nullptr && bytes > 0) std::memcpy(entries[i]->output.data, buf + offset, bytes);
+    if (entries[i] != nullptr && bytes > 0) std::memcpy(entries[i]->output, buf + offset, bytes);
     offset += bytes;
   }
 }
@@ -109,7 +109,7 @@ void Executor::allgather(const Response& r, Communicator& comm, const std::vecto
   std::vector<OwnedTensor*> outputs(r.tensors.size(), nullptr);
   std::vector<size_t> rowBytes(r.tensors.size());
   for (size_t i = 0; i < r.tensors.size(); ++i) {
-    const TensorInfo& t = r.tensors[i];
+    const TensorInfo& t = r.tensors[i].data();
     rowBytes[i] = static_cast<size_t>(t.rowElements()) * esize;
     if (Entry* e = entries[i]) {
       std::vector<int64_t> shape = t.shape;
@@ -123,11 +123,11 @@ void Executor::allgather(const Response& r, Communicator& comm, const std::vecto
   }
 
   if (r.tensors.size() == 1) {
-    const TensorInfo& t = r.tensors[0];
+    const TensorInfo& t = r.tensors[0].data();
     std::vector<size_t> bytesPerRank(n);
     for (int p = 0; p < n; ++p) bytesPerRank[p] = static_cast<size_t>(t.firstDims[p]) * rowBytes[0];
     static const uint8_t kNothing = 0;
-    const void* in = entries[0] ? entries[0]->input.data : &kNothing;
+    const void* in = entries[0] ? entries[0]->input : &kNothing;
     uint8_t scratch = 0;
     void* out = outputs[0] ? outputs[0]->view.data : &scratch;
     collectives::allgatherv(comm, in, out, bytesPerRank);
@@ -138,7 +138,7 @@ void Executor::allgather(const Response& r, Communicator& comm, const std::vecto
   std::vector<size_t> bytesPerRank(n, 0);
   for (int p = 0; p < n; ++p) {
     for (size_t i = 0; i < r.tensors.size(); ++i) {
-      bytesPerRank[p] += static_cast<size_t>(r.tensors[i].firstDims[p]) * rowBytes[i];
+      bytesPerRank[p] += static_cast<size_t>(r.tensors[i].data().firstDims[p]) * rowBytes[i];
     }
   }
   size_t total = 0;
@@ -150,8 +150,8 @@ void Executor::allgather(const Response& r, Communicator& comm, const std::vecto
   uint8_t* buf = bytesOf(fusion_.reserve(total));
   size_t offset = rankOffset[me];
   for (size_t i = 0; i < r.tensors.size(); ++i) {
-    size_t bytes = static_cast<size_t>(r.tensors[i].firstDims[me]) * rowBytes[i];
-    if (entries[i] != nullptr && bytes > 0) std::memcpy(buf + offset, entries[i]->input.data, bytes);
+    size_t bytes = static_cast<size_t>(r.tensors[i].data().firstDims[me]) * rowBytes[i];
+    if (entries[i] != nullptr && bytes > 0) std::memcpy(buf + offset, entries[i]->input, bytes);
     offset += bytes;
   }
   collectives::allgatherv(comm, buf + rankOffset[me], buf, bytesPerRank);
@@ -159,7 +159,7 @@ void Executor::allgather(const Response& r, Communicator& comm, const std::vecto
   for (int p = 0; p < n; ++p) {
     size_t src = rankOffset[p];
     for (size_t i = 0; i < r.tensors.size(); ++i) {
-      size_t bytes = static_cast<size_t>(r.tensors[i].firstDims[p]) * rowBytes[i];
+      size_t bytes = static_cast<size_t>(r.tensors[i].data().firstDims[p]) * rowBytes[i];
       if (outputs[i] != nullptr && bytes > 0) {
         std::memcpy(bytesOf(outputs[i]->view.data) + outOffset[i], buf + src, bytes);
       }
@@ -170,13 +170,13 @@ void Executor::allgather(const Response& r, Communicator& comm, const std::vecto
 }
 
 void Executor::broadcast(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries) {
-  const TensorInfo& t = r.tensors[0];
+  const TensorInfo& t = r.tensors[0].data();
   const size_t bytes = tensorBytes(t, r.dtype);
   int root = setIndexOf(set.ranks, r.root);
   HVD_CHECK(root >= 0) << "broadcast root " << r.root << " is not in process set " << set.id;
   void* buf;
   if (entries[0] != nullptr) {
-    buf = entries[0]->input.data;
+    buf = entries[0]->input;
   } else {
     buf = fusion_.reserve(bytes);
   }
@@ -184,7 +184,7 @@ void Executor::broadcast(const Response& r, ProcessSet& set, const std::vector<E
 }
 
 void Executor::alltoall(const Response& r, Communicator& comm, const std::vector<Entry*>& entries) {
-  const TensorInfo& t = r.tensors[0];
+  const TensorInfo& t = r.tensors[0].data();
   const int n = comm.size();
   const int me = comm.rank();
   const size_t rowBytes = static_cast<size_t>(t.rowElements()) * dataTypeSize(r.dtype);
@@ -201,7 +201,7 @@ void Executor::alltoall(const Response& r, Communicator& comm, const std::vector
   shape[0] = rows;
   OwnedTensor out = allocateTensor(r.dtype, std::move(shape));
   static const uint8_t kNothing = 0;
-  const void* in = entries[0] ? entries[0]->input.data : &kNothing;
+  const void* in = entries[0] ? entries[0]->input : &kNothing;
   collectives::alltoallv(comm, in, sendBytes, out.view.data, recvBytes);
   if (Entry* e = entries[0]) {
     e->work->output(e->member) = std::move(out);
@@ -218,11 +218,11 @@ void Executor::reducescatter(const Response& r, Communicator& comm, const std::v
   const ReduceOp op = ReduceOp::kSum;
 
   if (r.tensors.size() == 1 && r.prescale == 1.0 && entries[0] != nullptr) {
-    const TensorInfo& t = r.tensors[0];
+    const TensorInfo& t = r.tensors[0].data();
     std::vector<size_t> counts(n);
     for (int p = 0; p < n; ++p) counts[p] = static_cast<size_t>(reducescatterRows(t.shape[0], n, p) * t.rowElements());
-    collectives::reducescatter(comm, entries[0]->input.data, entries[0]->output.data, counts, dtype, op);
-    scale(entries[0]->output.data, counts[me], dtype, r.postscale);
+    collectives::reducescatter(comm, entries[0]->input, entries[0]->output, counts, dtype, op);
+    scale(entries[0]->output, counts[me], dtype, r.postscale);
     return;
   }
 
@@ -232,20 +232,20 @@ void Executor::reducescatter(const Response& r, Communicator& comm, const std::v
   size_t total = 0;
   for (const auto& t : r.tensors) total += static_cast<size_t>(t.numElements());
   for (int p = 0; p < n; ++p) {
-    for (const auto& t : r.tensors) counts[p] += static_cast<size_t>(reducescatterRows(t.shape[0], n, p) * t.rowElements());
+    for (const auto& t : r.tensors) counts[p] += static_cast<size_t>(reducescatterRows(t.data().shape[0], n, p) * t.rowElements());
   }
   uint8_t* buf = bytesOf(fusion_.reserve((total + counts[me]) * esize));
   uint8_t* result = buf + total * esize;
   size_t offset = 0;
   for (int p = 0; p < n; ++p) {
     for (size_t i = 0; i < r.tensors.size(); ++i) {
-      const TensorInfo& t = r.tensors[i];
+      const TensorInfo& t = r.tensors[i].data();
       size_t rowBytes = static_cast<size_t>(t.rowElements()) * esize;
       int64_t firstRow = 0;
       for (int q = 0; q < p; ++q) firstRow += reducescatterRows(t.shape[0], n, q);
       size_t bytes = static_cast<size_t>(reducescatterRows(t.shape[0], n, p)) * rowBytes;
       if (entries[i] != nullptr) {
-        if (bytes > 0) std::memcpy(buf + offset, static_cast<const uint8_t*>(entries[i]->input.data) + firstRow * rowBytes, bytes);
+        if (bytes > 0) std::memcpy(buf + offset, static_cast<const uint8_t*>(entries[i]->input) + firstRow * rowBytes, bytes);
       } else {
         std::memset(buf + offset, 0, bytes);
       }
@@ -257,9 +257,9 @@ void Executor::reducescatter(const Response& r, Communicator& comm, const std::v
   scale(result, counts[me], dtype, r.postscale);
   offset = 0;
   for (size_t i = 0; i < r.tensors.size(); ++i) {
-    const TensorInfo& t = r.tensors[i];
+    const TensorInfo& t = r.tensors[i].data();
     size_t bytes = static_cast<size_t>(reducescatterRows(t.shape[0], n, me) * t.rowElements()) * esize;
-    if (entries[i] != nullptr && bytes > 0) std::memcpy(entries[i]->output.data, result + offset, bytes);
+    if (entries[i] != nullptr && bytes > 0) std::memcpy(entries[i]->output, result + offset, bytes);
     offset += bytes;
   }
 }

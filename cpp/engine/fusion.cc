@@ -13,7 +13,7 @@ bool fusable(const Response& r) {
   return r.kind == Kind::kAllreduce || r.kind == Kind::kReducescatter || r.kind == Kind::kAllgather;
 }
 
-const std::string& groupOf(const Response& r) { return r.tensors.front().group; }
+const std::string& groupOf(const Response& r) { return r.tensors.front().data().group; }
 
 bool compatible(const Response& a, const Response& b, const FusionOptions& options) {
   if (a.kind != b.kind || a.processSet != b.processSet || a.dtype != b.dtype || a.device != b.device) return false;

@@ -86,14 +86,15 @@ void readIds(WireReader& in, std::vector<uint32_t>& ids) {
 }
 
 void writeTensor(WireWriter& w, const TensorInfo& t) {
-  w.str(t.name);
+  const TensorInfo& d = t.data();
+  w.str(d.name);
   w.varint(t.cacheId == kNoCacheId ? 0 : uint64_t(t.cacheId) + 1);
   w.u8(t.cacheInsert ? 1 : 0);
-  w.svarints(t.shape);
-  w.svarints(t.firstDims);
-  w.svarints(t.splits);
-  w.str(t.group);
-  w.svarint(t.groupSize);
+  w.svarints(d.shape);
+  w.svarints(d.firstDims);
+  w.svarints(d.splits);
+  w.str(d.group);
+  w.svarint(d.groupSize);
 }
 
 TensorInfo readTensor(WireReader& in) {
@@ -188,14 +189,15 @@ const char* kindName(Kind kind) {
 }
 
 int64_t TensorInfo::rowElements() const {
+  const auto& dims = data().shape;
   int64_t n = 1;
-  for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
+  for (size_t i = 1; i < dims.size(); ++i) n *= dims[i];
   return n;
 }
 
 int64_t TensorInfo::numElements() const {
   int64_t n = 1;
-  for (auto d : shape) n *= d;
+  for (auto d : data().shape) n *= d;
   return n;
 }
 

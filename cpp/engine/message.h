@@ -63,9 +63,14 @@ struct TensorInfo {
   std::vector<int32_t> splits;      // alltoall: set size x set size, row r = rank r's splits
   std::string group;
   int32_t groupSize = 0;
+  // In memory only: when set, every field but cacheId/cacheInsert lives there (a cache entry's
+  // tensor), so the steady state copies no names or shapes. Valid while that entry lives: until
+  // the end of the response list being built or processed (evictions are applied last).
+  const TensorInfo* ref = nullptr;
 
-  int64_t rowElements() const;  // product of dims >= 1
-  int64_t numElements() const;  // product of shape
+  const TensorInfo& data() const { return ref != nullptr ? *ref : *this; }
+  int64_t rowElements() const;  // product of dims >= 1 (of data())
+  int64_t numElements() const;  // product of shape (of data())
 };
 
 struct Response {

@@ -215,7 +215,7 @@ int64_t fusionBytes(const Response& response) {
   for (const auto& t : response.tensors) {
     if (response.kind == Kind::kAllgather) {
       int64_t rows = 0;
-      for (auto d : t.firstDims) rows += d;
+      for (auto d : t.data().firstDims) rows += d;
       total += rows * t.rowElements() * elem;
     } else {
       total += t.numElements() * elem;

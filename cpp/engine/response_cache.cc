@@ -21,8 +21,10 @@ CacheEntry CacheEntry::fromResponse(const Response& response, const TensorInfo& 
   e.postscale = response.postscale;
   e.root = response.root;
   e.device = response.device;
-  e.tensor = tensor;
+  e.tensor = tensor.data();
+  e.tensor.cacheId = tensor.cacheId;
   e.tensor.cacheInsert = false;
+  e.tensor.ref = nullptr;
   return e;
 }
 
@@ -75,7 +77,7 @@ Request CacheEntry::requestFor(int setIndex, int globalRank) const {
 
 uint32_t CacheReplica::lookup(const Request& request, int setIndex) const {
   if (byName_.empty()) return kNoCacheId;
-  auto it = byName_.find(NameKey{request.processSet, request.name});
+  auto it = byName_.find(NameKeyRef{request.processSet, request.name});
   if (it == byName_.end()) return kNoCacheId;
   auto e = entries_.find(it->second);
   if (e == entries_.end() || !e->second.matches(request, setIndex)) return kNoCacheId;
@@ -96,7 +98,7 @@ void CacheReplica::insert(uint32_t id, CacheEntry entry) {
 void CacheReplica::erase(uint32_t id) {
   auto it = entries_.find(id);
   if (it == entries_.end()) return;
-  auto name = byName_.find(NameKey{it->second.processSet, it->second.tensor.name});
+  auto name = byName_.find(NameKeyRef{it->second.processSet, it->second.tensor.name});
   if (name != byName_.end() && name->second == id) byName_.erase(name);
   entries_.erase(it);
 }
@@ -112,7 +114,7 @@ const CacheEntry* CoordinatorCache::find(uint32_t id, bool* live) const {
 
 uint32_t CoordinatorCache::liveId(int32_t processSet, const std::string& name) const {
   if (byName_.empty()) return kNoCacheId;
-  auto it = byName_.find(NameKey{processSet, name});
+  auto it = byName_.find(NameKeyRef{processSet, name});
   return it == byName_.end() ? kNoCacheId : it->second;
 }
 
@@ -162,7 +164,7 @@ void CoordinatorCache::evict(uint32_t id, uint64_t seq) {
   slot.live = false;
   slot.evictedAt = seq;
   liveCount_[slot.entry.processSet]--;
-  auto name = byName_.find(NameKey{slot.entry.processSet, slot.entry.tensor.name});
+  auto name = byName_.find(NameKeyRef{slot.entry.processSet, slot.entry.tensor.name});
   if (name != byName_.end() && name->second == id) byName_.erase(name);
   tombstones_.push_back(id);
 }

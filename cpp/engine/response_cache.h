@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -41,15 +42,32 @@ struct CacheEntry {
   Request requestFor(int setIndex, int globalRank) const;
 };
 
-// Key of a name within a process set.
+// Key of a name within a process set, and a non-owning view of one for lookups that should not
+// copy the name (the hash and equality are transparent).
 struct NameKey {
   int32_t processSet = 0;
   std::string name;
   bool operator==(const NameKey& o) const { return processSet == o.processSet && name == o.name; }
 };
+struct NameKeyRef {
+  int32_t processSet = 0;
+  std::string_view name;
+};
 struct NameKeyHash {
-  size_t operator()(const NameKey& k) const {
-    return std::hash<std::string>()(k.name) * 31 + static_cast<size_t>(k.processSet);
+  using is_transparent = void;
+  size_t operator()(const NameKeyRef& k) const {
+    return std::hash<std::string_view>()(k.name) * 31 + static_cast<size_t>(k.processSet);
+  }
+  size_t operator()(const NameKey& k) const { return (*this)(NameKeyRef{k.processSet, k.name}); }
+};
+struct NameKeyEq {
+  using is_transparent = void;
+  static NameKeyRef ref(const NameKey& k) { return NameKeyRef{k.processSet, k.name}; }
+  static NameKeyRef ref(const NameKeyRef& k) { return k; }
+  template <typename A, typename B>
+  bool operator()(const A& a, const B& b) const {
+    NameKeyRef x = ref(a), y = ref(b);
+    return x.processSet == y.processSet && x.name == y.name;
   }
 };
 
@@ -64,7 +82,7 @@ class CacheReplica {
 
  private:
   std::unordered_map<uint32_t, CacheEntry> entries_;
-  std::unordered_map<NameKey, uint32_t, NameKeyHash> byName_;
+  std::unordered_map<NameKey, uint32_t, NameKeyHash, NameKeyEq> byName_;
 };
 
 class CoordinatorCache {
@@ -98,7 +116,7 @@ class CoordinatorCache {
   uint64_t clock_ = 0;
   bool warned_ = false;
   std::unordered_map<uint32_t, Slot> slots_;
-  std::unordered_map<NameKey, uint32_t, NameKeyHash> byName_;  // live only
+  std::unordered_map<NameKey, uint32_t, NameKeyHash, NameKeyEq> byName_;  // live only
   std::unordered_map<int32_t, int64_t> liveCount_;             // per process set
   std::vector<uint32_t> tombstones_;
 };

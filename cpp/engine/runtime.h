@@ -157,7 +157,8 @@ class Runtime {
   Executor executor_;
 
   // Background-thread state.
-  std::unordered_map<NameKey, EntryPtr, NameKeyHash> pending_;
+  // Keys view the entry's own name (stable: entries live on the heap until erased from here).
+  std::unordered_map<NameKeyRef, EntryPtr, NameKeyHash, NameKeyEq> pending_;
   std::unordered_map<uint32_t, Entry*> byCacheId_;
   std::vector<EntryPtr> drained_;
   std::vector<Entry*> entriesScratch_;
@@ -169,6 +170,9 @@ class Runtime {
   std::mutex lifecycleMu_;
   std::atomic<bool> initialized_{false};
   std::atomic<bool> shutdownRequested_{false};
+  // True while the background thread is (about to be) blocked in waitForMessage: enqueue only
+  // pays for transport.wake() then (Dekker-style handshake with seq_cst fences, see loop()).
+  std::atomic<bool> idle_{false};
   std::thread thread_;
   std::mutex exitMu_;
   std::condition_variable exitCv_;

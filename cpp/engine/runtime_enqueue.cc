@@ -1,6 +1,7 @@
 // Runtime: enqueueing (any thread). Validates synchronously with Horovod's messages, builds the
 // entries, pushes them on the TensorQueue and wakes the background thread.
 #include <algorithm>
+#include <atomic>
 #include <numeric>
 
 #include "common/check.h"
@@ -51,8 +52,8 @@ EntryPtr Runtime::makeEntry(Kind kind, const char* opName, const TensorView& in,
   r.op = options.op;
   r.prescale = options.prescale;
   r.postscale = options.postscale;
-  e->input = in;
-  e->output = out;
+  e->input = in.data;
+  e->output = out.data;
   for (auto d : in.shape) {
     if (d < 0) throw InvalidArgument(std::string(opName) + ": negative dimension in tensor shape " + shapeString(in.shape));
   }
@@ -75,14 +76,32 @@ WorkPtr Runtime::enqueue(std::vector<EntryPtr> entries, std::shared_ptr<WorkImpl
     entries[i]->member = static_cast<int>(i);
   }
   queue_.push(entries);
-  transport_->wake();
+  // Pairs with the fence in loop(): either the loop sees our entries before it blocks, or we see
+  // it idle and wake it.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (idle_.load(std::memory_order_relaxed)) transport_->wake();
   return work;
 }
 
 // ---- Allreduce -------------------------------------------------------------------------------
 
 WorkPtr Runtime::allreduce(const TensorView& in, const TensorView& out, const Options& options) {
-  return groupedAllreduce({in}, {out}, options);
+  // The hot path of training loops: one entry, no temporary vectors.
+  checkRunning();
+  ProcessSetInfo set = checkProcessSet("Allreduce", options.processSet);
+  if (!sameShape(in, out)) {
+    throw InvalidArgument("Allreduce: output tensor " + shapeString(out.shape) + " " +
+                          std::string(dataTypeName(out.dtype)) + " does not match input " + shapeString(in.shape) +
+                          " " + std::string(dataTypeName(in.dtype)));
+  }
+  EntryPtr e = makeEntry(Kind::kAllreduce, "Allreduce", in, out, options,
+                         options.name.empty() ? autoName(options.name) : options.name, set);
+  auto work = std::make_shared<WorkImpl>(1);
+  e->work = work;
+  queue_.push(e);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (idle_.load(std::memory_order_relaxed)) transport_->wake();
+  return work;
 }
 
 WorkPtr Runtime::groupedAllreduce(const std::vector<TensorView>& in, const std::vector<TensorView>& out,

@@ -74,9 +74,12 @@ void Runtime::loop() {
   reason.message = kShutdownMessage;
   try {
     while (true) {
+      idle_.store(true, std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
       bool busy = !queue_.empty() || (coordinator_ && coordinator_->hasWork()) ||
                   (shutdownRequested_.load() && !shutdownSent_);
       if (!busy) transport_->waitForMessage(Deadline::after(kIdleWait));
+      idle_.store(false, std::memory_order_relaxed);
       if (step()) break;
     }
   } catch (...) {
@@ -172,8 +175,8 @@ void Runtime::collectRequests(RequestList& out) {
       out.requests.push_back(r);
       ++full;
     }
-    NameKey key{r.processSet, r.name};
-    pending_[std::move(key)] = std::move(e);
+    NameKeyRef key{r.processSet, r.name};
+    pending_[key] = std::move(e);
   }
   drained_.clear();
   if (shutdownRequested_.load() && !shutdownSent_) {
@@ -207,12 +210,14 @@ bool Runtime::processList(ResponseList& list) {
 }
 
 void Runtime::expandCached(Response& r) {
-  // Id-only response: everything else comes from this rank's cache replica.
+  // Cached tensors point into this rank's cache replica (no copies). On rank 0 they arrive
+  // pointing into the coordinator's cache; rebinding makes every rank execute from its replica.
   for (size_t i = 0; i < r.tensors.size(); ++i) {
-    uint32_t id = r.tensors[i].cacheId;
-    const CacheEntry* entry = replica_.get(id);
-    if (entry == nullptr) throw Error("Response cache out of sync: unknown cache id " + std::to_string(id));
-    if (i == 0) {
+    TensorInfo& t = r.tensors[i];
+    if (!r.cachedForm && t.ref == nullptr) continue;
+    const CacheEntry* entry = replica_.get(t.cacheId);
+    if (entry == nullptr) throw Error("Response cache out of sync: unknown cache id " + std::to_string(t.cacheId));
+    if (r.cachedForm && i == 0) {
       r.kind = entry->kind;
       r.processSet = entry->processSet;
       r.dtype = entry->dtype;
@@ -222,7 +227,7 @@ void Runtime::expandCached(Response& r) {
       r.root = entry->root;
       r.device = entry->device;
     }
-    r.tensors[i] = entry->tensor;
+    t.ref = &entry->tensor;
   }
 }
 
@@ -231,7 +236,7 @@ Entry* Runtime::findEntry(const Response& response, const TensorInfo& tensor) {
     auto it = byCacheId_.find(tensor.cacheId);
     if (it != byCacheId_.end()) return it->second;
   }
-  auto it = pending_.find(NameKey{response.processSet, tensor.name});
+  auto it = pending_.find(NameKeyRef{response.processSet, tensor.data().name});
   return it == pending_.end() ? nullptr : it->second.get();
 }
 
@@ -241,7 +246,7 @@ void Runtime::completeEntry(Entry* entry, std::exception_ptr error) {
     auto it = byCacheId_.find(entry->sentCacheId);
     if (it != byCacheId_.end() && it->second == entry) byCacheId_.erase(it);
   }
-  auto it = pending_.find(NameKey{entry->request.processSet, entry->request.name});
+  auto it = pending_.find(NameKeyRef{entry->request.processSet, entry->request.name});
   if (it == pending_.end() || it->second.get() != entry) return;
   EntryPtr owned = std::move(it->second);
   pending_.erase(it);
@@ -256,7 +261,7 @@ void Runtime::processResponse(Response& r) {
       for (const auto& t : r.tensors) replica_.erase(t.cacheId);
       return;
     case Kind::kJoin: {
-      auto it = pending_.find(NameKey{0, "join.noname"});
+      auto it = pending_.find(NameKeyRef{0, "join.noname"});
       if (it != pending_.end()) {
         it->second->work->setJoinResult(r.lastJoined);
         completeEntry(it->second.get(), nullptr);
@@ -266,7 +271,7 @@ void Runtime::processResponse(Response& r) {
     case Kind::kAddProcessSet: {
       std::vector<int> ranks(r.setRanks.begin(), r.setRanks.end());
       sets_.add(r.setId, std::move(ranks), transport_.get(), config_.timeout);
-      auto it = pending_.find(NameKey{0, "process_set.add"});
+      auto it = pending_.find(NameKeyRef{0, "process_set.add"});
       if (it != pending_.end()) {
         it->second->work->setJoinResult(r.setId);
         completeEntry(it->second.get(), nullptr);
@@ -287,7 +292,7 @@ void Runtime::processResponse(Response& r) {
         it = it->second->request.processSet == r.setId ? byCacheId_.erase(it) : std::next(it);
       }
       sets_.remove(r.setId);
-      auto it = pending_.find(NameKey{0, "process_set.remove"});
+      auto it = pending_.find(NameKeyRef{0, "process_set.remove"});
       if (it != pending_.end()) {
         it->second->work->setJoinResult(1);
         completeEntry(it->second.get(), nullptr);
@@ -305,7 +310,7 @@ void Runtime::processResponse(Response& r) {
 }
 
 void Runtime::runData(Response& r) {
-  if (r.cachedForm) expandCached(r);
+  expandCached(r);
   for (const auto& t : r.tensors) {
     if (t.cacheInsert) replica_.insert(t.cacheId, CacheEntry::fromResponse(r, t));
   }

@@ -13,18 +13,25 @@ void TensorQueue::push(std::vector<EntryPtr>& entries) {
   if (closedWith_) std::rethrow_exception(closedWith_);
   for (size_t i = 0; i < entries.size(); ++i) {
     const Request& r = entries[i]->request;
-    NameKey key{r.processSet, r.name};
-    bool duplicate = pending_.count(key) != 0;
+    bool duplicate = pending_.find(NameKeyRef{r.processSet, r.name}) != pending_.end();
     for (size_t j = 0; j < i && !duplicate; ++j) {
       duplicate = entries[j]->request.processSet == r.processSet && entries[j]->request.name == r.name;
     }
     if (duplicate) throw InvalidArgument(kDuplicateName);
   }
   for (auto& e : entries) {
-    pending_.insert(NameKey{e->request.processSet, e->request.name});
+    pending_.insert(NameKeyRef{e->request.processSet, e->request.name});
     queue_.push_back(std::move(e));
   }
   entries.clear();
+}
+
+void TensorQueue::push(EntryPtr& entry) {
+  const Request& r = entry->request;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closedWith_) std::rethrow_exception(closedWith_);
+  if (!pending_.insert(NameKeyRef{r.processSet, r.name}).second) throw InvalidArgument(kDuplicateName);
+  queue_.push_back(std::move(entry));
 }
 
 void TensorQueue::drain(std::vector<EntryPtr>& out) {
@@ -45,7 +52,8 @@ bool TensorQueue::empty() const {
 
 void TensorQueue::release(int32_t processSet, const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
-  pending_.erase(NameKey{processSet, name});
+  auto it = pending_.find(NameKeyRef{processSet, name});
+  if (it != pending_.end()) pending_.erase(it);
 }
 
 std::vector<EntryPtr> TensorQueue::close(std::exception_ptr error) {

@@ -22,8 +22,8 @@ namespace hvd::engine {
 // One tensor's operation on this rank: its request plus the caller's buffers and handle.
 struct Entry {
   Request request;
-  TensorView input;   // allreduce/allgather/alltoall/reducescatter input; broadcast: the tensor
-  TensorView output;  // allreduce/reducescatter output (may equal input)
+  void* input = nullptr;   // allreduce/allgather/alltoall/reducescatter input; broadcast: the tensor
+  void* output = nullptr;  // allreduce/reducescatter output (may equal input)
   std::shared_ptr<WorkImpl> work;
   int member = 0;     // index in the work's group
   uint32_t sentCacheId = kNoCacheId;  // background thread: sent to the coordinator as this hit
@@ -36,6 +36,7 @@ class TensorQueue {
   // Throws InvalidArgument with Horovod's duplicate-name message if any name is pending in its
   // process set (nothing is added then), or the closing error after close().
   void push(std::vector<EntryPtr>& entries);
+  void push(EntryPtr& entry);
   // Moves every queued entry to `out` (appending), in enqueue order.
   void drain(std::vector<EntryPtr>& out);
   bool empty() const;
@@ -50,7 +51,8 @@ class TensorQueue {
  private:
   mutable std::mutex mu_;
   std::vector<EntryPtr> queue_;
-  std::unordered_set<NameKey, NameKeyHash> pending_;
+  // Views of the pending entries' own names: an entry is released here before it is destroyed.
+  std::unordered_set<NameKeyRef, NameKeyHash, NameKeyEq> pending_;
   std::exception_ptr closedWith_;
 };
 

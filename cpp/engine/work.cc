@@ -11,7 +11,7 @@ constexpr auto kSpin = std::chrono::microseconds(50);
 
 }  // namespace
 
-WorkImpl::WorkImpl(int members) : remaining_(members), outputs_(static_cast<size_t>(members)) {}
+WorkImpl::WorkImpl(int members) : members_(members), remaining_(members) {}
 
 void WorkImpl::completeMember(std::exception_ptr error) {
   bool last = false;

@@ -30,7 +30,10 @@ class WorkImpl : public Work {
 
   // ---- Background thread (or the enqueueing thread before the work is queued) -------------
   // Outputs are written before the member completes; members never share a slot.
-  OwnedTensor& output(int member) { return outputs_[member]; }
+  OwnedTensor& output(int member) {
+    if (outputs_.empty()) outputs_.resize(static_cast<size_t>(members_));
+    return outputs_[member];
+  }
   void setReceivedSplits(std::vector<int32_t> splits) { receivedSplits_ = std::move(splits); }
   void setJoinResult(int rank) { joinResult_ = rank; }
   // Marks one member done (error = nullptr for success). Completes the work with the last one.
@@ -47,6 +50,7 @@ class WorkImpl : public Work {
   std::atomic<bool> done_{false};
   std::mutex mu_;
   std::condition_variable cv_;
+  int members_;
   int remaining_;
   std::exception_ptr error_;
   std::vector<OwnedTensor> outputs_;

@@ -193,7 +193,9 @@ TEST(Collectives, BarrierHoldsUntilAllArrive) {
     auto start = std::chrono::steady_clock::now();
     rt.barrier(0)->wait();
     EXPECT_EQ(arrived.load(), 3);
-    if (rank != 0) EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(200));
+    if (rank != 0) {
+      EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(200));
+    }
   });
 }
 

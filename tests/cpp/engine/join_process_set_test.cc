@@ -45,7 +45,9 @@ TEST_P(JoinBySize, AverageWithJoinedRankContributingZeros) {
           jw->wait();
           last = jw->joinResult();
         }
-        if (n > 1) EXPECT_NE(last, firstJoiner);
+        if (n > 1) {
+          EXPECT_NE(last, firstJoiner);
+        }
         // Same value on every rank.
         std::vector<int32_t> v = {last, -last}, m(2);
         rt.allreduce(view(v, DataType::kInt32), view(m, DataType::kInt32), named("jmax" + suffix, ReduceOp::kMax))->wait();
