@@ -1,0 +1,444 @@
+"""DistributedOptimizer, optimizer-state broadcast, torch.compile and elastic state, under the
+launcher (every rank runs every test):
+
+    horovodrun -np 2 python -m pytest -x tests/python/test_torch_optimizer.py
+"""
+
+import copy
+import os
+import warnings
+
+import pytest
+
+torch = pytest.importorskip('torch')
+
+import horovod.torch as hvd  # noqa: E402
+from horovod.common.elastic import notification_manager, HostUpdateResult  # noqa: E402
+from horovod.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt  # noqa: E402
+
+torch.set_num_threads(1)
+F = torch.nn.functional
+
+
+@pytest.fixture(scope='module', autouse=True)
+def horovod():
+    hvd.init(process_sets='dynamic')
+    yield
+    hvd.shutdown()
+
+
+def make_model(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+
+
+def shard(seed, rank, batch=8):
+    g = torch.Generator().manual_seed(seed * 1000 + rank)
+    return torch.randn(batch, 6, generator=g), torch.randint(0, 3, (batch,), generator=g)
+
+
+def reference_grads(model, seeds_per_rank):
+    """Average over ranks of each rank's summed micro-batch gradients, computed locally."""
+    grads = [torch.zeros_like(p) for p in model.parameters()]
+    n = hvd.size()
+    for r in range(n):
+        model.zero_grad()
+        for seed in seeds_per_rank:
+            x, y = shard(seed, r)
+            F.cross_entropy(model(x), y).backward()
+        for g, p in zip(grads, model.parameters()):
+            g += p.grad / n
+    model.zero_grad()
+    return grads
+
+
+@pytest.mark.parametrize('passes', [1, 2])
+def test_gradients_are_averaged(passes):
+    model = make_model()
+    ref = copy.deepcopy(model)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters(),
+                                   backward_passes_per_step=passes)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for step in range(3):
+        seeds = [10 * step + k for k in range(passes)]
+        opt.zero_grad()
+        for seed in seeds:
+            x, y = shard(seed, hvd.rank())
+            F.cross_entropy(model(x), y).backward()
+        opt.step()
+        for g, p in zip(reference_grads(ref, seeds), ref.parameters()):
+            p.grad = g
+        ref_opt.step()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        assert torch.allclose(p, q, atol=1e-6)
+
+
+def test_too_many_backward_passes():
+    model = make_model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    x, y = shard(1, hvd.rank())
+    F.cross_entropy(model(x), y).backward()
+    if hvd.size() > 1:
+        with pytest.raises(AssertionError, match='more than backward_passes_per_step'):
+            F.cross_entropy(model(x), y).backward()
+    opt.step()
+    opt.set_backward_passes_per_step(2)
+    for _ in range(2):
+        F.cross_entropy(model(x), y).backward()
+    opt.step()
+
+
+def test_zero_grad_with_pending_allreduces():
+    if hvd.size() == 1:
+        pytest.skip('hooks are installed only with 2+ ranks')
+    model = make_model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    x, y = shard(2, hvd.rank())
+    F.cross_entropy(model(x), y).backward()
+    with pytest.raises(AssertionError, match='optimizer.zero_grad\\(\\) was called after'):
+        opt.zero_grad()
+    opt.step()
+    opt.zero_grad()
+
+
+def test_synchronize_clip_skip_synchronize_and_warning():
+    model = make_model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    x, y = shard(3, hvd.rank())
+    F.cross_entropy(model(x), y).backward()
+    opt.synchronize()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1)
+    with opt.skip_synchronize():
+        opt.step()
+    F.cross_entropy(model(x), y).backward()
+    opt.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        opt.step()
+    messages = [str(w.message) for w in caught
+                if 'optimizer.step() called without optimizer.skip_synchronize()' in
+                str(w.message)]
+    assert len(messages) == 1
+
+
+def test_compression_fp16_and_predivide():
+    model = make_model()
+    ref = copy.deepcopy(model)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters(),
+                                   compression=hvd.Compression.fp16,
+                                   gradient_predivide_factor=2.0)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    x, y = shard(4, hvd.rank())
+    F.cross_entropy(model(x), y).backward()
+    opt.step()
+    for g, p in zip(reference_grads(ref, [4]), ref.parameters()):
+        p.grad = g
+    ref_opt.step()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        assert p.dtype == torch.float32
+        assert torch.allclose(p, q, atol=1e-3)
+    with pytest.raises(ValueError, match='gradient_predivide_factor not supported with op'):
+        hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                 gradient_predivide_factor=2.0, op=hvd.Sum)
+
+
+@pytest.mark.parametrize('groups', [2, 'list'])
+def test_groups(groups):
+    model = make_model()
+    ref = copy.deepcopy(model)
+    params = list(model.parameters())
+    group_arg = [[params[0], params[2]]] if groups == 'list' else groups
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters(), groups=group_arg)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    x, y = shard(5, hvd.rank())
+    F.cross_entropy(model(x), y).backward()
+    opt.step()
+    for g, p in zip(reference_grads(ref, [5]), ref.parameters()):
+        p.grad = g
+    ref_opt.step()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        assert torch.allclose(p, q, atol=1e-6)
+
+
+def test_num_groups_is_deprecated():
+    model = make_model()
+    with pytest.warns(DeprecationWarning):
+        hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                 named_parameters=model.named_parameters(), num_groups=2)
+
+
+def test_parameters_unused_on_some_ranks():
+    for opt_cls in (torch.optim.SGD, torch.optim.Adam, torch.optim.RMSprop, torch.optim.Adagrad):
+        model = make_model()
+        opt = hvd.DistributedOptimizer(opt_cls(model.parameters(), lr=0.01),
+                                       named_parameters=model.named_parameters())
+        x, _ = shard(6, hvd.rank())
+        if hvd.rank() == 0:
+            loss = model[0](x).sum()  # the second layer gets no gradient here
+        else:
+            loss = model(x).sum()
+        loss.backward()
+        opt.step()  # completes on every rank: missing gradients are reduced as zeros
+
+
+def test_two_optimizers_on_disjoint_modules():
+    a, b = make_model(1), make_model(2)
+    opt_a = hvd.DistributedOptimizer(torch.optim.SGD(a.parameters(), lr=0.1),
+                                     named_parameters=[('a.' + k, v)
+                                                       for k, v in a.named_parameters()])
+    opt_b = hvd.DistributedOptimizer(torch.optim.SGD(b.parameters(), lr=0.1),
+                                     named_parameters=[('b.' + k, v)
+                                                       for k, v in b.named_parameters()])
+    x, y = shard(7, hvd.rank())
+    for step in range(4):
+        train_a = step % 2 == 0
+        for p in a.parameters():
+            p.requires_grad_(train_a)
+        for p in b.parameters():
+            p.requires_grad_(not train_a)
+        model, opt = (a, opt_a) if train_a else (b, opt_b)
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+
+
+def test_named_parameters_validation():
+    model = make_model()
+    two = torch.nn.ModuleList([torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)])
+    with pytest.raises(ValueError, match='Parameter names in named_parameters must be unique'):
+        hvd.DistributedOptimizer(torch.optim.SGD(two.parameters(), lr=0.1),
+                                 named_parameters=[n for m in two for n in m.named_parameters()])
+    with pytest.raises(ValueError, match='one or more model parameters were not named'):
+        hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                 named_parameters=list(model.named_parameters())[:1])
+    with pytest.raises(ValueError, match='backward_passes_per_step must be > 0'):
+        hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                 backward_passes_per_step=0)
+
+
+def test_unnamed_parameters_with_several_param_groups():
+    model = make_model()
+    opt = torch.optim.SGD([{'params': model[0].parameters()},
+                           {'params': model[2].parameters(), 'lr': 0.01}], lr=0.1)
+    opt = hvd.DistributedOptimizer(opt)
+    assert type(opt).__name__ == 'SGD' and isinstance(opt, torch.optim.SGD)
+    names = sorted(opt._parameter_names.values())
+    assert len(set(names)) == 4
+    assert hvd.allgather_object(names) == [names] * hvd.size()
+    x, y = shard(8, hvd.rank())
+    F.cross_entropy(model(x), y).backward()
+    opt.step()
+    assert opt.param_groups[1]['lr'] == 0.01
+
+
+def test_process_set_optimizer():
+    if hvd.size() == 1:
+        pytest.skip('needs 2 ranks')
+    evens = hvd.add_process_set([r for r in range(hvd.size()) if r % 2 == 0])
+    try:
+        model = make_model(seed=hvd.rank())  # different weights everywhere, no broadcast
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0),
+                                       named_parameters=model.named_parameters(),
+                                       process_set=evens)
+        x, y = shard(9, hvd.rank())
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+        grads = hvd.allgather(torch.cat([p.grad.view(-1) for p in model.parameters()])
+                              .unsqueeze(0), name='ps_opt.grads')
+        even_rows = [grads[r] for r in evens.ranks]
+        for row in even_rows[1:]:
+            assert torch.allclose(row, even_rows[0])
+        if hvd.size() > 2:
+            assert not torch.allclose(grads[1], grads[0])
+    finally:
+        hvd.remove_process_set(evens)
+        # Only the set's members issued gradient allreduces, so the per-process counters behind
+        # unnamed operations differ now: re-initialize to line them up again.
+        hvd.shutdown()
+        hvd.init(process_sets='dynamic')
+
+
+def test_sparse_gradients():
+    for sparse_as_dense in (False, True):
+        torch.manual_seed(0)
+        emb = torch.nn.Embedding(20, 4, sparse=True)
+        base = torch.optim.SparseAdam(emb.parameters(), lr=0.1) if not sparse_as_dense \
+            else torch.optim.SGD(emb.parameters(), lr=0.1)
+        opt = hvd.DistributedOptimizer(base, named_parameters=emb.named_parameters(),
+                                       sparse_as_dense=sparse_as_dense)
+        for step in range(2):
+            idx = torch.tensor([hvd.rank(), 5 + step, 10 + hvd.rank()])
+            opt.zero_grad()
+            emb(idx).sum().backward()
+            opt.step()
+        weights = hvd.allgather(emb.weight.detach().unsqueeze(0))
+        for r in range(1, hvd.size()):
+            assert torch.allclose(weights[r], weights[0], atol=1e-6)
+
+
+def test_adasum_is_rejected_clearly():
+    model = make_model()
+    if hvd.size() == 1:
+        hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), op=hvd.Adasum)
+    else:
+        with pytest.raises(NotImplementedError):
+            hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), op=hvd.Adasum)
+
+
+# ---- broadcast_optimizer_state -------------------------------------------------------------------
+
+OPTIMIZERS = [
+    (torch.optim.SGD, dict(lr=0.1, momentum=0.9, nesterov=True)),
+    (torch.optim.Adam, dict(lr=0.01, betas=(0.8, 0.95))),
+    (torch.optim.AdamW, dict(lr=0.01)),
+    (torch.optim.Adagrad, dict(lr=0.01)),
+    (torch.optim.Adadelta, dict(lr=0.5)),
+    (torch.optim.Adamax, dict(lr=0.01)),
+    (torch.optim.ASGD, dict(lr=0.01)),
+    (torch.optim.NAdam, dict(lr=0.01)),
+    (torch.optim.RAdam, dict(lr=0.01)),
+    (torch.optim.RMSprop, dict(lr=0.01, momentum=0.5)),
+    (torch.optim.Rprop, dict(lr=0.01, etas=(0.4, 1.3), step_sizes=(1e-5, 10))),
+]
+
+
+@pytest.mark.parametrize('opt_cls,kwargs', OPTIMIZERS, ids=[c.__name__ for c, _ in OPTIMIZERS])
+def test_broadcast_optimizer_state(opt_cls, kwargs):
+    model = make_model(seed=hvd.rank())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    local = dict(kwargs)
+    if hvd.rank() != 0:  # different hyper-parameters off the root: the root's must win
+        local['lr'] = kwargs['lr'] * 3
+    opt = opt_cls(model.parameters(), **local)
+    if hvd.rank() == 0:  # only the root has state; the others initialize theirs
+        x, y = shard(11, 0)
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    state = opt.state_dict()
+    root_state = hvd.broadcast_object(state, root_rank=0)
+    assert len(state['state']) == len(root_state['state'])
+    for k, group in enumerate(state['param_groups']):
+        for key, value in group.items():
+            assert type(value) is type(root_state['param_groups'][k][key]), key
+            assert value == root_state['param_groups'][k][key], key
+    for pid, values in state['state'].items():
+        for name, value in values.items():
+            if torch.is_tensor(value):
+                assert torch.equal(value, root_state['state'][pid][name])
+            else:
+                assert value == root_state['state'][pid][name]
+    x, y = shard(12, hvd.rank())
+    F.cross_entropy(model(x), y).backward()
+    opt.step()  # still a working optimizer
+
+
+def test_broadcast_optimizer_state_skips_frozen_and_rejects_lbfgs():
+    model = make_model()
+    frozen = torch.nn.Parameter(torch.ones(3, dtype=torch.int64), requires_grad=False)
+    opt = hvd.DistributedOptimizer(torch.optim.Adam(list(model.parameters()) + [frozen],
+                                                    lr=0.01),
+                                   named_parameters=list(model.named_parameters()) +
+                                   [('frozen', frozen)])
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    assert frozen.grad is None
+    with pytest.raises(ValueError, match='cannot broadcast torch.optim.LBFGS state'):
+        hvd.broadcast_optimizer_state(torch.optim.LBFGS(model.parameters()), root_rank=0)
+
+
+# ---- torch.compile -------------------------------------------------------------------------------
+
+def test_compiled_model_matches_eager():
+    eager = make_model(3)
+    compiled_model = copy.deepcopy(eager)
+    compiled = torch.compile(compiled_model)
+    opt_e = hvd.DistributedOptimizer(torch.optim.SGD(eager.parameters(), lr=0.05),
+                                     named_parameters=[('e.' + k, v)
+                                                       for k, v in eager.named_parameters()])
+    opt_c = hvd.DistributedOptimizer(torch.optim.SGD(compiled_model.parameters(), lr=0.05),
+                                     named_parameters=[('c.' + k, v) for k, v in
+                                                       compiled_model.named_parameters()])
+    for step in range(50):
+        x, y = shard(100 + step, hvd.rank())
+        losses = []
+        for model, opt in ((eager, opt_e), (compiled, opt_c)):
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        assert abs(losses[0] - losses[1]) <= 1e-6, (step, losses)
+
+
+# ---- elastic -------------------------------------------------------------------------------------
+
+def test_torch_state_save_restore_sync():
+    model = make_model(seed=hvd.rank())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    state = hvd.elastic.TorchState(model, opt, epoch=hvd.rank(), batch=0)
+    state.sync()  # rank 0's model and counters everywhere
+    assert state.epoch == 0
+    w0 = model[0].weight.detach().clone()
+    assert torch.equal(hvd.broadcast(w0, 0), w0)
+    state.commit()
+    with torch.no_grad():
+        model[0].weight.add_(1.0)
+    state.epoch = 5
+    state.restore()
+    assert torch.equal(model[0].weight, w0) and state.epoch == 0
+
+
+def test_host_update_interrupts_every_rank_together():
+    from horovod.common.elastic import ObjectState
+    state = ObjectState(hvd.broadcast_object, hvd.rank, value=1)
+    state.commit()  # no notification: nothing happens
+    if hvd.rank() == 0:
+        state.on_hosts_updated(1, HostUpdateResult.removed)
+    with pytest.raises(HostsUpdatedInterrupt) as info:
+        state.commit()
+    assert info.value.skip_sync is True
+    notification_manager.register_listener(state)
+    notification_manager.remove_listener(state)
+
+
+def test_elastic_run_restores_after_internal_error():
+    model = make_model(seed=hvd.rank())
+    state = hvd.elastic.TorchState(model, None, counter=0)
+    calls = []
+
+    @hvd.elastic.run
+    def train(state):
+        calls.append(state.counter)
+        if len(calls) == 1:
+            state.counter = 10
+            state.commit()
+            state.counter = 99  # uncommitted, must be rolled back
+            raise HorovodInternalError('simulated failure')
+        return state.counter
+
+    assert train(state) == 10
+    assert calls == [0, 10]
+    assert hvd.is_initialized()
+
+
+def test_elastic_sampler():
+    dataset = list(range(10))
+    sampler = hvd.elastic.ElasticSampler(dataset, shuffle=False)
+    mine = list(iter(sampler))
+    n = hvd.size()
+    assert len(sampler) == len(mine) == -(-10 // n)
+    everyone = hvd.allgather_object(mine)
+    assert sorted(set(i for part in everyone for i in part)) == dataset
+    sampler.record_batch(0, 1)
+    sampler.reset()
+    assert len(sampler) == -(-(10 - n) // n)
+    assert sampler.state_dict() == {'epoch': 0, 'processed_num': n}
+    sampler.set_epoch(1)
+    assert sampler.state_dict() == {'epoch': 1, 'processed_num': 0}
+
