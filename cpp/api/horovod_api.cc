@@ -1,6 +1,7 @@
 // The free functions of horovod.h, over one default Runtime per process (the only singleton of
 // the core). init() builds it from the process environment; shutdown() tears it down, after
 // which init() builds a fresh one.
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -42,7 +43,17 @@ std::shared_ptr<engine::Runtime> runtimeForQueries() {
   return runtime;
 }
 
+void shutdownAtExit() {
+  try {
+    shutdownDefault();
+  } catch (...) {
+  }
+}
+
 void initDefault(const InitOptions& options, const EnvLookup& env) {
+  // Shut down at exit, before the statics that transports use are destroyed (handlers registered
+  // after their construction run before their destruction).
+  static std::once_flag atExit;
   std::unique_lock<std::shared_mutex> lock(runtimeMutex());
   auto& slot = runtimeSlot();
   if (slot && slot->initialized()) return;  // a second init() is a no-op
@@ -51,6 +62,7 @@ void initDefault(const InitOptions& options, const EnvLookup& env) {
   auto runtime = std::make_shared<engine::Runtime>(engine::Config::fromEnvironment(env));
   runtime->init(options);
   slot = std::move(runtime);
+  std::call_once(atExit, [] { std::atexit(shutdownAtExit); });
 }
 
 void shutdownDefault() {

@@ -201,3 +201,67 @@ TEST(Collectives, BarrierHoldsUntilAllArrive) {
 
 }  // namespace
 }  // namespace hvd::test
+
+namespace hvd::test {
+namespace {
+
+TEST(Collectives, AlltoallAndReducescatterEveryDtype) {
+  Cluster cluster(3);
+  cluster.run([&](int rank, engine::Runtime& rt) {
+    for (DataType dtype : allDataTypes()) {
+      std::string tag = std::string(dataTypeName(dtype));
+      // Alltoall: rank r sends value r*10+p (row p) to rank p.
+      Buffer in(dtype, {3, 2});
+      for (int p = 0; p < 3; ++p) {
+        for (int c = 0; c < 2; ++c) in.set(static_cast<size_t>(p * 2 + c), dtype == DataType::kBool ? 1 : rank * 10 + p);
+      }
+      auto w = rt.alltoall(in.view(), named("a2a." + tag));
+      w->wait();
+      const OwnedTensor& out = w->outputs()[0];
+      ASSERT_EQ(out.view.shape, (std::vector<int64_t>{3, 2}));
+      for (int p = 0; p < 3; ++p) {
+        double want = dtype == DataType::kBool ? 1 : p * 10 + rank;
+        ASSERT_EQ(Buffer::load(out.view.data, dtype, static_cast<size_t>(p * 2)), want) << tag;
+      }
+      // Reducescatter Sum: 5 rows over 3 ranks -> 2, 2, 1.
+      if (dtype == DataType::kBool) continue;
+      Buffer rin(dtype, {5, 2});
+      for (size_t i = 0; i < rin.count(); ++i) rin.set(i, static_cast<double>(i % 4 + rank));
+      int64_t mine = engine::reducescatterRows(5, 3, rank);
+      Buffer rout(dtype, {mine, 2});
+      rt.reducescatter(rin.view(), rout.view(), named("rs." + tag))->wait();
+      int64_t first = rank == 0 ? 0 : (rank == 1 ? 2 : 4);
+      for (size_t i = 0; i < rout.count(); ++i) {
+        size_t global = static_cast<size_t>(first * 2) + i;
+        double want = 3.0 * (global % 4) + 3.0;
+        ASSERT_NEAR(rout.get(i), want, 1e-2 * want) << tag << " element " << i;
+      }
+    }
+  });
+}
+
+// Several user threads of one rank enqueue at once (the API is thread-safe).
+TEST(Collectives, ConcurrentEnqueueFromManyThreads) {
+  Cluster cluster(2);
+  cluster.run([&](int rank, engine::Runtime& rt) {
+    const int kThreads = 4, kOps = 50;
+    std::vector<std::thread> threads;
+    std::atomic<int> wrong{0};
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        for (int i = 0; i < kOps; ++i) {
+          std::vector<int32_t> a(8, t * 1000 + i + rank), b(8);
+          rt.allreduce(view(a, DataType::kInt32), view(b, DataType::kInt32),
+                       named("mt." + std::to_string(t) + "." + std::to_string(i)))
+              ->wait();
+          if (b[0] != 2 * (t * 1000 + i) + 1) wrong++;
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    EXPECT_EQ(wrong.load(), 0);
+  });
+}
+
+}  // namespace
+}  // namespace hvd::test
