@@ -62,8 +62,8 @@ def time_once(cmd, marker, np_, env, timeout=120):
     try:
         for line in proc.stdout:
             if marker and marker in line:
-                seen += 1
-                if seen == np_ and first is None:
+                seen += line.count(marker)  # lines of processes sharing one pipe may run together
+                if seen >= np_ and first is None:
                     first = time.perf_counter() - start
             if time.perf_counter() > deadline:
                 raise subprocess.TimeoutExpired(cmd, timeout)
@@ -133,21 +133,33 @@ def main():
         np_, args.runs, os.cpu_count()))
     print('horovodrun: {}'.format(args.horovodrun))
     print('{:<14} {:>30} {:>30}'.format('variant', 'to first allreduce', 'to launcher exit'))
-    for name, cmd, marker, venv in variants:
-        try:
-            time_once(cmd, marker, np_, venv)  # warm-up: page cache, Python bytecode
-            samples = [time_once(cmd, marker, np_, venv) for _ in range(args.runs)]
-        except (RuntimeError, subprocess.TimeoutExpired) as e:
-            print('{:<14} failed: {}'.format(name, e))
-            continue
+    # Rounds interleave the variants, so a change in machine load hits all of them alike.
+    samples = {name: [] for name, _, _, _ in variants}
+    failed = {}
+    for round_ in range(args.runs + 1):  # round 0 warms up page cache and bytecode
+        for name, cmd, marker, venv in variants:
+            if name in failed:
+                continue
+            try:
+                result = time_once(cmd, marker, np_, venv)
+            except (RuntimeError, subprocess.TimeoutExpired) as e:
+                failed[name] = e
+                continue
+            if round_ > 0:
+                samples[name].append(result)
 
-        def fmt(values):
-            if not values or values[0] is None:
-                return '-'
-            ms = [v * 1000 for v in values]
-            return '{:.0f} [{:.0f}..{:.0f}]'.format(statistics.median(ms), min(ms), max(ms))
+    def fmt(values):
+        if not values or values[0] is None:
+            return '-'
+        ms = [v * 1000 for v in values]
+        return '{:.0f} [{:.0f}..{:.0f}]'.format(statistics.median(ms), min(ms), max(ms))
 
-        print('{:<14} {:>30} {:>30}'.format(name, fmt([s[0] for s in samples]), fmt([s[1] for s in samples])))
+    for name, _, _, _ in variants:
+        if name in failed:
+            print('{:<14} failed: {}'.format(name, failed[name]))
+        else:
+            print('{:<14} {:>30} {:>30}'.format(name, fmt([s[0] for s in samples[name]]),
+                                                fmt([s[1] for s in samples[name]])))
     shutil.rmtree(tmp, ignore_errors=True)
 
 

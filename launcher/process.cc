@@ -37,7 +37,10 @@ void closeIf(int fd) {
 // Child side after fork: only async-signal-safe calls until exec.
 [[noreturn]] void childExec(const SpawnRequest& req, char* const* argv, char* const* envp, int stdinRead,
                             int stdoutWrite, int stderrWrite, int errorPipe, pid_t parent) {
-  if (req.newProcessGroup) setpgid(0, 0);
+  // A new session (and so a new process group, pgid = pid), as Horovod and torchrun do: the
+  // group is what the supervisor signals, and with the kernel's autogroup scheduling each
+  // worker gets its own CPU share instead of all workers sharing the launcher's.
+  if (req.newProcessGroup) setsid();
   // Die with the launcher: a SIGKILLed launcher must not leave workers behind.
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (getppid() != parent) _exit(127);  // the launcher died before prctl took effect
@@ -163,7 +166,7 @@ SpawnedProcess spawnProcess(const SpawnRequest& req) {
     errno = forkErrno;
     HVD_SYSCHECK(false, "fork");
   }
-  if (req.newProcessGroup) setpgid(pid, pid);  // also in the parent, so kill(-pid) works at once
+  // setsid() ran before exec, so once the status pipe closes, kill(-pid) reaches the group.
 
   // The status pipe closes on a successful exec; otherwise it carries the child's errno.
   int childErrno = 0;

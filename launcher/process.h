@@ -1,4 +1,4 @@
-// Starting child processes: fork/exec into a new process group, with pipes for stdout/stderr
+// Starting child processes: fork/exec into a new session and process group, with pipes for stdout/stderr
 // (and optionally stdin), the signal mask and dispositions reset, and PR_SET_PDEATHSIG so a
 // child notices when the launcher dies even by SIGKILL. An exec failure is reported to the
 // parent through a close-on-exec pipe, so spawnProcess either returns a running child or throws.
@@ -18,7 +18,7 @@ struct SpawnRequest {
   std::vector<std::string> argv;  // argv[0] included
   std::vector<std::string> env;   // "K=V"
   bool stdinPipe = false;         // else stdin is /dev/null
-  bool newProcessGroup = true;
+  bool newProcessGroup = true;   // setsid(): own session and process group (pgid = pid)
   bool mergeStderr = false;       // stderr goes to the stdout pipe
   bool inheritStdio = false;      // stdin/stdout/stderr are the launcher's own (no pipes)
 };
