@@ -299,6 +299,27 @@ else
   echo "ok 8 # SKIP no engine test program built yet"
 fi
 
+begin
+# 11. horovod.run() across the namespaces: function shipped over, results back in rank order.
+cat > "$TMP/driver.py" <<EOF
+import subprocess
+from horovod.runner import run
+def where():
+    import os
+    ns = subprocess.run(['ip', 'netns', 'identify'], capture_output=True, text=True).stdout.strip()
+    return int(os.environ['HOROVOD_RANK']), ns
+print(run(where, num_proc=2, hosts='$HOST_A:1,$HOST_B:1', ssh_identity_file='$TMP/id'))
+EOF
+if python3 -c "import cloudpickle" 2>/dev/null; then
+  OUT=$(HOROVOD_RUN_BINARY="$HVDRUN" PYTHONPATH="$ROOT/python" timeout -k 5 120 python3 "$TMP/driver.py" 2>"$TMP/err")
+  RC=$?
+  [ $RC = 0 ] || fail "horovod.run across namespaces exited $RC: $(cat "$TMP/err")"
+  [ "$OUT" = "[(0, '$NS_A'), (1, '$NS_B')]" ] || fail "horovod.run results: $OUT"
+  report "11 - horovod.run() across namespaces"
+else
+  echo "ok 11 # SKIP cloudpickle not installed"
+fi
+
 if [ $FAILED != 0 ]; then
   echo "--- sshd logs"; cat "$TMP"/sshd_*.log 2>/dev/null
   exit 1
