@@ -47,6 +47,7 @@ class CompositeTransport final : public Transport {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string name() const override { return "shm+tcp"; }
+  std::vector<std::string> hostOf() const override { return hostOf_; }
 
   void send(int peer, const void* data, size_t bytes, Deadline deadline) override;
   void recv(int peer, void* data, size_t bytes, Deadline deadline) override;

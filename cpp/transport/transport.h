@@ -44,6 +44,16 @@ class SharedSpace {
   virtual void* buffer(int memberIndex) = 0;
   // Synchronizes all members (full memory fence). Watches for dead members like other waits.
   virtual void barrier(Deadline deadline) = 0;
+
+  // Double-buffering phase for the algorithms that use this space (collectives/partition.h):
+  // every chunk they pass through the space takes the next phase. It lives with the space, not
+  // with a Communicator, because communicators of different process sets may get the same space
+  // (transports cache spaces by member list); every member advances it identically since they
+  // run the same collectives in the same order. Background thread only.
+  uint64_t nextPhase() { return phase_++; }
+
+ private:
+  uint64_t phase_ = 0;
 };
 
 struct MailboxMessage {
@@ -58,6 +68,10 @@ class Transport {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual std::string name() const = 0;  // "tcp", "shm", "shm+tcp", "local"
+  // Host identity of every global rank (equal strings = same host), or empty when the transport
+  // does not distinguish hosts (every rank then counts as being on one host). Collectives use it
+  // to choose hierarchical algorithms: shared memory inside a host, point-to-point across.
+  virtual std::vector<std::string> hostOf() const { return {}; }
 
   // ---- Data plane -------------------------------------------------------------------------
   virtual void send(int peer, const void* data, size_t bytes, Deadline deadline) = 0;
