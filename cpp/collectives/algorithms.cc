@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "collectives/collectives.h"
+#include "collectives/hierarchical.h"
 #include "collectives/partition.h"
 #include "common/logging.h"
 
@@ -13,8 +14,9 @@ namespace {
 
 const Param<std::string> kAllreduceAlgo(
     "HOROVOD_ALLREDUCE_ALGO", "",
-    "Force one CPU allreduce algorithm by name (shm_direct, shm_slices, recursive_doubling, ring); "
-    "empty chooses by message size. Shared-memory algorithms fall back when members do not share memory.");
+    "Force one CPU allreduce algorithm by name (shm_direct, shm_slices, hierarchical, recursive_doubling, "
+    "ring); empty chooses by message size and placement. Shared-memory and hierarchical algorithms fall back "
+    "to the default rule when the placement does not allow them.");
 
 constexpr size_t kAny = std::numeric_limits<size_t>::max();
 
@@ -24,6 +26,9 @@ const std::vector<AllreduceAlgorithm> kTable = {
      size_t(64) << 10, true, &allreduceSharedDirect},
     {"shm_slices", "shared memory reduce-scatter + gather, pipelined: one barrier per 1 MiB chunk", true, kAny,
      false, &allreduceSharedSlices},
+    {"hierarchical",
+     "shared-memory reduce-scatter inside each host, allreduce of each slice across hosts, shared-memory gather",
+     false, kAny, false, &allreduceHierarchical, true},
     {"recursive_doubling", "log2(n) full-buffer exchanges, fold for non-powers of two (latency-bound sizes)",
      false, size_t(64) << 10, false, &allreduceRecursiveDoubling},
     {"ring", "ring reduce-scatter + allgather in <= 1 MiB segments (bandwidth-bound sizes)", false, kAny, false,
@@ -47,19 +52,62 @@ void checkAllreduceAlgorithmName(const std::string& name) {
                         known);
 }
 
-const AllreduceAlgorithm& chooseAllreduce(const std::string& requested, size_t bytes, int n, bool shared) {
+namespace {
+
+bool runnable(const AllreduceAlgorithm& algo, bool shared, bool hosts) {
+  return (shared || !algo.needsShared) && (hosts || !algo.needsHosts);
+}
+
+// The table entry named `requested` when it can run without knowing more about the placement.
+const AllreduceAlgorithm* honoured(const std::string& requested, bool shared) {
+  for (const auto& algo : kTable) {
+    if (requested == algo.name && runnable(algo, shared, false)) return &algo;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+const AllreduceAlgorithm& chooseAllreduce(const std::string& requested, size_t bytes, int n, bool shared,
+                                          bool hosts) {
   if (!requested.empty()) {
     for (const auto& algo : kTable) {
-      if (requested == algo.name && (shared || !algo.needsShared)) return algo;
+      if (requested == algo.name && runnable(algo, shared, hosts)) return algo;
     }
     checkAllreduceAlgorithmName(requested);
-    // A shared-memory algorithm was asked for but the members do not share memory: use the rule.
+    // A shared-memory or hierarchical algorithm was asked for but the placement does not allow
+    // it: use the rule.
   }
   for (const auto& algo : kTable) {
     size_t cost = algo.perPeer ? bytes * static_cast<size_t>(std::max(1, n - 1)) : bytes;
-    if ((shared || !algo.needsShared) && cost <= algo.maxBytes) return algo;
+    if (runnable(algo, shared, hosts) && cost <= algo.maxBytes) return algo;
   }
   return kTable.back();
+}
+
+namespace {
+
+struct Choice {
+  const AllreduceAlgorithm* algo;
+  SharedSpace* shared;
+};
+
+Choice choose(Communicator& comm, size_t bytes) {
+  SharedSpace* shared = comm.sharedSpace(comm.deadline());
+  const bool useShared = sharedUsable(shared, comm.size());
+  const std::string& requested = comm.allreduceAlgorithm();
+  // Whether the hierarchical algorithm can run costs a collective agreement the first time, so
+  // ask only when the answer matters (an explicit request for another algorithm does not).
+  bool hosts = false;
+  if (!useShared && honoured(requested, useShared) == nullptr) hosts = hierarchicalUsable(comm, true);
+  return Choice{&chooseAllreduce(requested, bytes, comm.size(), useShared, hosts), useShared ? shared : nullptr};
+}
+
+}  // namespace
+
+const AllreduceAlgorithm& allreduceChoice(Communicator& comm, size_t bytes) {
+  if (comm.size() == 1) return kTable.back();
+  return *choose(comm, bytes).algo;
 }
 
 void allreduce(Communicator& comm, const void* in, void* out, size_t count, DataType dtype, ReduceOp op) {
@@ -69,14 +117,15 @@ void allreduce(Communicator& comm, const void* in, void* out, size_t count, Data
     if (in != out && bytes > 0) std::memcpy(out, in, bytes);
     return;
   }
-  SharedSpace* shared = comm.sharedSpace(comm.deadline());
-  bool useShared = sharedUsable(shared, comm.size());
-  const AllreduceAlgorithm& algo = chooseAllreduce(comm.allreduceAlgorithm(), bytes, comm.size(), useShared);
-  if (!algo.needsShared && in != out) {
+  const Choice choice = choose(comm, bytes);
+  const AllreduceAlgorithm& algo = *choice.algo;
+  // Algorithms that read the input straight from `in` (shared memory) get it; the others work
+  // in place.
+  if (!algo.needsShared && !algo.needsHosts && in != out) {
     std::memcpy(out, in, bytes);
     in = out;
   }
-  algo.run(AllreduceArgs{comm, in, out, count, dtype, kernel, useShared ? shared : nullptr});
+  algo.run(AllreduceArgs{comm, in, out, count, dtype, kernel, choice.shared});
 }
 
 void allreduce(Communicator& comm, void* buf, size_t count, DataType dtype, ReduceOp op) {

@@ -22,7 +22,8 @@ void checkAllreduceAlgorithmName(const std::string& name);
 
 struct AllreduceArgs {
   Communicator& comm;
-  const void* in;  // input; equal to buf for in place. Point-to-point algorithms get in == buf.
+  const void* in;  // input; equal to buf for in place. Point-to-point algorithms get in == buf
+                   // (shared-memory and hierarchical ones read `in` directly).
   void* buf;       // output
   size_t count;
   DataType dtype;
@@ -41,16 +42,25 @@ struct AllreduceAlgorithm {
   size_t maxBytes;
   bool perPeer;
   void (*run)(const AllreduceArgs& args);
+  // Runs only over several hosts with equally many members each and a usable shared space on
+  // every host (hierarchicalUsable in collectives/hierarchical.h).
+  bool needsHosts = false;
 };
 
 // In table (preference) order.
 const std::vector<AllreduceAlgorithm>& allreduceAlgorithms();
-// The algorithm allreduce() would run on `n` ranks; `shared` = a usable SharedSpace exists.
-const AllreduceAlgorithm& chooseAllreduce(const std::string& requested, size_t bytes, int n, bool shared);
+// The algorithm allreduce() would run on `n` ranks; `shared` = a usable SharedSpace exists,
+// `hosts` = the hierarchical algorithm can run.
+const AllreduceAlgorithm& chooseAllreduce(const std::string& requested, size_t bytes, int n, bool shared,
+                                          bool hosts = false);
+// The algorithm allreduce() runs for `bytes` on this communicator. Collective the first time it
+// looks at shared memory (like allreduce itself): every member calls it at the same point.
+const AllreduceAlgorithm& allreduceChoice(Communicator& comm, size_t bytes);
 
 void allreduceRecursiveDoubling(const AllreduceArgs& args);
 void allreduceRing(const AllreduceArgs& args);
 void allreduceSharedDirect(const AllreduceArgs& args);
 void allreduceSharedSlices(const AllreduceArgs& args);
+void allreduceHierarchical(const AllreduceArgs& args);
 
 }  // namespace hvd::collectives

@@ -1,8 +1,10 @@
-// allgatherv: shared-memory rounds when the members share memory, else a ring.
+// allgatherv: shared-memory rounds when the members share memory; hierarchical (ring across hosts,
+// shared memory inside) when they span hosts with equally many members each; else a ring.
 #include <cstring>
 #include <numeric>
 
 #include "collectives/collectives.h"
+#include "collectives/hierarchical.h"
 #include "collectives/partition.h"
 
 namespace hvd::collectives {
@@ -28,6 +30,8 @@ void allgatherShared(Communicator& comm, SharedSpace& space, uint8_t* out, const
   }
 }
 
+}  // namespace
+
 // Ring: at step s rank r forwards block r-s to the right and receives block r-s-1 from the left.
 void allgatherRing(Communicator& comm, uint8_t* out, const std::vector<size_t>& bytes,
                    const std::vector<size_t>& offsets) {
@@ -39,8 +43,6 @@ void allgatherRing(Communicator& comm, uint8_t* out, const std::vector<size_t>& 
                   bytes[recvBlock], comm.deadline());
   }
 }
-
-}  // namespace
 
 void allgatherv(Communicator& comm, const void* in, void* out, const std::vector<size_t>& bytesPerRank) {
   const int n = comm.size(), me = comm.rank();
@@ -56,6 +58,8 @@ void allgatherv(Communicator& comm, const void* in, void* out, const std::vector
   SharedSpace* shared = comm.sharedSpace(comm.deadline());
   if (sharedUsable(shared, n)) {
     allgatherShared(comm, *shared, dst, bytesPerRank, offsets);
+  } else if (hierarchicalUsable(comm, true)) {
+    allgatherHierarchical(comm, dst, bytesPerRank, offsets);
   } else {
     allgatherRing(comm, dst, bytesPerRank, offsets);
   }

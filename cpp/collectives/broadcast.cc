@@ -1,27 +1,16 @@
-// broadcast: shared-memory chunks when the members share memory; otherwise a binomial tree for
-// small messages and a pipelined chain (root, root+1, ...) for large ones.
+// broadcast: shared-memory chunks when the members share memory; hierarchical (one leader per
+// host over point-to-point, then shared memory) when they span hosts; otherwise a binomial tree
+// for small messages and a pipelined chain (root, root+1, ...) for large ones.
 #include <cstring>
 
 #include "collectives/collectives.h"
+#include "collectives/hierarchical.h"
 #include "collectives/partition.h"
 
 namespace hvd::collectives {
 namespace {
 
 constexpr size_t kTreeMaxBytes = size_t(256) << 10;
-
-// Root publishes a chunk into its next half, barrier, the others copy it out.
-void broadcastShared(Communicator& comm, SharedSpace& space, uint8_t* buf, size_t bytes, int root) {
-  const size_t half = sharedHalfBytes(space);
-  const bool isRoot = comm.rank() == root;
-  for (size_t offset = 0; offset < bytes; offset += half) {
-    const size_t len = std::min(half, bytes - offset);
-    const uint64_t phase = comm.nextSharedPhase();
-    if (isRoot) std::memcpy(sharedHalf(space, root, phase), buf + offset, len);
-    space.barrier(comm.deadline());
-    if (!isRoot) std::memcpy(buf + offset, sharedHalf(space, root, phase), len);
-  }
-}
 
 // Binomial tree on ranks relative to the root (v = r - root): v receives from v - lowbit(v),
 // then sends to v + m for each power of two m below lowbit(v) (below n for the root).
@@ -68,6 +57,19 @@ void broadcastChain(Communicator& comm, uint8_t* buf, size_t bytes, int root) {
 
 }  // namespace
 
+// Root publishes a chunk into its next half, barrier, the others copy it out.
+void broadcastShared(Communicator& comm, SharedSpace& space, uint8_t* buf, size_t bytes, int root) {
+  const size_t half = sharedHalfBytes(space);
+  const bool isRoot = space.memberIndex() == root;
+  for (size_t offset = 0; offset < bytes; offset += half) {
+    const size_t len = std::min(half, bytes - offset);
+    const uint64_t phase = space.nextPhase();
+    if (isRoot) std::memcpy(sharedHalf(space, root, phase), buf + offset, len);
+    space.barrier(comm.deadline());
+    if (!isRoot) std::memcpy(buf + offset, sharedHalf(space, root, phase), len);
+  }
+}
+
 void broadcast(Communicator& comm, void* buf, size_t bytes, int root) {
   const int n = comm.size();
   HVD_CHECK_AS(InvalidArgument, root >= 0 && root < n) << "broadcast: root " << root << " of " << n;
@@ -76,6 +78,8 @@ void broadcast(Communicator& comm, void* buf, size_t bytes, int root) {
   SharedSpace* shared = comm.sharedSpace(comm.deadline());
   if (sharedUsable(shared, n)) {
     broadcastShared(comm, *shared, data, bytes, root);
+  } else if (hierarchicalUsable(comm, false)) {
+    broadcastHierarchical(comm, data, bytes, root);
   } else if (bytes <= kTreeMaxBytes) {
     broadcastTree(comm, data, bytes, root);
   } else {

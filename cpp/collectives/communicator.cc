@@ -18,7 +18,36 @@ Communicator::Communicator(Transport& transport, std::vector<int> members, std::
   rank_ = static_cast<int>(it - members_.begin());
   allreduceAlgorithm_ = collectives::allreduceAlgorithmParam().get();
   collectives::checkAllreduceAlgorithmName(allreduceAlgorithm_);
+
+  // Hosts in order of their lowest member.
+  const std::vector<std::string> hostOf = transport_.hostOf();
+  std::vector<std::string> names;
+  hosts_.hostOfRank.assign(members_.size(), 0);
+  for (size_t i = 0; i < members_.size(); ++i) {
+    int g = members_[i];
+    const std::string name = g < static_cast<int>(hostOf.size()) ? hostOf[g] : std::string();
+    auto at = std::find(names.begin(), names.end(), name);
+    if (at == names.end()) {
+      names.push_back(name);
+      hosts_.members.emplace_back();
+      at = names.end() - 1;
+    }
+    int h = static_cast<int>(at - names.begin());
+    hosts_.hostOfRank[i] = h;
+    hosts_.members[h].push_back(static_cast<int>(i));
+  }
+  hosts_.count = static_cast<int>(names.size());
+  hosts_.host = hosts_.hostOfRank[rank_];
+  const auto& mine = hosts_.members[hosts_.host];
+  hosts_.localRank = static_cast<int>(std::find(mine.begin(), mine.end(), rank_) - mine.begin());
+  hosts_.maxLocalSize = 0;
+  for (const auto& group : hosts_.members) {
+    hosts_.uniform = hosts_.uniform && group.size() == mine.size();
+    hosts_.maxLocalSize = std::max(hosts_.maxLocalSize, static_cast<int>(group.size()));
+  }
 }
+
+Communicator::~Communicator() = default;
 
 SharedSpace* Communicator::sharedSpace(Deadline d) {
   if (!sharedQueried_) {
@@ -27,6 +56,34 @@ SharedSpace* Communicator::sharedSpace(Deadline d) {
     sharedQueried_ = true;
   }
   return shared_;
+}
+
+SharedSpace* Communicator::hostSharedSpace(Deadline d) {
+  if (hosts_.count == 1) return sharedSpace(d);
+  if (!hostSharedQueried_) {
+    // Collective among this host's members, which reach this point in the same collective.
+    if (hosts_.localSize() > 1) {
+      std::vector<int> ranks;
+      for (int setRank : hosts_.members[hosts_.host]) ranks.push_back(members_[setRank]);
+      hostShared_ = transport_.sharedSpace(ranks, d);
+    }
+    hostSharedQueried_ = true;
+  }
+  return hostShared_;
+}
+
+Communicator& Communicator::subset(const std::vector<int>& setRanks) {
+  auto it = subsets_.find(setRanks);
+  if (it != subsets_.end()) return *it->second;
+  std::vector<int> globals;
+  for (int r : setRanks) {
+    HVD_CHECK(r >= 0 && r < size()) << "subset: set rank " << r << " of " << size();
+    globals.push_back(members_[r]);
+  }
+  auto sub = std::make_unique<Communicator>(transport_, globals, timeout_);
+  Communicator& result = *sub;
+  subsets_.emplace(setRanks, std::move(sub));
+  return result;
 }
 
 void Communicator::AlignedFree::operator()(void* p) const { std::free(p); }

@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,9 @@ class Communicator {
  public:
   // `members`: ascending global ranks; must contain transport.rank().
   Communicator(Transport& transport, std::vector<int> members, std::chrono::milliseconds timeout);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
 
   int rank() const { return rank_; }  // set rank
   int size() const { return static_cast<int>(members_.size()); }
@@ -42,14 +47,41 @@ class Communicator {
   // created on first call (collectively), cached afterwards.
   SharedSpace* sharedSpace(Deadline d);
 
+  // ---- Placement, for the hierarchical algorithms (collectives/hierarchical.cc) --------------
+  // Members grouped by host (Transport::hostOf(); a transport that does not tell puts every
+  // member on one host). Hosts are numbered in order of their lowest set rank; equal on every
+  // member, so algorithm choices may depend on it.
+  struct HostLayout {
+    int count = 1;                          // hosts with members of this set
+    std::vector<int> hostOfRank;            // set rank -> host index
+    std::vector<std::vector<int>> members;  // host index -> its set ranks, ascending
+    int host = 0;                           // this rank's host
+    int localRank = 0;                      // this rank's index in members[host]
+    bool uniform = true;                    // every host has the same number of members
+    int maxLocalSize = 1;                   // members on the fullest host
+    int localSize() const { return static_cast<int>(members[host].size()); }
+  };
+  const HostLayout& hosts() const { return hosts_; }
+  // Shared memory among the members on this rank's host (sharedSpace() when the set is on one
+  // host; nullptr when this rank is alone on its host or the transport offers none). Collective
+  // among those members on first call, cached.
+  SharedSpace* hostSharedSpace(Deadline d);
+  // A communicator over the given set ranks (ascending set ranks, including this rank), built on
+  // first request without communication and cached; same transport and timeout. Used for the
+  // cross-host stages of hierarchical algorithms.
+  Communicator& subset(const std::vector<int>& setRanks);
+  // Half-buffer bytes the hierarchical algorithms may use on every host, agreed by all members
+  // on first use (collectives/hierarchical.cc); 0 = they cannot run. Empty until agreed.
+  std::optional<size_t>& hierarchicalBytes() { return hierarchicalBytes_; }
+
   // ---- State kept for the algorithms (collectives/*.cc), persistent across calls ------------
   // Scratch buffer `slot` (0..kScratchSlots-1) of at least `bytes`, 64-byte aligned; grows, never
   // shrinks, so steady-state collectives allocate nothing. Contents are not preserved on growth.
   static constexpr int kScratchSlots = 2;
   void* scratch(int slot, size_t bytes);
-  // Double-buffering phase of the shared space: every shared-memory chunk takes the next phase;
-  // all members advance it identically because they run the same collectives in the same order.
-  uint64_t nextSharedPhase() { return sharedPhase_++; }
+  // Double-buffering phase of sharedSpace(): every shared-memory chunk takes the next phase
+  // (SharedSpace::nextPhase, shared with other communicators over the same space).
+  uint64_t nextSharedPhase() { return shared_ != nullptr ? shared_->nextPhase() : sharedPhase_++; }
   // Allreduce algorithm override by name ("" = choose by size); defaults to
   // HOROVOD_ALLREDUCE_ALGO. Must be equal on every member.
   const std::string& allreduceAlgorithm() const { return allreduceAlgorithm_; }
@@ -69,6 +101,11 @@ class Communicator {
   size_t scratchBytes_[kScratchSlots] = {};
   uint64_t sharedPhase_ = 0;
   std::string allreduceAlgorithm_;
+  HostLayout hosts_;
+  bool hostSharedQueried_ = false;
+  SharedSpace* hostShared_ = nullptr;
+  std::map<std::vector<int>, std::unique_ptr<Communicator>> subsets_;
+  std::optional<size_t> hierarchicalBytes_;
 };
 
 }  // namespace hvd
