@@ -244,6 +244,24 @@ def test_duplicate_name_is_value_error():
     np.testing.assert_array_equal(x, np.full(2, size(), np.float32))
 
 
+def test_dropped_work_keeps_its_arrays_alive():
+    import gc
+    if rank() == 0:
+        x = np.ones(1 << 16, np.float32)
+        _core.allreduce_async(x, None, 'core.dropped', SUM, 1.0, 1.0, 0)  # Work dropped at once
+        del x
+        gc.collect()
+    run(_core.barrier_async(0))
+    if rank() != 0:
+        y = np.ones(1 << 16, np.float32)
+        run(_core.allreduce_async(y, None, 'core.dropped', SUM, 1.0, 1.0, 0))
+        np.testing.assert_array_equal(y, np.full(1 << 16, size(), np.float32))
+    run(_core.barrier_async(0))
+    z = np.ones(3, np.float32)  # later operations run normally (and reap the parked arrays)
+    run(_core.allreduce_async(z, None, 'core.after_dropped', SUM, 1.0, 1.0, 0))
+    np.testing.assert_array_equal(z, np.full(3, size(), np.float32))
+
+
 def test_bad_arguments():
     with pytest.raises(ValueError, match='contiguous'):
         _core.allreduce_async(np.ones((4, 4), np.float32)[:, 1], None, 'core.nc', SUM, 1.0, 1.0,

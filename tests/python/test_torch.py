@@ -671,6 +671,24 @@ def test_sync_batch_norm_math_on_cpu(monkeypatch):
     assert torch.allclose(wgrad, bn.weight.grad, atol=1e-5)
 
 
+def test_static_process_sets_at_init():
+    n = hvd.size()
+    if n == 1:
+        pytest.skip('needs 2 ranks')
+    hvd.shutdown()
+    first, rest = hvd.ProcessSet([0]), hvd.ProcessSet(range(1, n))
+    hvd.init(process_sets=[first, rest])
+    try:
+        assert (first.process_set_id, rest.process_set_id) == (1, 2)
+        mine = first if hvd.rank() == 0 else rest
+        out = hvd.allreduce(torch.ones(2), op=hvd.Sum, process_set=mine, name='static')
+        assert torch.equal(out, torch.full((2,), float(mine.size())))
+    finally:
+        hvd.shutdown()
+        hvd.init(process_sets='dynamic')
+    assert first.process_set_id is None
+
+
 # ---- lifecycle (last: re-initializes) ------------------------------------------------------------
 
 def test_shutdown_and_reinit():

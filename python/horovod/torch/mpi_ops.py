@@ -10,6 +10,8 @@ Naming (the matching key across ranks): ``<prefix>.<name>`` or ``<prefix>.noname
 where ``handle`` counts every asynchronous call of this process (reset by shutdown).
 """
 
+import itertools
+
 import torch
 
 from horovod.common import basics as _basics_mod
@@ -31,7 +33,8 @@ except ImportError:  # pragma: no cover - future torch without the legacy export
 
 # handle -> (Work, kind, payload). Kinds decide what synchronize() returns.
 _handle_map = {}
-_handle_counter = 0
+# next() on an itertools.count is atomic under the GIL (hooks may run on several threads).
+_handle_counter = itertools.count(1)
 
 _SINGLE = 0     # payload: the output tensor
 _GROUP = 1      # payload: tuple of output tensors
@@ -45,7 +48,7 @@ _BARRIER = 6
 def _reset_handles():
     global _handle_counter
     _handle_map.clear()
-    _handle_counter = 0
+    _handle_counter = itertools.count(1)
 
 
 _basics = _HorovodBasics(on_init=_reset_handles, on_shutdown=_reset_handles)
@@ -133,9 +136,7 @@ def _check_same_device(tensors):
 
 
 def _next_handle():
-    global _handle_counter
-    _handle_counter += 1
-    return _handle_counter
+    return next(_handle_counter)
 
 
 def _adasum_checks(op, process_set):
