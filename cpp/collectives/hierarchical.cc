@@ -14,6 +14,7 @@
 #include "collectives/partition.h"
 #include "collectives/reduce_kernels.h"
 #include "common/check.h"
+#include "common/logging.h"
 
 namespace hvd::collectives {
 namespace {
@@ -45,6 +46,10 @@ size_t agreedBytes(Communicator& comm) {
   const ReduceKernel& kernel = reduceKernel(DataType::kInt64, ReduceOp::kMin);
   allreduceRecursiveDoubling(AllreduceArgs{comm, &mine, &mine, 1, DataType::kInt64, kernel, nullptr});
   agreed = mine == kNoLimit ? 0 : static_cast<size_t>(mine);
+  HVD_LOG(Debug) << "collectives: " << comm.size() << " members on " << hosts.count << " hosts"
+                 << (hosts.uniform ? " (" + std::to_string(hosts.localSize()) + " each)" : " (uneven)")
+                 << (*agreed > 0 ? ": hierarchical algorithms enabled, " + std::to_string(*agreed) + " shared bytes"
+                                 : ": hierarchical algorithms off (a host lacks usable shared memory)");
   return *agreed;
 }
 
