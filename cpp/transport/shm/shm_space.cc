@@ -1,3 +1,4 @@
+#include <algorithm>
 #include "transport/shm/shm_space.h"
 
 #include <sstream>
@@ -57,7 +58,7 @@ void ShmSpace::barrier(Deadline deadline) {
       }
     }
     return out.str();
-  });
+  }, [&](int peer) { return std::find(members_.begin(), members_.end(), peer) != members_.end(); });
   std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 

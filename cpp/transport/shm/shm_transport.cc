@@ -314,7 +314,8 @@ void ShmTransport::transfer(int to, const void* sendData, size_t sendBytes, int 
                       text << " received " << recvBytes - recvLeft << " of " << recvBytes << " bytes from rank " << from;
                     }
                     return text.str();
-                  });
+                  },
+                  [&](int peer) { return (sendLeft > 0 && peer == to) || (recvLeft > 0 && peer == from); });
   }
 }
 
@@ -538,7 +539,8 @@ bool ShmTransport::waitForMessage(Deadline deadline) {
         flushOutboxes();
         return messageMaybeReady();
       },
-      deadline);
+      // A peer that shut down cleanly has nothing more to say; only a crash fails this wait.
+      deadline, [](int) { return false; });
 }
 
 void ShmTransport::wake() {

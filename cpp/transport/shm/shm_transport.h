@@ -115,14 +115,16 @@ class ShmTransport final : public Transport {
   void checkPeer(int peer, const char* op) const;
   // Waits for ready(); at the deadline latches and throws Timeout(describe()). Keeps draining
   // outboxes meanwhile, so a peer waiting for our messages is never starved by our waits.
+  // Only a peer selected by `needs` (empty = all) fails the wait by closing cleanly; a peer
+  // that dies fails every wait.
   template <typename Ready, typename Describe>
-  void waitOrTimeout(Ready&& ready, Deadline deadline, Describe&& describe) {
+  void waitOrTimeout(Ready&& ready, Deadline deadline, Describe&& describe, const shm::PeerFilter& needs = {}) {
     bool ok = waiter_->wait(
         [&] {
           flushOutboxes();
           return ready();
         },
-        deadline);
+        deadline, needs);
     if (!ok) waiter_->fail(std::make_exception_ptr(Timeout(describe())));
   }
   // Moves data through the rings: to `to` and from `from` at once (send/recv/sendRecv).

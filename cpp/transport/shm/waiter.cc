@@ -68,10 +68,11 @@ void Waiter::sleep(uint32_t seen, Deadline deadline) {
   ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&own_->bell), FUTEX_WAIT, seen, &ts, nullptr, 0);
 }
 
-bool Waiter::peersAlive() {
+bool Waiter::peersAlive(const PeerFilter& needs) {
+  auto needed = [&](const WatchedPeer& peer) { return !needs || needs(peer.rank); };
   const WatchedPeer* closed = nullptr;
   for (const auto& peer : peers_) {
-    if (peer.header->closed.load(std::memory_order_acquire) != 0) {
+    if (peer.header->closed.load(std::memory_order_acquire) != 0 && needed(peer)) {
       closed = &peer;
       break;
     }
@@ -103,7 +104,7 @@ bool Waiter::peersAlive() {
     if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
     const auto& peer = peers_[i];
     if (peer.header->closed.load(std::memory_order_acquire) != 0) {
-      if (exitedClosed == nullptr) exitedClosed = &peer;
+      if (exitedClosed == nullptr && needed(peer)) exitedClosed = &peer;
       continue;
     }
     latch(std::make_exception_ptr(PeerLost(peer.rank, "Horovod lost rank " + std::to_string(peer.rank) + " (pid " +

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -36,6 +37,9 @@ inline void cpuRelax() {
 
 void yieldCpu();  // sched_yield()
 
+// Selects the peers (transport ranks) a wait depends on; empty = every peer.
+using PeerFilter = std::function<bool(int rank)>;
+
 class Waiter {
  public:
   static constexpr std::chrono::milliseconds kLivenessInterval{100};
@@ -54,7 +58,7 @@ class Waiter {
   // repeatedly from this thread and may make progress itself. Throws the latched failure
   // (PeerLost, Aborted, ...) when one exists or is detected while waiting.
   template <typename Ready>
-  bool wait(Ready&& ready, Deadline deadline) {
+  bool wait(Ready&& ready, Deadline deadline, const PeerFilter& needs = {}) {
     if (ready()) return true;
     throwIfFailed();
     if (spin_.count() > 0) {
@@ -79,14 +83,14 @@ class Waiter {
         }
       }
     }
-    return block(ready, deadline);
+    return block(ready, deadline, needs);
   }
   // Like wait() without the spin phase (helper threads that must not take a CPU from the rank).
   template <typename Ready>
-  bool waitWithoutSpin(Ready&& ready, Deadline deadline) {
+  bool waitWithoutSpin(Ready&& ready, Deadline deadline, const PeerFilter& needs = {}) {
     if (ready()) return true;
     throwIfFailed();
-    return block(ready, deadline);
+    return block(ready, deadline, needs);
   }
 
   // Wakes `header`'s owner if it is sleeping (a fence and a load when it is not).
@@ -105,13 +109,13 @@ class Waiter {
 
  private:
   template <typename Ready>
-  bool block(Ready& ready, Deadline deadline) {
+  bool block(Ready& ready, Deadline deadline, const PeerFilter& needs) {
     SleepScope scope(own_);
     for (;;) {
       uint32_t seen = own_->bell.load(std::memory_order_acquire);
       if (ready()) return true;
       throwIfFailed();
-      if (!peersAlive()) {
+      if (!peersAlive(needs)) {
         // A peer that finished its part and then exited may have left what we wait for.
         if (ready()) return true;
         rethrow();
@@ -138,8 +142,9 @@ class Waiter {
   };
 
   // Checks closed flags always and processes at most every kLivenessInterval; latches PeerLost
-  // and returns false on the first lost peer.
-  bool peersAlive();
+  // and returns false on the first lost peer. A peer that died (no clean close) is always a
+  // loss; a peer that closed its transport cleanly only when `needs` selects it (empty = all).
+  bool peersAlive(const PeerFilter& needs);
   void sleep(uint32_t seen, Deadline deadline);
   void latch(std::exception_ptr error);
   [[noreturn]] void rethrow() const;

@@ -165,6 +165,8 @@ TEST(LocalTransport, AbortFailsSelfAndPeers) {
       } catch (const PeerLost& e) {
         EXPECT_EQ(e.rank(), 0);
       }
+      // Stay alive until rank 1 (waiting on this rank) observed rank 0's abort.
+      std::this_thread::sleep_for(200ms);
     }
   });
   EXPECT_TRUE(aborted);

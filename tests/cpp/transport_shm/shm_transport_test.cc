@@ -1,5 +1,6 @@
 // ShmTransport with threads as ranks: setup, data plane, mailbox, wake/abort/deadline, peer loss
 // by a closed transport, options.
+#include <memory>
 #include <chrono>
 #include <map>
 #include <thread>
@@ -398,15 +399,17 @@ TEST(ShmTransport, ClosedPeerFailsWaitsAfterDrainingWhatItSent) {
   std::thread two([&] {
     ShmTransport t(makeContext(2, 3, store, job), smallOptions());
     uint8_t b;
-    // Waits on rank 0, but must notice rank 1 (another peer) going away.
+    // Waits on rank 0: rank 1 (another peer) closing cleanly does not concern this wait, rank 0
+    // closing does.
     try {
       t.recv(0, &b, 1, Deadline::after(20s));
       ADD_FAILURE() << "recv returned";
     } catch (const PeerLost& e) {
-      EXPECT_EQ(e.rank(), 1) << e.what();
+      EXPECT_EQ(e.rank(), 0) << e.what();
     }
   });
-  ShmTransport t(makeContext(0, 3, store, job), smallOptions());
+  auto t0 = std::make_unique<ShmTransport>(makeContext(0, 3, store, job), smallOptions());
+  ShmTransport& t = *t0;
   one.join();
   std::vector<uint8_t> in(3000);
   t.recv(1, in.data(), in.size(), soon());  // still delivered
@@ -426,6 +429,7 @@ TEST(ShmTransport, ClosedPeerFailsWaitsAfterDrainingWhatItSent) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
   // Latched: later operations fail too, even ones that could complete.
   EXPECT_THROW(t.send(2, in.data(), 1, soon()), PeerLost);
+  t0.reset();  // rank 0 closes: now rank 2's wait fails
   two.join();
 }
 
