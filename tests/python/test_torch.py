@@ -153,12 +153,19 @@ def test_allreduce_in_place_returns_same_object():
 
 def test_allreduce_async_is_asynchronous():
     tensors = [torch.ones(1 << 16) for _ in range(20)]
+
+    def submit():
+        return [hvd.allreduce_async(t, op=hvd.Sum, name='async.%d' % i)
+                for i, t in enumerate(tensors)]
+
     if hvd.rank() == 0:
-        time.sleep(0.3)  # the others' operations cannot complete before rank 0 submits
-    handles = [hvd.allreduce_async(t, op=hvd.Sum, name='async.%d' % i)
-               for i, t in enumerate(tensors)]
-    if hvd.size() > 1 and hvd.rank() != 0:
-        assert not all(hvd.poll(h) for h in handles)
+        hvd.barrier()  # returns once the others have submitted and polled
+        handles = submit()
+    else:
+        handles = submit()
+        if hvd.size() > 1:  # rank 0 has not submitted yet: nothing can have completed
+            assert not any(hvd.poll(h) for h in handles)
+        hvd.barrier()  # a barrier proceeds while these are pending
     for h in handles:
         out = hvd.synchronize(h)
         assert torch.equal(out, torch.full((1 << 16,), float(hvd.size())))
