@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <sstream>
 #include <string>
@@ -37,6 +38,7 @@ const char* kSecret = "hier-multiproc";
 struct Scenario {
   std::vector<std::string> hostOf;
   std::vector<std::pair<std::string, std::string>> env;  // set in the children before init
+  int victim = -1;  // >= 0: ranks loop on allreduce until the parent SIGKILLs this one
 };
 
 void writeLine(int fd, const std::string& line) {
@@ -56,6 +58,22 @@ std::vector<uint8_t> block(int rank, size_t len) {
   std::vector<uint8_t> b(len);
   for (size_t i = 0; i < len; ++i) b[i] = static_cast<uint8_t>(rank * 29 + i * 13 + (i >> 9));
   return b;
+}
+
+// Kill mode: hierarchical allreduces until one fails; a survivor must see PeerLost (a process
+// that errs then exits, as a training script would, so its death reaches its host's peers).
+int loopUntilLost(int rank, Communicator& comm, int reportFd) {
+  std::vector<float> data(size_t(1) << 18, 1.0f);
+  for (int iter = 0;; ++iter) {
+    try {
+      collectives::allreduce(comm, data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum);
+    } catch (const PeerLost& e) {
+      writeLine(reportFd, "lost " + std::to_string(rank) + " " + std::to_string(e.rank()) + " " + e.what());
+      return 0;
+    }
+    if (iter == 0) writeLine(reportFd, "ready " + std::to_string(rank));
+    std::fill(data.begin(), data.end(), 1.0f);
+  }
 }
 
 // Child body: returns the exit code; reports "ok <rank> <algo> <hash>" or "error <rank> <what>".
@@ -79,6 +97,7 @@ int child(int rank, const Scenario& scenario, const std::string& jobId, int comm
     std::vector<int> members(n);
     std::iota(members.begin(), members.end(), 0);
     Communicator comm(*transport, members, 10000ms);
+    if (scenario.victim >= 0) return loopUntilLost(rank, comm, reportFd);
     std::ostringstream problems;
 
     // Allreduce, large enough for several chunks and cross-host ring segments.
@@ -148,83 +167,106 @@ struct Report {
   std::string transport, algo, hash;
 };
 
-// Forks one child per rank, serves the rendezvous, waits (bounded) and returns each rank's report.
-std::vector<Report> run(const Scenario& scenario) {
-  static int job = 0;
-  const int n = static_cast<int>(scenario.hostOf.size());
-  const std::string jobId = "hier-mp-" + std::to_string(::getpid()) + "-" + std::to_string(++job);
-  int reportPipe[2];
-  EXPECT_EQ(::pipe(reportPipe), 0);
-  std::vector<int> commandFds;
-  std::vector<pid_t> pids;
-  // Fork before any thread exists in this process (the server starts below).
-  for (int r = 0; r < n; ++r) {
-    int command[2];
-    EXPECT_EQ(::pipe(command), 0);
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      ::close(reportPipe[0]);
-      ::close(command[1]);
-      ::_exit(child(r, scenario, jobId, command[0], reportPipe[1]));
+// One child process per rank plus the rendezvous server; every wait bounded. The destructor
+// reaps the children (SIGKILL after a grace period) and checks their exit status.
+class Job {
+ public:
+  explicit Job(const Scenario& scenario) : n_(static_cast<int>(scenario.hostOf.size())), victim_(scenario.victim) {
+    static int job = 0;
+    const std::string jobId = "hier-mp-" + std::to_string(::getpid()) + "-" + std::to_string(++job);
+    int reportPipe[2];
+    EXPECT_EQ(::pipe(reportPipe), 0);
+    // Fork before any thread exists in this process (the server starts below).
+    for (int r = 0; r < n_; ++r) {
+      int command[2];
+      EXPECT_EQ(::pipe(command), 0);
+      pid_t pid = ::fork();
+      if (pid == 0) {
+        ::close(reportPipe[0]);
+        ::close(command[1]);
+        ::_exit(child(r, scenario, jobId, command[0], reportPipe[1]));
+      }
+      ::close(command[0]);
+      commandFds_.push_back(command[1]);
+      pids_.push_back(pid);
     }
-    ::close(command[0]);
-    commandFds.push_back(command[1]);
-    pids.push_back(pid);
+    ::close(reportPipe[1]);
+    reportFd_ = reportPipe[0];
+    server_ = std::make_unique<TcpStoreServer>("127.0.0.1", 0, kSecret);
+    uint16_t port = server_->port();
+    for (int fd : commandFds_) EXPECT_EQ(::write(fd, &port, sizeof(port)), static_cast<ssize_t>(sizeof(port)));
   }
-  ::close(reportPipe[1]);
-  std::vector<Report> reports(n);
-  {
-    TcpStoreServer server("127.0.0.1", 0, kSecret);
-    uint16_t port = server.port();
-    for (int fd : commandFds) EXPECT_EQ(::write(fd, &port, sizeof(port)), static_cast<ssize_t>(sizeof(port)));
 
-    // Read reports until every rank has written one or the deadline.
-    std::string text;
-    int lines = 0;
-    const auto until = Clock::now() + 40s;
-    while (lines < n) {
-      const int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count());
-      pollfd p{reportPipe[0], POLLIN, 0};
-      if (left <= 0 || ::poll(&p, 1, left) <= 0) break;
-      char buf[4096];
-      ssize_t got = ::read(reportPipe[0], buf, sizeof(buf));
-      if (got <= 0) break;
-      text.append(buf, got);
-      lines = static_cast<int>(std::count(text.begin(), text.end(), '\n'));
-    }
-    std::istringstream in(text);
-    std::string line;
-    while (std::getline(in, line)) {
-      std::istringstream words(line);
-      std::string kind;
-      int rank = -1;
-      words >> kind >> rank;
-      if (kind == "ok" && rank >= 0 && rank < n) {
-        words >> reports[rank].transport >> reports[rank].algo >> reports[rank].hash;
+  ~Job() {
+    for (int r = 0; r < n_; ++r) {
+      ::close(commandFds_[r]);
+      int status = 0;
+      const auto until = Clock::now() + 10s;
+      pid_t done = 0;
+      while ((done = ::waitpid(pids_[r], &status, WNOHANG)) == 0 && Clock::now() < until) {
+        pollfd none{-1, 0, 0};
+        ::poll(&none, 0, 10);
+      }
+      if (done == 0) {
+        ::kill(pids_[r], SIGKILL);
+        ::waitpid(pids_[r], &status, 0);
+        ADD_FAILURE() << "rank " << r << " did not exit";
+      } else if (r == victim_) {
+        EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "victim status " << status;
       } else {
-        ADD_FAILURE() << line;
+        EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "rank " << r << " status " << status;
       }
     }
+    ::close(reportFd_);
   }
-  for (int r = 0; r < n; ++r) {
-    ::close(commandFds[r]);
-    int status = 0;
-    // Children exit right after reporting; kill stragglers so the test cannot hang.
-    const auto until = Clock::now() + 10s;
-    pid_t done = 0;
-    while ((done = ::waitpid(pids[r], &status, WNOHANG)) == 0 && Clock::now() < until) {
-      pollfd none{-1, 0, 0};
-      ::poll(&none, 0, 10);
+
+  int size() const { return n_; }
+  void kill(int rank) { EXPECT_EQ(::kill(pids_[rank], SIGKILL), 0); }
+
+  // Next report line, or false at the deadline / when every child closed the pipe.
+  bool readLine(std::string& line, Clock::time_point until) {
+    size_t nl;
+    while ((nl = pending_.find('\n')) == std::string::npos) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
+      pollfd p{reportFd_, POLLIN, 0};
+      if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0) return false;
+      char buf[4096];
+      ssize_t got = ::read(reportFd_, buf, sizeof(buf));
+      if (got <= 0) return false;
+      pending_.append(buf, got);
     }
-    if (done == 0) {
-      ::kill(pids[r], SIGKILL);
-      ::waitpid(pids[r], &status, 0);
-      ADD_FAILURE() << "rank " << r << " did not exit";
+    line = pending_.substr(0, nl);
+    pending_.erase(0, nl + 1);
+    return true;
+  }
+
+ private:
+  int n_;
+  int victim_;
+  std::vector<int> commandFds_;
+  std::vector<pid_t> pids_;
+  int reportFd_ = -1;
+  std::string pending_;
+  std::unique_ptr<TcpStoreServer> server_;
+};
+
+// Runs the checks on every rank and returns each rank's report.
+std::vector<Report> run(const Scenario& scenario) {
+  Job job(scenario);
+  std::vector<Report> reports(job.size());
+  const auto until = Clock::now() + 40s;
+  std::string line;
+  for (int got = 0; got < job.size() && job.readLine(line, until); ++got) {
+    std::istringstream words(line);
+    std::string kind;
+    int rank = -1;
+    words >> kind >> rank;
+    if (kind == "ok" && rank >= 0 && rank < job.size()) {
+      words >> reports[rank].transport >> reports[rank].algo >> reports[rank].hash;
     } else {
-      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "rank " << r << " status " << status;
+      ADD_FAILURE() << line;
     }
   }
-  ::close(reportPipe[0]);
   return reports;
 }
 
@@ -251,6 +293,40 @@ TEST(HierarchicalMultiProcess, ForcedOnUnevenHostsFallsBack) {
 
 TEST(HierarchicalMultiProcess, ForcedFlatAlgorithmIsHonoured) {
   expectAgreement(run({{"a", "a", "b", "b"}, {{"HOROVOD_ALLREDUCE_ALGO", "ring"}}}), "ring");
+}
+
+}  // namespace
+}  // namespace hvd
+
+namespace hvd {
+namespace {
+
+// A rank SIGKILLed while every rank loops on hierarchical allreduces: each survivor fails with
+// PeerLost within a few seconds (directly, or because a host peer that failed exited), never a
+// hang until the 10 s step timeout.
+TEST(HierarchicalMultiProcess, KilledRankFailsEverySurvivor) {
+  for (int victim : {3, 0}) {
+    SCOPED_TRACE("victim " + std::to_string(victim));
+    Job job({{"a", "b", "a", "b"}, {}, victim});
+    const int n = job.size();
+    std::string line;
+    int ready = 0;
+    const auto readyBy = Clock::now() + 20s;
+    while (ready < n && job.readLine(line, readyBy)) {
+      ASSERT_EQ(line.rfind("ready", 0), 0u) << line;
+      ready++;
+    }
+    ASSERT_EQ(ready, n);
+    job.kill(victim);
+    const auto killedAt = Clock::now();
+    int lost = 0;
+    while (lost < n - 1 && job.readLine(line, killedAt + 8s)) {
+      EXPECT_EQ(line.rfind("lost", 0), 0u) << line;
+      EXPECT_LT(Clock::now() - killedAt, 5s) << line;
+      lost++;
+    }
+    EXPECT_EQ(lost, n - 1);
+  }
 }
 
 }  // namespace
