@@ -614,11 +614,12 @@ def test_join_then_allgather_fails_on_others():
 def test_barrier_waits_for_slowest():
     if hvd.size() == 1:
         pytest.skip('needs 2 ranks')
+    hvd.barrier()  # line the ranks up first
     start = time.time()
     if hvd.rank() == 0:
         time.sleep(1.0)
     hvd.barrier()
-    assert time.time() - start >= 0.9
+    assert time.time() - start >= 0.5  # 1 s less the ranks' skew after the first barrier
 
 
 # ---- objects and parameters ----------------------------------------------------------------------
