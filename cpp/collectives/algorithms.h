@@ -2,7 +2,7 @@
 // name, a one-line description and a size rule; allreduce() takes the first entry whose rule
 // matches, unless HOROVOD_ALLREDUCE_ALGO (or Communicator::setAllreduceAlgorithm) names one.
 // Every member must make the same choice, so rules look only at values equal on all members
-// (message size, set size, whether the set shares memory).
+// (message size, set size, whether the set shares memory, the members' placement on hosts).
 #pragma once
 
 #include <cstddef>
