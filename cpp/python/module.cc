@@ -77,7 +77,8 @@ WorkHandle wrap(WorkPtr work, Arrays&& keep) {
 
 // ---- collectives -------------------------------------------------------------------------------
 
-WorkHandle allreduceAsync(const InArray& in, const std::optional<OutArray>& out, std::string name,
+// `in` is an OutArray: with out=None the reduction writes into it (read-only arrays are refused).
+WorkHandle allreduceAsync(const OutArray& in, const std::optional<OutArray>& out, std::string name,
                           int op, double prescale, double postscale, int processSet) {
   requireRunning();
   TensorView inView = toView(in, "allreduce");
@@ -93,7 +94,7 @@ WorkHandle allreduceAsync(const InArray& in, const std::optional<OutArray>& out,
   return wrap(std::move(work), std::move(keep));
 }
 
-WorkHandle groupedAllreduceAsync(const std::vector<InArray>& in,
+WorkHandle groupedAllreduceAsync(const std::vector<OutArray>& in,
                                  const std::optional<std::vector<OutArray>>& out,
                                  std::string name, int op, double prescale, double postscale,
                                  int processSet) {
