@@ -2,10 +2,16 @@
 
 #include <nanobind/stl/vector.h>
 
+#include <sched.h>
+
+#include <chrono>
 #include <utility>
 
 namespace hvd::py {
 namespace {
+
+constexpr auto kSpin = std::chrono::microseconds(50);
+constexpr auto kSignalCheckInterval = std::chrono::milliseconds(100);
 
 struct Orphan {
   WorkPtr work;
@@ -24,13 +30,19 @@ PyWork::~PyWork() {
 }
 
 void PyWork::wait() {
-  if (work_->isCompleted()) {
-    work_->wait();  // rethrows a failure; returns at once otherwise
-    return;
+  if (!work_->isCompleted()) {
+    nb::gil_scoped_release release;
+    // Small collectives finish within microseconds: poll briefly before blocking.
+    const auto spinUntil = std::chrono::steady_clock::now() + kSpin;
+    while (!work_->isCompleted() && std::chrono::steady_clock::now() < spinUntil) sched_yield();
+    // Then block in slices, so that Ctrl-C (and other signal handlers) still get to run.
+    while (!work_->isCompleted()) {
+      if (work_->waitFor(kSignalCheckInterval)) return;  // completed (rethrows a failure)
+      nb::gil_scoped_acquire acquire;
+      if (PyErr_CheckSignals() != 0) throw nb::python_error();
+    }
   }
-  // The engine's wait spins briefly, then blocks on a condition variable.
-  nb::gil_scoped_release release;
-  work_->wait();
+  work_->wait();  // rethrows a failure; returns at once otherwise
 }
 
 nb::list PyWork::outputs() const {

@@ -26,7 +26,8 @@ class PyWork {
   PyWork& operator=(const PyWork&) = delete;
 
   bool poll() const { return work_->isCompleted(); }
-  // Blocks until completion (GIL released) and
+  // Blocks until completion (GIL released; a short spin, then blocking waits that let signal
+  // handlers run between slices, so Ctrl-C interrupts a hung collective) and
   // rethrows the operation's failure.
   void wait();
   // Engine-allocated outputs (allgather, alltoall), zero-copy; valid after wait().
