@@ -1,6 +1,7 @@
 """DistributedOptimizer: averages gradients across ranks while backward is still running.
 
-Each parameter gets a post-accumulate-grad hook (torch >= 2.1): as soon as its gradient is final
+Each parameter gets a post-accumulate-grad hook (torch >= 2.1; older versions hook the gradient
+accumulator, as Horovod does): as soon as its gradient is final
 for this step (after ``backward_passes_per_step`` passes) an in-place asynchronous allreduce of
 ``p.grad`` starts. ``step()`` only waits for what is still outstanding, then runs the wrapped
 optimizer. The hooks sit on the parameters, so models compiled with ``torch.compile`` work the
@@ -69,6 +70,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         # key: parameter, or tuple of parameters (a group); value: (handle, ctx)
         self._handles = {}
         self._hook_handles = []
+        self._grad_accs = []
         self._requires_update = set()
         self._synchronized = False
         self._should_synchronize = True
@@ -151,8 +153,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             for p in param_group['params']:
                 if p.requires_grad:
                     self._requires_update.add(p)
-                    self._hook_handles.append(
-                        p.register_post_accumulate_grad_hook(self._make_hook(p)))
+                    hook = self._make_hook(p)
+                    if hasattr(p, 'register_post_accumulate_grad_hook'):  # torch >= 2.1
+                        self._hook_handles.append(p.register_post_accumulate_grad_hook(hook))
+                    else:
+                        # Older torch: hook the parameter's gradient accumulator (kept alive
+                        # here, or the hook would go away with it).
+                        grad_acc = p.expand_as(p).grad_fn.next_functions[0][0]
+                        self._hook_handles.append(grad_acc.register_hook(hook))
+                        self._grad_accs.append(grad_acc)
 
     def _allreduce_grad_async(self, p):
         if p.grad is None:
