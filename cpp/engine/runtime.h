@@ -124,7 +124,7 @@ class Runtime {
   // ---- enqueue (runtime_enqueue.cc) ----
   WorkPtr enqueue(std::vector<EntryPtr> entries, std::shared_ptr<WorkImpl> work);
   EntryPtr makeEntry(Kind kind, const char* opName, const TensorView& in, const TensorView& out,
-                     const Options& options, const std::string& name, const ProcessSetInfo& set);
+                     const Options& options, std::string name, const ProcessSetInfo& set);
   ProcessSetInfo checkProcessSet(const char* opName, int processSet, int root = -1) const;
   std::string autoName(const std::string& name);
   void checkRunning() const;

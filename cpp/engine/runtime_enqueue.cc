@@ -41,12 +41,12 @@ std::string Runtime::autoName(const std::string& name) {
 }
 
 EntryPtr Runtime::makeEntry(Kind kind, const char* opName, const TensorView& in, const TensorView& out,
-                            const Options& options, const std::string& name, const ProcessSetInfo& set) {
+                            const Options& options, std::string name, const ProcessSetInfo& set) {
   auto e = std::make_unique<Entry>();
   Request& r = e->request;
   r.kind = kind;
   r.processSet = options.processSet;
-  r.name = name;
+  r.name = std::move(name);
   r.dtype = in.dtype;
   r.shape = in.shape;
   r.op = options.op;

@@ -200,6 +200,11 @@ void Runtime::postRequests(RequestList& list) {
 }
 
 bool Runtime::processList(ResponseList& list) {
+  // Every rank must execute every list, in order: a gap would desynchronize the data plane.
+  if (list.seq != lastSeq_ + 1) {
+    throw Error("Horovod control plane out of sync on rank " + std::to_string(topology_.rank) +
+                ": expected response list " + std::to_string(lastSeq_ + 1) + ", got " + std::to_string(list.seq));
+  }
   for (auto& response : list.items) processResponse(response);
   lastSeq_ = list.seq;
   {

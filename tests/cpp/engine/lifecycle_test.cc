@@ -18,10 +18,10 @@ const std::string kShutdown = engine::kShutdownMessage;
 
 TEST(Lifecycle, ShutdownOnOneRankFailsPendingOpsEverywhere) {
   Cluster cluster(3);
-  std::atomic<bool> pendingSubmitted{false};
+  std::atomic<int> pendingSubmitted{0};
   cluster.run([&](int rank, engine::Runtime& rt) {
     if (rank == 1) {
-      while (!pendingSubmitted) std::this_thread::yield();
+      while (pendingSubmitted.load() < 2) std::this_thread::yield();
       rt.shutdown();
       EXPECT_FALSE(rt.initialized());
       std::vector<float> a(2), b(2);
@@ -32,7 +32,7 @@ TEST(Lifecycle, ShutdownOnOneRankFailsPendingOpsEverywhere) {
     std::vector<float> a(2), b(2);
     // Only ranks 0 and 2 submit it: it stays pending until the shutdown fails it.
     auto w = rt.allreduce(view(a, DataType::kFloat32), view(b, DataType::kFloat32), named("lonely"));
-    if (rank == 0) pendingSubmitted = true;
+    pendingSubmitted++;
     try {
       w->wait();
       ADD_FAILURE() << "pending op completed";
