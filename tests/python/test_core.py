@@ -299,6 +299,7 @@ def test_join_returns_last_rank():
 
 
 def test_shutdown_then_ops_fail():
+    run(_core.barrier_async(0))  # a shutdown fails what other ranks still have pending
     _core.shutdown()
     assert not _core.is_initialized()
     with pytest.raises(HorovodInternalError, match='shut down'):

@@ -606,7 +606,8 @@ def test_join_then_allgather_fails_on_others():
             hvd.allgather(torch.ones(2), name='join.ag')
         hvd.join()
     # The ranks issued different numbers of calls: re-initialize so that unnamed operations
-    # (numbered per process) match again.
+    # (numbered per process) match again. (A shutdown stops every rank's engine: wait for all.)
+    hvd.barrier()
     hvd.shutdown()
     hvd.init(process_sets='dynamic')
 
@@ -692,6 +693,7 @@ def test_static_process_sets_at_init():
         out = hvd.allreduce(torch.ones(2), op=hvd.Sum, process_set=mine, name='static')
         assert torch.equal(out, torch.full((2,), float(mine.size())))
     finally:
+        hvd.barrier()  # a shutdown fails what other ranks still have pending
         hvd.shutdown()
         hvd.init(process_sets='dynamic')
     assert first.process_set_id is None
@@ -701,6 +703,7 @@ def test_static_process_sets_at_init():
 
 def test_shutdown_and_reinit():
     r, s = hvd.rank(), hvd.size()
+    hvd.barrier()  # a shutdown fails what other ranks still have pending
     hvd.shutdown()
     assert not hvd.is_initialized()
     with pytest.raises(ValueError, match='Horovod has not been initialized; use hvd.init().'):

@@ -260,6 +260,7 @@ def test_process_set_optimizer():
         hvd.remove_process_set(evens)
         # Only the set's members issued gradient allreduces, so the per-process counters behind
         # unnamed operations differ now: re-initialize to line them up again.
+        hvd.barrier()
         hvd.shutdown()
         hvd.init(process_sets='dynamic')
 
