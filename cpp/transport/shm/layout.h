@@ -48,9 +48,12 @@ struct SegmentHeader {
   alignas(kLine) std::atomic<uint32_t> bell;
   // Number of the owner's threads blocked, or about to block, on `bell`.
   std::atomic<uint32_t> sleepers;
-  // Set by the owner when it closes its transport normally; waiting on it then fails.
+  // 0 while open; kClosedClean after a normal close (waits that depend on the owner fail);
+  // kClosedFailed after an abort or a failure (every peer's waits fail).
   std::atomic<uint32_t> closed;
 };
+constexpr uint32_t kClosedClean = 1;
+constexpr uint32_t kClosedFailed = 2;
 static_assert(sizeof(SegmentHeader) <= kPage);
 
 struct RingControl {

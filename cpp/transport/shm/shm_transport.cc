@@ -114,10 +114,12 @@ ShmTransport::~ShmTransport() {
     flusher_.join();
   }
   if (header_ != nullptr) {
-    header_->closed.store(1, std::memory_order_seq_cst);
-    for (int p = 0; p < size_; ++p) {
-      if (p != rank_ && peers_[p].header != nullptr) Waiter::notify(peers_[p].header);
-    }
+    // A transport that failed or was aborted tells its peers so (every wait of theirs fails);
+    // a clean close concerns only the waits that depend on this rank.
+    uint32_t expected = 0;
+    header_->closed.compare_exchange_strong(expected, waiter_->failed() ? kClosedFailed : kClosedClean,
+                                            std::memory_order_seq_cst);
+    notifyPeers();
   }
   spaces_.clear();
   waiter_.reset();
@@ -548,6 +550,19 @@ void ShmTransport::wake() {
   waiter_->ringOwn();
 }
 
-void ShmTransport::abort(const std::string& reason) { waiter_->abort(reason); }
+void ShmTransport::abort(const std::string& reason) {
+  waiter_->abort(reason);
+  // Local peers blocked on this rank (or in a barrier with it) fail now, not at their timeout.
+  if (header_ != nullptr) {
+    header_->closed.store(kClosedFailed, std::memory_order_seq_cst);
+    notifyPeers();
+  }
+}
+
+void ShmTransport::notifyPeers() {
+  for (int p = 0; p < size_; ++p) {
+    if (p != rank_ && peers_[p].header != nullptr) Waiter::notify(peers_[p].header);
+  }
+}
 
 }  // namespace hvd::shm

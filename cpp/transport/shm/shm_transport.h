@@ -113,6 +113,7 @@ class ShmTransport final : public Transport {
   std::string exchange(const std::string& prefix, const std::vector<int>& members, Segment& own, size_t bytes,
                        std::vector<Segment>& out, Deadline deadline);
   void checkPeer(int peer, const char* op) const;
+  void notifyPeers();
   // Waits for ready(); at the deadline latches and throws Timeout(describe()). Keeps draining
   // outboxes meanwhile, so a peer waiting for our messages is never starved by our waits.
   // Only a peer selected by `needs` (empty = all) fails the wait by closing cleanly; a peer

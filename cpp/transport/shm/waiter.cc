@@ -69,7 +69,11 @@ void Waiter::sleep(uint32_t seen, Deadline deadline) {
 }
 
 bool Waiter::peersAlive(const PeerFilter& needs) {
-  auto needed = [&](const WatchedPeer& peer) { return !needs || needs(peer.rank); };
+  // A peer that failed (aborted) concerns every wait; one that closed cleanly only those
+  // selected by `needs`.
+  auto needed = [&](const WatchedPeer& peer) {
+    return !needs || needs(peer.rank) || peer.header->closed.load(std::memory_order_acquire) == kClosedFailed;
+  };
   const WatchedPeer* closed = nullptr;
   for (const auto& peer : peers_) {
     if (peer.header->closed.load(std::memory_order_acquire) != 0 && needed(peer)) {
@@ -116,7 +120,9 @@ bool Waiter::peersAlive(const PeerFilter& needs) {
   if (closed != nullptr) {
     latch(std::make_exception_ptr(
         PeerLost(closed->rank, "Horovod lost rank " + std::to_string(closed->rank) + " (pid " +
-                                   std::to_string(closed->pid) + ") on this host: it shut down (closed its transport" +
+                                   std::to_string(closed->pid) + ") on this host: it " +
+                                   (closed->header->closed.load() == kClosedFailed ? "failed (aborted its transport"
+                                                                                    : "shut down (closed its transport") +
                                    (closed == exitedClosed ? " and exited" : "") + ") while rank " +
                                    std::to_string(rank_) + " was still waiting for it")));
     return false;

@@ -385,6 +385,37 @@ TEST(ShmTransport, AbortWakesWaitForMessage) {
   });
 }
 
+TEST(ShmTransport, AbortFailsEveryLocalPeersWaitsAtOnce) {
+  auto store = std::make_shared<SharedTestStore>();
+  std::string job = uniqueJobId();
+  std::atomic<bool> observed{false};
+  std::thread one([&] {
+    ShmTransport t(makeContext(1, 3, store, job), smallOptions());
+    uint8_t b;
+    auto start = std::chrono::steady_clock::now();
+    // Waits on rank 2 (alive, silent): rank 0's abort must still end this wait.
+    try {
+      t.recv(2, &b, 1, Deadline::after(20s));
+      ADD_FAILURE() << "recv returned";
+    } catch (const PeerLost& e) {
+      EXPECT_EQ(e.rank(), 0) << e.what();
+      EXPECT_NE(std::string(e.what()).find("failed"), std::string::npos) << e.what();
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+    observed = true;
+  });
+  std::thread two([&] {
+    ShmTransport t(makeContext(2, 3, store, job), smallOptions());
+    while (!observed) std::this_thread::sleep_for(10ms);
+  });
+  ShmTransport t(makeContext(0, 3, store, job), smallOptions());
+  std::this_thread::sleep_for(50ms);
+  t.abort("test abort");
+  EXPECT_THROW(t.send(1, &observed, 1, soon()), Aborted);
+  one.join();
+  two.join();
+}
+
 TEST(ShmTransport, ClosedPeerFailsWaitsAfterDrainingWhatItSent) {
   auto store = std::make_shared<SharedTestStore>();
   std::string job = uniqueJobId();
