@@ -167,13 +167,19 @@ def test_check_build_format(run):
     assert ('[X] MPI' in r.stdout.split('Available Controllers:')[1].split('\n\n')[0]) == bool(shutil.which('mpirun'))
 
 
-def test_check_build_honest_about_pytorch(run, tmp_path):
+def test_check_build_honest_about_pytorch(hvdrun, tmp_path):
     # A python3 that can import nothing: PyTorch must be reported missing.
     fake = tmp_path / 'python3'
     fake.write_text('#!/bin/sh\nexit 1\n')
     fake.chmod(0o755)
     import os
-    r = run('-cb', extra_env={'PATH': '{}:{}'.format(tmp_path, os.environ['PATH'])}, timeout=60)
+    import shutil
+    import subprocess
+    # horovodrun prefers the python3 next to itself (a venv's), so run a copy beside the fake.
+    binary = tmp_path / 'horovodrun'
+    shutil.copy(hvdrun, binary)
+    env = dict(os.environ, PATH='{}:{}'.format(tmp_path, os.environ['PATH']))
+    r = subprocess.run([str(binary), '-cb'], env=env, capture_output=True, text=True, timeout=60)
     assert '    [ ] PyTorch\n' in r.stdout
     assert '    [ ] TensorFlow\n' in r.stdout
 
