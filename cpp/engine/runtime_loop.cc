@@ -348,19 +348,25 @@ void Runtime::runData(Response& r) {
 void Runtime::onFatal(std::exception_ptr error, bool notifyPeers) {
   ErrorInfo info = ErrorInfo::fromException(error);
   HVD_LOG(Error) << "Horovod background loop stopped on rank " << topology_.rank << ": " << info.message;
-  if (!notifyPeers || !transport_) return;
-  // Tell the others so they fail fast instead of waiting for their own timeouts.
-  ErrorInfo relay = info;
-  relay.message = "[from rank " + std::to_string(topology_.rank) + "] " + info.message;
-  std::vector<uint8_t> bytes;
-  encode(relay, bytes);
-  for (int r = 0; r < topology_.size; ++r) {
-    if (r == topology_.rank) continue;
-    try {
-      transport_->post(r, bytes.data(), bytes.size());
-    } catch (...) {
+  if (!transport_) return;
+  if (notifyPeers) {
+    // Tell the others so they fail fast instead of waiting for their own timeouts.
+    ErrorInfo relay = info;
+    relay.message = "[from rank " + std::to_string(topology_.rank) + "] " + info.message;
+    std::vector<uint8_t> bytes;
+    encode(relay, bytes);
+    for (int r = 0; r < topology_.size; ++r) {
+      if (r == topology_.rank) continue;
+      try {
+        transport_->post(r, bytes.data(), bytes.size());
+      } catch (...) {
+      }
     }
   }
+  // Then abort the transport: peers blocked in a data-plane wait involving this rank (over
+  // shared memory: in any wait) fail now rather than at their timeout, even if this process
+  // stays alive.
+  transport_->abort(info.message);
 }
 
 void Runtime::failAll(const ErrorInfo& reason) {
