@@ -9,7 +9,9 @@
 // exactly: from the last enqueue on the last rank to the last completion on any rank. The
 // engine's coordination is internal; it is approximated as
 //     overhead = tail - (time of one allreduce of the same total bytes)
-// with the single allreduce measured in the same run, interleaved with the steps. Also reports
+// with the single allreduce measured in the same run, interleaved with the steps (so it also
+// counts the fusion-buffer copies). --tensor-bytes 16 makes every tensor tiny, which leaves
+// little but the coordination itself. Also reports
 // the synchronous 8-byte allreduce latency.
 //
 // Also reports the control-plane bytes and messages each rank sends per step, from the engine's
@@ -61,8 +63,9 @@ void maxOverRanks(std::vector<double>& values, const char* what) {
 
 // Element counts of `n` tensors, log-uniform between 1 KiB and 1 MiB of float32, in a fixed
 // shuffled order (a backward pass does not produce gradients sorted by size).
-std::vector<size_t> gradientCounts(int n) {
+std::vector<size_t> gradientCounts(int n, int fixedBytes) {
   std::vector<size_t> counts;
+  if (fixedBytes > 0) return std::vector<size_t>(size_t(n), std::max<size_t>(1, size_t(fixedBytes) / 4));
   for (int i = 0; i < n; ++i) {
     double bytes = 1024.0 * std::pow(1024.0, n > 1 ? double(i) / (n - 1) : 0.0);
     counts.push_back(std::max<size_t>(1, size_t(bytes) / 4));
@@ -80,6 +83,7 @@ struct Args {
   int warmup = 20;
   int tensors = 160;
   int latencyIters = 2000;
+  int tensorBytes = 0;  // > 0: every tensor this size (isolates coordination from data movement)
   bool smoke = false;
 };
 
@@ -92,10 +96,11 @@ Args parseArgs(int argc, char** argv) {
     else if (f == "--warmup") a.warmup = next();
     else if (f == "--tensors") a.tensors = std::max(1, next());
     else if (f == "--latency-iters") a.latencyIters = next();
+    else if (f == "--tensor-bytes") a.tensorBytes = next();
     else if (f == "--smoke") a.smoke = true;
     else {
       std::cerr << "usage: " << argv[0]
-                << " [--steps N] [--warmup N] [--tensors N] [--latency-iters N] [--smoke]\n";
+                << " [--steps N] [--warmup N] [--tensors N] [--tensor-bytes B] [--latency-iters N] [--smoke]\n";
       std::exit(2);
     }
   }
@@ -115,7 +120,7 @@ int main(int argc, char** argv) try {
   const int rank = hvd::rank(), n = hvd::size();
   const bool lead = rank == 0;
 
-  std::vector<size_t> counts = gradientCounts(args.tensors);
+  std::vector<size_t> counts = gradientCounts(args.tensors, args.tensorBytes);
   size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
   std::vector<Buffer> in, out;
   std::vector<std::string> names;
