@@ -9,11 +9,17 @@ NOT_INITIALIZED_MESSAGE = 'Horovod has not been initialized; use hvd.init().'
 
 
 def env_bool(name, default=False):
-    """Horovod's boolean parsing: true iff the value parses as an integer > 0 (strtol rules:
-    a leading integer, anything else is 0)."""
+    """The core's boolean parsing (cpp/common/params.cc), so Python and C++ agree: integers are
+    true when > 0 (as Horovod), and true/yes/on, false/no/off are accepted in any case. Other
+    values count as false here; hvd.init() rejects them with a message naming the variable."""
     value = os.environ.get(name)
     if value is None or value.strip() == '':
         return default
+    word = value.strip().lower()
+    if word in ('true', 'yes', 'on'):
+        return True
+    if word in ('false', 'no', 'off'):
+        return False
     return env_int_value(value) > 0
 
 
