@@ -9,7 +9,6 @@ command -v mpirun >/dev/null || need_apt+=(openmpi-bin libopenmpi-dev)
 [ -f /usr/include/gtest/gtest.h ] || need_apt+=(libgtest-dev googletest)
 command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server openssh-client)
 command -v ip >/dev/null || need_apt+=(iproute2)
-command -v ninja >/dev/null || python3 -m pip --version >/dev/null
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq
