@@ -186,14 +186,7 @@ void Coordinator::recheckAfterJoin() {
 Response Coordinator::respondFromCache(uint32_t id) {
   const CacheEntry* entry = cache_.find(id, nullptr);
   Response r;
-  r.kind = entry->kind;
-  r.processSet = entry->processSet;
-  r.dtype = entry->dtype;
-  r.op = entry->op;
-  r.prescale = entry->prescale;
-  r.postscale = entry->postscale;
-  r.root = entry->root;
-  r.device = entry->device;
+  copyOpParams(*entry, r);
   TensorInfo t;
   t.cacheId = id;
   t.ref = &entry->tensor;  // no copy: the slot outlives this build()

@@ -91,6 +91,20 @@ struct Response {
 };
 
 // Worker -> coordinator. `hits` are cache ids of requests identical to their cached response.
+// Copies the parameters that define an operation (everything ranks must agree on besides the
+// tensors) between Request, Response and CacheEntry, which all carry these fields.
+template <typename From, typename To>
+void copyOpParams(const From& from, To& to) {
+  to.kind = from.kind;
+  to.processSet = from.processSet;
+  to.dtype = from.dtype;
+  to.op = from.op;
+  to.prescale = from.prescale;
+  to.postscale = from.postscale;
+  to.root = from.root;
+  to.device = from.device;
+}
+
 struct RequestList {
   uint64_t lastSeq = 0;  // seq of the last ResponseList the sender processed
   bool shutdown = false;

@@ -174,14 +174,7 @@ Response constructResponse(const std::vector<Request>& requests, const Negotiati
   if (!error.empty()) return errorResponse(first, std::move(error));
 
   Response r;
-  r.kind = first.kind;
-  r.processSet = first.processSet;
-  r.dtype = first.dtype;
-  r.op = first.op;
-  r.prescale = first.prescale;
-  r.postscale = first.postscale;
-  r.root = first.root;
-  r.device = first.device;
+  copyOpParams(first, r);
   TensorInfo t;
   t.name = first.name;
   t.shape = first.shape;

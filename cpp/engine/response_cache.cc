@@ -13,14 +13,7 @@ bool perRankShape(Kind k) { return k == Kind::kAllgather || k == Kind::kAlltoall
 
 CacheEntry CacheEntry::fromResponse(const Response& response, const TensorInfo& tensor) {
   CacheEntry e;
-  e.kind = response.kind;
-  e.processSet = response.processSet;
-  e.dtype = response.dtype;
-  e.op = response.op;
-  e.prescale = response.prescale;
-  e.postscale = response.postscale;
-  e.root = response.root;
-  e.device = response.device;
+  copyOpParams(response, e);
   e.tensor = tensor.data();
   e.tensor.cacheId = tensor.cacheId;
   e.tensor.cacheInsert = false;

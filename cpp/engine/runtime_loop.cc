@@ -223,14 +223,7 @@ void Runtime::expandCached(Response& r) {
     const CacheEntry* entry = replica_.get(t.cacheId);
     if (entry == nullptr) throw Error("Response cache out of sync: unknown cache id " + std::to_string(t.cacheId));
     if (r.cachedForm && i == 0) {
-      r.kind = entry->kind;
-      r.processSet = entry->processSet;
-      r.dtype = entry->dtype;
-      r.op = entry->op;
-      r.prescale = entry->prescale;
-      r.postscale = entry->postscale;
-      r.root = entry->root;
-      r.device = entry->device;
+      copyOpParams(*entry, r);
     }
     t.ref = &entry->tensor;
   }
