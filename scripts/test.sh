@@ -41,8 +41,16 @@ if [ $quick = 0 ]; then
     ctest --test-dir build-asan --output-on-failure --timeout 600 -j$jobs
 fi
 
+# The installed launcher itself, not a wrapper in front of it (pyenv puts a shell-script shim on PATH;
+# tests that copy the binary next to a fake python3 need the real executable).
+installed_horovodrun() {
+  local scripts
+  scripts=$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))' 2>/dev/null)
+  if [ -n "$scripts" ] && [ -x "$scripts/horovodrun" ]; then echo "$scripts/horovodrun"; else command -v horovodrun; fi
+}
+
 if [ -d tests/launcher ]; then
-  stage "launcher tests" 900 env HOROVODRUN="$(command -v horovodrun)" python3 -m pytest -q -x tests/launcher
+  stage "launcher tests" 900 env HOROVODRUN="$(installed_horovodrun)" python3 -m pytest -q -x tests/launcher
 fi
 if [ -d tests/python ]; then
   stage "python tests" 1500 python3 -m pytest -q -x tests/python
