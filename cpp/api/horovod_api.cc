@@ -9,6 +9,7 @@
 #include "api/default_runtime.h"
 #include "common/logging.h"
 #include "engine/runtime.h"
+#include "engine/shared_buffers.h"
 #include "horovod/horovod.h"
 
 namespace hvd {
@@ -75,6 +76,20 @@ void shutdownDefault() {
 }
 
 }  // namespace api
+
+// ---- Shared buffers ----------------------------------------------------------------------------
+
+OwnedTensor allocateShared(DataType dtype, std::vector<int64_t> shape) {
+  OwnedTensor t;
+  t.view.dtype = dtype;
+  t.view.shape = std::move(shape);
+  for (auto d : t.view.shape) {
+    if (d < 0) throw InvalidArgument("allocateShared: negative dimension in shape " + engine::shapeString(t.view.shape));
+  }
+  t.storage = engine::allocateSharedBuffer(t.view.bytes());
+  t.view.data = t.storage.get();
+  return t;
+}
 
 // ---- Lifecycle and topology --------------------------------------------------------------------
 

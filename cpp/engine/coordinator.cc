@@ -13,7 +13,7 @@ bool cacheable(Kind k) { return k == Kind::kAllreduce || k == Kind::kAllgather |
 bool sameEntry(const CacheEntry& a, const CacheEntry& b) {
   return a.kind == b.kind && a.processSet == b.processSet && a.dtype == b.dtype && a.op == b.op &&
          a.prescale == b.prescale && a.postscale == b.postscale && a.root == b.root && a.device == b.device &&
-         a.tensor.name == b.tensor.name && a.tensor.shape == b.tensor.shape &&
+         a.sharedInPlace == b.sharedInPlace && a.tensor.name == b.tensor.name && a.tensor.shape == b.tensor.shape &&
          a.tensor.firstDims == b.tensor.firstDims && a.tensor.splits == b.tensor.splits &&
          a.tensor.group == b.tensor.group && a.tensor.groupSize == b.tensor.groupSize;
 }
@@ -190,6 +190,14 @@ Response Coordinator::respondFromCache(uint32_t id) {
   TensorInfo t;
   t.cacheId = id;
   t.ref = &entry->tensor;  // no copy: the slot outlives this build()
+  if (r.sharedInPlace && r.processSet == 0 && joinedCount_ > 0) {
+    // A joined rank has no buffer: send the full form with the shared in-place flag off.
+    t = entry->tensor;
+    t.cacheId = id;
+    r.sharedInPlace = false;
+    r.tensors.push_back(std::move(t));
+    return r;
+  }
   r.tensors.push_back(std::move(t));
   r.cachedForm = true;
   return r;
@@ -206,6 +214,10 @@ Response Coordinator::negotiate(const NameKey& key) {
   ctx.joinedCount = ps == 0 ? joinedCount_ : 0;
   ctx.fusionThreshold = options_.fusion.threshold;
   Response r = constructResponse(requests, ctx);
+  // Shared in place only when every member asked for it and none has joined.
+  r.sharedInPlace = r.kind == Kind::kAllreduce && ranks != nullptr && requests.size() == ranks->size() &&
+                    ctx.joinedCount == 0 &&
+                    std::all_of(requests.begin(), requests.end(), [](const Request& q) { return q.sharedInPlace; });
 
   if (r.kind == Kind::kAddProcessSet) {
     std::vector<int> newRanks(r.setRanks.begin(), r.setRanks.end());

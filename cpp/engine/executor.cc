@@ -8,6 +8,7 @@
 #include "collectives/reduce.h"
 #include "common/check.h"
 #include "engine/negotiation.h"
+#include "engine/shared_inplace.h"
 
 namespace hvd::engine {
 namespace {
@@ -57,6 +58,8 @@ void Executor::allreduce(const Response& r, Communicator& comm, const std::vecto
   const size_t esize = dataTypeSize(dtype);
   const ReduceOp op = r.op == ReduceOp::kAverage ? ReduceOp::kSum : r.op;
   const double post = r.op == ReduceOp::kAverage ? r.postscale / comm.size() : r.postscale;
+  // Zero-copy path for tensors in shared buffers (engine/shared_inplace.h); false = staged path.
+  if (r.sharedInPlace && sharedInPlaceAllreduce(r, comm, entries)) return;
 
   if (r.tensors.size() == 1) {
     // In place in the caller's output: one copy when not already in place, then the collective.

@@ -17,6 +17,7 @@ const std::string& groupOf(const Response& r) { return r.tensors.front().data().
 
 bool compatible(const Response& a, const Response& b, const FusionOptions& options) {
   if (a.kind != b.kind || a.processSet != b.processSet || a.dtype != b.dtype || a.device != b.device) return false;
+  if (a.sharedInPlace || b.sharedInPlace) return false;  // runs in the callers' shared buffers
   if (a.kind != Kind::kAllgather &&
       (a.op != b.op || a.prescale != b.prescale || a.postscale != b.postscale)) {
     return false;

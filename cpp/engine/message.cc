@@ -22,6 +22,7 @@ void writeRequest(WireWriter& w, const Request& r) {
   w.str(r.group);
   w.svarint(r.groupSize);
   w.svarint(r.device);
+  w.u8(r.sharedInPlace ? 1 : 0);
 }
 
 Request readRequest(WireReader& in) {
@@ -39,6 +40,7 @@ Request readRequest(WireReader& in) {
   r.group = in.str();
   r.groupSize = static_cast<int32_t>(in.svarint());
   r.device = static_cast<int32_t>(in.svarint());
+  r.sharedInPlace = in.u8() != 0;
   return r;
 }
 
@@ -133,6 +135,7 @@ void writeResponse(WireWriter& w, const Response& r) {
   w.f64(r.postscale);
   w.svarint(r.root);
   w.svarint(r.device);
+  w.u8(r.sharedInPlace ? 1 : 0);
   w.varint(r.tensors.size());
   for (const auto& t : r.tensors) writeTensor(w, t);
   w.str(r.error);
@@ -158,6 +161,7 @@ Response readResponse(WireReader& in) {
   r.postscale = in.f64();
   r.root = static_cast<int32_t>(in.svarint());
   r.device = static_cast<int32_t>(in.svarint());
+  r.sharedInPlace = in.u8() != 0;
   size_t n = in.count();
   r.tensors.reserve(n);
   for (size_t i = 0; i < n; ++i) r.tensors.push_back(readTensor(in));

@@ -49,6 +49,9 @@ struct Request {
   std::string group;            // grouped ops: the group's base name ("" = not grouped)
   int32_t groupSize = 0;
   int32_t device = kCpuDevice;
+  // Allreduce in place inside one of this rank's shared buffers (engine/shared_buffers.h), set
+  // on a single host: eligible for the zero-copy shared in-place algorithm.
+  bool sharedInPlace = false;
   int32_t rank = -1;  // global rank of the requester (filled in by the coordinator)
 };
 
@@ -82,6 +85,9 @@ struct Response {
   double postscale = 1.0;
   int32_t root = -1;
   int32_t device = kCpuDevice;
+  // Every member flagged its request sharedInPlace, none has joined: run the shared in-place
+  // algorithm (engine/shared_inplace.h). Such responses are never fused.
+  bool sharedInPlace = false;
   std::vector<TensorInfo> tensors;
   std::string error;               // kError
   int32_t lastJoined = -1;         // kJoin
@@ -103,6 +109,7 @@ void copyOpParams(const From& from, To& to) {
   to.postscale = from.postscale;
   to.root = from.root;
   to.device = from.device;
+  to.sharedInPlace = from.sharedInPlace;
 }
 
 struct RequestList {

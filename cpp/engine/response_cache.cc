@@ -23,7 +23,7 @@ CacheEntry CacheEntry::fromResponse(const Response& response, const TensorInfo& 
 
 bool CacheEntry::matches(const Request& r, int setIndex) const {
   if (r.kind != kind || r.processSet != processSet || r.dtype != dtype || r.op != op ||
-      r.prescale != prescale || r.postscale != postscale || r.root != root || r.device != device ||
+      r.prescale != prescale || r.postscale != postscale || r.root != root || r.device != device || r.sharedInPlace != sharedInPlace ||
       r.group != tensor.group || r.groupSize != tensor.groupSize || r.name != tensor.name) {
     return false;
   }
@@ -54,6 +54,7 @@ Request CacheEntry::requestFor(int setIndex, int globalRank) const {
   r.group = tensor.group;
   r.groupSize = tensor.groupSize;
   r.device = device;
+  r.sharedInPlace = sharedInPlace;
   r.rank = globalRank;
   if (perRankShape(kind) && setIndex >= 0 && static_cast<size_t>(setIndex) < tensor.firstDims.size()) {
     r.shape[0] = tensor.firstDims[setIndex];

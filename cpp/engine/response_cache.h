@@ -33,6 +33,7 @@ struct CacheEntry {
   double postscale = 1.0;
   int32_t root = -1;
   int32_t device = kCpuDevice;
+  bool sharedInPlace = false;  // a hit implies the same flag (the request's equals the entry's)
   TensorInfo tensor;  // cacheInsert false, cacheId = the entry's id
 
   static CacheEntry fromResponse(const Response& response, const TensorInfo& tensor);

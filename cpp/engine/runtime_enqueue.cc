@@ -6,6 +6,7 @@
 
 #include "common/check.h"
 #include "engine/runtime.h"
+#include "engine/shared_buffers.h"
 
 namespace hvd::engine {
 namespace {
@@ -61,6 +62,11 @@ EntryPtr Runtime::makeEntry(Kind kind, const char* opName, const TensorView& in,
     throw InvalidArgument(std::string(opName) + ": tensor data is null");
   }
   if (kind == Kind::kAllreduce && options.op == ReduceOp::kAdasum) r.kind = Kind::kAdasum;
+  if (r.kind == Kind::kAllreduce && in.data == out.data && findSharedBuffer(in.data, in.bytes())) {
+    // In place in a shared buffer: ask for the zero-copy path if the whole set shares memory.
+    auto ranks = sets_.ranks(options.processSet);
+    r.sharedInPlace = ranks && sharedInPlaceUsable(*transport_, topology_.hostOf, *ranks);
+  }
   if (kind == Kind::kAllreduce || kind == Kind::kReducescatter) {
     if (out.data == nullptr && out.numElements() > 0) {
       throw InvalidArgument(std::string(opName) + ": output data is null");

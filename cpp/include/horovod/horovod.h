@@ -107,6 +107,19 @@ std::vector<int> processSetRanks(int processSetId);
 // Ids of the registered sets, ascending (0 first).
 std::vector<int> processSetIds();
 
+// ---- Shared buffers ----------------------------------------------------------------------------
+
+// A zero-filled tensor in memory the other ranks on this host can map (an anonymous memfd
+// segment owned by this process; nothing is named in /dev/shm), 64-byte (page) aligned, freed
+// when the last copy of the returned OwnedTensor (its `storage`) goes. An allreduce whose input
+// and output are the same range inside such a buffer, on every rank of a process set that lies
+// on one host, runs zero-copy: each rank reduces its slice of all ranks' buffers in place and
+// writes the result into every rank's buffer (bitwise identical everywhere). Anything else
+// (other ranks using ordinary memory, several hosts, tcp-only transport, Join) takes the normal
+// path, so callers never need two code paths. Works before init(); thread-safe.
+// Throws std::bad_alloc when memory is exhausted.
+OwnedTensor allocateShared(DataType dtype, std::vector<int64_t> shape);
+
 // ---- Collectives (asynchronous) ----------------------------------------------------------------
 
 // out = postscale * OP_ranks(prescale * in). `out` may be `in` (in place). Average divides by

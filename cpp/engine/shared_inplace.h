@@ -1,0 +1,36 @@
+// Shared in-place allreduce: the zero-copy path for allreduces whose buffer lies inside a shared
+// buffer (engine/shared_buffers.h) on every member, all members on one host.
+//
+// Protocol (every member, same point of the collective order; the executor calls it for a
+// response the coordinator flagged sharedInPlace):
+//  1. publish a small descriptor (pid, memfd, segment id, offset, count) in this rank's half of
+//     the set's SharedSpace (next double-buffering phase, like the staged algorithms); barrier
+//     (full fence: it also publishes the buffer contents);
+//  2. map every peer's segment (cached per process by (pid, segment id)), publish ok/failed;
+//     barrier; if any member failed, every member returns false and the caller runs the staged
+//     path (nothing has been written);
+//  3. member i reduces slice i over all members' buffers in rank order 0..n-1, in L1-sized tiles
+//     (prescale applied per input, postscale and Average to the result), and writes the result
+//     into slice i of EVERY member's buffer; barrier.
+// The result is bitwise identical on every member (each element is computed by one rank). No
+// allocation per call (mappings are cached). Every wait is a SharedSpace barrier with the
+// communicator's deadline, which watches the peers: a dead peer gives PeerLost, never a hang.
+//
+// Background thread only.
+#pragma once
+
+#include <vector>
+
+#include "collectives/communicator.h"
+#include "engine/message.h"
+#include "engine/tensor_queue.h"
+
+namespace hvd::engine {
+
+// Runs the single-tensor allreduce `r` in place in entries[0]->output. Returns false (on every
+// member alike, before touching any buffer) when it cannot run here: no usable SharedSpace, a
+// set of one, or some member could not map a peer's buffer; the caller then takes the staged
+// path. Throws PeerLost/Timeout/Aborted like the collectives.
+bool sharedInPlaceAllreduce(const Response& r, Communicator& comm, const std::vector<Entry*>& entries);
+
+}  // namespace hvd::engine
