@@ -11,6 +11,10 @@ Models: `cnn`, a small convolutional net on 3x32x32 images (~0.24 M parameters),
 one intra-op thread. The systems run interleaved (horovod, ddp, horovod, ...) and the ratio is
 of the medians over repetitions.
 
+Systems (--systems): `horovod` (DistributedOptimizer as configured by the environment: gradient
+buckets by default), `horovod-nobuckets` (the same with HOROVOD_DISABLE_GRADIENT_BUCKETS=1, the
+per-gradient path) and `ddp-gloo`. Each horovod variant gets a ratio against ddp-gloo.
+
 Horovod's ranks start under horovodrun (--horovodrun, or build/launcher/horovodrun, or PATH);
 DDP's under torch.multiprocessing with a TCP rendezvous on 127.0.0.1.
 """
@@ -131,18 +135,24 @@ def find_horovodrun(args):
     return shutil.which("horovodrun")
 
 
+HOROVOD_SYSTEMS = {"horovod": {}, "horovod-nobuckets": {"HOROVOD_DISABLE_GRADIENT_BUCKETS": "1"}}
+PEER = "ddp-gloo"
+
+
 def run_system(system, model, args):
     common = ["--model", model, "--batch", str(args.batch), "--steps", str(args.steps), "--warmup",
               str(args.warmup), "--threads", str(args.threads), "--np", str(args.np)]
     me = os.path.abspath(__file__)
-    if system == "horovod":
+    env = dict(os.environ)
+    if system in HOROVOD_SYSTEMS:
+        env.update(HOROVOD_SYSTEMS[system])
         run = find_horovodrun(args)
         if not run:
             raise SystemExit("torch_e2e: horovodrun not found (--horovodrun PATH)")
         argv = [run, "-np", str(args.np), sys.executable, me, "--worker", "horovod"] + common
     else:
         argv = [sys.executable, me, "--worker", "ddp"] + common
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=args.timeout)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=args.timeout, env=env)
     for line in (proc.stdout + proc.stderr).splitlines():
         if "RESULT " in line:
             parts = line[line.index("RESULT "):].split()
@@ -156,6 +166,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--np", type=int, default=2)
     p.add_argument("--models", default="cnn,mlp")
+    p.add_argument("--systems", default="horovod,ddp-gloo",
+                   help="comma list of horovod, horovod-nobuckets, ddp-gloo (run in this order)")
     p.add_argument("--model", default="cnn", help=argparse.SUPPRESS)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--steps", type=int, default=30)
@@ -175,27 +187,40 @@ def main():
         return worker_ddp(args)
     if args.smoke:
         args.steps, args.warmup, args.reps, args.batch = 2, 1, 1, 4
+    systems = args.systems.split(",")
+    for system in systems:
+        if system not in HOROVOD_SYSTEMS and system != PEER:
+            raise SystemExit(f"torch_e2e: unknown system {system!r}")
     results = {}
     failed = False
     for model in args.models.split(","):
         for rep in range(args.reps):
-            for system in ("horovod", "ddp-gloo"):
-                print(f"[{model} rep {rep + 1}/{args.reps}] {system}", file=sys.stderr, flush=True)
+            for system in systems:
                 rate = run_system(system, model, args)
+                print(f"[{model} rep {rep + 1}/{args.reps}] {system}: {rate} samples/s",
+                      file=sys.stderr, flush=True)
                 failed |= rate is None
                 if rate is not None:
                     results.setdefault((model, system), []).append(rate)
+    ours = [s for s in systems if s in HOROVOD_SYSTEMS]
+    header = "| model | " + " | ".join(f"{s} samples/s" for s in systems)
+    header += "".join(f" | {s} / ddp" for s in ours if PEER in systems) + " |"
     lines = [f"# torch end-to-end, {args.np} ranks x {args.threads} thread, batch {args.batch} per rank, "
              f"{args.steps} steps, median of {args.reps} interleaved runs", "",
              "Command: `python3 bench/torch_e2e.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]) + "`", "",
-             "| model | horovod samples/s | ddp-gloo samples/s | horovod / ddp |", "|---|---|---|---|"]
+             header, "|" + "---|" * (header.count("|") - 1)]
     for model in args.models.split(","):
-        h = results.get((model, "horovod"))
-        d = results.get((model, "ddp-gloo"))
-        hm = statistics.median(h) if h else None
-        dm = statistics.median(d) if d else None
-        ratio = f"{hm / dm:.2f}x" if hm and dm else "-"
-        lines.append(f"| {model} | {hm or 0:.1f} | {dm or 0:.1f} | {ratio} |")
+        med = {}
+        cells = []
+        for s in systems:
+            r = results.get((model, s))
+            med[s] = statistics.median(r) if r else None
+            cells.append(f"{med[s]:.1f} ({', '.join(f'{x:.0f}' for x in r)})" if r else "-")
+        if PEER in systems:
+            for s in ours:
+                cells.append(f"{med[s] / med[PEER]:.2f}x" if med[s] and med[PEER] else "-")
+        lines.append(f"| {model} | " + " | ".join(cells) + " |")
+    lines += ["", "Cells: median (each run, in run order)."]
     text = "\n".join(lines)
     print(text)
     if args.out:

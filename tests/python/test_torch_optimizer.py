@@ -292,6 +292,215 @@ def test_adasum_is_rejected_clearly():
             hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), op=hvd.Adasum)
 
 
+# ---- gradient buckets ----------------------------------------------------------------------------
+# Buckets are built at the end of the first synchronize(); these tests run several steps so that
+# the later ones go through them. A tiny cap makes several buckets out of the small model.
+
+class MixedModel(torch.nn.Module):
+    """float32 then bfloat16 layers: two bucket dtypes."""
+
+    def __init__(self, seed=0):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.a = torch.nn.Linear(6, 16)
+        self.b = torch.nn.Linear(16, 16).to(torch.bfloat16)
+        self.c = torch.nn.Linear(16, 3)
+
+    def forward(self, x):
+        h = torch.tanh(self.a(x)).to(torch.bfloat16)
+        return self.c(torch.tanh(self.b(h)).float())
+
+
+TINY_CAP_MB = 200 / 2 ** 20  # 200 bytes: a couple of parameters per bucket
+
+
+def assert_bucketed(opt, model, buckets=None):
+    assert opt._buckets, 'no buckets were built'
+    if buckets is not None:
+        assert len(opt._buckets) == buckets
+    for p in model.parameters():
+        bucket, view = opt._bucket_of[p]
+        assert p.grad is view
+        start = bucket.flat.data_ptr()
+        assert start <= p.grad.data_ptr() < start + bucket.nbytes()
+
+
+def assert_same(model, other, exact):
+    for p, q in zip(model.parameters(), other.parameters()):
+        if exact and p.dtype == torch.float32:
+            assert torch.equal(p, q)
+        else:
+            tol = 1e-6 if p.dtype == torch.float32 else 2e-2
+            assert torch.allclose(p.float(), q.float(), atol=tol, rtol=tol)
+
+
+def manual_step(model, opt, seeds, clip=None):
+    """The reference: local backward passes, one named allreduce per gradient, then the step."""
+    opt.zero_grad()
+    for seed in seeds:
+        x, y = shard(seed, hvd.rank())
+        F.cross_entropy(model(x), y).backward()
+    for name, p in model.named_parameters():
+        hvd.allreduce_(p.grad, name='manual.' + name)
+    if clip is not None:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    opt.step()
+
+
+@pytest.mark.parametrize('opt_name,passes', [('SGD', 1), ('Adam', 1), ('SGD', 2)])
+def test_buckets_match_per_gradient_path_and_manual(opt_name, passes):
+    def make_opt(m):
+        if opt_name == 'SGD':
+            return torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+        return torch.optim.Adam(m.parameters(), lr=0.01)
+
+    bucketed, plain, manual = MixedModel(), MixedModel(), MixedModel()
+    opt_b = hvd.DistributedOptimizer(make_opt(bucketed), backward_passes_per_step=passes,
+                                     named_parameters=[('b.' + k, v) for k, v in
+                                                       bucketed.named_parameters()],
+                                     bucket_cap_mb=TINY_CAP_MB)
+    opt_p = hvd.DistributedOptimizer(make_opt(plain), backward_passes_per_step=passes,
+                                     named_parameters=[('p.' + k, v) for k, v in
+                                                       plain.named_parameters()],
+                                     bucket_cap_mb=0)
+    opt_m = make_opt(manual)
+    for step in range(4):
+        seeds = [20 * step + k for k in range(passes)]
+        for model, opt in ((bucketed, opt_b), (plain, opt_p)):
+            opt.zero_grad()
+            for seed in seeds:
+                x, y = shard(seed, hvd.rank())
+                F.cross_entropy(model(x), y).backward()
+            opt.step()
+        manual_step(manual, opt_m, seeds)
+        assert_same(bucketed, plain, exact=hvd.size() == 2)
+        assert_same(bucketed, manual, exact=False)
+    if hvd.size() > 1:
+        assert_bucketed(opt_b, bucketed)
+        # float32 and bfloat16 never share a bucket; the small cap makes several.
+        assert {b.flat.dtype for b in opt_b._buckets} == {torch.float32, torch.bfloat16}
+        assert len(opt_b._buckets) >= 3
+        assert opt_p._buckets is None
+
+
+def test_bucket_zero_grad_forms_and_unused_parameters():
+    """optimizer.zero_grad() keeps the views; model.zero_grad() (grads set to None) and a layer
+    unused on rank 0 after it (its view still holds the last step's values) must not leak stale
+    gradients into the average."""
+    if hvd.size() == 1:
+        pytest.skip('hooks are installed only with 2+ ranks')
+    model, manual = make_model(), make_model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters(),
+                                   bucket_cap_mb=TINY_CAP_MB)
+    opt_m = torch.optim.SGD(manual.parameters(), lr=0.1)
+
+    def loss_of(m, seed, partial):
+        x, y = shard(seed, hvd.rank())
+        return m[0](x).sum() if partial else F.cross_entropy(m(x), y)
+
+    for step, (zero, partial) in enumerate([('opt', False), ('opt', False), ('model', False),
+                                            ('model', True), ('opt', True), ('none', False)]):
+        seed = 40 + step
+        if zero == 'opt':
+            opt.zero_grad()  # set_to_none=True by default: zeroed in place instead
+            if step > 0:
+                assert_bucketed(opt, model)
+                assert all(torch.count_nonzero(p.grad) == 0 for p in model.parameters())
+        elif zero == 'model':
+            model.zero_grad()
+            assert all(p.grad is None for p in model.parameters())
+        partial_here = partial and hvd.rank() == 0
+        loss_of(model, seed, partial_here).backward()
+        opt.step()
+        if step > 0:
+            assert_bucketed(opt, model)
+
+        if zero != 'none':
+            opt_m.zero_grad()
+        loss_of(manual, seed, partial_here).backward()
+        for name, p in manual.named_parameters():
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            hvd.allreduce_(p.grad, name='manual.' + name)
+        opt_m.step()
+        for p, q in zip(model.parameters(), manual.parameters()):
+            assert torch.allclose(p, q, atol=1e-6), step
+
+
+def test_bucket_clipping_with_synchronize():
+    model, manual = make_model(), make_model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.5),
+                                   named_parameters=model.named_parameters())
+    opt_m = torch.optim.SGD(manual.parameters(), lr=0.5)
+    for step in range(3):
+        opt.zero_grad()
+        x, y = shard(60 + step, hvd.rank())
+        F.cross_entropy(model(x), y).backward()
+        opt.synchronize()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.05)
+        with opt.skip_synchronize():
+            opt.step()
+        manual_step(manual, opt_m, [60 + step], clip=0.05)
+        for p, q in zip(model.parameters(), manual.parameters()):
+            assert torch.allclose(p, q, atol=1e-6), step
+    if hvd.size() > 1:
+        assert_bucketed(opt, model, buckets=1)  # the default cap holds the whole model
+
+
+def test_bucket_errors_too_many_passes_and_early_zero_grad():
+    if hvd.size() == 1:
+        pytest.skip('hooks are installed only with 2+ ranks')
+    model = make_model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    x, y = shard(1, hvd.rank())
+    for _ in range(2):
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+    assert_bucketed(opt, model)
+    opt.zero_grad()
+    F.cross_entropy(model(x), y).backward()
+    with pytest.raises(AssertionError, match='more than backward_passes_per_step'):
+        F.cross_entropy(model(x), y).backward()
+    with pytest.raises(AssertionError, match='optimizer.zero_grad\\(\\) was called after'):
+        opt.zero_grad()
+    opt.step()
+    opt.set_backward_passes_per_step(2)
+    opt.zero_grad()
+    F.cross_entropy(model(x), y).backward()
+    with pytest.raises(AssertionError, match='optimizer.zero_grad\\(\\) was called after'):
+        opt.zero_grad()  # half-way through the accumulation
+    F.cross_entropy(model(x), y).backward()
+    opt.step()
+    opt.zero_grad()
+
+
+def test_bucket_knobs(monkeypatch):
+    model = make_model()
+    x, y = shard(2, hvd.rank())
+    monkeypatch.setenv('HOROVOD_DISABLE_GRADIENT_BUCKETS', '1')
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    for _ in range(2):
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+    assert opt._buckets is None and opt._bucket_cap == 0
+    opt.zero_grad()
+    assert all(p.grad is None for p in model.parameters())
+    monkeypatch.delenv('HOROVOD_DISABLE_GRADIENT_BUCKETS')
+    monkeypatch.setenv('HOROVOD_BUCKET_CAP_MB', '3')
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    assert opt._bucket_cap == 3 * 2 ** 20
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters(),
+                                   compression=hvd.Compression.fp16)
+    assert opt._bucket_cap == 0  # compression keeps the per-gradient path
+
+
 # ---- broadcast_optimizer_state -------------------------------------------------------------------
 
 OPTIMIZERS = [

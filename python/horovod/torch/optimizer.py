@@ -1,11 +1,15 @@
 """DistributedOptimizer: averages gradients across ranks while backward is still running.
 
 Each parameter gets a post-accumulate-grad hook (torch >= 2.1; older versions hook the gradient
-accumulator, as Horovod does): as soon as its gradient is final
-for this step (after ``backward_passes_per_step`` passes) an in-place asynchronous allreduce of
-``p.grad`` starts. ``step()`` only waits for what is still outstanding, then runs the wrapped
-optimizer. The hooks sit on the parameters, so models compiled with ``torch.compile`` work the
-same way.
+accumulator, as Horovod does). The first ``synchronize()`` allreduces every gradient on its own
+and records the order in which the gradients became final. Then dense gradients move into
+buckets (``_buckets.py``): flat buffers, one per (dtype, device) and size cap, laid out in
+rank 0's recorded order, that every parameter's ``.grad`` is a view into. From then on autograd
+accumulates in place and, once every gradient of a bucket is final (after
+``backward_passes_per_step`` passes), one in-place allreduce of the whole bucket starts.
+Sparse gradients, compression and a disabled bucket knob keep the per-gradient path.
+``step()`` only waits for what is still outstanding, then runs the wrapped optimizer. The hooks
+sit on the parameters, so models compiled with ``torch.compile`` work the same way.
 """
 
 import os
@@ -16,10 +20,12 @@ import torch
 
 from horovod.common.process_sets import global_process_set
 from horovod.common.util import split_list
+from horovod.torch import _buckets
 from horovod.torch.compression import Compression
 from horovod.torch.functions import broadcast_object
-from horovod.torch.mpi_ops import (Adasum, Average, allreduce_async_, grouped_allreduce_async_,
-                                   rocm_built, size, sparse_allreduce_async, synchronize)
+from horovod.torch.mpi_ops import (Adasum, Average, Max, allreduce_, allreduce_async_,
+                                   grouped_allreduce_async_, rocm_built, size,
+                                   sparse_allreduce_async, synchronize)
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
@@ -29,7 +35,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1,
                  op=Average, gradient_predivide_factor=1.0, groups=None, sparse_as_dense=False,
-                 process_set=global_process_set):
+                 process_set=global_process_set, bucket_cap_mb=None):
         super(self.__class__, self).__init__(params)
         self._compression = compression
 
@@ -91,6 +97,18 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._groups = groups
         self._p_to_group = {}
         self._group_counts = {}
+        self._p_groups = None  # the groups as lists of parameters, in rank 0's order
+
+        # Gradient buckets (see _buckets.py), built at the end of the first synchronize().
+        # _bucket_cap: bytes per bucket, 0 = per-gradient path only.
+        self._bucket_cap = (_buckets.cap_bytes(bucket_cap_mb)
+                            if compression is Compression.none else 0)
+        self._buckets = None     # list of _buckets.Bucket once built
+        self._bucket_of = {}     # parameter -> (bucket, its view)
+        self._bucket_busy = False  # a bucket hook fired since the last synchronize()
+        self._ready_order = []   # until built: parameters in the order their hooks first fired
+        self._ready_seen = set()
+        self._sparse_seen = set()
 
         if self.process_set.included() and (size() > 1 or
                                             os.environ.get('HOROVOD_ELASTIC') == '1'):
@@ -100,9 +118,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._handles = {}
         self._synchronized = False
         self._should_synchronize = True
+        self._reset_delays()
+        super(self.__class__, self).load_state_dict(*args, **kwargs)
+
+    def _reset_delays(self):
         for p in self._allreduce_delay:
             self._allreduce_delay[p] = self.backward_passes_per_step
-        super(self.__class__, self).load_state_dict(*args, **kwargs)
+        for bucket in self._buckets or ():
+            bucket.pending = len(bucket.params)
+        self._bucket_busy = False
 
     @staticmethod
     def find_duplicates(lst):
@@ -116,8 +140,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def set_backward_passes_per_step(self, passes):
         self.backward_passes_per_step = passes
-        for p in self._allreduce_delay:
-            self._allreduce_delay[p] = self.backward_passes_per_step
+        self._reset_delays()
 
     def _register_hooks(self):
         if self._groups is not None:
@@ -144,6 +167,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 p_groups = split_list(p_list, self._groups)
 
             p_groups = [tuple(g) for g in p_groups if len(g) > 0]
+            self._p_groups = p_groups
             for group in p_groups:
                 for p in group:
                     self._p_to_group[p] = group
@@ -211,6 +235,16 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _make_hook(self, p):
         def hook(*ignore):
+            entry = self._bucket_of.get(p)
+            if entry is not None:
+                return self._bucket_hook(p, entry[0], entry[1])
+            if self._buckets is None and self._bucket_cap:
+                # Not built yet: record the order gradients become final, and which are sparse.
+                if p not in self._ready_seen:
+                    self._ready_seen.add(p)
+                    self._ready_order.append(p)
+                if p.grad is not None and p.grad.is_sparse:
+                    self._sparse_seen.add(p)
             if p in self._handles and self._handles[p][0] is not None:
                 if self._allreduce_delay[p] <= 0:
                     raise AssertionError(
@@ -239,12 +273,121 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._handles[p] = (handle, ctx)
         return hook
 
+    # ---- buckets ------------------------------------------------------------------------------
+
+    def _scale_factors(self):
+        if self.op == Average:
+            # Split the average across pre/postscale; the core divides by the set size.
+            return 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
+        return 1.0, 1.0
+
+    @staticmethod
+    def _adopt(p, view):
+        """Makes ``p.grad`` the bucket view again after something replaced it (``model.zero_grad()``
+        set it to None, ``backward(create_graph=True)`` made a new tensor, ...): the view takes
+        the current gradient (zeros if there is none)."""
+        g = p.grad
+        if g is None:
+            view.zero_()
+        elif g.is_sparse:
+            view.zero_().add_(g)
+        else:
+            view.copy_(g.detach())
+        p.grad = view
+
+    def _bucket_hook(self, p, bucket, view):
+        # Called by autograd (the thread running backward) once p.grad has been accumulated.
+        delay = self._allreduce_delay[p]
+        if delay <= 0:
+            raise AssertionError(
+                "Gradients were computed more than "
+                "backward_passes_per_step times before call "
+                "to step(). Increase backward_passes_per_step to "
+                "accumulate gradients locally.")
+        if p.grad is not view:
+            self._adopt(p, view)
+        self._bucket_busy = True
+        self._allreduce_delay[p] = delay - 1
+        if delay == 1:
+            bucket.pending -= 1
+            if bucket.pending == 0:
+                self._launch_bucket(bucket)
+
+    def _launch_bucket(self, bucket):
+        prescale, postscale = self._scale_factors()
+        bucket.handle = allreduce_async_(bucket.flat, name=bucket.name, op=self.op,
+                                         prescale_factor=prescale, postscale_factor=postscale,
+                                         process_set=self.process_set)
+
+    def _root_rank(self):
+        ranks = self.process_set.ranks
+        return min(ranks) if ranks else 0
+
+    def _build_buckets(self):
+        """Moves dense gradients into buckets. Collective over the process set (called by every
+        member's first synchronize()): gradients sparse on any rank stay out, and the layout
+        follows the root's order, so that every rank builds the same buckets."""
+        self._buckets = []
+        by_name = {self._parameter_names[p]: p for p in self._requires_update}
+        names = sorted(by_name)
+        if not names:
+            return
+        tag = 'DistributedOptimizer.buckets.' + names[0]
+        flags = torch.tensor([1 if by_name[n] in self._sparse_seen else 0 for n in names],
+                             dtype=torch.int32)
+        allreduce_(flags, name=tag + '.sparse', op=Max, process_set=self.process_set)
+        eligible = {n for n, f in zip(names, flags.tolist())
+                    if f == 0 and by_name[n].dtype in _buckets.kDtypes}
+
+        if self._p_groups is not None:
+            # Explicit groups (already in rank 0's order): each group is a bucket per dtype.
+            segments = [[self._parameter_names[p] for p in g] for g in self._p_groups]
+            cap = None
+        else:
+            # Gradients become final in backward order; those not seen yet go last, in reverse
+            # registration order.
+            order = [self._parameter_names[p] for p in self._ready_order]
+            seen = set(order)
+            registered = [self._parameter_names[p] for group in self.param_groups
+                          for p in group['params'] if p in self._requires_update]
+            order += [n for n in reversed(registered) if n not in seen]
+            segments = [broadcast_object(order, root_rank=self._root_rank(), name=tag + '.order',
+                                         process_set=self.process_set)]
+            cap = self._bucket_cap
+        segments = [[by_name[n] for n in seg if n in eligible] for seg in segments]
+
+        for i, params in enumerate(_buckets.plan(segments, cap)):
+            bucket = _buckets.Bucket('bucket.%d.%s.%s' % (i, self._parameter_names[params[0]],
+                                                         str(params[0].dtype)[6:]), params)
+            for p, view in zip(bucket.params, bucket.views):
+                self._adopt(p, view)
+                self._bucket_of[p] = (bucket, view)
+            self._buckets.append(bucket)
+        # The per-gradient path keeps the rest, each on its own (explicit groups end here).
+        self._requires_update -= set(self._bucket_of)
+        self._groups = None
+        self._p_to_group = {}
+        self._group_counts = {}
+        self._ready_order = []
+        self._ready_seen = set()
+
+    # ---- synchronize / step / zero_grad ---------------------------------------------------------
+
     def synchronize(self):
         """Waits for every gradient's allreduce (starting those not started yet, e.g. for
         parameters without a gradient on this rank) and writes the results into ``p.grad``."""
         if not self.process_set.included():
             self._synchronized = True
             return
+
+        # Buckets whose gradients were not all final here (unused parameters, fewer backward
+        # passes) start now, with what they hold: ranks match operations by name.
+        for bucket in self._buckets or ():
+            if bucket.handle is None:
+                for p, view in zip(bucket.params, bucket.views):
+                    if p.grad is not view:
+                        self._adopt(p, view)
+                self._launch_bucket(bucket)
 
         completed = set()
         for x in self._handles.keys():
@@ -304,6 +447,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     p.grad.set_(self._compression.decompress(output, ctx))
         self._handles.clear()
 
+        for bucket in self._buckets or ():
+            handle, bucket.handle = bucket.handle, None
+            synchronize(handle)  # in place: the views hold the result
+        if self._buckets:
+            self._reset_delays()
+        elif self._buckets is None and self._bucket_cap:
+            self._build_buckets()
+
         self._synchronized = True
 
     @contextmanager
@@ -331,11 +482,32 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return super(self.__class__, self).step(closure)
 
     def zero_grad(self, set_to_none=True):
-        if self._handles:
+        """As the wrapped optimizer's, except that gradients living in buckets are zeroed in
+        place and stay views into their bucket, whatever ``set_to_none`` says."""
+        if self._handles or self._bucket_busy:
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() "
                                  "but before optimizer.step() or optimizer.synchronize(). "
                                  "This is prohibited as it can cause a race condition.")
-        return super(self.__class__, self).zero_grad(set_to_none)
+        if not self._buckets:
+            return super(self.__class__, self).zero_grad(set_to_none)
+        for bucket in self._buckets:
+            bucket.flat.zero_()
+            for p, view in zip(bucket.params, bucket.views):
+                if p.grad is not view:
+                    p.grad = view
+        bucketed = self._bucket_of
+        for group in self.param_groups:
+            for p in group['params']:
+                if p.grad is None or p in bucketed:
+                    continue
+                if set_to_none:
+                    p.grad = None
+                else:
+                    if p.grad.grad_fn is not None:
+                        p.grad.detach_()
+                    else:
+                        p.grad.requires_grad_(False)
+                    p.grad.zero_()
 
 
 def DistributedOptimizer(optimizer, named_parameters=None,
@@ -345,7 +517,8 @@ def DistributedOptimizer(optimizer, named_parameters=None,
                          gradient_predivide_factor=1.0,
                          num_groups=0, groups=None,
                          sparse_as_dense=False,
-                         process_set=global_process_set):
+                         process_set=global_process_set,
+                         bucket_cap_mb=None):
     """Wraps a torch optimizer so that gradients are averaged across ranks (allreduce) before
     the update. Returns an instance of a subclass of ``optimizer``'s class with the same name,
     built over ``optimizer.param_groups``.
@@ -363,6 +536,9 @@ def DistributedOptimizer(optimizer, named_parameters=None,
             parameters; each group is allreduced as one grouped operation.
         sparse_as_dense: Densify sparse gradients before the allreduce.
         process_set: Process set whose ranks average gradients (default: all).
+        bucket_cap_mb: Size cap of a gradient bucket in MiB (default: HOROVOD_BUCKET_CAP_MB,
+            else 25); 0 keeps every gradient on its own. Buckets are off with compression and
+            with HOROVOD_DISABLE_GRADIENT_BUCKETS=1.
     """
     # We dynamically create a new class that inherits from the optimizer that was passed in.
     # The goal is to override the `step()` method with an allreduce implementation.
@@ -391,4 +567,5 @@ def DistributedOptimizer(optimizer, named_parameters=None,
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
-               op, gradient_predivide_factor, groups, sparse_as_dense, process_set)
+               op, gradient_predivide_factor, groups, sparse_as_dense, process_set,
+               bucket_cap_mb)
