@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -85,7 +86,11 @@ struct Scratch {
   std::vector<std::shared_ptr<shm::Segment>> holds;
 };
 
+std::atomic<uint64_t> completed{0};
+
 }  // namespace
+
+uint64_t sharedInPlaceCount() { return completed.load(std::memory_order_relaxed); }
 
 bool sharedInPlaceAllreduce(const Response& r, Communicator& comm, const std::vector<Entry*>& entries) {
   const int n = comm.size(), me = comm.rank();
@@ -179,6 +184,7 @@ bool sharedInPlaceAllreduce(const Response& r, Communicator& comm, const std::ve
   }
   space->barrier(comm.deadline());
   for (auto& h : scratch.holds) h.reset();
+  completed.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 

@@ -33,4 +33,7 @@ namespace hvd::engine {
 // path. Throws PeerLost/Timeout/Aborted like the collectives.
 bool sharedInPlaceAllreduce(const Response& r, Communicator& comm, const std::vector<Entry*>& entries);
 
+// Operations that ran the shared in-place path in this process (tests, benchmarks).
+uint64_t sharedInPlaceCount();
+
 }  // namespace hvd::engine

@@ -1,0 +1,361 @@
+// Shared buffers (hvd::allocateShared) and the zero-copy shared in-place allreduce, over real
+// processes: forked ranks rendezvous through a TcpStoreServer in the parent and run the public
+// API over the shm transport. Checks results against the staged path on ordinary memory
+// (bitwise), across dtypes, ops, sizes and per-rank offsets; bitwise equality across ranks; the
+// mixed case (one rank on ordinary memory); and that a rank killed mid-op gives PeerLost on the
+// others within seconds. Every child is bounded by alarm(); the parent kills stragglers.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collectives/reduce.h"
+#include "engine/shared_buffers.h"
+#include "engine/shared_inplace.h"
+#include "horovod/horovod.h"
+#include "store/tcp_store_server.h"
+
+namespace hvd {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kOk = 0;
+constexpr int kFailed = 1;
+constexpr int kWrongError = 2;
+constexpr int kTooSlow = 3;
+constexpr int kNoError = 4;
+constexpr int kWrongPath = 5;
+constexpr int kMismatch = 6;
+const char kSecret[] = "00112233445566778899aabbccddeeff";
+
+// Forks `n` ranks running body(rank); returns their exit codes (-signal for a signal).
+std::vector<int> runRanks(int n, const std::function<int(int)>& body, int limitSeconds = 60,
+                          const char* transport = "shm") {
+  std::vector<int> pipes(n);
+  std::vector<pid_t> pids(n);
+  for (int r = 0; r < n; ++r) {
+    int fds[2];
+    if (pipe(fds) != 0) throw std::runtime_error("pipe");
+    pid_t pid = fork();
+    if (pid == 0) {
+      close(fds[1]);
+      uint16_t port = 0;
+      if (read(fds[0], &port, sizeof(port)) != sizeof(port)) _exit(100);
+      setenv("HOROVOD_RANK", std::to_string(r).c_str(), 1);
+      setenv("HOROVOD_SIZE", std::to_string(n).c_str(), 1);
+      setenv("HOROVOD_LOCAL_RANK", std::to_string(r).c_str(), 1);
+      setenv("HOROVOD_LOCAL_SIZE", std::to_string(n).c_str(), 1);
+      setenv("HOROVOD_HOSTNAME", "shared-host", 1);
+      setenv("HOROVOD_GLOO_RENDEZVOUS_ADDR", "127.0.0.1", 1);
+      setenv("HOROVOD_GLOO_RENDEZVOUS_PORT", std::to_string(port).c_str(), 1);
+      setenv("HOROVOD_SECRET_KEY", kSecret, 1);
+      setenv("HOROVOD_TRANSPORT", transport, 1);
+      setenv("HOROVOD_GLOO_TIMEOUT_SECONDS", "20", 1);
+      alarm(static_cast<unsigned>(limitSeconds));
+      int code = kFailed;
+      try {
+        code = body(r);
+      } catch (const std::exception& e) {
+        fprintf(stderr, "rank %d: %s\n", r, e.what());
+      }
+      _exit(code);
+    }
+    close(fds[0]);
+    pipes[r] = fds[1];
+    pids[r] = pid;
+  }
+  std::vector<int> codes(n, -999);
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  uint16_t port = server.port();
+  for (int r = 0; r < n; ++r) {
+    if (write(pipes[r], &port, sizeof(port)) != sizeof(port)) ADD_FAILURE() << "pipe write";
+    close(pipes[r]);
+  }
+  auto deadline = Clock::now() + std::chrono::seconds(limitSeconds + 5);
+  for (int left = n; left > 0;) {
+    for (int r = 0; r < n; ++r) {
+      int status = 0;
+      if (codes[r] == -999 && waitpid(pids[r], &status, WNOHANG) == pids[r]) {
+        codes[r] = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+        --left;
+      }
+    }
+    if (Clock::now() > deadline) {
+      for (int r = 0; r < n; ++r) {
+        if (codes[r] == -999) kill(pids[r], SIGKILL);
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return codes;
+}
+
+TensorView viewOf(void* data, DataType dtype, size_t count) {
+  TensorView t;
+  t.data = data;
+  t.dtype = dtype;
+  t.shape = {static_cast<int64_t>(count)};
+  return t;
+}
+
+// Element i of rank r, as a double: small integers (exact in every dtype), or fractional values
+// (float types, to make rounding differences visible) when `fractional`.
+double valueOf(int r, size_t i, bool fractional) {
+  double v = double((i * 7 + size_t(r) * 3) % 11) + 1.0;
+  if (fractional) v += std::sin(double(i) * 0.37 + r) * 0.3;
+  return v;
+}
+
+void fill(void* data, DataType dtype, size_t count, int r, bool fractional) {
+  for (size_t i = 0; i < count; ++i) {
+    double v = valueOf(r, i, fractional);
+    switch (dtype) {
+      case DataType::kFloat32: static_cast<float*>(data)[i] = float(v); break;
+      case DataType::kFloat64: static_cast<double*>(data)[i] = v; break;
+      case DataType::kFloat16: static_cast<uint16_t*>(data)[i] = floatToHalf(float(v)); break;
+      case DataType::kBFloat16: static_cast<uint16_t*>(data)[i] = floatToBfloat16(float(v)); break;
+      case DataType::kInt32: static_cast<int32_t*>(data)[i] = int32_t(v); break;
+      case DataType::kInt64: static_cast<int64_t*>(data)[i] = int64_t(v); break;
+      case DataType::kUInt8: static_cast<uint8_t*>(data)[i] = uint8_t(v); break;
+      default: throw std::runtime_error("dtype not covered");
+    }
+  }
+}
+
+uint64_t fnv(const void* data, size_t bytes) {
+  uint64_t h = 1469598103934665603ULL;
+  auto* p = static_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ULL;
+  return h;
+}
+
+// Whether every rank holds the same 64-bit value (Min == Max over ranks).
+bool sameOnAllRanks(uint64_t value, const std::string& name) {
+  int64_t v[2] = {static_cast<int64_t>(value >> 1), static_cast<int64_t>(value >> 1)};
+  int64_t w[2] = {v[0], v[1]};
+  Options o;
+  o.name = name + ".min";
+  o.op = ReduceOp::kMin;
+  allreduce(viewOf(&v[0], DataType::kInt64, 1), viewOf(&v[0], DataType::kInt64, 1), o);
+  o.name = name + ".max";
+  o.op = ReduceOp::kMax;
+  allreduce(viewOf(&w[1], DataType::kInt64, 1), viewOf(&w[1], DataType::kInt64, 1), o);
+  return v[0] == w[1];
+}
+
+TEST(SharedBuffers, AllocationIsZeroedAlignedAndRegistered) {
+  OwnedTensor t = allocateShared(DataType::kFloat32, {3, 5});
+  ASSERT_NE(t.view.data, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(t.view.data) % 64, 0u);
+  EXPECT_EQ(t.view.bytes(), 60u);
+  for (int i = 0; i < 15; ++i) EXPECT_EQ(static_cast<float*>(t.view.data)[i], 0.0f);
+  engine::SharedBufferInfo info;
+  EXPECT_TRUE(engine::findSharedBuffer(static_cast<uint8_t*>(t.view.data) + 4, 56, &info));
+  EXPECT_EQ(info.base, t.view.data);
+  EXPECT_NE(info.id, 0u);
+  EXPECT_FALSE(engine::findSharedBuffer(t.view.data, info.bytes + 1));
+  std::vector<float> ordinary(15);
+  EXPECT_FALSE(engine::findSharedBuffer(ordinary.data(), 60));
+  void* data = t.view.data;
+  t = OwnedTensor{};  // last reference: unregistered
+  EXPECT_FALSE(engine::findSharedBuffer(data, 4));
+  OwnedTensor empty = allocateShared(DataType::kUInt8, {0});
+  EXPECT_NE(empty.view.data, nullptr);
+  EXPECT_THROW(allocateShared(DataType::kUInt8, {-1}), InvalidArgument);
+}
+
+// Every case runs on shared buffers (at an offset that differs between ranks) and on ordinary
+// memory (the staged path) with the same data; the results must be bitwise equal, equal on
+// every rank, and the shared ones must have taken the in-place path.
+TEST(SharedInPlace, MatchesStagedPathAcrossDtypesOpsSizes) {
+  auto codes = runRanks(3, [](int rank) {
+    init();
+    struct Case {
+      DataType dtype;
+      ReduceOp op;
+      double prescale, postscale;
+      bool fractional;
+    };
+    const std::vector<Case> cases = {
+        {DataType::kFloat32, ReduceOp::kSum, 1.0, 1.0, true},
+        {DataType::kFloat32, ReduceOp::kAverage, 1.0, 1.0, true},
+        {DataType::kFloat32, ReduceOp::kSum, 0.5, 3.0, true},
+        {DataType::kFloat64, ReduceOp::kAverage, 1.0, 1.0, true},
+        {DataType::kFloat16, ReduceOp::kSum, 1.0, 1.0, false},
+        {DataType::kBFloat16, ReduceOp::kAverage, 1.0, 1.0, false},
+        {DataType::kInt32, ReduceOp::kMax, 1.0, 1.0, false},
+        {DataType::kInt64, ReduceOp::kMin, 1.0, 1.0, false},
+        {DataType::kUInt8, ReduceOp::kSum, 1.0, 1.0, false},
+        {DataType::kFloat32, ReduceOp::kProduct, 1.0, 1.0, false},
+    };
+    const std::vector<size_t> counts = {1, 7, 1000, 4099, 65537, (size_t(1) << 20) + 3};
+    // Room for the largest case at the largest offset; rank r's tensors start 8*r + 24 elements in.
+    const size_t offsetElems = 8 * size_t(rank) + 24;
+    OwnedTensor shared = allocateShared(DataType::kUInt8, {int64_t(((size_t(1) << 20) + 64) * 8 + 1024)});
+    int id = 0;
+    for (const Case& c : cases) {
+      for (size_t count : counts) {
+        const size_t esize = dataTypeSize(c.dtype);
+        uint8_t* s = static_cast<uint8_t*>(shared.view.data) + offsetElems * esize;
+        std::vector<uint8_t> plain(count * esize);
+        fill(s, c.dtype, count, rank, c.fractional);
+        fill(plain.data(), c.dtype, count, rank, c.fractional);
+        Options o;
+        o.op = c.op;
+        o.prescale = c.prescale;
+        o.postscale = c.postscale;
+        o.name = "shared." + std::to_string(id);
+        uint64_t before = engine::sharedInPlaceCount();
+        allreduce(viewOf(s, c.dtype, count), viewOf(s, c.dtype, count), o);
+        if (engine::sharedInPlaceCount() != before + 1) {
+          fprintf(stderr, "rank %d case %d: shared in-place path not taken\n", rank, id);
+          return kWrongPath;
+        }
+        o.name = "plain." + std::to_string(id);
+        allreduce(viewOf(plain.data(), c.dtype, count), viewOf(plain.data(), c.dtype, count), o);
+        if (std::memcmp(s, plain.data(), count * esize) != 0) {
+          fprintf(stderr, "rank %d case %d (dtype %s, count %zu): differs from the staged path\n", rank, id,
+                  std::string(dataTypeName(c.dtype)).c_str(), count);
+          return kMismatch;
+        }
+        if (!sameOnAllRanks(fnv(s, count * esize), "hash." + std::to_string(id))) {
+          fprintf(stderr, "rank %d case %d: results differ between ranks\n", rank, id);
+          return kMismatch;
+        }
+        ++id;
+      }
+    }
+    // Explicit values for one case: float32 sum of small integers is exact.
+    float* f = static_cast<float*>(shared.view.data) + offsetElems;
+    fill(f, DataType::kFloat32, 1001, rank, false);
+    Options o;
+    o.name = "shared.exact";
+    allreduce(viewOf(f, DataType::kFloat32, 1001), viewOf(f, DataType::kFloat32, 1001), o);
+    for (size_t i = 0; i < 1001; ++i) {
+      double want = valueOf(0, i, false) + valueOf(1, i, false) + valueOf(2, i, false);
+      if (f[i] != float(want)) return kMismatch;
+    }
+    // Steady state: the same name again and again (response cache hits keep the flag).
+    uint64_t before = engine::sharedInPlaceCount();
+    for (int step = 0; step < 20; ++step) {
+      for (size_t i = 0; i < 1001; ++i) f[i] = float(rank + step);
+      allreduce(viewOf(f, DataType::kFloat32, 1001), viewOf(f, DataType::kFloat32, 1001), o);
+      for (size_t i = 0; i < 1001; ++i) {
+        if (f[i] != float(3 * step + 3)) return kMismatch;
+      }
+    }
+    if (engine::sharedInPlaceCount() != before + 20) return kWrongPath;
+    barrier();
+    shutdown();
+    return kOk;
+  }, 120);
+  EXPECT_EQ(codes, (std::vector<int>{kOk, kOk, kOk}));
+}
+
+// One rank on ordinary memory: everyone takes the staged path, results still right; then all
+// on shared buffers again under the same name: the flag changes, the in-place path returns.
+TEST(SharedInPlace, MixedRanksTakeTheStagedPath) {
+  auto codes = runRanks(2, [](int rank) {
+    init();
+    const size_t count = 100003;
+    OwnedTensor shared = allocateShared(DataType::kFloat32, {int64_t(count)});
+    std::vector<float> plain(count);
+    float* buf = rank == 1 ? plain.data() : static_cast<float*>(shared.view.data);
+    Options o;
+    o.name = "mixed";
+    o.op = ReduceOp::kAverage;
+    for (int step = 0; step < 3; ++step) {
+      for (size_t i = 0; i < count; ++i) buf[i] = float(2 * (rank + 1) * (i % 9) + step);
+      uint64_t before = engine::sharedInPlaceCount();
+      allreduce(viewOf(buf, DataType::kFloat32, count), viewOf(buf, DataType::kFloat32, count), o);
+      if (engine::sharedInPlaceCount() != before) return kWrongPath;
+      for (size_t i = 0; i < count; ++i) {
+        if (buf[i] != float(3 * (i % 9) + step)) return kMismatch;
+      }
+    }
+    buf = static_cast<float*>(shared.view.data);
+    for (size_t i = 0; i < count; ++i) buf[i] = float(rank);
+    uint64_t before = engine::sharedInPlaceCount();
+    o.op = ReduceOp::kSum;
+    allreduce(viewOf(buf, DataType::kFloat32, count), viewOf(buf, DataType::kFloat32, count), o);
+    if (engine::sharedInPlaceCount() != before + 1) return kWrongPath;
+    for (size_t i = 0; i < count; ++i) {
+      if (buf[i] != 1.0f) return kMismatch;
+    }
+    // Out of place from a shared buffer is an ordinary allreduce.
+    std::vector<float> out(count);
+    before = engine::sharedInPlaceCount();
+    o.name = "outofplace";
+    allreduce(viewOf(buf, DataType::kFloat32, count), viewOf(out.data(), DataType::kFloat32, count), o);
+    if (engine::sharedInPlaceCount() != before || out[5] != 2.0f) return kWrongPath;
+    barrier();
+    shutdown();
+    return kOk;
+  });
+  EXPECT_EQ(codes, (std::vector<int>{kOk, kOk}));
+}
+
+// Over tcp there is no shared memory: shared buffers are ordinary memory to the engine.
+TEST(SharedInPlace, TcpTransportTakesTheStagedPath) {
+  auto codes = runRanks(2, [](int rank) {
+    init();
+    OwnedTensor shared = allocateShared(DataType::kFloat32, {1000});
+    float* buf = static_cast<float*>(shared.view.data);
+    for (int i = 0; i < 1000; ++i) buf[i] = float(rank + 1);
+    Options o;
+    o.name = "tcp";
+    allreduce(viewOf(buf, DataType::kFloat32, 1000), viewOf(buf, DataType::kFloat32, 1000), o);
+    if (engine::sharedInPlaceCount() != 0) return kWrongPath;
+    if (buf[999] != 3.0f) return kMismatch;
+    shutdown();
+    return kOk;
+  }, 60, "tcp");
+  EXPECT_EQ(codes, (std::vector<int>{kOk, kOk}));
+}
+
+TEST(SharedInPlace, KilledRankIsReportedAsPeerLost) {
+  auto codes = runRanks(3, [](int rank) {
+    init();
+    const size_t count = size_t(1) << 20;
+    OwnedTensor shared = allocateShared(DataType::kFloat32, {int64_t(count)});
+    float* buf = static_cast<float*>(shared.view.data);
+    Options o;
+    o.name = "kill";
+    o.op = ReduceOp::kAverage;
+    for (int step = 0;; ++step) {
+      if (rank == 2 && step == 30) raise(SIGKILL);
+      Clock::time_point start = Clock::now();
+      try {
+        allreduce(viewOf(buf, DataType::kFloat32, count), viewOf(buf, DataType::kFloat32, count), o);
+      } catch (const PeerLost& e) {
+        double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+        fprintf(stderr, "rank %d: PeerLost(rank %d) after %.3f s\n", rank, e.rank(), seconds);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+        if (e.rank() != 2) return kWrongError;
+        if (seconds > 5.0) return kTooSlow;
+        if (engine::sharedInPlaceCount() < 30) return kWrongPath;
+        return kOk;
+      } catch (const std::exception& e) {
+        fprintf(stderr, "rank %d: unexpected error type: %s\n", rank, e.what());
+        return kWrongError;
+      }
+      if (step > 100000) return kNoError;
+    }
+  });
+  EXPECT_EQ(codes[0], kOk);
+  EXPECT_EQ(codes[1], kOk);
+  EXPECT_EQ(codes[2], -SIGKILL);
+}
+
+}  // namespace
+}  // namespace hvd
