@@ -156,14 +156,18 @@ def test_groups(groups):
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                                    named_parameters=model.named_parameters(), groups=group_arg)
     ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
-    x, y = shard(5, hvd.rank())
-    F.cross_entropy(model(x), y).backward()
-    opt.step()
-    for g, p in zip(reference_grads(ref, [5]), ref.parameters()):
-        p.grad = g
-    ref_opt.step()
-    for p, q in zip(model.parameters(), ref.parameters()):
-        assert torch.allclose(p, q, atol=1e-6)
+    for step in range(3):  # the first step grouped, then one bucket per group
+        opt.zero_grad()
+        x, y = shard(5 + step, hvd.rank())
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+        for g, p in zip(reference_grads(ref, [5 + step]), ref.parameters()):
+            p.grad = g
+        ref_opt.step()
+        for p, q in zip(model.parameters(), ref.parameters()):
+            assert torch.allclose(p, q, atol=1e-6)
+    if hvd.size() > 1:
+        assert len(opt._buckets) == (2 if groups == 2 else 3)
 
 
 def test_num_groups_is_deprecated():
