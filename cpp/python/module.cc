@@ -297,6 +297,15 @@ NB_MODULE(_core, m) {
   m.def("gloo_enabled", [] { return hvd::isInitialized(); });
 
   // Collectives. Positional arguments in this order; `name` is the full matching key.
+  m.def(
+      "shared_buffer",
+      [](size_t nbytes) {
+        return toResult(hvd::allocateShared(hvd::DataType::kUInt8, {static_cast<int64_t>(nbytes)}));
+      },
+      "nbytes"_a,
+      "A zero-filled 1-D uint8 array of nbytes in memory the ranks of this host share (64-byte aligned; "
+      "hvd::allocateShared). In-place allreduces inside it run zero-copy when every rank uses one. The "
+      "array (and torch.from_dlpack views of it) keeps the memory alive.");
   m.def("allreduce_async", &allreduceAsync, "tensor"_a, "output"_a.none(), "name"_a, "op"_a,
         "prescale"_a, "postscale"_a, "process_set"_a,
         "out = postscale * OP(prescale * tensor); output=None reduces in place.");
