@@ -10,22 +10,26 @@
 namespace hvd::collectives {
 namespace {
 
-// Round k: every rank publishes bytes [k*h, (k+1)*h) of its block into its half h, barrier, and
-// copies the same range of every other block out. One barrier per round (double buffering).
-void allgatherShared(Communicator& comm, SharedSpace& space, uint8_t* out, const std::vector<size_t>& bytes,
-                     const std::vector<size_t>& offsets) {
+// Round k: every rank publishes bytes [k*c, (k+1)*c) of its block (read from `in`) into its next
+// half, barrier, and copies the same range of every block, its own included, from the shared
+// halves into `out` while the data is still in cache. One barrier per round; c is at most
+// kSharedCopyChunkBytes so the rounds pipeline (a rank publishes round k+1 while slower peers
+// still copy round k out of the other half).
+void allgatherShared(Communicator& comm, SharedSpace& space, const uint8_t* in, uint8_t* out,
+                     const std::vector<size_t>& bytes, const std::vector<size_t>& offsets) {
   const int n = comm.size(), me = comm.rank();
-  const size_t half = sharedHalfBytes(space);
+  const size_t chunk = sharedCopyChunkBytes(space);
   const size_t largest = *std::max_element(bytes.begin(), bytes.end());
-  for (size_t start = 0; start < largest; start += half) {
+  const bool inPlace = in == out + offsets[me];
+  for (size_t start = 0; start < largest; start += chunk) {
     const uint64_t phase = comm.nextSharedPhase();
     if (bytes[me] > start) {
-      std::memcpy(sharedHalf(space, me, phase), out + offsets[me] + start, std::min(half, bytes[me] - start));
+      std::memcpy(sharedHalf(space, me, phase), in + start, std::min(chunk, bytes[me] - start));
     }
     space.barrier(comm.deadline());
     for (int j = 0; j < n; ++j) {
-      if (j == me || bytes[j] <= start) continue;
-      std::memcpy(out + offsets[j] + start, sharedHalf(space, j, phase), std::min(half, bytes[j] - start));
+      if ((j == me && inPlace) || bytes[j] <= start) continue;
+      std::memcpy(out + offsets[j] + start, sharedHalf(space, j, phase), std::min(chunk, bytes[j] - start));
     }
   }
 }
@@ -51,14 +55,20 @@ void allgatherv(Communicator& comm, const void* in, void* out, const std::vector
   std::vector<size_t> offsets(n, 0);
   for (int j = 1; j < n; ++j) offsets[j] = offsets[j - 1] + bytesPerRank[j - 1];
   auto* dst = static_cast<uint8_t*>(out);
-  if (in != dst + offsets[me] && bytesPerRank[me] > 0) std::memmove(dst + offsets[me], in, bytesPerRank[me]);
-  if (n == 1) return;
+  auto copyOwn = [&] {
+    if (in != dst + offsets[me] && bytesPerRank[me] > 0) std::memmove(dst + offsets[me], in, bytesPerRank[me]);
+  };
+  if (n == 1) return copyOwn();
   size_t total = offsets[n - 1] + bytesPerRank[n - 1];
   if (total == 0) return;
   SharedSpace* shared = comm.sharedSpace(comm.deadline());
   if (sharedUsable(shared, n)) {
-    allgatherShared(comm, *shared, dst, bytesPerRank, offsets);
-  } else if (hierarchicalUsable(comm, true)) {
+    // Copies its own block too, from the shared copy (`in` must not overlap `out` elsewhere).
+    allgatherShared(comm, *shared, static_cast<const uint8_t*>(in), dst, bytesPerRank, offsets);
+    return;
+  }
+  copyOwn();
+  if (hierarchicalUsable(comm, true)) {
     allgatherHierarchical(comm, dst, bytesPerRank, offsets);
   } else {
     allgatherRing(comm, dst, bytesPerRank, offsets);

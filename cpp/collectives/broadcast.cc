@@ -57,9 +57,10 @@ void broadcastChain(Communicator& comm, uint8_t* buf, size_t bytes, int root) {
 
 }  // namespace
 
-// Root publishes a chunk into its next half, barrier, the others copy it out.
+// Root publishes a chunk into its next half, barrier, the others copy it out. Chunks of at most
+// kSharedCopyChunkBytes: the root fills chunk k+1 while the others copy chunk k (still cached).
 void broadcastShared(Communicator& comm, SharedSpace& space, uint8_t* buf, size_t bytes, int root) {
-  const size_t half = sharedHalfBytes(space);
+  const size_t half = sharedCopyChunkBytes(space);
   const bool isRoot = space.memberIndex() == root;
   for (size_t offset = 0; offset < bytes; offset += half) {
     const size_t len = std::min(half, bytes - offset);

@@ -33,6 +33,15 @@ inline size_t sharedHalfBytes(const SharedSpace& space) { return space.capacity(
 inline uint8_t* sharedHalf(SharedSpace& space, int member, uint64_t phase) {
   return static_cast<uint8_t*>(space.buffer(member)) + (phase & 1) * sharedHalfBytes(space);
 }
+// Chunk of the copy-only shared-memory collectives (allgather, broadcast): small enough that a
+// chunk a rank just published is still in cache when its peers copy it out, and that the copy
+// of chunk k+1 overlaps the peers' copy-out of chunk k; large enough that the one barrier per
+// chunk (a few us) stays a few percent of its copies.
+constexpr size_t kSharedCopyChunkBytes = size_t(1) << 20;
+inline size_t sharedCopyChunkBytes(const SharedSpace& space) {
+  return std::min(sharedHalfBytes(space), kSharedCopyChunkBytes);
+}
+
 // A SharedSpace is worth using when each half holds at least one cache line per member.
 inline bool sharedUsable(const SharedSpace* space, int n) {
   return space != nullptr && sharedHalfBytes(*space) >= static_cast<size_t>(n) * 64 + 64;

@@ -8,6 +8,7 @@
 #include "collectives/reduce.h"
 #include "common/check.h"
 #include "engine/negotiation.h"
+#include "engine/output_pool.h"
 #include "engine/shared_inplace.h"
 
 namespace hvd::engine {
@@ -29,12 +30,8 @@ OwnedTensor allocateTensor(DataType dtype, std::vector<int64_t> shape) {
   OwnedTensor t;
   t.view.dtype = dtype;
   t.view.shape = std::move(shape);
-  size_t bytes = t.view.bytes();
-  size_t alloc = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, alloc);
-  if (p == nullptr) throw std::bad_alloc();
-  t.storage = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
-  t.view.data = p;
+  t.storage = OutputPool::instance().acquire(t.view.bytes());
+  t.view.data = t.storage.get();
   return t;
 }
 

@@ -1,0 +1,133 @@
+// OutputPool (engine/output_pool.h): reuse of released blocks, the byte budget, outputs that
+// outlive the Work (and the engine) that made them.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <thread>
+
+#include "cluster.h"
+#include "engine/executor.h"
+#include "engine/output_pool.h"
+#include "typed.h"
+
+namespace hvd::test {
+namespace {
+
+using engine::OutputPool;
+
+constexpr size_t kMiB = size_t(1) << 20;
+
+TEST(OutputPool, ReusesAReleasedBlock) {
+  OutputPool pool(16 * kMiB);
+  void* first;
+  {
+    auto a = pool.acquire(3 * kMiB + 5);
+    first = a.get();
+    std::memset(a.get(), 1, 3 * kMiB + 5);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(first) % OutputPool::kHugePage, 0u) << "huge blocks are 2 MiB aligned";
+    EXPECT_EQ(pool.cachedBytes(), 0u);
+  }
+  EXPECT_EQ(pool.cachedBytes(), 4 * kMiB) << "released block kept, rounded to huge pages";
+  auto b = pool.acquire(3 * kMiB);
+  EXPECT_EQ(b.get(), first) << "same size class: the cached block comes back";
+  EXPECT_EQ(pool.cachedBytes(), 0u);
+  EXPECT_EQ(pool.blocksMapped(), 1u);
+}
+
+TEST(OutputPool, SteadyLoopMapsTwoBlocks) {
+  // The pattern of a training loop: the next output is allocated while the previous is held.
+  OutputPool pool(16 * kMiB);
+  std::shared_ptr<void> held;
+  for (int i = 0; i < 20; ++i) {
+    auto next = pool.acquire(8 * kMiB);
+    std::memset(next.get(), i, 8 * kMiB);
+    held = std::move(next);
+  }
+  EXPECT_EQ(pool.blocksMapped(), 2u);
+  EXPECT_EQ(pool.cachedBytes(), 8 * kMiB);
+}
+
+TEST(OutputPool, BudgetBoundsWhatIsKept) {
+  OutputPool pool(8 * kMiB);
+  { auto big = pool.acquire(10 * kMiB); }
+  EXPECT_EQ(pool.cachedBytes(), 0u) << "a block over the budget is unmapped at once";
+  {
+    auto a = pool.acquire(4 * kMiB);
+    auto b = pool.acquire(4 * kMiB);
+    auto c = pool.acquire(2 * kMiB);
+    void* pa = a.get();
+    a.reset();
+    b.reset();
+    EXPECT_EQ(pool.cachedBytes(), 8 * kMiB);
+    c.reset();  // over budget: the oldest (a) goes
+    EXPECT_EQ(pool.cachedBytes(), 6 * kMiB);
+    auto d = pool.acquire(4 * kMiB);
+    EXPECT_NE(d.get(), pa);
+  }
+  OutputPool none(0);
+  { auto x = none.acquire(1 * kMiB); }
+  EXPECT_EQ(none.cachedBytes(), 0u);
+  pool.trim();
+  EXPECT_EQ(pool.cachedBytes(), 0u);
+}
+
+TEST(OutputPool, DoesNotHandOutAFarLargerBlock) {
+  OutputPool pool(64 * kMiB);
+  { auto big = pool.acquire(32 * kMiB); }
+  auto small = pool.acquire(1 * kMiB);
+  EXPECT_EQ(pool.cachedBytes(), 32 * kMiB) << "a 1 MiB request does not take the 32 MiB block";
+  EXPECT_EQ(pool.blocksMapped(), 2u);
+}
+
+TEST(OutputPool, SmallRequestsAndReleaseFromOtherThreads) {
+  OutputPool pool(16 * kMiB);
+  auto tiny = pool.acquire(0);
+  ASSERT_NE(tiny.get(), nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(tiny.get()) % 64, 0u);
+  std::shared_ptr<void> blocks[4];
+  for (auto& b : blocks) b = pool.acquire(kMiB);
+  std::thread t([&] {
+    for (auto& b : blocks) b.reset();
+  });
+  t.join();
+  EXPECT_EQ(pool.cachedBytes(), 4 * kMiB);
+}
+
+// Outputs of engine allgathers stay valid after their Work and the engine are gone, and
+// repeated allgathers of one size reuse pooled storage.
+TEST(OutputPoolEngine, AllgatherOutputsOutliveWorkAndEngine) {
+  const int n = 2;
+  std::vector<OwnedTensor> kept(n);
+  {
+  Cluster cluster(n);
+  cluster.run([&](int rank, engine::Runtime& rt) {
+    const int64_t rows = 300000;  // 1.2 MB per rank: pooled
+    Buffer in(DataType::kInt32, {rows});
+    for (int iter = 0; iter < 6; ++iter) {
+      for (int64_t i = 0; i < rows; ++i) in.set(static_cast<size_t>(i), rank * 1000 + iter + i % 7);
+      OwnedTensor out;
+      {
+        auto work = rt.allgather(in.view(), named("pool.ag"));
+        work->wait();
+        out = work->outputs().at(0);
+      }  // the Work is gone; `out` holds the storage
+      for (int r = 0; r < n; ++r) {
+        for (int64_t i : {int64_t(0), rows / 2, rows - 1}) {
+          ASSERT_EQ(Buffer::load(out.view.data, DataType::kInt32, static_cast<size_t>(r * rows + i)),
+                    r * 1000 + iter + i % 7);
+        }
+      }
+      kept[rank] = out;
+    }
+  });
+  }
+  // The engines are shut down; the last outputs are still readable, and release afterwards.
+  for (int r = 0; r < n; ++r) {
+    ASSERT_EQ(Buffer::load(kept[r].view.data, DataType::kInt32, 300000 + 5), 1000 + 5 + 5 % 7);
+  }
+  kept.clear();
+}
+
+}  // namespace
+}  // namespace hvd::test
