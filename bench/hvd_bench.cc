@@ -84,6 +84,14 @@ class HvdComm : public BenchComm {
     }
     for (auto& w : work_) w->wait();
   }
+  std::shared_ptr<void> allocateShared(size_t bytes) override {
+    return hvd::allocateShared(DataType::kUInt8, {static_cast<int64_t>(bytes)}).storage;
+  }
+  void allreduceAverageInPlace(void* buf, size_t count, ElemType type) override {
+    Options o = named("bench.allreduce_shared");
+    o.op = ReduceOp::kAverage;
+    hvd::allreduce(view(buf, count, type), view(buf, count, type), o);
+  }
   void barrier() override { hvd::barrier(); }
   void maxOverRanks(std::vector<double>& values) override {
     if (values.empty()) return;

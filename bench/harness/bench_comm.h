@@ -11,6 +11,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -47,6 +49,19 @@ class BenchComm {
   // asynchronously, then waited on together.
   virtual void allreduceBatch(const std::vector<const void*>& in, const std::vector<void*>& out,
                               size_t count, ElemType type) = 0;
+
+  // allreduce_shared rows: `bytes` of memory the system can reduce in place without staging
+  // copies (Horovod: hvd::allocateShared), or nullptr when it has no such memory (the harness
+  // then uses its own). The memory lives while a copy of the pointer does.
+  virtual std::shared_ptr<void> allocateShared(size_t bytes) {
+    (void)bytes;
+    return nullptr;
+  }
+  // buf = average over ranks of buf, in place (allreduce_shared rows).
+  virtual void allreduceAverageInPlace(void* buf, size_t count, ElemType type) {
+    (void)buf, (void)count, (void)type;
+    throw std::runtime_error(systemName() + " does not implement allreduce_shared");
+  }
 
   virtual void barrier() = 0;
   // Element-wise maximum over ranks of a float64 vector, in place (for timing statistics; never

@@ -12,10 +12,8 @@ Buffer::Buffer(size_t bytes) : bytes_(bytes) {
   void* p = nullptr;
   // Page alignment: every system gets the same alignment, and nobody profits from a lucky one.
   if (posix_memalign(&p, 4096, bytes ? bytes : 1) != 0) throw std::bad_alloc();
-  data_.reset(p);
+  data_.reset(p, [](void* q) { std::free(q); });
 }
-
-void Buffer::Free::operator()(void* p) const { std::free(p); }
 
 namespace {
 
@@ -184,6 +182,31 @@ size_t reducescatterCheck(const RowContext& row) {
                          [t, base](size_t i) { return t * int64_t((base + i) % 5 + 1); });
 }
 
+// ---- allreduce_shared: in place in system-allocated memory, Average (values stay bounded) --
+// in[i] = 2(rank+1)(i%5+1); the average over n ranks is (n+1)(i%5+1), exact, and a fixed point.
+
+void sharedFill(RowContext& row) {
+  const size_t bytes = row.count * elemSize(row.type);
+  if (!row.in[0].adopted()) {
+    if (auto memory = row.comm->allocateShared(bytes)) row.in[0] = Buffer(std::move(memory), bytes);
+  }
+  int r = row.rank;
+  fillElements(row.in[0].data(), row.type, row.count, [r](size_t i) { return 2 * (r + 1) * int(i % 5 + 1); });
+}
+void sharedRun(RowContext& row) {
+  row.comm->allreduceAverageInPlace(row.in[0].data(), row.count, row.type);
+  row.result = row.in[0].data();
+}
+size_t sharedCheck(const RowContext& row) {
+  int64_t m = row.ranks + 1;
+  return countMismatches(row.result, row.type, row.count, [m](size_t i) { return m * int64_t(i % 5 + 1); });
+}
+RowShape sharedShape(size_t bytes, size_t elem, int ranks, int batch) {
+  RowShape s = allreduceShape(bytes, elem, ranks, batch);
+  s.outElems = 0;
+  return s;
+}
+
 double allreduceBus(int n) { return n > 1 ? 2.0 * (n - 1) / n : 0.0; }
 double gatherBus(int n) { return n > 1 ? double(n - 1) / n : 0.0; }
 double oneBus(int) { return 1.0; }
@@ -199,6 +222,7 @@ const std::vector<Collective>& allCollectives() {
       {"reducescatter", gatherBus, reducescatterShape, reducescatterFill, reducescatterRun,
        reducescatterCheck},
       {"allreduce_batch", allreduceBus, batchShape, batchFill, batchRun, batchCheck},
+      {"allreduce_shared", allreduceBus, sharedShape, sharedFill, sharedRun, sharedCheck},
   };
   return kAll;
 }

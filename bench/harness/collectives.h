@@ -17,15 +17,16 @@ class Buffer {
  public:
   Buffer() = default;
   explicit Buffer(size_t bytes);
+  // Adopts memory a system allocated (BenchComm::allocateShared).
+  Buffer(std::shared_ptr<void> memory, size_t bytes) : data_(std::move(memory)), bytes_(bytes), adopted_(true) {}
   void* data() const { return data_.get(); }
   size_t bytes() const { return bytes_; }
+  bool adopted() const { return adopted_; }
 
  private:
-  struct Free {
-    void operator()(void* p) const;
-  };
-  std::unique_ptr<void, Free> data_;
+  std::shared_ptr<void> data_;
   size_t bytes_ = 0;
+  bool adopted_ = false;
 };
 
 // Everything one row needs; the harness allocates `in` and `out` with the sizes the

@@ -173,7 +173,9 @@ int runBenchmark(BenchComm& comm, const BenchOptions& options, std::ostream& out
   }
   const int n = comm.size();
   const size_t elem = elemSize(options.type);
-  const std::string redop = options.op.find("reduce") != std::string::npos ? "sum" : "none";
+  const std::string redop = options.op == "allreduce_shared"             ? "avg"
+                            : options.op.find("reduce") != std::string::npos ? "sum"
+                                                                             : "none";
   if (lead) {
     out << "# system=" << comm.systemName() << " op=" << options.op << " dtype=" << elemName(options.type)
         << " ranks=" << n << " warmup=" << options.warmup << " iters="
