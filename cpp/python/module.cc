@@ -17,8 +17,10 @@
 #include <string>
 #include <vector>
 
+#include "api/default_runtime.h"
 #include "arrays.h"
 #include "errors.h"
+#include "handles.h"
 #include "horovod/horovod.h"
 #include "work.h"
 
@@ -35,15 +37,6 @@ constexpr const char* kShutdownMessage =
     "log before the first shutdown message.";
 
 bool everInitialized = false;  // GIL-protected
-
-// Collectives before init / after shutdown fail like any other collective failure.
-void requireRunning() {
-  if (!isInitialized()) {
-    if (everInitialized) throw Aborted(kShutdownMessage);
-    throw Error("Horovod has not been initialized; use hvd.init().");
-  }
-  reapOrphans();
-}
 
 // Topology queries before init raise ValueError, as Horovod does.
 void requireInitialized() {
@@ -210,9 +203,11 @@ void initCore(const std::optional<std::vector<std::vector<int>>>& processSets, b
     hvd::init(options);
   }
   everInitialized = true;
+  setCachedRuntime(api::defaultRuntime());
 }
 
 void shutdownCore() {
+  setCachedRuntime(nullptr);
   {
     nb::gil_scoped_release release;
     hvd::shutdown();
@@ -227,6 +222,16 @@ int topology() {
 }
 
 }  // namespace
+
+// Collectives before init / after shutdown fail like any other collective failure.
+void requireRunning() {
+  if (!isInitialized()) {
+    if (everInitialized) throw Aborted(kShutdownMessage);
+    throw Error("Horovod has not been initialized; use hvd.init().");
+  }
+  reapOrphans();
+}
+
 }  // namespace hvd::py
 
 NB_MODULE(_core, m) {
@@ -237,6 +242,7 @@ NB_MODULE(_core, m) {
   m.doc() = "Horovod core binding: lifecycle, topology, process sets and collectives on DLPack arrays.";
   registerErrorTranslator();
   bindWork(m);
+  bindHandles(m);
 
   m.def("init", &initCore, "process_sets"_a.none() = nb::none(), "dynamic"_a = false,
         "Joins the job described by the environment; blocks until every rank has joined.");

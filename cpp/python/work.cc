@@ -29,20 +29,26 @@ PyWork::~PyWork() {
   }
 }
 
-void PyWork::wait() {
-  if (!work_->isCompleted()) {
+void PyWork::wait() { waitWork(*work_); }
+
+void waitWork(Work& work) {
+  if (!work.isCompleted()) {
     nb::gil_scoped_release release;
     // Small collectives finish within microseconds: poll briefly before blocking.
     const auto spinUntil = std::chrono::steady_clock::now() + kSpin;
-    while (!work_->isCompleted() && std::chrono::steady_clock::now() < spinUntil) sched_yield();
+    while (!work.isCompleted() && std::chrono::steady_clock::now() < spinUntil) sched_yield();
     // Then block in slices, so that Ctrl-C (and other signal handlers) still get to run.
-    while (!work_->isCompleted()) {
-      if (work_->waitFor(kSignalCheckInterval)) return;  // completed (rethrows a failure)
+    while (!work.isCompleted()) {
+      if (work.waitFor(kSignalCheckInterval)) return;  // completed (rethrows a failure)
       nb::gil_scoped_acquire acquire;
       if (PyErr_CheckSignals() != 0) throw nb::python_error();
     }
   }
-  work_->wait();  // rethrows a failure; returns at once otherwise
+  work.wait();  // rethrows a failure; returns at once otherwise
+}
+
+void parkOrphan(WorkPtr work, std::vector<nb::ndarray<>> arrays) {
+  orphans->push_back({std::move(work), std::move(arrays)});
 }
 
 nb::list PyWork::outputs() const {

@@ -7,10 +7,14 @@ Tensors cross into the core as DLPack views (no copy). Outputs whose shape is kn
 allocated by the core and wrapped with ``torch.from_dlpack`` (no copy either).
 
 Naming (the matching key across ranks): ``<prefix>.<name>`` or ``<prefix>.noname.<handle>``,
-where ``handle`` counts every asynchronous call of this process (reset by shutdown).
-"""
+where ``handle`` counts every asynchronous call of this process (reset by init and shutdown).
 
-import itertools
+Handles live in the core's handle table (cpp/python/handles.h): ``synchronize`` and ``poll`` are
+the core's functions themselves, and the allreduce path is one core call per tensor
+(``_core.allreduce_h``: view, name, enqueue, register). Input checks that cost a Python-level
+attribute lookup per call (dtype, device, process set) run only when that call failed, to raise
+the same error as before.
+"""
 
 import torch
 
@@ -31,11 +35,9 @@ except ImportError:  # pragma: no cover - future torch without the legacy export
 
 # ---- handle table --------------------------------------------------------------------------------
 
-# handle -> (Work, kind, payload). Kinds decide what synchronize() returns.
-_handle_map = {}
-# next() on an itertools.count is atomic under the GIL (hooks may run on several threads).
-_handle_counter = itertools.count(1)
-
+# The core keeps handle -> (Work, kind, payload). Kinds decide what synchronize() returns: the
+# payload itself for _SINGLE and _GROUP, _finish(work, kind, payload) for the others. Handles
+# come from one counter in the core (atomic under the GIL: hooks may run on several threads).
 _SINGLE = 0     # payload: the output tensor
 _GROUP = 1      # payload: tuple of output tensors
 _GATHER = 2     # payload: None (engine-allocated output)
@@ -44,11 +46,13 @@ _ALLTOALL = 4   # payload: device for received_splits (None = CPU)
 _JOIN = 5
 _BARRIER = 6
 
+_next_handle = _core.next_handle
+_track = _core.track_handle
+_allreduce_h = _core.allreduce_h
+
 
 def _reset_handles():
-    global _handle_counter
-    _handle_map.clear()
-    _handle_counter = itertools.count(1)
+    _core.reset_handles()
 
 
 _basics = _HorovodBasics(on_init=_reset_handles, on_shutdown=_reset_handles)
@@ -135,10 +139,6 @@ def _check_same_device(tensors):
                 raise HorovodInternalError('Tensors in list must be on same device.')
 
 
-def _next_handle():
-    return next(_handle_counter)
-
-
 def _adasum_checks(op, process_set):
     if op == Adasum:
         if process_set.process_set_id != 0:
@@ -150,35 +150,49 @@ def _adasum_checks(op, process_set):
 
 # ---- allreduce -----------------------------------------------------------------------------------
 
-def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set):
-    if op == Adasum:
-        _adasum_checks(op, process_set)
-    handle = _next_handle()
-    full = 'allreduce.' + name if name else 'allreduce.noname.%d' % handle
-    work = _core.allreduce_async(_view(tensor), None if output is tensor else _view(output), full,
-                                 op, prescale_factor, postscale_factor, _ps_id(process_set))
-    _handle_map[handle] = (work, _SINGLE, output)
-    return handle
+def _enqueue_failed(tensors, process_set):
+    """After a fast-path enqueue raised: raises the error the up-front checks of the other
+    collectives raise first (unsupported tensor, unknown process set), if any applies. The
+    caller re-raises the original error otherwise."""
+    for t in tensors:
+        _view(t)
+    _ps_id(process_set)
 
 
+# The per-tensor hot path of training loops: no Python-level checks or objects beyond what the
+# core call needs (see the module docstring).
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=global_process_set):
     """Asynchronous allreduce into a new tensor; returns a handle for poll()/synchronize().
 
     Result = postscale_factor * OP_ranks(prescale_factor * tensor); Average divides by the
     process-set size. ``average`` is deprecated (use ``op``)."""
-    op = handle_average_backwards_compatibility(op, average)
+    if op is None or average is not None:
+        op = handle_average_backwards_compatibility(op, average)
+    elif op == Adasum:
+        _adasum_checks(op, process_set)
     output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
-    return _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor,
-                            process_set)
+    try:
+        return _allreduce_h(_to_dlpack(tensor), _to_dlpack(output), output, name, op,
+                            prescale_factor, postscale_factor, process_set.process_set_id)
+    except Exception:
+        _enqueue_failed((tensor, output), process_set)
+        raise
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=global_process_set):
     """Asynchronous in-place allreduce; synchronize() returns ``tensor`` itself."""
-    op = handle_average_backwards_compatibility(op, average)
-    return _allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor,
-                            process_set)
+    if op is None or average is not None:
+        op = handle_average_backwards_compatibility(op, average)
+    elif op == Adasum:
+        _adasum_checks(op, process_set)
+    try:
+        return _allreduce_h(_to_dlpack(tensor), None, tensor, name, op, prescale_factor,
+                            postscale_factor, process_set.process_set_id)
+    except Exception:
+        _enqueue_failed((tensor,), process_set)
+        raise
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -199,7 +213,7 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postsc
     work = _core.grouped_allreduce_async(
         _views(tensors), None if outputs is tensors else _views(outputs), full, op,
         prescale_factor, postscale_factor, _ps_id(process_set))
-    _handle_map[handle] = (work, _GROUP, tuple(outputs))
+    _track(handle, work, _GROUP, tuple(outputs))
     return handle
 
 
@@ -262,7 +276,7 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     handle = _next_handle()
     full = 'allgather.' + name if name else 'allgather.noname.%d' % handle
     work = _core.allgather_async(_view(tensor), full, _ps_id(process_set))
-    _handle_map[handle] = (work, _GATHER, None)
+    _track(handle, work, _GATHER, None)
     return handle
 
 
@@ -272,7 +286,7 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     handle = _next_handle()
     full = 'grouped_allgather.' + name if name else 'grouped_allgather.noname.%d' % handle
     work = _core.grouped_allgather_async(_views(tensors), full, _ps_id(process_set))
-    _handle_map[handle] = (work, _GATHER_N, None)
+    _track(handle, work, _GATHER_N, None)
     return handle
 
 
@@ -282,7 +296,7 @@ def _broadcast_async(tensor, output, root_rank, name, process_set):
     handle = _next_handle()
     full = 'broadcast.' + name if name else 'broadcast.noname.%d' % handle
     work = _core.broadcast_async(_view(output), root_rank, full, _ps_id(process_set))
-    _handle_map[handle] = (work, _SINGLE, output)
+    _track(handle, work, _SINGLE, output)
     return handle
 
 
@@ -331,7 +345,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     handle = _next_handle()
     full = 'alltoall.' + name if name else 'alltoall.noname.%d' % handle
     work = _core.alltoall_async(_view(tensor), split_values, full, _ps_id(process_set))
-    _handle_map[handle] = (work, _ALLTOALL, device)
+    _track(handle, work, _ALLTOALL, device)
     return handle
 
 
@@ -364,7 +378,7 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     full = 'reducescatter.' + name if name else 'reducescatter.noname.%d' % handle
     work = _core.reducescatter_async(_view(tensor), _view(output), full, op, prescale_factor,
                                      postscale_factor, _ps_id(process_set))
-    _handle_map[handle] = (work, _SINGLE, output)
+    _track(handle, work, _SINGLE, output)
     return handle
 
 
@@ -381,7 +395,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average,
     work = _core.grouped_reducescatter_async(_views(tensors), _views(outputs), full, op,
                                              prescale_factor, postscale_factor,
                                              _ps_id(process_set))
-    _handle_map[handle] = (work, _GROUP, tuple(outputs))
+    _track(handle, work, _GROUP, tuple(outputs))
     return handle
 
 
@@ -393,7 +407,7 @@ def join(device=-1):
     same on every rank). ``device`` is ignored (CPU build)."""
     handle = _next_handle()
     work = _core.join_async()
-    _handle_map[handle] = (work, _JOIN, None)
+    _track(handle, work, _JOIN, None)
     return synchronize(handle)
 
 
@@ -401,30 +415,13 @@ def barrier(process_set=global_process_set):
     """Blocks until every member of ``process_set`` has reached the barrier."""
     handle = _next_handle()
     work = _core.barrier_async(_ps_id(process_set))
-    _handle_map[handle] = (work, _BARRIER, None)
+    _track(handle, work, _BARRIER, None)
     synchronize(handle)
 
 
-def poll(handle):
-    """True if the asynchronous operation behind ``handle`` has completed (synchronize() will
-    not block)."""
-    entry = _handle_map.get(handle)
-    if entry is None:
-        raise ValueError('Handle %s was not created or has been cleared.' % handle)
-    return entry[0].poll()
-
-
-def synchronize(handle):
-    """Waits for an asynchronous operation (releasing the GIL) and returns its output: a tensor,
-    a tuple of tensors (grouped), ``(output, received_splits)`` (alltoall), the last joined rank
-    (join). Unknown handles return None. Failures raise HorovodInternalError."""
-    entry = _handle_map.pop(handle, None)
-    if entry is None:
-        return None
-    work, kind, payload = entry
-    work.wait()
-    if kind == _SINGLE or kind == _GROUP:
-        return payload
+def _finish(work, kind, payload):
+    """synchronize()'s result for the kinds whose output the engine allocated (called by the
+    core after the wait)."""
     if kind == _GATHER:
         return torch.from_dlpack(work.outputs()[0])
     if kind == _GATHER_N:
@@ -438,6 +435,19 @@ def synchronize(handle):
     if kind == _JOIN:
         return work.join_result()
     return None
+
+
+_core.set_finisher(_finish)
+
+# poll(handle): True if the asynchronous operation behind ``handle`` has completed (synchronize()
+# will not block); ValueError for an unknown handle.
+poll = _core.poll
+
+# synchronize(handle): waits for an asynchronous operation (releasing the GIL only while it
+# runs) and returns its output: a tensor, a tuple of tensors (grouped), ``(output,
+# received_splits)`` (alltoall), the last joined rank (join). Unknown handles return None.
+# Failures raise HorovodInternalError.
+synchronize = _core.synchronize
 
 
 # The differentiable synchronous forms (imported last: they build on the functions above).
