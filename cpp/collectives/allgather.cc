@@ -6,6 +6,7 @@
 #include "collectives/collectives.h"
 #include "collectives/hierarchical.h"
 #include "collectives/partition.h"
+#include "collectives/stream_copy.h"
 
 namespace hvd::collectives {
 namespace {
@@ -21,6 +22,7 @@ void allgatherShared(Communicator& comm, SharedSpace& space, const uint8_t* in, 
   const size_t chunk = sharedCopyChunkBytes(space);
   const size_t largest = *std::max_element(bytes.begin(), bytes.end());
   const bool inPlace = in == out + offsets[me];
+  const size_t total = offsets.back() + bytes.back();
   for (size_t start = 0; start < largest; start += chunk) {
     const uint64_t phase = comm.nextSharedPhase();
     if (bytes[me] > start) {
@@ -29,7 +31,7 @@ void allgatherShared(Communicator& comm, SharedSpace& space, const uint8_t* in, 
     space.barrier(comm.deadline());
     for (int j = 0; j < n; ++j) {
       if ((j == me && inPlace) || bytes[j] <= start) continue;
-      std::memcpy(out + offsets[j] + start, sharedHalf(space, j, phase), std::min(chunk, bytes[j] - start));
+      outputCopy(out + offsets[j] + start, sharedHalf(space, j, phase), std::min(chunk, bytes[j] - start), total);
     }
   }
 }

@@ -5,6 +5,7 @@
 
 #include "collectives/algorithms.h"
 #include "collectives/partition.h"
+#include "collectives/stream_copy.h"
 #include "common/check.h"
 
 namespace hvd::collectives {
@@ -90,11 +91,20 @@ void allreduceSharedSlices(const AllreduceArgs& args) {
     c.phase = comm.nextSharedPhase();
     return c;
   };
+  // Large outputs are written with streaming stores (collectives/stream_copy.h).
+  const bool stream = args.count * elem >= kStreamOutputBytes;
+  auto toOutput = [&](void* dst, const void* src, size_t bytes) {
+    if (stream) {
+      streamCopy(dst, src, bytes, /*fence=*/false);
+    } else {
+      std::memcpy(dst, src, bytes);
+    }
+  };
   auto copyOut = [&](const Chunk& c) {
     for (int j = 0; j < n; ++j) {
       if (j == me) continue;
       Block b = c.slice(j);
-      std::memcpy(buf + (c.offset + b.begin) * elem, sharedHalf(space, j, c.phase) + b.begin * elem, b.size * elem);
+      toOutput(buf + (c.offset + b.begin) * elem, sharedHalf(space, j, c.phase) + b.begin * elem, b.size * elem);
     }
   };
 
@@ -118,7 +128,7 @@ void allreduceSharedSlices(const AllreduceArgs& args) {
       };
       args.kernel.to(tile, input(0), input(1), len);
       for (int j = 2; j < n; ++j) args.kernel.into(tile, input(j), len);
-      std::memcpy(buf + (c.offset + t) * elem, tile, len * elem);
+      toOutput(buf + (c.offset + t) * elem, tile, len * elem);
       std::memcpy(mine + t * elem, tile, len * elem);
     }
     previous = c;
@@ -126,6 +136,7 @@ void allreduceSharedSlices(const AllreduceArgs& args) {
   }
   space.barrier(comm.deadline());
   copyOut(previous);
+  if (stream) streamFence();
 }
 
 }  // namespace hvd::collectives

@@ -6,6 +6,7 @@
 #include "collectives/collectives.h"
 #include "collectives/hierarchical.h"
 #include "collectives/partition.h"
+#include "collectives/stream_copy.h"
 
 namespace hvd::collectives {
 namespace {
@@ -67,7 +68,7 @@ void broadcastShared(Communicator& comm, SharedSpace& space, uint8_t* buf, size_
     const uint64_t phase = space.nextPhase();
     if (isRoot) std::memcpy(sharedHalf(space, root, phase), buf + offset, len);
     space.barrier(comm.deadline());
-    if (!isRoot) std::memcpy(buf + offset, sharedHalf(space, root, phase), len);
+    if (!isRoot) outputCopy(buf + offset, sharedHalf(space, root, phase), len, bytes);
   }
 }
 

@@ -59,11 +59,18 @@ void Executor::allreduce(const Response& r, Communicator& comm, const std::vecto
   if (r.sharedInPlace && sharedInPlaceAllreduce(r, comm, entries)) return;
 
   if (r.tensors.size() == 1) {
-    // In place in the caller's output: one copy when not already in place, then the collective.
+    // Into the caller's output. Without a prescale the collective reads the input directly
+    // (the shared-memory algorithms never write it; the others copy it to the output first);
+    // with one, the input is copied to the output and scaled there.
     const size_t count = static_cast<size_t>(r.tensors[0].numElements());
     void* buf;
     if (Entry* e = entries[0]) {
       buf = e->output;
+      if (r.prescale == 1.0) {
+        collectives::allreduce(comm, e->input, buf, count, dtype, op);
+        scale(buf, count, dtype, post);
+        return;
+      }
       if (e->input != buf && count > 0) std::memcpy(buf, e->input, count * esize);
     } else {
       buf = fusion_.reserve(count * esize);

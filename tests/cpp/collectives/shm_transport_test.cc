@@ -115,5 +115,63 @@ TEST(ShmTransportCollectives, OtherCollectives) {
   });
 }
 
+// Outputs of >= 8 MiB take the streaming-store copies (collectives/stream_copy.h): outputs at odd
+// addresses, sizes that are no multiple of anything, in place and not; bitwise equal on all ranks.
+TEST(ShmTransportCollectives, LargeOutputsStream) {
+  for (int n : {2, 3}) {
+    SCOPED_TRACE("n=" + std::to_string(n));
+    const size_t count = (size_t(9) << 20) / 4 + 3;  // int32, just over 9 MiB
+    std::vector<std::vector<uint8_t>> results(n);
+    runShmRanks(n, "shm_slices", [&](Communicator& comm) {
+      const int r = comm.rank();
+      // Allreduce out of place into an output 4 bytes off 16-byte alignment, then in place.
+      std::vector<int32_t> in(count);
+      for (size_t i = 0; i < count; ++i) in[i] = static_cast<int32_t>((r + 1) * (i % 1013) - r);
+      std::vector<uint8_t> outBytes(count * 4 + 64);
+      auto* out = reinterpret_cast<int32_t*>(outBytes.data() + 4);
+      collectives::allreduce(comm, in.data(), out, count, DataType::kInt32, ReduceOp::kSum);
+      const int32_t tri = n * (n + 1) / 2, offs = n * (n - 1) / 2;
+      for (size_t i = 0; i < count; ++i) {
+        ASSERT_EQ(out[i], static_cast<int32_t>(tri * (i % 1013) - offs)) << "allreduce element " << i;
+      }
+      collectives::allreduce(comm, in.data(), count, DataType::kInt32, ReduceOp::kSum);
+      ASSERT_EQ(0, std::memcmp(in.data(), out, count * 4)) << "in place differs from out of place";
+      results[r].assign(outBytes.begin() + 4, outBytes.begin() + 4 + count * 4);
+
+      // Allgatherv of uneven blocks into an output at an odd address, then in place.
+      std::vector<size_t> sizes;
+      for (int j = 0; j < n; ++j) sizes.push_back((size_t(5) << 20) + 7 * j + 1);
+      const size_t total = std::accumulate(sizes.begin(), sizes.end(), size_t(0));
+      std::vector<uint8_t> mine(sizes[r]);
+      for (size_t i = 0; i < mine.size(); ++i) mine[i] = static_cast<uint8_t>(i * 7 + r * 31);
+      std::vector<uint8_t> gathered(total + 1);
+      collectives::allgatherv(comm, mine.data(), gathered.data() + 1, sizes);
+      size_t at = 1;
+      for (int j = 0; j < n; ++j) {
+        for (size_t i = 0; i < sizes[j]; i += 997) {
+          ASSERT_EQ(gathered[at + i], static_cast<uint8_t>(i * 7 + j * 31)) << "block " << j << " byte " << i;
+        }
+        ASSERT_EQ(gathered[at + sizes[j] - 1], static_cast<uint8_t>((sizes[j] - 1) * 7 + j * 31));
+        at += sizes[j];
+      }
+      std::vector<uint8_t> inplace(total);
+      size_t myOffset = std::accumulate(sizes.begin(), sizes.begin() + r, size_t(0));
+      std::memcpy(inplace.data() + myOffset, mine.data(), mine.size());
+      collectives::allgatherv(comm, inplace.data() + myOffset, inplace.data(), sizes);
+      ASSERT_EQ(0, std::memcmp(inplace.data(), gathered.data() + 1, total));
+
+      // Broadcast of 9 MiB + 5 at an odd address from the last rank.
+      const size_t bytes = (size_t(9) << 20) + 5;
+      std::vector<uint8_t> b(bytes + 3);
+      for (size_t i = 0; i < bytes; ++i) b[3 + i] = static_cast<uint8_t>(r == n - 1 ? i * 13 + 1 : 0);
+      collectives::broadcast(comm, b.data() + 3, bytes, n - 1);
+      for (size_t i = 0; i < bytes; ++i) {
+        if (b[3 + i] != static_cast<uint8_t>(i * 13 + 1)) FAIL() << "broadcast byte " << i;
+      }
+    });
+    for (int r = 1; r < n; ++r) ASSERT_EQ(results[0], results[r]) << "rank " << r;
+  }
+}
+
 }  // namespace
 }  // namespace hvd::test
