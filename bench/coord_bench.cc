@@ -4,19 +4,24 @@
 //   horovodrun -np 2 build/bench/coord_bench [--steps 200] [--tensors 160] [--smoke]
 //
 // A step enqueues 160 gradient-like tensors (sizes log-uniform from 1 KiB to 1 MiB, ~24 MB in
-// all, like ResNet-50's gradient list) with allreduceAsync and waits for all of them. The ranks
-// share one host clock (steady_clock is CLOCK_MONOTONIC), so the step's tail is measured
-// exactly: from the last enqueue on the last rank to the last completion on any rank. The
-// engine's coordination is internal; it is approximated as
-//     overhead = tail - (time of one allreduce of the same total bytes)
-// with the single allreduce measured in the same run, interleaved with the steps (so it also
-// counts the fusion-buffer copies). --tensor-bytes 16 makes every tensor tiny, which leaves
-// little but the coordination itself. Also reports
-// the synchronous 8-byte allreduce latency.
+// all, like ResNet-50's gradient list) with allreduceAsync and waits for all of them;
+// --tensor-bytes 16 makes every tensor tiny, which leaves little but the coordination itself.
 //
-// Also reports the control-plane bytes and messages each rank sends per step, from the engine's
-// counters (engine::RuntimeStats, read through the default runtime: an internal header, so this
-// benchmark is built from the source tree only).
+// The ranks share one host clock (steady_clock is CLOCK_MONOTONIC), and the engine records when
+// its background thread starts executing a data response (engine::RuntimeStats::lastDataStartNs,
+// read through the default runtime: an internal header, so this benchmark is built from the
+// source tree only). The coordination overhead of a step is then measured directly:
+//     coord_enqueue_to_collective = max over ranks of (start of the step's last collective)
+//                                 - max over ranks of (return of the step's last enqueue)
+// i.e. from the last enqueue on the last rank to the start of the fused collective on the last
+// rank to start it. Breakdown rows, same origin: ..._to_requests_sent (the last rank handed its
+// requests to the coordinator), ..._to_list_built (rank 0 posted the response list),
+// ..._to_list_start (the last rank began processing it). The older approximation is kept:
+//     approx_overhead = step tail (last enqueue -> last completion) - one allreduce of the same
+//                       total bytes, measured interleaved with the steps.
+// Also reports the synchronous 8-byte allreduce latency, and the control-plane bytes and
+// messages each rank sends per step (max over ranks, from the engine's counters), with the
+// bytes as bits per tensor.
 #include <horovod/horovod.h>
 
 #include <algorithm>
@@ -135,6 +140,15 @@ int main(int argc, char** argv) try {
   std::fill_n(static_cast<float*>(flatIn.data()), total, float(rank + 1));
 
   std::vector<hvd::WorkPtr> work(counts.size());
+  auto engine = hvd::api::runtimeForOps();
+  struct Probe {
+    double requestsSent = 0, listBuilt = 0, listStart = 0, dataStart = 0;
+  };
+  auto probe = [&] {
+    hvd::engine::RuntimeStats st = engine->stats();
+    return Probe{st.lastRequestsSentNs * 1e-9, st.lastListBuiltNs * 1e-9, st.lastListStartNs * 1e-9,
+                 st.lastDataStartNs * 1e-9};
+  };
   auto step = [&](double* lastEnqueue, double* done) {
     for (size_t i = 0; i < counts.size(); ++i) {
       hvd::Options o;
@@ -162,9 +176,16 @@ int main(int argc, char** argv) try {
   // enqueue and the last rank to finish decide each figure.
   std::vector<double> stepEnq(size_t(args.steps)), stepDone(size_t(args.steps));
   std::vector<double> flatStart(size_t(args.steps)), flatDone(size_t(args.steps));
+  std::vector<double> reqSent(size_t(args.steps)), listBuilt(size_t(args.steps)), listStart(size_t(args.steps)),
+      dataStart(size_t(args.steps));
   hvd::barrier();
   for (int s = 0; s < args.steps; ++s) {
     step(&stepEnq[size_t(s)], &stepDone[size_t(s)]);
+    Probe p = probe();
+    reqSent[size_t(s)] = p.requestsSent;
+    listBuilt[size_t(s)] = p.listBuilt;  // 0 except on rank 0: the max is rank 0's
+    listStart[size_t(s)] = p.listStart;
+    dataStart[size_t(s)] = p.dataStart;
     flat(&flatStart[size_t(s)], &flatDone[size_t(s)]);
   }
   size_t bad = 0;
@@ -188,6 +209,10 @@ int main(int argc, char** argv) try {
   maxOverRanks(stepDone, "done");
   maxOverRanks(flatStart, "fstart");
   maxOverRanks(flatDone, "fdone");
+  maxOverRanks(reqSent, "reqsent");
+  maxOverRanks(listBuilt, "listbuilt");
+  maxOverRanks(listStart, "liststart");
+  maxOverRanks(dataStart, "datastart");
   std::vector<double> badVec{double(bad)};
   maxOverRanks(badVec, "bad");
 
@@ -208,10 +233,15 @@ int main(int argc, char** argv) try {
   maxOverRanks(lat, "lat");
 
   if (lead) {
-    std::vector<double> tail, flatTime, overhead;
+    std::vector<double> tail, flatTime, overhead, toReq, toBuilt, toList, toData;
     for (int s = 0; s < args.steps; ++s) {
-      tail.push_back(stepDone[size_t(s)] - stepEnq[size_t(s)]);
-      flatTime.push_back(flatDone[size_t(s)] - flatStart[size_t(s)]);
+      const size_t i = size_t(s);
+      tail.push_back(stepDone[i] - stepEnq[i]);
+      flatTime.push_back(flatDone[i] - flatStart[i]);
+      toReq.push_back(reqSent[i] - stepEnq[i]);
+      toBuilt.push_back(listBuilt[i] - stepEnq[i]);
+      toList.push_back(listStart[i] - stepEnq[i]);
+      toData.push_back(dataStart[i] - stepEnq[i]);
     }
     double flatMed = percentile(flatTime, 50);
     for (double t : tail) overhead.push_back(t - flatMed);
@@ -221,13 +251,17 @@ int main(int argc, char** argv) try {
     auto row = [](const char* name, const std::vector<double>& v) {
       std::printf("%24s %12.2f %12.2f\n", name, percentile(v, 50) * 1e6, percentile(v, 99) * 1e6);
     };
+    row("coord_enqueue_to_collective", toData);
+    row("  ..._to_requests_sent", toReq);
+    row("  ..._to_list_built", toBuilt);
+    row("  ..._to_list_start", toList);
     row("step_tail", tail);
     row("single_allreduce", flatTime);
-    row("coordination_overhead", overhead);
+    row("approx_overhead", overhead);
     row("sync_allreduce_8B", lat);
-    std::printf("# control plane per step, max over ranks: bytes_sent=%.0f messages_sent=%.1f "
+    std::printf("# control plane per step, max over ranks: bytes_sent=%.0f (%.2f bits/tensor) messages_sent=%.1f "
                 "collectives_executed=%.1f\n",
-                control[0], control[1], control[2]);
+                control[0], control[0] * 8 / double(counts.size()), control[1], control[2]);
     std::printf("# check=%s\n", badVec[0] == 0 ? "OK" : "WRONG");
     std::fflush(stdout);
   }

@@ -66,8 +66,7 @@ void Coordinator::addHit(int rank, uint32_t id) {
   }
   const auto* ranks = setRanks(entry->processSet);
   if (ranks == nullptr) return;  // the set was removed; the rank fails the op itself
-  NameKey key{entry->processSet, entry->tensor.name};
-  if (live && pending_.find(key) == pending_.end()) {
+  if (live && pending_.find(NameKeyRef{entry->processSet, entry->tensor.name}) == pending_.end()) {
     // Nodes stay in hits_ (cleared, not erased) so the steady state allocates nothing here.
     HitState& hit = hits_[id];
     hit.ranks.push_back(rank);
@@ -183,23 +182,14 @@ void Coordinator::recheckAfterJoin() {
   }
 }
 
-Response Coordinator::respondFromCache(uint32_t id) {
-  const CacheEntry* entry = cache_.find(id, nullptr);
+Response Coordinator::fullFromCache(uint32_t id, const CacheEntry& entry) {
+  // A joined rank has no buffer: send the full form with the shared in-place flag off.
   Response r;
-  copyOpParams(*entry, r);
-  TensorInfo t;
+  copyOpParams(entry, r);
+  r.sharedInPlace = false;
+  TensorInfo t = entry.tensor;
   t.cacheId = id;
-  t.ref = &entry->tensor;  // no copy: the slot outlives this build()
-  if (r.sharedInPlace && r.processSet == 0 && joinedCount_ > 0) {
-    // A joined rank has no buffer: send the full form with the shared in-place flag off.
-    t = entry->tensor;
-    t.cacheId = id;
-    r.sharedInPlace = false;
-    r.tensors.push_back(std::move(t));
-    return r;
-  }
   r.tensors.push_back(std::move(t));
-  r.cachedForm = true;
   return r;
 }
 
@@ -293,11 +283,18 @@ ResponseList Coordinator::build() {
   ready.swap(ready_);
   for (const auto& item : ready) {
     if (item.hitId != kNoCacheId) {
-      singles.push_back(respondFromCache(item.hitId));
+      const CacheEntry* entry = cache_.find(item.hitId, nullptr);
+      if (entry != nullptr && entry->sharedInPlace && entry->processSet == 0 && joinedCount_ > 0) {
+        singles.push_back(fullFromCache(item.hitId, *entry));
+      } else {
+        out.hits.push_back(item.hitId);  // every rank derives these responses from its replica
+      }
     } else if (pending_.count(item.key) != 0) {
       singles.push_back(negotiate(item.key));
     }
   }
+  std::sort(out.hits.begin(), out.hits.end());
+  out.hits.erase(std::unique(out.hits.begin(), out.hits.end()), out.hits.end());
   // Process sets removed in this batch: forget their state here; every rank fails its own
   // pending operations of the set when it processes the removal.
   for (int32_t id : removedSets_) {

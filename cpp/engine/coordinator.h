@@ -6,6 +6,10 @@
 // the responses of its sets in that order. Since every pair of ranks then runs its collectives in
 // the same relative order, the data-plane streams between them need no tags and cannot deadlock.
 //
+// Cached steady state: a name whose every required rank sent a cache hit is answered by its id
+// only, in ResponseList::hits (a bit vector on the wire); every rank derives the fused responses
+// from its replica. Negotiated names travel as full responses in ResponseList::items.
+//
 // Event-driven: the runtime feeds each rank's RequestList as it arrives (its own first, then
 // other ranks' in rank order) and asks build() for the responses that became ready; there is no
 // cycle timer. A name is ready when every member of its set (minus joined ranks, for the global
@@ -72,7 +76,9 @@ class Coordinator {
   void maybeReady(const NameKey& key, Pending& pending);
   void markReady(ReadyItem item, const std::string& group, int32_t groupSize, int32_t processSet);
   void recheckAfterJoin();
-  Response respondFromCache(uint32_t id);
+  // A hit answered in full form (not derivable from the replicas alone: a shared in-place entry
+  // of the global set while ranks have joined).
+  Response fullFromCache(uint32_t id, const CacheEntry& entry);
   Response negotiate(const NameKey& key);
 
   Options options_;

@@ -3,19 +3,23 @@
 #include <cstdlib>
 #include <deque>
 #include <new>
+#include <string>
 
 #include "engine/negotiation.h"
+#include "horovod/errors.h"
 
 namespace hvd::engine {
 namespace {
 
-bool fusable(const Response& r) {
-  return r.kind == Kind::kAllreduce || r.kind == Kind::kReducescatter || r.kind == Kind::kAllgather;
-}
+bool fusableKind(Kind k) { return k == Kind::kAllreduce || k == Kind::kReducescatter || k == Kind::kAllgather; }
+bool fusable(const Response& r) { return fusableKind(r.kind); }
 
 const std::string& groupOf(const Response& r) { return r.tensors.front().data().group; }
+const std::string& groupOf(const CacheEntry& e) { return e.tensor.group; }
 
-bool compatible(const Response& a, const Response& b, const FusionOptions& options) {
+// A and B: Response or CacheEntry (the same op-parameter fields).
+template <typename A, typename B>
+bool compatible(const A& a, const B& b, const FusionOptions& options) {
   if (a.kind != b.kind || a.processSet != b.processSet || a.dtype != b.dtype || a.device != b.device) return false;
   if (a.sharedInPlace || b.sharedInPlace) return false;  // runs in the callers' shared buffers
   if (a.kind != Kind::kAllgather &&
@@ -68,6 +72,54 @@ std::vector<Response> fuseResponses(std::vector<Response> responses, const Fusio
     out.push_back(std::move(current));
   }
   return out;
+}
+
+void cachedResponses(const std::vector<uint32_t>& ids, const CacheReplica& replica, const FusionOptions& options,
+                     std::vector<Response>& out) {
+  out.clear();
+  struct Single {
+    const CacheEntry* entry;
+    int64_t bytes;
+    bool used;
+  };
+  std::vector<Single> singles;
+  singles.reserve(ids.size());
+  for (uint32_t id : ids) {
+    const CacheEntry* e = replica.get(id);
+    if (e == nullptr) throw Error("Response cache out of sync: unknown cache id " + std::to_string(id));
+    singles.push_back(Single{e, fusionBytes(e->kind, e->dtype, e->tensor), false});
+  }
+  auto add = [](Response& r, const CacheEntry& e) {
+    TensorInfo t;
+    t.cacheId = e.tensor.cacheId;
+    t.ref = &e.tensor;
+    r.tensors.push_back(std::move(t));
+  };
+  for (size_t i = 0; i < singles.size(); ++i) {
+    if (singles[i].used) continue;
+    const CacheEntry& first = *singles[i].entry;
+    Response r;
+    copyOpParams(first, r);
+    r.cachedForm = true;
+    add(r, first);
+    if (options.threshold > 0 && fusableKind(first.kind)) {
+      int64_t size = singles[i].bytes, skipped = 0;
+      for (size_t j = i + 1; j < singles.size(); ++j) {
+        Single& next = singles[j];
+        if (next.used) continue;
+        if (fusableKind(next.entry->kind) && compatible(first, *next.entry, options) &&
+            size + next.bytes <= options.threshold) {
+          size += next.bytes;
+          next.used = true;
+          add(r, *next.entry);
+        } else {
+          skipped += next.bytes;
+          if (size + skipped > options.threshold) break;
+        }
+      }
+    }
+    out.push_back(std::move(r));
+  }
 }
 
 void FusionBuffer::Free::operator()(void* p) const { std::free(p); }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/message.h"
+#include "engine/response_cache.h"
 
 namespace hvd::engine {
 
@@ -21,6 +22,15 @@ struct FusionOptions {
 // Fusable kinds: ALLREDUCE, REDUCESCATTER, ALLGATHER. Everything else passes through unchanged,
 // as do all responses when the threshold is 0.
 std::vector<Response> fuseResponses(std::vector<Response> responses, const FusionOptions& options);
+
+// The responses for a response list's ready cache hits (ResponseList::hits, ascending ids), fused
+// by the same rule as fuseResponses (greedy from the lowest id, look-ahead past incompatible
+// ones). Every rank runs this on its own replica with the job's options (rank 0's, shared at
+// init), so all ranks derive identical responses without them travelling. The tensors point into
+// `replica` (TensorInfo::ref; valid until the ids are erased) and are in cached form. Throws
+// Error if an id is not in the replica (the caches went out of sync). `out` is overwritten.
+void cachedResponses(const std::vector<uint32_t>& ids, const CacheReplica& replica, const FusionOptions& options,
+                     std::vector<Response>& out);
 
 // One persistent, 64-byte aligned buffer that grows to the largest size requested (at most the
 // fusion threshold in practice) and is reused by every fused collective. Background thread only.

@@ -44,25 +44,28 @@ Request readRequest(WireReader& in) {
   return r;
 }
 
-// Hit ids go either as a bit vector over [min, max] or as delta-coded varints, whichever is
-// smaller; the steady state (ids of one training step, mostly contiguous) takes the bit vector.
-void writeIds(WireWriter& w, std::vector<uint32_t> ids) {
-  std::sort(ids.begin(), ids.end());
+// Id sets (a rank's hits, a list's ready hits) go either as a bit vector over [min, max] or as
+// delta-coded varints, whichever is smaller; the steady state (the ids of one training step,
+// mostly contiguous) takes the bit vector: about one bit per tensor plus a few header bytes.
+// Decoding yields the ids ascending.
+void writeIds(WireWriter& w, const std::vector<uint32_t>& ids) {
   w.varint(ids.size());
   if (ids.empty()) return;
-  uint32_t lo = ids.front(), hi = ids.back();
+  auto [minIt, maxIt] = std::minmax_element(ids.begin(), ids.end());
+  uint32_t lo = *minIt, hi = *maxIt;
   size_t bitmapBytes = (static_cast<size_t>(hi - lo) + 8) / 8;
   size_t listBytes = ids.size() * 2;  // estimate: small deltas take one or two bytes
   w.varint(lo);
   if (bitmapBytes < listBytes) {
     w.u8(1);
     w.varint(hi - lo);
-    std::vector<uint8_t> bits(bitmapBytes, 0);
+    uint8_t* bits = w.zeros(bitmapBytes);
     for (uint32_t id : ids) bits[(id - lo) / 8] |= static_cast<uint8_t>(1u << ((id - lo) % 8));
-    w.raw(bits.data(), bits.size());
   } else {
+    std::vector<uint32_t> sorted(ids);
+    std::sort(sorted.begin(), sorted.end());
     w.u8(0);
-    for (size_t i = 1; i < ids.size(); ++i) w.varint(ids[i] - ids[i - 1]);
+    for (size_t i = 1; i < sorted.size(); ++i) w.varint(sorted[i] - sorted[i - 1]);
   }
 }
 
@@ -277,6 +280,7 @@ void encode(const ResponseList& list, std::vector<uint8_t>& out) {
   w.u8(static_cast<uint8_t>(MessageType::kResponses));
   w.varint(list.seq);
   w.u8(list.shutdown ? 1 : 0);
+  writeIds(w, list.hits);
   w.varint(list.items.size());
   for (const auto& r : list.items) writeResponse(w, r);
 }
@@ -314,6 +318,7 @@ ResponseList decodeResponseList(const std::vector<uint8_t>& bytes) {
   ResponseList list;
   list.seq = in.varint();
   list.shutdown = in.u8() != 0;
+  readIds(in, list.hits);
   size_t n = in.count();
   list.items.reserve(n);
   for (size_t i = 0; i < n; ++i) list.items.push_back(readResponse(in));

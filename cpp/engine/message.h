@@ -120,10 +120,15 @@ struct RequestList {
   bool empty() const { return !shutdown && hits.empty() && requests.empty(); }
 };
 
-// Coordinator -> every rank: the globally ordered work to do.
+// Coordinator -> every rank: the globally ordered work to do. `hits` are the cache ids that every
+// required rank of their set reported as hits since the last list (the AND of the ranks' hit bit
+// vectors), ascending and travelling as a bit vector: every rank, rank 0 included, turns them into
+// the same fused responses from its own cache replica (cachedResponses(), fusion.h) and executes
+// those first, then `items` in order.
 struct ResponseList {
   uint64_t seq = 0;
   bool shutdown = false;
+  std::vector<uint32_t> hits;
   std::vector<Response> items;
 };
 

@@ -202,18 +202,19 @@ Response constructResponse(const std::vector<Request>& requests, const Negotiati
   return r;
 }
 
+int64_t fusionBytes(Kind kind, DataType dtype, const TensorInfo& t) {
+  const int64_t elem = static_cast<int64_t>(dataTypeSize(dtype));
+  if (kind == Kind::kAllgather) {
+    int64_t rows = 0;
+    for (auto d : t.data().firstDims) rows += d;
+    return rows * t.rowElements() * elem;
+  }
+  return t.numElements() * elem;
+}
+
 int64_t fusionBytes(const Response& response) {
   int64_t total = 0;
-  const int64_t elem = static_cast<int64_t>(dataTypeSize(response.dtype));
-  for (const auto& t : response.tensors) {
-    if (response.kind == Kind::kAllgather) {
-      int64_t rows = 0;
-      for (auto d : t.data().firstDims) rows += d;
-      total += rows * t.rowElements() * elem;
-    } else {
-      total += t.numElements() * elem;
-    }
-  }
+  for (const auto& t : response.tensors) total += fusionBytes(response.kind, response.dtype, t);
   return total;
 }
 

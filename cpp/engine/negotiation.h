@@ -26,5 +26,7 @@ int setIndexOf(const std::vector<int>& setRanks, int globalRank);
 
 // Bytes a response occupies in the fusion buffer (all ranks' rows for allgather).
 int64_t fusionBytes(const Response& response);
+// The same for one tensor of a response of this kind and dtype.
+int64_t fusionBytes(Kind kind, DataType dtype, const TensorInfo& tensor);
 
 }  // namespace hvd::engine

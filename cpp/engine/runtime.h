@@ -68,6 +68,13 @@ struct RuntimeStats {
   uint64_t hitsSent = 0;        // requests sent as cache hits
   uint64_t fullRequestsSent = 0;
   size_t fusionBufferBytes = 0;
+  // Latency probes: std::chrono::steady_clock times in ns since its epoch (CLOCK_MONOTONIC, so
+  // comparable between the processes of one host), of the latest such event on this rank's
+  // background thread; 0 = never.
+  int64_t lastRequestsSentNs = 0;  // requests/hits handed to the coordinator (rank 0: ingested)
+  int64_t lastListBuiltNs = 0;     // rank 0: a response list built and posted to the others
+  int64_t lastListStartNs = 0;     // began processing a response list
+  int64_t lastDataStartNs = 0;     // began executing a data response (its collective)
 };
 
 class Runtime {
@@ -149,6 +156,7 @@ class Runtime {
   Topology topology_;
   std::string jobId_;
   int64_t fusionThreshold_ = 0;
+  FusionOptions fusion_;  // rank 0's, shared at init: every rank fuses cached responses alike
   std::unique_ptr<Transport> transport_;
   ProcessSetTable sets_;
   TensorQueue queue_;
@@ -162,6 +170,7 @@ class Runtime {
   std::unordered_map<uint32_t, Entry*> byCacheId_;
   std::vector<EntryPtr> drained_;
   std::vector<Entry*> entriesScratch_;
+  std::vector<Response> hitResponses_;  // derived from a list's cache hits
   std::vector<uint8_t> sendBuffer_;
   uint64_t lastSeq_ = 0;
   bool shutdownSent_ = false;

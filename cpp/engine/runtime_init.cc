@@ -198,6 +198,22 @@ void Runtime::bootstrap(const InitOptions& options) {
   computeTopology(hosts);
   fusionThreshold_ =
       Config::roundFusionThreshold(config_.fusionThreshold, topology_.localSize, topology_.homogeneous);
+  // Every rank fuses the responses of cache hits itself (cachedResponses): all must use the same
+  // options, rank 0's (the coordinator's), even if the environment differs between ranks.
+  if (rank == 0) {
+    Bytes fusion;
+    WireWriter w(fusion);
+    w.svarint(fusionThreshold_);
+    w.u8(config_.disableGroupFusion ? 1 : 0);
+    roundStore_->set("fusion", fusion, deadline);
+    fusion_.threshold = fusionThreshold_;
+    fusion_.disableGroupFusion = config_.disableGroupFusion;
+  } else {
+    Bytes fusion = roundStore_->get("fusion", deadline);
+    WireReader in(fusion.data(), fusion.size());
+    fusion_.threshold = in.svarint();
+    fusion_.disableGroupFusion = in.u8() != 0;
+  }
 
   TransportContext ctx;
   ctx.rank = rank;
@@ -220,8 +236,7 @@ void Runtime::bootstrap(const InitOptions& options) {
     Coordinator::Options copts;
     copts.size = size;
     copts.cacheCapacity = config_.cacheCapacity;
-    copts.fusion.threshold = fusionThreshold_;
-    copts.fusion.disableGroupFusion = config_.disableGroupFusion;
+    copts.fusion = fusion_;
     coordinator_ = std::make_unique<Coordinator>(copts);
     for (size_t i = 0; i < staticSets.size(); ++i) {
       coordinator_->addProcessSet(static_cast<int32_t>(i + 1), staticSets[i]);

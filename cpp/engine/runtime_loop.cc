@@ -16,6 +16,11 @@ namespace {
 // with its wait; the real wake-ups are messages and enqueue's transport.wake().
 constexpr auto kIdleWait = std::chrono::milliseconds(1000);
 
+int64_t nowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 bool isFatal(const std::exception_ptr& error) {
   try {
     std::rethrow_exception(error);
@@ -101,6 +106,10 @@ bool Runtime::step() {
   collectRequests(mine);
   if (coordinator_) {
     // Rank 0: its own requests first, then the others' in rank order (Horovod's ready order).
+    if (!mine.empty()) {
+      std::lock_guard<std::mutex> lock(statsMu_);
+      stats_.lastRequestsSentNs = nowNs();
+    }
     coordinator_->ingest(0, mine);
     std::vector<std::pair<int, RequestList>> others;
     while (auto message = transport_->poll()) {
@@ -119,11 +128,12 @@ bool Runtime::step() {
     std::stable_sort(others.begin(), others.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     for (auto& [from, list] : others) coordinator_->ingest(from, list);
     ResponseList list = coordinator_->build();
-    if (list.items.empty() && !list.shutdown) return false;
+    if (list.items.empty() && list.hits.empty() && !list.shutdown) return false;
     encode(list, sendBuffer_);
     for (int r = 1; r < topology_.size; ++r) transport_->post(r, sendBuffer_.data(), sendBuffer_.size());
     {
       std::lock_guard<std::mutex> lock(statsMu_);
+      stats_.lastListBuiltNs = nowNs();
       stats_.controlMessagesSent += static_cast<uint64_t>(topology_.size - 1);
       stats_.controlBytesSent += sendBuffer_.size() * static_cast<uint64_t>(topology_.size - 1);
     }
@@ -195,6 +205,7 @@ void Runtime::postRequests(RequestList& list) {
   encode(list, sendBuffer_);
   transport_->post(0, sendBuffer_.data(), sendBuffer_.size());
   std::lock_guard<std::mutex> lock(statsMu_);
+  stats_.lastRequestsSentNs = nowNs();
   stats_.controlMessagesSent++;
   stats_.controlBytesSent += sendBuffer_.size();
 }
@@ -205,21 +216,29 @@ bool Runtime::processList(ResponseList& list) {
     throw Error("Horovod control plane out of sync on rank " + std::to_string(topology_.rank) +
                 ": expected response list " + std::to_string(lastSeq_ + 1) + ", got " + std::to_string(list.seq));
   }
-  for (auto& response : list.items) processResponse(response);
-  lastSeq_ = list.seq;
   {
     std::lock_guard<std::mutex> lock(statsMu_);
+    stats_.lastListStartNs = nowNs();
     stats_.responseLists++;
   }
+  // Cache hits first (the coordinator put them first), derived locally: the same responses on
+  // every rank. Evictions come last in `items`, so every hit id is still in the replica here.
+  if (!list.hits.empty()) {
+    cachedResponses(list.hits, replica_, fusion_, hitResponses_);
+    for (auto& response : hitResponses_) processResponse(response);
+    hitResponses_.clear();
+  }
+  for (auto& response : list.items) processResponse(response);
+  lastSeq_ = list.seq;
   return list.shutdown;
 }
 
 void Runtime::expandCached(Response& r) {
-  // Cached tensors point into this rank's cache replica (no copies). On rank 0 they arrive
-  // pointing into the coordinator's cache; rebinding makes every rank execute from its replica.
+  // Cached tensors point into this rank's cache replica (no copies). Responses derived from a
+  // list's hits are bound already; ids that arrived in cached form on the wire get bound here.
   for (size_t i = 0; i < r.tensors.size(); ++i) {
     TensorInfo& t = r.tensors[i];
-    if (!r.cachedForm && t.ref == nullptr) continue;
+    if (!r.cachedForm || t.ref != nullptr) continue;
     const CacheEntry* entry = replica_.get(t.cacheId);
     if (entry == nullptr) throw Error("Response cache out of sync: unknown cache id " + std::to_string(t.cacheId));
     if (r.cachedForm && i == 0) {
@@ -323,6 +342,7 @@ void Runtime::runData(Response& r) {
     stats_.tensors += r.tensors.size();
     if (r.cachedForm) stats_.cachedTensors += r.tensors.size();
     stats_.fusionBufferBytes = executor_.fusionBufferBytes();
+    stats_.lastDataStartNs = nowNs();
   }
   std::exception_ptr error;
   try {

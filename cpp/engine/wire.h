@@ -34,6 +34,12 @@ class WireWriter {
     varint(s.size());
     out_.insert(out_.end(), s.begin(), s.end());
   }
+  // Appends n zero bytes and returns where they start (valid until the next write).
+  uint8_t* zeros(size_t n) {
+    size_t at = out_.size();
+    out_.resize(at + n, 0);
+    return out_.data() + at;
+  }
   void raw(const void* data, size_t n) {
     auto p = static_cast<const uint8_t*>(data);
     out_.insert(out_.end(), p, p + n);
