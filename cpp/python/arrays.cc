@@ -68,28 +68,23 @@ const char* deviceName(int type) {
   }
 }
 
-}  // namespace
-
-template <typename Array>
-TensorView toView(const Array& array, const char* what) {
-  if (array.device_type() != nb::device::cpu::value) {
-    throw InvalidArgument(std::string(what) + ": tensor is on " +
-                          deviceName(array.device_type()) +
+// The checks and the conversion shared by every entry point. `strides` may be null (compact).
+void fill(TensorView& view, int deviceType, dl::dtype dtype, size_t ndim, const int64_t* shape,
+          const int64_t* strides, void* data, const char* what) {
+  if (deviceType != nb::device::cpu::value) {
+    throw InvalidArgument(std::string(what) + ": tensor is on " + deviceName(deviceType) +
                           ", but this Horovod build has no GPU support (built without CUDA/NCCL); "
                           "move the tensor to the CPU");
   }
-  TensorView view;
-  view.data = const_cast<void*>(static_cast<const void*>(array.data()));
-  view.dtype = toDataType(array.dtype(), what);
-  const size_t ndim = array.ndim();
+  view.data = data;
+  view.dtype = toDataType(dtype, what);
   view.shape.resize(ndim);
-  const int64_t* strides = array.stride_ptr();
   // C-contiguous: strides (in elements) are the suffix products of the shape; dimensions of
   // extent 1 may carry any stride. A NULL strides pointer means compact row-major.
   int64_t expected = 1;
   bool contiguous = true;
   for (size_t i = ndim; i-- > 0;) {
-    const int64_t extent = static_cast<int64_t>(array.shape(i));
+    const int64_t extent = shape[i];
     view.shape[i] = extent;
     if (strides != nullptr && extent != 1 && strides[i] != expected) contiguous = false;
     expected *= extent;
@@ -97,7 +92,25 @@ TensorView toView(const Array& array, const char* what) {
   if (!contiguous && expected != 0) {
     throw InvalidArgument("Tensor is required to be contiguous.");
   }
+}
+
+}  // namespace
+
+template <typename Array>
+TensorView toView(const Array& array, const char* what) {
+  TensorView view;
+  fill(view, array.device_type(), array.dtype(), array.ndim(), array.shape_ptr(),
+       array.stride_ptr(), const_cast<void*>(static_cast<const void*>(array.data())), what);
   return view;
+}
+
+bool viewOfCapsule(nb::handle capsule, TensorView& view, const char* what) {
+  if (!PyCapsule_IsValid(capsule.ptr(), "dltensor")) return false;
+  auto* t = static_cast<const dl::dltensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
+  if (t == nullptr) throw nb::python_error();
+  fill(view, t->device.device_type, t->dtype, static_cast<size_t>(t->ndim), t->shape, t->strides,
+       static_cast<char*>(t->data) + t->byte_offset, what);
+  return true;
 }
 
 template TensorView toView<InArray>(const InArray&, const char*);

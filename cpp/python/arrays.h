@@ -28,6 +28,12 @@ using ResultArray = nb::ndarray<nb::array_api>;
 template <typename Array>
 TensorView toView(const Array& array, const char* what);
 
+// The same for an unconsumed DLPack capsule ("dltensor", what torch.utils.dlpack.to_dlpack
+// returns), read in place: fills `view` (reusing its shape's storage) and returns true, or returns
+// false for any other object. The capsule is not consumed: the caller keeps it alive while the
+// view is in use, and its own destructor releases the tensor.
+bool viewOfCapsule(nb::handle capsule, TensorView& view, const char* what);
+
 // Wraps an engine-allocated tensor; the returned array's owner keeps `tensor.storage` alive.
 ResultArray toResult(const OwnedTensor& tensor);
 

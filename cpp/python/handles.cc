@@ -1,8 +1,5 @@
 #include "handles.h"
 
-#include <nanobind/stl/optional.h>
-
-#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -20,11 +17,32 @@ namespace {
 // _GROUP); any other kind goes through the adapter's finisher.
 constexpr int kLastPayloadKind = 1;
 
+// An array argument of the fast path: a DLPack capsule read in place (the usual case) or, for
+// any other array object, nanobind's import of it. Either keeps the memory alive.
+struct Held {
+  nb::object capsule;
+  nb::ndarray<> array;
+
+  // Fills `view` from `obj`; throws InvalidArgument (ValueError) if it is no usable array.
+  void take(nb::handle obj, TensorView& view, const char* what) {
+    if (viewOfCapsule(obj, view, what)) {
+      capsule = nb::borrow(obj);
+      return;
+    }
+    if (!nb::try_cast<nb::ndarray<>>(obj, array)) {
+      throw InvalidArgument(std::string(what) + ": expected a DLPack capsule or an array, got " +
+                            Py_TYPE(obj.ptr())->tp_name);
+    }
+    view = toView(array, what);
+  }
+  bool held() const { return capsule.is_valid() || array.is_valid(); }
+};
+
 // One pending operation. Either `work` (+ the arrays it reads and writes) was enqueued here by the
 // fast path, or `pyWork` is a Work object the adapter made with one of the *_async bindings.
 struct Slot {
   WorkPtr work;
-  nb::ndarray<> in, out;
+  Held in, out;
   nb::object pyWork;
   nb::object payload;
   int kind = 0;
@@ -34,11 +52,12 @@ struct Slot {
   Slot& operator=(Slot&&) noexcept = default;
   // A slot dropped while its operation runs (reset, interrupted wait) parks its arrays.
   ~Slot() {
-    if (work && !work->isCompleted() && (in.is_valid() || out.is_valid())) {
-      std::vector<nb::ndarray<>> arrays;
-      if (in.is_valid()) arrays.push_back(std::move(in));
-      if (out.is_valid()) arrays.push_back(std::move(out));
-      parkOrphan(std::move(work), std::move(arrays));
+    if (work && !work->isCompleted() && (in.held() || out.held())) {
+      for (Held* h : {&in, &out}) {
+        std::vector<nb::ndarray<>> arrays;
+        if (h->array.is_valid()) arrays.push_back(std::move(h->array));
+        parkOrphan(work, std::move(arrays), std::move(h->capsule));
+      }
     }
   }
 };
@@ -49,6 +68,11 @@ auto* table = new std::unordered_map<int64_t, Slot>();
 int64_t lastHandle = 0;
 nb::object* finisher = new nb::object();
 auto* cachedRuntime = new std::shared_ptr<engine::Runtime>();
+// Scratch of the fast path (GIL-protected), reused so that a call allocates no shape vector and
+// no name string of its own.
+auto* scratchIn = new TensorView();
+auto* scratchOut = new TensorView();
+auto* scratchOptions = new Options();
 
 engine::Runtime& runningRuntime() {
   engine::Runtime* runtime = cachedRuntime->get();
@@ -63,15 +87,18 @@ engine::Runtime& runningRuntime() {
   return *runtime;
 }
 
-// Python's `prefix + name if name else prefix + 'noname.%d' % handle`.
-std::string fullName(const char* prefix, nb::handle name, int64_t handle) {
-  std::string full(prefix);
+// Python's `prefix + name if name else prefix + 'noname.%d' % handle`, into `full`.
+void fullName(std::string& full, const char* prefix, nb::handle name, int64_t handle) {
+  full.assign(prefix);
   if (!name.is_none()) {
     if (PyUnicode_Check(name.ptr())) {
       Py_ssize_t size = 0;
       const char* text = PyUnicode_AsUTF8AndSize(name.ptr(), &size);
       if (text == nullptr) throw nb::python_error();
-      if (size > 0) return full.append(text, static_cast<size_t>(size));
+      if (size > 0) {
+        full.append(text, static_cast<size_t>(size));
+        return;
+      }
     } else {
       int truth = PyObject_IsTrue(name.ptr());
       if (truth < 0) throw nb::python_error();
@@ -82,7 +109,7 @@ std::string fullName(const char* prefix, nb::handle name, int64_t handle) {
       }
     }
   }
-  return full.append("noname.").append(std::to_string(handle));
+  full.append("noname.").append(std::to_string(handle));
 }
 
 // Handles are Python ints; anything else names no operation.
@@ -99,29 +126,23 @@ bool toKey(nb::handle h, int64_t& key) {
 }
 
 // The fast path of allreduce_async(_): validates, names, enqueues and registers in one call.
-int64_t allreduceTracked(const OutArray& in, const std::optional<OutArray>& out, nb::object payload,
-                         nb::handle name, int op, double prescale, double postscale,
-                         int processSet) {
+// `in`/`out`: DLPack capsules (or other array objects); out=None reduces in place.
+int64_t allreduceTracked(nb::handle in, nb::handle out, nb::object payload, nb::handle name,
+                         int op, double prescale, double postscale, int processSet) {
   engine::Runtime& runtime = runningRuntime();
   const int64_t handle = ++lastHandle;
-  Options options;
-  options.name = fullName("allreduce.", name, handle);
+  Options& options = *scratchOptions;
+  fullName(options.name, "allreduce.", name, handle);
   options.op = static_cast<ReduceOp>(op);
   options.prescale = prescale;
   options.postscale = postscale;
   options.processSet = processSet;
-  TensorView inView = toView(in, "allreduce");
-  WorkPtr work;
-  if (out) {
-    work = runtime.allreduce(inView, toView(*out, "allreduce"), options);
-  } else {
-    work = runtime.allreduce(inView, inView, options);
-  }
-  Slot& slot = (*table)[handle];
-  slot.work = std::move(work);
-  slot.in = in;
-  if (out) slot.out = *out;
+  Slot slot;
+  slot.in.take(in, *scratchIn, "allreduce");
+  if (!out.is_none()) slot.out.take(out, *scratchOut, "allreduce");
+  slot.work = runtime.allreduce(*scratchIn, out.is_none() ? *scratchIn : *scratchOut, options);
   slot.payload = std::move(payload);
+  table->emplace(handle, std::move(slot));
   return handle;
 }
 

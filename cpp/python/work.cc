@@ -16,6 +16,7 @@ constexpr auto kSignalCheckInterval = std::chrono::milliseconds(100);
 struct Orphan {
   WorkPtr work;
   std::vector<nb::ndarray<>> arrays;
+  nb::object owner;
 };
 // Touched only with the GIL held. Leaked on purpose: it may hold Python objects, which must not
 // be released after the interpreter has finalized.
@@ -25,7 +26,7 @@ std::vector<Orphan>* orphans = new std::vector<Orphan>();
 
 PyWork::~PyWork() {
   if (work_ && !keepAlive_.empty() && !work_->isCompleted()) {
-    orphans->push_back({std::move(work_), std::move(keepAlive_)});
+    orphans->push_back({std::move(work_), std::move(keepAlive_), {}});
   }
 }
 
@@ -47,8 +48,8 @@ void waitWork(Work& work) {
   work.wait();  // rethrows a failure; returns at once otherwise
 }
 
-void parkOrphan(WorkPtr work, std::vector<nb::ndarray<>> arrays) {
-  orphans->push_back({std::move(work), std::move(arrays)});
+void parkOrphan(WorkPtr work, std::vector<nb::ndarray<>> arrays, nb::object owner) {
+  orphans->push_back({std::move(work), std::move(arrays), std::move(owner)});
 }
 
 nb::list PyWork::outputs() const {

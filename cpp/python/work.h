@@ -43,8 +43,9 @@ class PyWork {
 // Blocks until `work` completes, as PyWork::wait() does (GIL held on entry and on return; released
 // only while the operation is still running), and rethrows its failure.
 void waitWork(Work& work);
-// Keeps `arrays` alive until `work` has completed (a dropped handle of a running operation).
-void parkOrphan(WorkPtr work, std::vector<nb::ndarray<>> arrays);
+// Keeps `arrays` and `owner` alive until `work` has completed (a dropped handle of a running
+// operation).
+void parkOrphan(WorkPtr work, std::vector<nb::ndarray<>> arrays, nb::object owner = {});
 // Releases the arrays of dropped, now completed operations. Cheap when there are none.
 void reapOrphans();
 // Called after shutdown: every pending operation has failed, so all parked arrays can go.
