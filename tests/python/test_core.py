@@ -298,6 +298,82 @@ def test_join_returns_last_rank():
     assert set(np.asarray(values.outputs()[0]).tolist()) == {last}
 
 
+def test_handle_table_allreduce_h():
+    _core.reset_handles()
+    assert _core.next_handle() == 1
+    x = np.ones(4, np.float32)
+    h = _core.allreduce_h(x.__dlpack__(), None, x, 'core.h.inplace', SUM, 1.0, 1.0, 0)
+    assert h == 2
+    assert _core.synchronize(h) is x  # the payload, reduced in place
+    np.testing.assert_array_equal(x, np.full(4, size(), np.float32))
+    assert _core.synchronize(h) is None  # a handle completes once
+    # Out of place, unnamed (matched by handle order: 'allreduce.noname.3' on every rank), and a
+    # plain array instead of a capsule.
+    a = np.full((2, 3), rank() + 1, np.int32)
+    out = np.zeros((2, 3), np.int32)
+    h = _core.allreduce_h(a, out.__dlpack__(), 'payload', None, SUM, 1.0, 1.0, 0)
+    assert h == 3
+    assert _core.synchronize(h) == 'payload'
+    np.testing.assert_array_equal(out, np.full((2, 3), size() * (size() + 1) // 2, np.int32))
+    np.testing.assert_array_equal(a, np.full((2, 3), rank() + 1, np.int32))
+    # Scale factors reach the engine.
+    y = np.ones(2, np.float64)
+    h = _core.allreduce_h(y.__dlpack__(), None, None, 'core.h.scaled', SUM, 2.0, 0.5, 0)
+    assert _core.poll(h) in (True, False)
+    assert _core.synchronize(h) is None
+    np.testing.assert_array_equal(y, np.full(2, size(), np.float64))
+
+
+def test_handle_table_unknown_and_bad_handles():
+    assert _core.synchronize(987654321) is None
+    assert _core.synchronize('not a handle') is None
+    assert _core.synchronize(1 << 80) is None
+    with pytest.raises(ValueError, match='987654321 was not created'):
+        _core.poll(987654321)
+    with pytest.raises(ValueError):
+        _core.poll(None)
+
+
+def test_handle_table_bad_arguments():
+    before = _core.next_handle()
+    with pytest.raises(ValueError, match='contiguous'):
+        x = np.ones((4, 4), np.float32)[:, 1]
+        _core.allreduce_h(x.__dlpack__(), None, None, 'core.h.nc', SUM, 1.0, 1.0, 0)
+    with pytest.raises(ValueError):
+        _core.allreduce_h(np.ones(2, np.complex64).__dlpack__(), None, None, 'core.h.cplx', SUM,
+                          1.0, 1.0, 0)
+    with pytest.raises(ValueError):
+        _core.allreduce_h(np.ones(2, np.float32).__dlpack__(), None, None, 'core.h.badset', SUM,
+                          1.0, 1.0, 99)
+    with pytest.raises(ValueError, match='DLPack capsule or an array'):
+        _core.allreduce_h(object(), None, None, 'core.h.obj', SUM, 1.0, 1.0, 0)
+    with pytest.raises(TypeError, match='concatenate str'):
+        _core.allreduce_h(np.ones(2, np.float32), None, None, 7, SUM, 1.0, 1.0, 0)
+    # Failed calls registered nothing; every call took a handle.
+    assert _core.next_handle() == before + 6
+    for h in range(before, before + 6):
+        assert _core.synchronize(h) is None
+
+
+def test_handle_table_reset_keeps_pending_arrays_alive():
+    import gc
+    if rank() == 0:
+        x = np.ones(1 << 16, np.float32)
+        _core.allreduce_h(x.__dlpack__(), None, x, 'core.h.dropped', SUM, 1.0, 1.0, 0)
+        _core.reset_handles()  # drops the pending operation's slot: its capsule is parked
+        del x
+        gc.collect()
+    run(_core.barrier_async(0))
+    if rank() != 0:
+        y = np.ones(1 << 16, np.float32)
+        h = _core.allreduce_h(y.__dlpack__(), None, y, 'core.h.dropped', SUM, 1.0, 1.0, 0)
+        np.testing.assert_array_equal(_core.synchronize(h), np.full(1 << 16, size(), np.float32))
+    run(_core.barrier_async(0))
+    z = np.ones(3, np.float32)
+    h = _core.allreduce_h(z.__dlpack__(), None, z, 'core.h.after', SUM, 1.0, 1.0, 0)
+    np.testing.assert_array_equal(_core.synchronize(h), np.full(3, size(), np.float32))
+
+
 def test_shutdown_then_ops_fail():
     run(_core.barrier_async(0))  # a shutdown fails what other ranks still have pending
     _core.shutdown()
