@@ -7,10 +7,18 @@ Reports, as the maximum over ranks of each iteration, then p50/p99 over iteratio
   sync_allreduce_8B      hvd.allreduce of a 2-element float32 tensor (8 bytes), synchronous
   step_100x1KiB          100 x hvd.allreduce_async_ of 1 KiB tensors, then hvd.synchronize on all
   enqueue_per_call       the time one allreduce_async_ call takes (the step's enqueue loop / 100)
-  synchronize_per_call   the step's synchronize loop / 100
-and checks every result.
+  synchronize_per_call   the step's synchronize loop / 100 (includes waiting for the engine)
+  sync_ready_per_call    one synchronize of an operation already completed (the same step, but
+                         the synchronize loop starts once every handle polls complete): the
+                         Python + binding cost of synchronize alone
+  grouped_100x1KiB       engine-only reference: the same 100 tensors as one
+                         hvd.grouped_allreduce_async_ call + one synchronize (one Python call
+                         each way; the engine negotiates them as one group)
+and, derived from the p50s, the Python-side cost of one allreduce_async_ + synchronize pair
+(enqueue_per_call + sync_ready_per_call). Every result is checked.
 """
 import argparse
+import os
 import sys
 import time
 
@@ -69,31 +77,64 @@ def main():
             hvd.synchronize(h)
         return start, enqueued, time.perf_counter()
 
+    def step_ready(ts):
+        handles = [hvd.allreduce_async_(t, name=nm, op=hvd.Sum) for t, nm in zip(ts, names)]
+        for h in handles:
+            while not hvd.poll(h):
+                time.sleep(20e-6)
+        start = time.perf_counter()
+        for h in handles:
+            hvd.synchronize(h)
+        return time.perf_counter() - start
+
+    def step_grouped(ts):
+        start = time.perf_counter()
+        hvd.synchronize(hvd.grouped_allreduce_async_(ts, name="grouped", op=hvd.Sum))
+        return time.perf_counter() - start
+
+    tri = n * (n + 1) / 2
+
+    def check(work):
+        return sum(int((t != tri + n * (j % 3)).sum()) for j, t in enumerate(work))
+
     for _ in range(min(args.steps, 20)):
         step([t.clone() for t in tensors])
-    steps, enq, sync = [], [], []
+        step_ready([t.clone() for t in tensors])
+        step_grouped([t.clone() for t in tensors])
+    steps, enq, sync, ready, grouped = [], [], [], [], []
     for _ in range(args.steps):
         work = [t.clone() for t in tensors]  # allreduce_async_ is in place; start from fresh inputs
         start, enqueued, done = step(work)
         steps.append(done - start)
         enq.append((enqueued - start) / args.tensors)
         sync.append((done - enqueued) / args.tensors)
-    tri = n * (n + 1) / 2
-    for j, t in enumerate(work):
-        bad += int((t != tri + n * (j % 3)).sum())
+        bad += check(work)
+        work = [t.clone() for t in tensors]
+        ready.append(step_ready(work) / args.tensors)
+        bad += check(work)
+        work = [t.clone() for t in tensors]
+        grouped.append(step_grouped(work))
+        bad += check(work)
 
     lat = max_over_ranks(lat, "stats.lat")
     steps = max_over_ranks(steps, "stats.steps")
     enq = max_over_ranks(enq, "stats.enq")
     sync = max_over_ranks(sync, "stats.sync")
+    ready = max_over_ranks(ready, "stats.ready")
+    grouped = max_over_ranks(grouped, "stats.grouped")
     bad = int(max_over_ranks([bad], "stats.bad")[0])
     if rank == 0:
         print(f"# py_latency_bench ranks={n} iters={args.iters} steps={args.steps} tensors={args.tensors} "
               f"torch={torch.__version__}" + (" smoke=1" if args.smoke else ""))
         print("#%23s %12s %12s" % ("metric", "p50_us", "p99_us"))
         for name, v in (("sync_allreduce_8B", lat), (f"step_{args.tensors}x1KiB", steps),
-                        ("enqueue_per_call", enq), ("synchronize_per_call", sync)):
+                        ("enqueue_per_call", enq), ("synchronize_per_call", sync),
+                        ("sync_ready_per_call", ready), (f"grouped_{args.tensors}x1KiB", grouped)):
             print("%24s %12.2f %12.2f" % (name, percentile(v, 50) * 1e6, percentile(v, 99) * 1e6))
+        pair = (percentile(enq, 50) + percentile(ready, 50)) * 1e6
+        print(f"# python cost per allreduce_async_+synchronize pair (enqueue + sync_ready p50): "
+              f"{pair:.2f} us")
+        print(f"# load average at end: {' '.join('%.2f' % x for x in os.getloadavg())}")
         print(f"# check={'OK' if bad == 0 else 'WRONG'}")
     hvd.shutdown()
     return 0 if bad == 0 else 1
