@@ -66,7 +66,7 @@ void Coordinator::addHit(int rank, uint32_t id) {
   }
   const auto* ranks = setRanks(entry->processSet);
   if (ranks == nullptr) return;  // the set was removed; the rank fails the op itself
-  if (live && pending_.find(NameKeyRef{entry->processSet, entry->tensor.name}) == pending_.end()) {
+  if (live && (pending_.empty() || pending_.find(NameKeyRef{entry->processSet, entry->tensor.name}) == pending_.end())) {
     // Nodes stay in hits_ (cleared, not erased) so the steady state allocates nothing here.
     HitState& hit = hits_[id];
     hit.ranks.push_back(rank);

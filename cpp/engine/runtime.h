@@ -131,7 +131,7 @@ class Runtime {
   // ---- enqueue (runtime_enqueue.cc) ----
   WorkPtr enqueue(std::vector<EntryPtr> entries, std::shared_ptr<WorkImpl> work);
   EntryPtr makeEntry(Kind kind, const char* opName, const TensorView& in, const TensorView& out,
-                     const Options& options, std::string name, const ProcessSetInfo& set);
+                     const Options& options, const std::string& name, const ProcessSetInfo& set);
   ProcessSetInfo checkProcessSet(const char* opName, int processSet, int root = -1) const;
   std::string autoName(const std::string& name);
   void checkRunning() const;
@@ -139,6 +139,7 @@ class Runtime {
   void loop();
   bool step();  // returns true when the loop must end (shutdown processed)
   void collectRequests(RequestList& out);
+  void gatherBurst(RequestList& out, uint64_t pushesSeen);
   void postRequests(RequestList& list);
   bool processList(ResponseList& list);
   void processResponse(Response& response);

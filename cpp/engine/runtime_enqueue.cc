@@ -42,14 +42,14 @@ std::string Runtime::autoName(const std::string& name) {
 }
 
 EntryPtr Runtime::makeEntry(Kind kind, const char* opName, const TensorView& in, const TensorView& out,
-                            const Options& options, std::string name, const ProcessSetInfo& set) {
-  auto e = std::make_unique<Entry>();
+                            const Options& options, const std::string& name, const ProcessSetInfo& set) {
+  EntryPtr e = queue_.acquire();  // a recycled entry: assigning name and shape reuses its buffers
   Request& r = e->request;
   r.kind = kind;
   r.processSet = options.processSet;
-  r.name = std::move(name);
+  r.name.assign(name);
   r.dtype = in.dtype;
-  r.shape = in.shape;
+  r.shape.assign(in.shape.begin(), in.shape.end());
   r.op = options.op;
   r.prescale = options.prescale;
   r.postscale = options.postscale;

@@ -16,6 +16,11 @@ namespace {
 // with its wait; the real wake-ups are messages and enqueue's transport.wake().
 constexpr auto kIdleWait = std::chrono::milliseconds(1000);
 
+// Burst gathering (gatherBurst): requests go out once no enqueue came for kBurstQuiet (a step's
+// gradients arrive back to back), or after kBurstMax of continuous enqueues.
+constexpr auto kBurstQuiet = std::chrono::microseconds(2);
+constexpr auto kBurstMax = std::chrono::microseconds(200);
+
 int64_t nowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
@@ -103,7 +108,9 @@ void Runtime::loop() {
 
 bool Runtime::step() {
   RequestList mine;
+  const uint64_t pushesSeen = queue_.pushes();  // before draining: later pushes show as a change
   collectRequests(mine);
+  gatherBurst(mine, pushesSeen);
   if (coordinator_) {
     // Rank 0: its own requests first, then the others' in rank order (Horovod's ready order).
     if (!mine.empty()) {
@@ -148,7 +155,9 @@ bool Runtime::step() {
         if (processList(list)) return true;
         // Requests enqueued while that list ran go out now rather than after the next wait.
         RequestList more;
+        const uint64_t seen = queue_.pushes();
         collectRequests(more);
+        gatherBurst(more, seen);
         postRequests(more);
         break;
       }
@@ -197,6 +206,29 @@ void Runtime::collectRequests(RequestList& out) {
     std::lock_guard<std::mutex> lock(statsMu_);
     stats_.hitsSent += hits;
     stats_.fullRequestsSent += full;
+  }
+}
+
+void Runtime::gatherBurst(RequestList& out, uint64_t pushesSeen) {
+  // The per-tensor work (cache lookup, bookkeeping) is done here as the tensors arrive; only the
+  // message waits for the burst to end, so that a step's hits travel as one bit vector and the
+  // coordinator answers them with one list. A lone operation pays kBurstQuiet.
+  if (out.hits.empty() && out.requests.empty()) return;
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  auto lastArrival = start;
+  while (true) {
+    const auto now = Clock::now();
+    const uint64_t pushes = queue_.pushes();
+    if (pushes != pushesSeen) {
+      pushesSeen = pushes;
+      lastArrival = now;
+      collectRequests(out);
+    } else if (now - lastArrival >= kBurstQuiet) {
+      return;
+    }
+    if (now - start >= kBurstMax) return;
+    sched_yield();  // 2 vCPUs: let the enqueueing thread run
   }
 }
 
@@ -267,9 +299,10 @@ void Runtime::completeEntry(Entry* entry, std::exception_ptr error) {
   if (it == pending_.end() || it->second.get() != entry) return;
   EntryPtr owned = std::move(it->second);
   pending_.erase(it);
-  // The name is free again before the caller can observe completion.
-  queue_.release(owned->request.processSet, owned->request.name);
-  owned->work->completeMember(error);
+  std::shared_ptr<WorkImpl> work = std::move(owned->work);
+  // The name is free again before the caller can observe completion; the entry is reused.
+  queue_.release(std::move(owned));
+  work->completeMember(error);
 }
 
 void Runtime::processResponse(Response& r) {

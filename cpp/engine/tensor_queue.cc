@@ -3,6 +3,9 @@
 namespace hvd::engine {
 
 namespace {
+// Released entries kept for reuse: enough for a large model's gradients in flight at once.
+constexpr size_t kMaxFreeEntries = 4096;
+
 const char kDuplicateName[] =
     "Requested to allreduce, allgather, or broadcast a tensor with the same name as another tensor that is "
     "currently being processed.  If you want to request another tensor, use a different tensor name.";
@@ -23,6 +26,7 @@ void TensorQueue::push(std::vector<EntryPtr>& entries) {
     pending_.insert(NameKeyRef{e->request.processSet, e->request.name});
     queue_.push_back(std::move(e));
   }
+  pushes_.fetch_add(entries.size(), std::memory_order_release);
   entries.clear();
 }
 
@@ -32,6 +36,7 @@ void TensorQueue::push(EntryPtr& entry) {
   if (closedWith_) std::rethrow_exception(closedWith_);
   if (!pending_.insert(NameKeyRef{r.processSet, r.name}).second) throw InvalidArgument(kDuplicateName);
   queue_.push_back(std::move(entry));
+  pushes_.fetch_add(1, std::memory_order_release);
 }
 
 void TensorQueue::drain(std::vector<EntryPtr>& out) {
@@ -54,6 +59,33 @@ void TensorQueue::release(int32_t processSet, const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = pending_.find(NameKeyRef{processSet, name});
   if (it != pending_.end()) pending_.erase(it);
+}
+
+void TensorQueue::release(EntryPtr entry) {
+  Request& r = entry->request;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pending_.find(NameKeyRef{r.processSet, r.name});
+  if (it != pending_.end()) pending_.erase(it);
+  if (free_.size() >= kMaxFreeEntries) return;
+  Entry fresh;  // every field cleared; the name and shape keep their allocations
+  fresh.request.name = std::move(r.name);
+  fresh.request.name.clear();
+  fresh.request.shape = std::move(r.shape);
+  fresh.request.shape.clear();
+  *entry = std::move(fresh);
+  free_.push_back(std::move(entry));
+}
+
+EntryPtr TensorQueue::acquire() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!free_.empty()) {
+      EntryPtr e = std::move(free_.back());
+      free_.pop_back();
+      return e;
+    }
+  }
+  return std::make_unique<Entry>();
 }
 
 std::vector<EntryPtr> TensorQueue::close(std::exception_ptr error) {

@@ -6,6 +6,7 @@
 // still queued so the runtime can fail it.
 #pragma once
 
+#include <atomic>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -42,6 +43,14 @@ class TensorQueue {
   bool empty() const;
   // The name completed: it may be enqueued again.
   void release(int32_t processSet, const std::string& name);
+  // The same, and `entry` (the completed one, its work already taken out) is kept for reuse.
+  void release(EntryPtr entry);
+  // A cleared entry, reusing one released earlier when there is one (its name and shape keep
+  // their allocations), so the steady state allocates no entries. Any thread.
+  EntryPtr acquire();
+  // Entries pushed so far (monotonic). Lock-free: the background thread polls it while it
+  // gathers a burst of enqueues into one message.
+  uint64_t pushes() const { return pushes_.load(std::memory_order_acquire); }
   // Rejects later pushes with `error`; returns the entries still queued.
   std::vector<EntryPtr> close(std::exception_ptr error);
   bool closed() const;
@@ -54,6 +63,8 @@ class TensorQueue {
   // Views of the pending entries' own names: an entry is released here before it is destroyed.
   std::unordered_set<NameKeyRef, NameKeyHash, NameKeyEq> pending_;
   std::exception_ptr closedWith_;
+  std::vector<EntryPtr> free_;  // released entries for acquire(), bounded
+  std::atomic<uint64_t> pushes_{0};
 };
 
 }  // namespace hvd::engine
