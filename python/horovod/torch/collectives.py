@@ -53,6 +53,10 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     Compression is applied before and undone after the reduction. Differentiable: the gradient
     is the allreduce of the gradient with the same op and factors.
     """
+    if compression is Compression.none and not (tensor.requires_grad and torch.is_grad_enabled()):
+        # The common case, without the no-op compress/decompress calls.
+        return synchronize(allreduce_async(tensor, average, name, op, prescale_factor,
+                                           postscale_factor, process_set))
     tensor_compressed, ctx = compression.compress(tensor)
     if _needs_grad(tensor_compressed):
         reduced = HorovodAllreduce.apply(tensor_compressed, average, name, op, prescale_factor,

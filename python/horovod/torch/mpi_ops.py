@@ -171,7 +171,9 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
         op = handle_average_backwards_compatibility(op, average)
     elif op == Adasum:
         _adasum_checks(op, process_set)
-    output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+    # preserve_format (the default, cheaper to call) differs from contiguous_format only for
+    # inputs that are not contiguous, which the core refuses anyway.
+    output = torch.empty_like(tensor)
     try:
         return _allreduce_h(_to_dlpack(tensor), _to_dlpack(output), output, name, op,
                             prescale_factor, postscale_factor, process_set.process_set_id)
