@@ -9,6 +9,7 @@
 #include <iostream>
 #include <string>
 
+#include "api/default_runtime.h"
 #include "harness/bench_main.h"
 
 namespace hvd::bench {
@@ -91,6 +92,14 @@ class HvdComm : public BenchComm {
     Options o = named("bench.allreduce_shared");
     o.op = ReduceOp::kAverage;
     hvd::allreduce(view(buf, count, type), view(buf, count, type), o);
+  }
+  size_t fusionBufferBytes() override {
+    auto runtime = hvd::api::runtimeForOps();
+    return runtime ? runtime->stats().fusionBufferBytes : 0;
+  }
+  void releaseOutputs() override {
+    gathered_ = OwnedTensor{};
+    exchanged_ = OwnedTensor{};
   }
   void barrier() override { hvd::barrier(); }
   void maxOverRanks(std::vector<double>& values) override {

@@ -63,6 +63,13 @@ class BenchComm {
     throw std::runtime_error(systemName() + " does not implement allreduce_shared");
   }
 
+  // For the memory report: bytes of the system's persistent staging buffer that the run has
+  // grown to use (Horovod: the fusion buffer); 0 when the system has none or does not tell.
+  virtual size_t fusionBufferBytes() { return 0; }
+  // Drops the outputs the system allocated that this object still holds (allgather/alltoall
+  // results), so that memory measured afterwards is the system's own, not the caller's data.
+  virtual void releaseOutputs() {}
+
   virtual void barrier() = 0;
   // Element-wise maximum over ranks of a float64 vector, in place (for timing statistics; never
   // timed itself).

@@ -156,6 +156,8 @@ MemoryUsage readMemoryUsage() {
   while (std::getline(status, line)) {
     if (line.rfind("VmRSS:", 0) == 0) usage.rssKiB = std::atol(line.c_str() + 6);
     if (line.rfind("VmHWM:", 0) == 0) usage.hwmKiB = std::atol(line.c_str() + 6);
+    if (line.rfind("RssAnon:", 0) == 0) usage.anonKiB = std::atol(line.c_str() + 8);
+    if (line.rfind("RssShmem:", 0) == 0) usage.shmemKiB = std::atol(line.c_str() + 9);
   }
   return usage;
 }
@@ -193,6 +195,9 @@ int runBenchmark(BenchComm& comm, const BenchOptions& options, std::ostream& out
   }
   int wrongRows = 0;
   size_t peakBufferBytes = 0;
+  const long baseline = options.baselineRssKiB >= 0 ? options.baselineRssKiB : readMemoryUsage().rssKiB;
+  // Largest resident memory the system added after a row (KiB), with the row and the breakdown.
+  std::vector<double> engineMem{0, 0, 0, 0, 0};  // added, fusion buffer, row bytes, anon, shmem
   for (double nominal = double(options.minBytes); nominal <= double(options.maxBytes) * 1.0000001;
        nominal *= options.factor) {
     size_t bytes = static_cast<size_t>(nominal);
@@ -259,8 +264,31 @@ int runBenchmark(BenchComm& comm, const BenchOptions& options, std::ostream& out
           << "\n";
       out.flush();
     }
+    // The row's buffers and the outputs the system handed out go; what stays is the system's.
+    row.in.clear();
+    row.out.clear();
+    row.result = nullptr;
+    comm.releaseOutputs();
+    MemoryUsage now = readMemoryUsage();
+    if (double(now.rssKiB - baseline) > engineMem[0]) {
+      engineMem = {double(now.rssKiB - baseline), double(comm.fusionBufferBytes() / 1024),
+                   double(shape.reportedBytes), double(now.anonKiB), double(now.shmemKiB)};
+    }
   }
-  if (lead) out << "# peak_bench_buffers_kib=" << peakBufferBytes / 1024 << "\n";
+  std::vector<double> added{engineMem[0]};
+  comm.maxOverRanks(added);
+  std::vector<double> details = engineMem;
+  // The rank with the largest figure reports its breakdown (others send zeros).
+  if (engineMem[0] < added[0]) details.assign(details.size(), 0.0);
+  comm.maxOverRanks(details);
+  if (lead) {
+    out << "# peak_bench_buffers_kib=" << peakBufferBytes / 1024 << "\n";
+    const long limit = long(details[1]) + (32 << 10);
+    out << "# engine_memory_kib (after a row, max over rows and ranks): added=" << long(added[0])
+        << " fusion_buffer=" << long(details[1]) << " at_row_bytes=" << long(details[2])
+        << " rss_anon=" << long(details[3]) << " rss_shmem=" << long(details[4]) << " target<=" << limit
+        << (long(added[0]) <= limit ? " OK" : " EXCEEDED") << "\n";
+  }
   return wrongRows;
 }
 

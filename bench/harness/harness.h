@@ -36,6 +36,9 @@ struct BenchOptions {
   int batch = 100;       // allreduce_batch: tensors per step
   bool smoke = false;    // tiny sizes, 2 iterations, check after every iteration
   bool header = true;
+  // Resident KiB of the process before the system under test was initialised (bench_main
+  // measures it); -1: the memory report takes the figure at the start of runBenchmark.
+  long baselineRssKiB = -1;
 };
 
 // Parses nccl-tests-like flags: -b min -e max -f factor -n iters -w warmup -o op -d dtype
@@ -45,6 +48,10 @@ std::optional<BenchOptions> parseBenchOptions(int argc, char** argv, std::string
 std::string benchUsage(const std::string& program);
 
 // Runs every row; rank 0 prints. Returns the number of rows whose check failed.
+// After each row it frees the row's buffers and the system's held outputs and reads the resident
+// memory the system still adds to the process (VmRSS - baseline); the trailer reports the largest
+// value over rows and ranks beside the system's fusion buffer, and checks the memory target:
+// added <= fusion buffer + 32 MiB.
 int runBenchmark(BenchComm& comm, const BenchOptions& options, std::ostream& out);
 
 // Names of the collectives the harness knows, for usage text and validation.
@@ -54,6 +61,8 @@ std::vector<std::string> collectiveNames();
 struct MemoryUsage {
   long rssKiB = 0;
   long hwmKiB = 0;
+  long anonKiB = 0;   // RssAnon: private memory
+  long shmemKiB = 0;  // RssShmem: shared segments mapped and touched (own and peers')
 };
 MemoryUsage readMemoryUsage();
 

@@ -21,9 +21,10 @@ Param<int64_t> kRingBytes("HOROVOD_SHM_RING_BYTES", int64_t{1} << 20,
 Param<int64_t> kMailboxBytes("HOROVOD_SHM_MAILBOX_BYTES", int64_t{256} << 10,
                              "Shared-memory transport: bytes of each inbound control-message ring (one per local "
                              "sender); larger messages stream through it. Power of two, at least 4096.");
-Param<int64_t> kSpaceBytes("HOROVOD_SHM_SPACE_BYTES", int64_t{16} << 20,
+Param<int64_t> kSpaceBytes("HOROVOD_SHM_SPACE_BYTES", int64_t{4} << 20,
                            "Shared-memory transport: capacity of each rank's shared buffer (fusion and reduction "
-                           "between local ranks), allocated on first use.");
+                           "between local ranks), allocated on first use; used as two halves, and the "
+                           "collectives pass at most 1 MiB chunks through it, so more mostly costs memory.");
 Param<int64_t> kSpinUs("HOROVOD_SHM_SPIN_US", 100,
                        "Shared-memory transport: microseconds a wait polls before it sleeps (0 = sleep at once); "
                        "after HOROVOD_SHM_BUSY_SPIN_US of busy polling it yields the CPU between polls.");

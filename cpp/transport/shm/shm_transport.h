@@ -50,7 +50,7 @@ namespace hvd::shm {
 struct ShmOptions {
   size_t ringBytes = size_t{1} << 20;      // per sender, rounded up to a power of two (>= 4 KiB)
   size_t mailboxBytes = size_t{256} << 10;  // per sender, ditto
-  size_t spaceBytes = size_t{16} << 20;     // SharedSpace capacity per member
+  size_t spaceBytes = size_t{4} << 20;      // SharedSpace capacity per member
   std::chrono::microseconds spin{100};      // poll this long before sleeping in a wait
   std::chrono::microseconds busySpin{5};    // of which busy (no yield) at most this long
   bool named = false;                       // force named /dev/shm segments

@@ -470,7 +470,7 @@ TEST(ShmOptions, ParsesAndRoundsUp) {
   auto defaults = ShmOptions::fromEnvironment(mapEnvironment({}));
   EXPECT_EQ(defaults.ringBytes, size_t{1} << 20);
   EXPECT_EQ(defaults.mailboxBytes, size_t{256} << 10);
-  EXPECT_EQ(defaults.spaceBytes, size_t{16} << 20);
+  EXPECT_EQ(defaults.spaceBytes, size_t{4} << 20);
   EXPECT_FALSE(defaults.named);
   auto set = ShmOptions::fromEnvironment(mapEnvironment({{"HOROVOD_SHM_RING_BYTES", "5000"},
                                                          {"HOROVOD_SHM_MAILBOX_BYTES", "65536"},
