@@ -1,5 +1,6 @@
 #include "handles.h"
 
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -69,10 +70,14 @@ int64_t lastHandle = 0;
 nb::object* finisher = new nb::object();
 auto* cachedRuntime = new std::shared_ptr<engine::Runtime>();
 // Scratch of the fast path (GIL-protected), reused so that a call allocates no shape vector and
-// no name string of its own.
-auto* scratchIn = new TensorView();
-auto* scratchOut = new TensorView();
-auto* scratchOptions = new Options();
+// no name string of its own. A call re-entered from Python code that the outer call ran (a
+// name's __bool__, an array's __dlpack__) uses a scratch of its own.
+struct Scratch {
+  TensorView in, out;
+  Options options;
+  bool busy = false;
+};
+auto* sharedScratch = new Scratch();
 
 engine::Runtime& runningRuntime() {
   engine::Runtime* runtime = cachedRuntime->get();
@@ -131,16 +136,23 @@ int64_t allreduceTracked(nb::handle in, nb::handle out, nb::object payload, nb::
                          int op, double prescale, double postscale, int processSet) {
   engine::Runtime& runtime = runningRuntime();
   const int64_t handle = ++lastHandle;
-  Options& options = *scratchOptions;
+  std::optional<Scratch> own;
+  Scratch& scratch = sharedScratch->busy ? own.emplace() : *sharedScratch;
+  scratch.busy = true;
+  struct Release {
+    Scratch& s;
+    ~Release() { s.busy = false; }
+  } release{scratch};
+  Options& options = scratch.options;
   fullName(options.name, "allreduce.", name, handle);
   options.op = static_cast<ReduceOp>(op);
   options.prescale = prescale;
   options.postscale = postscale;
   options.processSet = processSet;
   Slot slot;
-  slot.in.take(in, *scratchIn, "allreduce");
-  if (!out.is_none()) slot.out.take(out, *scratchOut, "allreduce");
-  slot.work = runtime.allreduce(*scratchIn, out.is_none() ? *scratchIn : *scratchOut, options);
+  slot.in.take(in, scratch.in, "allreduce");
+  if (!out.is_none()) slot.out.take(out, scratch.out, "allreduce");
+  slot.work = runtime.allreduce(scratch.in, out.is_none() ? scratch.in : scratch.out, options);
   slot.payload = std::move(payload);
   table->emplace(handle, std::move(slot));
   return handle;
