@@ -2,8 +2,11 @@
 // outlive the Work (and the engine) that made them.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <memory>
+#include <string>
 #include <thread>
 
 #include "cluster.h"
@@ -127,6 +130,42 @@ TEST(OutputPoolEngine, AllgatherOutputsOutliveWorkAndEngine) {
     ASSERT_EQ(Buffer::load(kept[r].view.data, DataType::kInt32, 300000 + 5), 1000 + 5 + 5 % 7);
   }
   kept.clear();
+}
+
+}  // namespace
+}  // namespace hvd::test
+
+namespace hvd::test {
+namespace {
+
+// Memory target: a job whose tensors never exceed 1 MiB never maps a 128 MiB buffer (the fusion
+// buffer grows to what fusion actually needs, not to HOROVOD_FUSION_THRESHOLD).
+TEST(EngineMemory, SmallTensorsNeverMapTheFusionThreshold) {
+  const int n = 2;
+  Cluster cluster(n);
+  cluster.run([&](int rank, engine::Runtime& rt) {
+    for (int step = 0; step < 3; ++step) {
+      std::vector<Buffer> bufs;
+      std::vector<WorkPtr> works;
+      for (int i = 0; i < 12; ++i) bufs.emplace_back(DataType::kFloat32, int64_t(1) << (8 + i % 11));  // 1 KiB..1 MiB
+      for (int i = 0; i < 12; ++i) {
+        for (size_t k = 0; k < bufs[i].count(); ++k) bufs[i].set(k, rank + 1);
+        works.push_back(rt.allreduce(bufs[i].view(), bufs[i].view(), named("mem.t" + std::to_string(i))));
+      }
+      for (auto& w : works) w->wait();
+      for (auto& b : bufs) ASSERT_EQ(b.get(b.count() - 1), 3.0);
+      Buffer g(DataType::kUInt8, int64_t(1) << 20);
+      rt.allgather(g.view(), named("mem.ag"))->wait();
+    }
+    EXPECT_LE(rt.stats().fusionBufferBytes, size_t(16) << 20) << "fusion buffer sized by use";
+  });
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    unsigned long begin = 0, end = 0;
+    ASSERT_EQ(std::sscanf(line.c_str(), "%lx-%lx", &begin, &end), 2);
+    EXPECT_LT(end - begin, 128ul << 20) << "a mapping of 128 MiB or more: " << line;
+  }
 }
 
 }  // namespace
