@@ -90,18 +90,15 @@ void cachedResponses(const std::vector<uint32_t>& ids, const CacheReplica& repli
     singles.push_back(Single{e, fusionBytes(e->kind, e->dtype, e->tensor), false});
   }
   auto add = [](Response& r, const CacheEntry& e) {
-    TensorInfo t;
+    TensorInfo& t = r.tensors.emplace_back();
     t.cacheId = e.tensor.cacheId;
     t.ref = &e.tensor;
-    r.tensors.push_back(std::move(t));
   };
+  std::vector<size_t> members;
   for (size_t i = 0; i < singles.size(); ++i) {
     if (singles[i].used) continue;
     const CacheEntry& first = *singles[i].entry;
-    Response r;
-    copyOpParams(first, r);
-    r.cachedForm = true;
-    add(r, first);
+    members.assign(1, i);
     if (options.threshold > 0 && fusableKind(first.kind)) {
       int64_t size = singles[i].bytes, skipped = 0;
       for (size_t j = i + 1; j < singles.size(); ++j) {
@@ -111,13 +108,18 @@ void cachedResponses(const std::vector<uint32_t>& ids, const CacheReplica& repli
             size + next.bytes <= options.threshold) {
           size += next.bytes;
           next.used = true;
-          add(r, *next.entry);
+          members.push_back(j);
         } else {
           skipped += next.bytes;
           if (size + skipped > options.threshold) break;
         }
       }
     }
+    Response r;
+    copyOpParams(first, r);
+    r.cachedForm = true;
+    r.tensors.reserve(members.size());
+    for (size_t m : members) add(r, *singles[m].entry);
     out.push_back(std::move(r));
   }
 }

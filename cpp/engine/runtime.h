@@ -168,6 +168,7 @@ class Runtime {
   // Background-thread state.
   // Keys view the entry's own name (stable: entries live on the heap until erased from here).
   std::unordered_map<NameKeyRef, EntryPtr, NameKeyHash, NameKeyEq> pending_;
+  // Pending entries sent as hits, by cache id; nullptr = none now (nodes of live ids are kept).
   std::unordered_map<uint32_t, Entry*> byCacheId_;
   std::vector<EntryPtr> drained_;
   std::vector<Entry*> entriesScratch_;

@@ -283,7 +283,7 @@ void Runtime::expandCached(Response& r) {
 Entry* Runtime::findEntry(const Response& response, const TensorInfo& tensor) {
   if (tensor.cacheId != kNoCacheId) {
     auto it = byCacheId_.find(tensor.cacheId);
-    if (it != byCacheId_.end()) return it->second;
+    if (it != byCacheId_.end() && it->second != nullptr) return it->second;
   }
   auto it = pending_.find(NameKeyRef{response.processSet, tensor.data().name});
   return it == pending_.end() ? nullptr : it->second.get();
@@ -292,8 +292,15 @@ Entry* Runtime::findEntry(const Response& response, const TensorInfo& tensor) {
 void Runtime::completeEntry(Entry* entry, std::exception_ptr error) {
   if (entry == nullptr) return;
   if (entry->sentCacheId != kNoCacheId) {
+    // The node stays (the id comes back next step: no allocation then) unless the id is gone.
     auto it = byCacheId_.find(entry->sentCacheId);
-    if (it != byCacheId_.end() && it->second == entry) byCacheId_.erase(it);
+    if (it != byCacheId_.end() && it->second == entry) {
+      if (replica_.get(entry->sentCacheId) != nullptr) {
+        it->second = nullptr;
+      } else {
+        byCacheId_.erase(it);
+      }
+    }
   }
   auto it = pending_.find(NameKeyRef{entry->request.processSet, entry->request.name});
   if (it == pending_.end() || it->second.get() != entry) return;
@@ -308,7 +315,11 @@ void Runtime::completeEntry(Entry* entry, std::exception_ptr error) {
 void Runtime::processResponse(Response& r) {
   switch (r.kind) {
     case Kind::kEvict:
-      for (const auto& t : r.tensors) replica_.erase(t.cacheId);
+      for (const auto& t : r.tensors) {
+        replica_.erase(t.cacheId);
+        auto it = byCacheId_.find(t.cacheId);
+        if (it != byCacheId_.end() && it->second == nullptr) byCacheId_.erase(it);
+      }
       return;
     case Kind::kJoin: {
       auto it = pending_.find(NameKeyRef{0, "join.noname"});
@@ -339,7 +350,8 @@ void Runtime::processResponse(Response& r) {
                                                        " was removed while this operation was pending.")));
       }
       for (auto it = byCacheId_.begin(); it != byCacheId_.end();) {
-        it = it->second->request.processSet == r.setId ? byCacheId_.erase(it) : std::next(it);
+        it = it->second == nullptr || it->second->request.processSet == r.setId ? byCacheId_.erase(it)
+                                                                                 : std::next(it);
       }
       sets_.remove(r.setId);
       auto it = pending_.find(NameKeyRef{0, "process_set.remove"});
