@@ -80,10 +80,20 @@ PeerMappings& peerMappings() {
   return *m;
 }
 
+// A segment a member mapped (or owns), as published in its slot after the ControlSlot.
+struct SeenSegment {
+  int64_t pid;
+  uint64_t id;
+};
+
 // Per background thread, reused so that steady-state calls allocate nothing.
 struct Scratch {
   std::vector<uint8_t*> buffers;
   std::vector<std::shared_ptr<shm::Segment>> holds;
+  // Per communicator: the members' segments of its last completed op here (all mapped then).
+  // Keyed by address: a stale entry after a communicator is destroyed and its address reused
+  // only claims segments this process did map, which the mapping cache may still hold.
+  std::map<const Communicator*, std::vector<SeenSegment>> seen;
 };
 
 std::atomic<uint64_t> completed{0};
@@ -96,16 +106,18 @@ bool sharedInPlaceAllreduce(const Response& r, Communicator& comm, const std::ve
   const int n = comm.size(), me = comm.rank();
   if (n < 2 || r.tensors.size() != 1) return false;
   SharedSpace* space = comm.sharedSpace(comm.deadline());
-  if (!collectives::sharedUsable(space, n) || sizeof(ControlSlot) * 1 > collectives::sharedHalfBytes(*space)) {
-    return false;
-  }
+  const size_t slotBytes = sizeof(ControlSlot) + sizeof(SeenSegment) * static_cast<size_t>(n);
+  if (!collectives::sharedUsable(space, n) || slotBytes > collectives::sharedHalfBytes(*space)) return false;
   const DataType dtype = r.dtype;
   const size_t elem = dataTypeSize(dtype);
   const size_t count = static_cast<size_t>(r.tensors[0].numElements());
   const uint64_t phase = comm.nextSharedPhase();
   auto slotOf = [&](int j) { return reinterpret_cast<ControlSlot*>(collectives::sharedHalf(*space, j, phase)); };
+  auto seenOf = [&](int j) { return reinterpret_cast<SeenSegment*>(slotOf(j) + 1); };
+  thread_local Scratch scratch;
 
-  // 1. Publish where my tensor lives.
+  // 1. Publish where my tensor lives, and which peer segments I mapped in my last op on this
+  //    communicator.
   Entry* entry = entries.empty() ? nullptr : entries[0];
   ControlSlot* mine = slotOf(me);
   *mine = ControlSlot{};
@@ -120,35 +132,55 @@ bool sharedInPlaceAllreduce(const Response& r, Communicator& comm, const std::ve
     mine->offset = static_cast<uint64_t>(static_cast<uint8_t*>(entry->output) - info.base);
     mine->count = count;
   }
+  std::vector<SeenSegment>& lastSeen = scratch.seen[&comm];
+  lastSeen.resize(static_cast<size_t>(n));
+  std::memcpy(seenOf(me), lastSeen.data(), sizeof(SeenSegment) * static_cast<size_t>(n));
   space->barrier(comm.deadline());
 
-  // 2. Map the peers' buffers; agree that everyone could.
-  thread_local Scratch scratch;
+  // Every member eligible, and every member mapped every peer's current segment before (the
+  // steady state): no agreement round needed. All members compute this from the same data.
+  bool eligible = true, mappedBefore = true;
+  for (int j = 0; j < n; ++j) {
+    const ControlSlot& s = *slotOf(j);
+    if (s.id == 0 || s.count != count) eligible = false;
+    for (int k = 0; k < n && mappedBefore; ++k) {
+      const SeenSegment& seen = seenOf(j)[k];
+      if (k != j && (seen.pid != slotOf(k)->pid || seen.id != slotOf(k)->id)) mappedBefore = false;
+    }
+  }
+  if (!eligible) return false;  // before any mapping: every member returns here alike
+
+  // 2. Map the peers' buffers (cached); unless all were mapped before, agree that everyone could.
   scratch.buffers.assign(static_cast<size_t>(n), nullptr);
   scratch.holds.resize(static_cast<size_t>(n));
-  bool ok = mine->id != 0;
+  bool ok = true;
   for (int j = 0; j < n && ok; ++j) {
     const ControlSlot& s = *slotOf(j);
-    if (s.id == 0 || s.count != count) {
-      ok = false;
-      break;
-    }
     try {
       uint8_t* base = j == me ? info.base : peerMappings().map(s, scratch.holds[j]);
       scratch.buffers[j] = base + s.offset;
     } catch (const Error& e) {
+      if (mappedBefore) {
+        // Mapped once and evicted, and now it fails: the peers are already reducing. Fatal, so
+        // that they fail at once (the runtime aborts the transport) instead of timing out.
+        throw Aborted("shared in-place allreduce: cannot map the buffer of rank " +
+                      std::to_string(comm.globalRank(j)) + " again: " + e.what());
+      }
       HVD_LOG(Warning) << "shared in-place allreduce: cannot map the buffer of rank " << comm.globalRank(j) << " ("
                        << e.what() << "); using the staged path";
       ok = false;
     }
   }
-  mine->ok = ok ? 1 : 0;
-  space->barrier(comm.deadline());
-  for (int j = 0; j < n; ++j) ok = ok && slotOf(j)->ok == 1;
-  if (!ok) {
-    for (auto& h : scratch.holds) h.reset();
-    return false;
+  if (!mappedBefore) {
+    mine->ok = ok ? 1 : 0;
+    space->barrier(comm.deadline());
+    for (int j = 0; j < n; ++j) ok = ok && slotOf(j)->ok == 1;
+    if (!ok) {
+      for (auto& h : scratch.holds) h.reset();
+      return false;
+    }
   }
+  for (int j = 0; j < n; ++j) lastSeen[static_cast<size_t>(j)] = SeenSegment{slotOf(j)->pid, slotOf(j)->id};
 
   // 3. Reduce my slice over every member's buffer, write it into every member's buffer.
   const ReduceOp op = r.op == ReduceOp::kAverage ? ReduceOp::kSum : r.op;
@@ -184,7 +216,10 @@ bool sharedInPlaceAllreduce(const Response& r, Communicator& comm, const std::ve
   }
   space->barrier(comm.deadline());
   for (auto& h : scratch.holds) h.reset();
-  completed.fetch_add(1, std::memory_order_relaxed);
+  if (completed.fetch_add(1, std::memory_order_relaxed) == 0) {
+    HVD_LOG(Debug) << "shared in-place allreduce in use (first: " << count << " x " << dataTypeName(dtype) << " over "
+                   << n << " ranks)";
+  }
   return true;
 }
 
