@@ -13,7 +13,13 @@ of the medians over repetitions.
 
 Systems (--systems): `horovod` (DistributedOptimizer as configured by the environment: gradient
 buckets by default), `horovod-nobuckets` (the same with HOROVOD_DISABLE_GRADIENT_BUCKETS=1, the
-per-gradient path) and `ddp-gloo`. Each horovod variant gets a ratio against ddp-gloo.
+per-gradient path), `horovod-unshared` (buckets in ordinary memory, HOROVOD_DISABLE_SHARED_BUCKETS=1)
+and `ddp-gloo`. Each horovod variant gets a ratio against ddp-gloo.
+
+--malloc-tuned gives every rank of every system (DDP's too) glibc's MALLOC_MMAP_MAX_=0 and a huge
+MALLOC_TRIM_THRESHOLD_: freed large blocks are reused instead of unmapped and mapped again, so
+the ~50k page faults per step of the MLP's fresh gradient tensors (autograd's, for both systems)
+disappear. It changes the compute side for everyone alike; the default is glibc's behaviour.
 
 Horovod's ranks start under horovodrun (--horovodrun, or build/launcher/horovodrun, or PATH);
 DDP's under torch.multiprocessing with a TCP rendezvous on 127.0.0.1.
@@ -135,8 +141,10 @@ def find_horovodrun(args):
     return shutil.which("horovodrun")
 
 
-HOROVOD_SYSTEMS = {"horovod": {}, "horovod-nobuckets": {"HOROVOD_DISABLE_GRADIENT_BUCKETS": "1"}}
+HOROVOD_SYSTEMS = {"horovod": {}, "horovod-nobuckets": {"HOROVOD_DISABLE_GRADIENT_BUCKETS": "1"},
+                   "horovod-unshared": {"HOROVOD_DISABLE_SHARED_BUCKETS": "1"}}
 PEER = "ddp-gloo"
+MALLOC_TUNED_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "68719476736"}
 
 
 def run_system(system, model, args):
@@ -144,6 +152,8 @@ def run_system(system, model, args):
               str(args.warmup), "--threads", str(args.threads), "--np", str(args.np)]
     me = os.path.abspath(__file__)
     env = dict(os.environ)
+    if args.malloc_tuned:
+        env.update(MALLOC_TUNED_ENV)
     if system in HOROVOD_SYSTEMS:
         env.update(HOROVOD_SYSTEMS[system])
         run = find_horovodrun(args)
@@ -167,7 +177,8 @@ def main():
     p.add_argument("--np", type=int, default=2)
     p.add_argument("--models", default="cnn,mlp")
     p.add_argument("--systems", default="horovod,ddp-gloo",
-                   help="comma list of horovod, horovod-nobuckets, ddp-gloo (run in this order)")
+                   help="comma list of horovod, horovod-nobuckets, horovod-unshared, ddp-gloo "
+                        "(run in this order)")
     p.add_argument("--model", default="cnn", help=argparse.SUPPRESS)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--steps", type=int, default=30)
@@ -175,6 +186,8 @@ def main():
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--smoke", action="store_true")
+    p.add_argument("--malloc-tuned", action="store_true",
+                   help="glibc never unmaps freed blocks, for every system (see above)")
     p.add_argument("--worker", choices=("horovod", "ddp"), help=argparse.SUPPRESS)
     p.add_argument("--build-dir", default=os.environ.get("HVD_BUILD_DIR", "build"))
     p.add_argument("--horovodrun", default=None)
@@ -220,7 +233,10 @@ def main():
             for s in ours:
                 cells.append(f"{med[s] / med[PEER]:.2f}x" if med[s] and med[PEER] else "-")
         lines.append(f"| {model} | " + " | ".join(cells) + " |")
-    lines += ["", "Cells: median (each run, in run order)."]
+    lines += ["", "Cells: median (each run, in run order)." +
+              (" Every rank ran with " + " ".join(f"{k}={v}" for k, v in MALLOC_TUNED_ENV.items()) + "."
+               if args.malloc_tuned else ""),
+              f"Load average (1 min) at the end: {os.getloadavg()[0]:.1f}."]
     text = "\n".join(lines)
     print(text)
     if args.out:
