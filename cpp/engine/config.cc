@@ -57,6 +57,11 @@ const Param<double> kCycleTime(
     "Accepted for compatibility (ms). The engine is event-driven: the background thread wakes when "
     "work is enqueued or a message arrives and never sleeps a fixed time, so this does not delay "
     "anything; tensors enqueued while a step executes are batched into the next one.");
+const Param<int64_t> kBurstQuietUs(
+    "HOROVOD_BURST_QUIET_US", 2,
+    "Microseconds the background thread waits for further enqueues before it sends a burst of requests "
+    "to the coordinator as one message (a step's gradients then cost ~1 bit each on the wire); 0 = send "
+    "at once. Each wait is a busy poll, bounded by 200 us per burst.");
 const Param<int64_t> kCacheCapacity("HOROVOD_CACHE_CAPACITY", 1024,
                                     "Response-cache entries per process set; 0 disables caching.");
 const Param<bool> kDynamicProcessSets("HOROVOD_DYNAMIC_PROCESS_SETS", false,
@@ -201,6 +206,10 @@ Config Config::fromEnvironment(const EnvLookup& env) {
     throw InvalidArgument("HOROVOD_FUSION_THRESHOLD='" + std::to_string(c.fusionThreshold) + "' must be >= 0");
   }
   c.cycleTimeMs = kCycleTime.get(env);
+  c.burstQuietUs = kBurstQuietUs.get(env);
+  if (c.burstQuietUs < 0 || c.burstQuietUs > 1000) {
+    throw InvalidArgument("HOROVOD_BURST_QUIET_US='" + std::to_string(c.burstQuietUs) + "' must be in [0, 1000]");
+  }
   c.cacheCapacity = kCacheCapacity.get(env);
   if (c.cacheCapacity < 0) {
     throw InvalidArgument("HOROVOD_CACHE_CAPACITY='" + std::to_string(c.cacheCapacity) + "' must be >= 0");

@@ -16,10 +16,16 @@ namespace {
 // with its wait; the real wake-ups are messages and enqueue's transport.wake().
 constexpr auto kIdleWait = std::chrono::milliseconds(1000);
 
-// Burst gathering (gatherBurst): requests go out once no enqueue came for kBurstQuiet (a step's
-// gradients arrive back to back), or after kBurstMax of continuous enqueues.
-constexpr auto kBurstQuiet = std::chrono::microseconds(2);
+// Burst gathering (gatherBurst): requests go out once no enqueue came for
+// HOROVOD_BURST_QUIET_US (a step's gradients arrive back to back), or after kBurstMax of
+// continuous enqueues.
 constexpr auto kBurstMax = std::chrono::microseconds(200);
+
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
 
 int64_t nowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -212,8 +218,9 @@ void Runtime::collectRequests(RequestList& out) {
 void Runtime::gatherBurst(RequestList& out, uint64_t pushesSeen) {
   // The per-tensor work (cache lookup, bookkeeping) is done here as the tensors arrive; only the
   // message waits for the burst to end, so that a step's hits travel as one bit vector and the
-  // coordinator answers them with one list. A lone operation pays kBurstQuiet.
-  if (out.hits.empty() && out.requests.empty()) return;
+  // coordinator answers them with one list. A lone operation pays the quiet window.
+  if ((out.hits.empty() && out.requests.empty()) || config_.burstQuietUs <= 0) return;
+  const auto quiet = std::chrono::microseconds(config_.burstQuietUs);
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   auto lastArrival = start;
@@ -224,11 +231,13 @@ void Runtime::gatherBurst(RequestList& out, uint64_t pushesSeen) {
       pushesSeen = pushes;
       lastArrival = now;
       collectRequests(out);
-    } else if (now - lastArrival >= kBurstQuiet) {
+    } else if (now - lastArrival >= quiet) {
       return;
     }
     if (now - start >= kBurstMax) return;
-    sched_yield();  // 2 vCPUs: let the enqueueing thread run
+    // A busy poll, not sched_yield(): on a loaded machine a yield can hand the CPU away for a
+    // whole time slice (milliseconds); this wait is bounded by `quiet` after the last arrival.
+    for (int i = 0; i < 16; ++i) cpuRelax();
   }
 }
 

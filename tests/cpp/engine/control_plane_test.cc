@@ -218,3 +218,35 @@ TEST(ControlPlane, SeveralProcessSetsWithEvictionsStayCorrect) {
 
 }  // namespace
 }  // namespace hvd::test
+
+namespace hvd::test {
+namespace {
+
+// Burst gathering off (every drain sent at once) and on: same results, and the knob is validated.
+TEST(ControlPlane, BurstWindowIsAnOptimizationOnly) {
+  for (const char* quiet : {"0", "50"}) {
+    SCOPED_TRACE(std::string("HOROVOD_BURST_QUIET_US=") + quiet);
+    Cluster cluster(2, {{"HOROVOD_BURST_QUIET_US", quiet}});
+    cluster.run([&](int rank, engine::Runtime& rt) {
+      for (int step = 0; step < 5; ++step) {
+        std::vector<std::vector<float>> in(20), out(20);
+        std::vector<WorkPtr> works;
+        for (int t = 0; t < 20; ++t) {
+          in[t].assign(static_cast<size_t>(1 + t), static_cast<float>(rank + step + t));
+          out[t].resize(in[t].size());
+          works.push_back(rt.allreduce(view(in[t], DataType::kFloat32), view(out[t], DataType::kFloat32),
+                                       named("b." + std::to_string(t))));
+        }
+        for (int t = 0; t < 20; ++t) {
+          works[t]->wait();
+          for (float v : out[t]) ASSERT_EQ(v, static_cast<float>(1 + 2 * (step + t)));
+        }
+      }
+      EXPECT_GT(rt.stats().cachedTensors, 0u);
+    });
+  }
+  EXPECT_THROW(engine::Config::fromEnvironment(mapEnvironment({{"HOROVOD_BURST_QUIET_US", "-1"}})), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace hvd::test
