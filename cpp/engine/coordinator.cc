@@ -70,7 +70,9 @@ void Coordinator::addHit(int rank, uint32_t id) {
     // Nodes stay in hits_ (cleared, not erased) so the steady state allocates nothing here.
     HitState& hit = hits_[id];
     hit.ranks.push_back(rank);
-    if (static_cast<int>(hit.ranks.size()) >= required(entry->processSet, entry->kind)) {
+    // required() without a second set lookup (cached kinds are never add/remove-set).
+    const int need = static_cast<int>(ranks->size()) - (entry->processSet == 0 ? joinedCount_ : 0);
+    if (static_cast<int>(hit.ranks.size()) >= need) {
       hit.ranks.clear();
       ReadyItem item;
       item.hitId = id;
@@ -283,8 +285,8 @@ ResponseList Coordinator::build() {
   ready.swap(ready_);
   for (const auto& item : ready) {
     if (item.hitId != kNoCacheId) {
-      const CacheEntry* entry = cache_.find(item.hitId, nullptr);
-      if (entry != nullptr && entry->sharedInPlace && entry->processSet == 0 && joinedCount_ > 0) {
+      const CacheEntry* entry = joinedCount_ > 0 ? cache_.find(item.hitId, nullptr) : nullptr;
+      if (entry != nullptr && entry->sharedInPlace && entry->processSet == 0) {
         singles.push_back(fullFromCache(item.hitId, *entry));
       } else {
         out.hits.push_back(item.hitId);  // every rank derives these responses from its replica
