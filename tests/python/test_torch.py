@@ -566,6 +566,30 @@ def test_unsupported_tensors():
         hvd.allreduce(torch.ones(4, 4).t())
 
 
+def test_allreduce_async_fast_path_errors():
+    # The fast path checks lazily (only after the core call failed): same errors as the checks.
+    with pytest.raises(ValueError, match='Tensor type .* is not supported'):
+        hvd.allreduce_async_(torch.ones(2, dtype=torch.complex64), name='fp.cplx')
+    with pytest.raises(ValueError, match='Tensor type .* is not supported'):
+        hvd.allreduce_async_(torch.empty(2, device='meta'), name='fp.meta')
+    with pytest.raises(ValueError, match='Tensor is required to be contiguous.'):
+        hvd.allreduce_async_(torch.ones(4, 4).t(), name='fp.nc')
+    with pytest.raises(ValueError, match='Process set provided does not exist'):
+        hvd.allreduce_async_(torch.ones(2), name='fp.ps', process_set=hvd.ProcessSet([0]))
+    with pytest.raises(ValueError, match='Process set provided does not exist'):
+        hvd.allreduce_async(torch.ones(2), name='fp.ps2', process_set=hvd.ProcessSet([0]))
+    with pytest.raises(TypeError):
+        hvd.allreduce_async_(torch.ones(2), name=7)
+    with pytest.raises(ValueError, match='Tensor type .* is not supported'):
+        hvd.grouped_allreduce_async_([torch.ones(2), torch.ones(2, dtype=torch.complex64)])
+    # Nothing failed half-way: later operations run normally.
+    t = torch.ones(3)
+    assert hvd.synchronize(hvd.allreduce_async_(t, name='fp.ok', op=hvd.Sum)) is t
+    assert torch.equal(t, torch.full((3,), float(hvd.size())))
+    assert torch.equal(hvd.allreduce(torch.ones(2), name='fp.after', op=hvd.Sum),
+                       torch.full((2,), float(hvd.size())))
+
+
 def test_grouped_mixed_devices_message():
     meta = torch.empty(2, device='meta')
     with pytest.raises(RuntimeError, match='same device'):

@@ -209,12 +209,18 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postsc
                              process_set):
     if op == Adasum:
         _adasum_checks(op, process_set)
-    _check_same_device(tensors)
     handle = _next_handle()
     full = 'grouped_allreduce.' + name if name else 'grouped_allreduce.noname.%d' % handle
-    work = _core.grouped_allreduce_async(
-        _views(tensors), None if outputs is tensors else _views(outputs), full, op,
-        prescale_factor, postscale_factor, _ps_id(process_set))
+    try:
+        work = _core.grouped_allreduce_async(
+            [_to_dlpack(t) for t in tensors],
+            None if outputs is tensors else [_to_dlpack(t) for t in outputs], full, op,
+            prescale_factor, postscale_factor, process_set.process_set_id)
+    except Exception:
+        _check_same_device(tensors)
+        _enqueue_failed(tensors if outputs is tensors else list(tensors) + list(outputs),
+                        process_set)
+        raise
     _track(handle, work, _GROUP, tuple(outputs))
     return handle
 
