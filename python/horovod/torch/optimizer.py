@@ -146,9 +146,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if self._groups is not None:
             p_list = [p for param_group in self.param_groups
                       for p in param_group['params'] if p.requires_grad]
-            # Every rank must form the same groups in the same order: use rank 0's order.
+            # Every rank must form the same groups in the same order: the set root's order.
             p_list_names = [self._parameter_names.get(p) for p in p_list]
-            p_list_names = broadcast_object(p_list_names, root_rank=0,
+            p_list_names = broadcast_object(p_list_names, root_rank=self._root_rank(),
                                             process_set=self.process_set)
             order = {n: i for i, n in enumerate(p_list_names)}
             p_list = sorted(p_list, key=lambda p: order[self._parameter_names.get(p)])
