@@ -14,7 +14,8 @@ of the medians over repetitions.
 Systems (--systems): `horovod` (DistributedOptimizer as configured by the environment: gradient
 buckets by default), `horovod-nobuckets` (the same with HOROVOD_DISABLE_GRADIENT_BUCKETS=1, the
 per-gradient path), `horovod-unshared` (buckets in ordinary memory, HOROVOD_DISABLE_SHARED_BUCKETS=1)
-and `ddp-gloo`. Each horovod variant gets a ratio against ddp-gloo.
+and `ddp-gloo`; `nocomm` is the roof: the same ranks training with the plain optimizer, no
+gradient communication at all. Each horovod variant gets a ratio against ddp-gloo.
 
 --malloc-tuned gives every rank of every system (DDP's too) glibc's MALLOC_MMAP_MAX_=0 and a huge
 MALLOC_TRIM_THRESHOLD_: freed large blocks are reused instead of unmapped and mapped again, so
@@ -87,7 +88,8 @@ def worker_horovod(args):
     torch.manual_seed(1234)
     model = build_model(args.model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01 * hvd.size())
-    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+    if os.environ.get("HVD_E2E_NOCOMM") != "1":
+        optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     data, target = batch_for(args.model, args.batch)
@@ -142,7 +144,8 @@ def find_horovodrun(args):
 
 
 HOROVOD_SYSTEMS = {"horovod": {}, "horovod-nobuckets": {"HOROVOD_DISABLE_GRADIENT_BUCKETS": "1"},
-                   "horovod-unshared": {"HOROVOD_DISABLE_SHARED_BUCKETS": "1"}}
+                   "horovod-unshared": {"HOROVOD_DISABLE_SHARED_BUCKETS": "1"},
+                   "nocomm": {"HVD_E2E_NOCOMM": "1"}}
 PEER = "ddp-gloo"
 MALLOC_TUNED_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "68719476736"}
 
