@@ -25,6 +25,10 @@ part "collectives, 2 ranks"
 "$HERE/compare" --np 2 --ops allreduce,allgather,broadcast --reps "$REPS" --build-dir "$BUILD" \
   --horovodrun "$RUN" --out "$OUT"
 
+part "gradient path: allreduce in place over shared buffers (hvd::allocateShared), 2 ranks"
+"$HERE/compare" --np 2 --ops allreduce_shared -b 64K -e 256M --reps "$REPS" \
+  --systems horovod,horovod-staged,openmpi-tuned --build-dir "$BUILD" --horovodrun "$RUN" --out "$OUT"
+
 part "8-byte allreduce latency and 100 x 1 KiB async step (C++ vs MPI)"
 "$HERE/compare" --np 2 --ops allreduce -b 8 -e 8 --reps "$REPS" --systems horovod,openmpi,openmpi-tuned,torch-gloo \
   --build-dir "$BUILD" --horovodrun "$RUN" --out "$OUT" --name latency8B_np2
@@ -33,8 +37,13 @@ part "8-byte allreduce latency and 100 x 1 KiB async step (C++ vs MPI)"
 
 part "coordination overhead"
 for np in 2 4; do
-  { echo "\$ horovodrun -np $np build/bench/coord_bench"; "$RUN" -np "$np" "$BUILD/bench/coord_bench"; } \
-    | tee "$OUT/coord_np$np.txt"
+  {
+    for args in "" "--tensor-bytes 16"; do
+      echo "\$ horovodrun -np $np build/bench/coord_bench $args   # load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+      # shellcheck disable=SC2086  # $args is a list of words
+      "$RUN" -np "$np" "$BUILD/bench/coord_bench" $args
+    done
+  } | tee "$OUT/coord_np$np.txt"
 done
 
 part "Python small-message latency"
