@@ -1,7 +1,6 @@
 #include "engine/fusion.h"
 
 #include <cstdlib>
-#include <deque>
 #include <new>
 #include <string>
 
@@ -33,95 +32,89 @@ bool compatible(const A& a, const B& b, const FusionOptions& options) {
   return true;
 }
 
+// The fusion rule, in one place for the negotiated (fuseResponses) and the cached
+// (cachedResponses) paths, which must fuse alike: walk the n items in order; each item not yet
+// taken opens a group and, when it is fusable and the threshold is positive, takes every later
+// compatible item that still fits under the threshold, looking past other items (mixed
+// precision interleaves dtypes) while the bytes skipped would still have fit. emit(members) is
+// called once per group, in order, with the members' indices (first = the group's opener).
+template <typename BytesAt, typename FusableAt, typename CompatibleAt, typename Emit>
+void planFusion(size_t n, int64_t threshold, BytesAt bytesAt, FusableAt fusableAt, CompatibleAt compatibleAt,
+                Emit emit) {
+  std::vector<int64_t> bytes(n);
+  for (size_t i = 0; i < n; ++i) bytes[i] = bytesAt(i);
+  std::vector<char> taken(n, 0);
+  std::vector<size_t> members;
+  for (size_t i = 0; i < n; ++i) {
+    if (taken[i]) continue;
+    members.assign(1, i);
+    if (threshold > 0 && fusableAt(i)) {
+      int64_t size = bytes[i], skipped = 0;
+      for (size_t j = i + 1; j < n; ++j) {
+        if (taken[j]) continue;
+        if (fusableAt(j) && compatibleAt(i, j) && size + bytes[j] <= threshold) {
+          size += bytes[j];
+          taken[j] = 1;
+          members.push_back(j);
+        } else {
+          skipped += bytes[j];
+          if (size + skipped > threshold) break;
+        }
+      }
+    }
+    emit(members);
+  }
+}
+
 }  // namespace
 
 std::vector<Response> fuseResponses(std::vector<Response> responses, const FusionOptions& options) {
   if (options.threshold <= 0 || responses.size() < 2) return responses;
-  std::deque<Response> queue(std::make_move_iterator(responses.begin()), std::make_move_iterator(responses.end()));
   std::vector<Response> out;
-  out.reserve(queue.size());
-  while (!queue.empty()) {
-    Response current = std::move(queue.front());
-    queue.pop_front();
-    if (fusable(current)) {
-      int64_t size = fusionBytes(current);
-      int64_t skipped = 0;
-      std::deque<Response> skippedResponses;
-      while (!queue.empty()) {
-        Response& next = queue.front();
-        int64_t nextSize = fusionBytes(next);
-        if (fusable(next) && compatible(current, next, options) && size + nextSize <= options.threshold) {
-          size += nextSize;
+  out.reserve(responses.size());
+  planFusion(
+      responses.size(), options.threshold, [&](size_t i) { return fusionBytes(responses[i]); },
+      [&](size_t i) { return fusable(responses[i]); },
+      [&](size_t a, size_t b) { return compatible(responses[a], responses[b], options); },
+      [&](const std::vector<size_t>& members) {
+        Response current = std::move(responses[members.front()]);
+        for (size_t k = 1; k < members.size(); ++k) {
+          Response& next = responses[members[k]];
           current.cachedForm = current.cachedForm && next.cachedForm;
           for (auto& t : next.tensors) current.tensors.push_back(std::move(t));
-          queue.pop_front();
-        } else {
-          // Look ahead past an incompatible response (mixed precision interleaves dtypes) while
-          // the skipped bytes would still have fit.
-          skipped += nextSize;
-          if (size + skipped > options.threshold) break;
-          skippedResponses.push_back(std::move(next));
-          queue.pop_front();
         }
-      }
-      while (!skippedResponses.empty()) {
-        queue.push_front(std::move(skippedResponses.back()));
-        skippedResponses.pop_back();
-      }
-    }
-    out.push_back(std::move(current));
-  }
+        out.push_back(std::move(current));
+      });
   return out;
 }
 
 void cachedResponses(const std::vector<uint32_t>& ids, const CacheReplica& replica, const FusionOptions& options,
                      std::vector<Response>& out) {
   out.clear();
-  struct Single {
-    const CacheEntry* entry;
-    int64_t bytes;
-    bool used;
-  };
-  std::vector<Single> singles;
-  singles.reserve(ids.size());
+  std::vector<const CacheEntry*> entries;
+  entries.reserve(ids.size());
   for (uint32_t id : ids) {
     const CacheEntry* e = replica.get(id);
     if (e == nullptr) throw Error("Response cache out of sync: unknown cache id " + std::to_string(id));
-    singles.push_back(Single{e, fusionBytes(e->kind, e->dtype, e->tensor), false});
+    entries.push_back(e);
   }
-  auto add = [](Response& r, const CacheEntry& e) {
-    TensorInfo& t = r.tensors.emplace_back();
-    t.cacheId = e.tensor.cacheId;
-    t.ref = &e.tensor;
-  };
-  std::vector<size_t> members;
-  for (size_t i = 0; i < singles.size(); ++i) {
-    if (singles[i].used) continue;
-    const CacheEntry& first = *singles[i].entry;
-    members.assign(1, i);
-    if (options.threshold > 0 && fusableKind(first.kind)) {
-      int64_t size = singles[i].bytes, skipped = 0;
-      for (size_t j = i + 1; j < singles.size(); ++j) {
-        Single& next = singles[j];
-        if (next.used) continue;
-        if (fusableKind(next.entry->kind) && compatible(first, *next.entry, options) &&
-            size + next.bytes <= options.threshold) {
-          size += next.bytes;
-          next.used = true;
-          members.push_back(j);
-        } else {
-          skipped += next.bytes;
-          if (size + skipped > options.threshold) break;
+  planFusion(
+      entries.size(), options.threshold,
+      [&](size_t i) { return fusionBytes(entries[i]->kind, entries[i]->dtype, entries[i]->tensor); },
+      [&](size_t i) { return fusableKind(entries[i]->kind); },
+      [&](size_t a, size_t b) { return compatible(*entries[a], *entries[b], options); },
+      [&](const std::vector<size_t>& members) {
+        Response r;
+        copyOpParams(*entries[members.front()], r);
+        r.cachedForm = true;
+        r.tensors.reserve(members.size());
+        for (size_t m : members) {
+          TensorInfo& t = r.tensors.emplace_back();
+          t.cacheId = entries[m]->tensor.cacheId;
+          t.ref = &entries[m]->tensor;
         }
-      }
-    }
-    Response r;
-    copyOpParams(first, r);
-    r.cachedForm = true;
-    r.tensors.reserve(members.size());
-    for (size_t m : members) add(r, *singles[m].entry);
-    out.push_back(std::move(r));
-  }
+        out.push_back(std::move(r));
+      });
 }
 
 void FusionBuffer::Free::operator()(void* p) const { std::free(p); }

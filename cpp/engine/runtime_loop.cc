@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "common/cpu_relax.h"
 #include "common/logging.h"
 #include "engine/runtime.h"
 
@@ -20,12 +21,6 @@ constexpr auto kIdleWait = std::chrono::milliseconds(1000);
 // HOROVOD_BURST_QUIET_US (a step's gradients arrive back to back), or after kBurstMax of
 // continuous enqueues.
 constexpr auto kBurstMax = std::chrono::microseconds(200);
-
-inline void cpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
 
 int64_t nowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())

@@ -22,18 +22,11 @@
 #include <string>
 #include <vector>
 
+#include "common/cpu_relax.h"
 #include "common/deadline.h"
 #include "transport/shm/layout.h"
 
 namespace hvd::shm {
-
-inline void cpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
-}
 
 void yieldCpu();  // sched_yield()
 
