@@ -98,13 +98,13 @@ void Coordinator::addRequest(Request request) {
     // first, so they come first).
     uint32_t id = cache_.liveId(request.processSet, request.name);
     if (id != kNoCacheId) {
-      auto hit = hits_.find(id);
-      if (hit != hits_.end() && !hit->second.ranks.empty()) {
+      HitState* hit = hits_.find(id);
+      if (hit != nullptr && !hit->ranks.empty()) {
         const CacheEntry* entry = cache_.find(id, nullptr);
-        for (int r : hit->second.ranks) {
+        for (int r : hit->ranks) {
           it->second.requests.push_back(entry->requestFor(setIndexOf(*ranks, r), r));
         }
-        hit->second.ranks.clear();
+        hit->ranks.clear();
       }
     }
   }
@@ -166,14 +166,14 @@ void Coordinator::recheckAfterJoin() {
     }
   }
   std::vector<uint32_t> ids;
-  for (auto& [id, hit] : hits_) {
-    if (hit.ranks.empty()) continue;
+  hits_.forEach([&](uint32_t id, const HitState& hit) {
+    if (hit.ranks.empty()) return;
     const CacheEntry* entry = cache_.find(id, nullptr);
     if (entry != nullptr && entry->processSet == 0 &&
         static_cast<int>(hit.ranks.size()) >= required(0, entry->kind)) {
       ids.push_back(id);
     }
-  }
+  });
   std::sort(ids.begin(), ids.end());
   for (uint32_t id : ids) {
     hits_[id].ranks.clear();
@@ -280,9 +280,9 @@ ResponseList Coordinator::build() {
     if (item.hitId != kNoCacheId) cache_.touch(item.hitId);
   }
   std::vector<Response> singles;
-  singles.reserve(ready_.size());
-  std::vector<ReadyItem> ready;
-  ready.swap(ready_);
+  std::vector<ReadyItem>& ready = building_;
+  ready.clear();
+  ready.swap(ready_);  // ready_ takes building_'s old capacity: neither reallocates next step
   for (const auto& item : ready) {
     if (item.hitId != kNoCacheId) {
       const CacheEntry* entry = joinedCount_ > 0 ? cache_.find(item.hitId, nullptr) : nullptr;
@@ -313,15 +313,14 @@ ResponseList Coordinator::build() {
   // Hits waiting on an id evicted in this batch: those ranks' requests must not be lost, so they
   // go the negotiation route (ready ones surface in the next build()).
   std::vector<std::pair<uint32_t, std::vector<int32_t>>> orphaned;
-  for (auto it = hits_.begin(); !evicted_.empty() && it != hits_.end();) {
-    bool live = false;
-    const CacheEntry* entry = cache_.find(it->first, &live);
-    if (entry == nullptr || !live) {
-      if (!it->second.ranks.empty()) orphaned.emplace_back(it->first, std::move(it->second.ranks));
-      it = hits_.erase(it);
-    } else {
-      ++it;
-    }
+  if (!evicted_.empty()) {
+    hits_.eraseIf([&](uint32_t id, HitState& hit) {
+      bool live = false;
+      const CacheEntry* entry = cache_.find(id, &live);
+      if (entry != nullptr && live) return false;
+      if (!hit.ranks.empty()) orphaned.emplace_back(id, std::move(hit.ranks));
+      return true;
+    });
   }
   std::sort(orphaned.begin(), orphaned.end());
   for (auto& [id, hitRanks] : orphaned) {

@@ -24,6 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/id_map.h"
 #include "engine/fusion.h"
 #include "engine/message.h"
 #include "engine/response_cache.h"
@@ -88,9 +89,10 @@ class Coordinator {
   std::map<int32_t, std::vector<int>> sets_;
   int32_t nextSetId_ = 1;
   std::unordered_map<NameKey, Pending, NameKeyHash, NameKeyEq> pending_;
-  std::unordered_map<uint32_t, HitState> hits_;
+  IdMap<HitState> hits_;  // nodes stay (cleared, not erased): the steady state allocates nothing
   std::unordered_map<NameKey, GroupHold, NameKeyHash, NameKeyEq> groups_;  // key: (set, group base name)
   std::vector<ReadyItem> ready_;
+  std::vector<ReadyItem> building_;  // build()'s working copy of ready_ (keeps its capacity)
   std::vector<uint64_t> lastSeqOf_;  // per rank
   std::vector<uint8_t> joined_;      // per global rank
   int joinedCount_ = 0;

@@ -73,37 +73,36 @@ uint32_t CacheReplica::lookup(const Request& request, int setIndex) const {
   if (byName_.empty()) return kNoCacheId;
   auto it = byName_.find(NameKeyRef{request.processSet, request.name});
   if (it == byName_.end()) return kNoCacheId;
-  auto e = entries_.find(it->second);
-  if (e == entries_.end() || !e->second.matches(request, setIndex)) return kNoCacheId;
+  const CacheEntry* e = entries_.find(it->second);
+  if (e == nullptr || !e->matches(request, setIndex)) return kNoCacheId;
   return it->second;
 }
 
-const CacheEntry* CacheReplica::get(uint32_t id) const {
-  auto it = entries_.find(id);
-  return it == entries_.end() ? nullptr : &it->second;
-}
+const CacheEntry* CacheReplica::get(uint32_t id) const { return entries_.find(id); }
 
 void CacheReplica::insert(uint32_t id, CacheEntry entry) {
   entry.tensor.cacheId = id;
+  ++version_;
   byName_[NameKey{entry.processSet, entry.tensor.name}] = id;
-  entries_[id] = std::move(entry);
+  entries_.assign(id, std::move(entry));
 }
 
 void CacheReplica::erase(uint32_t id) {
-  auto it = entries_.find(id);
-  if (it == entries_.end()) return;
-  auto name = byName_.find(NameKeyRef{it->second.processSet, it->second.tensor.name});
+  const CacheEntry* entry = entries_.find(id);
+  if (entry == nullptr) return;
+  ++version_;
+  auto name = byName_.find(NameKeyRef{entry->processSet, entry->tensor.name});
   if (name != byName_.end() && name->second == id) byName_.erase(name);
-  entries_.erase(it);
+  entries_.erase(id);
 }
 
 // ---- CoordinatorCache -----------------------------------------------------------------------
 
 const CacheEntry* CoordinatorCache::find(uint32_t id, bool* live) const {
-  auto it = slots_.find(id);
-  if (it == slots_.end()) return nullptr;
-  if (live) *live = it->second.live;
-  return &it->second.entry;
+  const Slot* slot = slots_.find(id);
+  if (slot == nullptr) return nullptr;
+  if (live) *live = slot->live;
+  return &slot->entry;
 }
 
 uint32_t CoordinatorCache::liveId(int32_t processSet, const std::string& name) const {
@@ -113,8 +112,7 @@ uint32_t CoordinatorCache::liveId(int32_t processSet, const std::string& name) c
 }
 
 void CoordinatorCache::touch(uint32_t id) {
-  auto it = slots_.find(id);
-  if (it != slots_.end()) it->second.lastUse = ++clock_;
+  if (Slot* slot = slots_.find(id)) slot->lastUse = ++clock_;
 }
 
 uint32_t CoordinatorCache::insert(CacheEntry entry, uint64_t seq, std::vector<uint32_t>& evicted) {
@@ -122,12 +120,12 @@ uint32_t CoordinatorCache::insert(CacheEntry entry, uint64_t seq, std::vector<ui
   if (liveCount_[ps] >= capacity_) {
     uint32_t victim = kNoCacheId;
     uint64_t oldest = UINT64_MAX;
-    for (const auto& [id, slot] : slots_) {
+    slots_.forEach([&](uint32_t id, const Slot& slot) {
       if (slot.live && slot.entry.processSet == ps && slot.lastUse < oldest) {
         oldest = slot.lastUse;
         victim = id;
       }
-    }
+    });
     if (victim != kNoCacheId) {
       if (!warned_) {
         warned_ = true;
@@ -146,15 +144,15 @@ uint32_t CoordinatorCache::insert(CacheEntry entry, uint64_t seq, std::vector<ui
   Slot slot;
   slot.entry = std::move(entry);
   slot.lastUse = ++clock_;
-  slots_.emplace(id, std::move(slot));
+  slots_.assign(id, std::move(slot));
   liveCount_[ps]++;
   return id;
 }
 
 void CoordinatorCache::evict(uint32_t id, uint64_t seq) {
-  auto it = slots_.find(id);
-  if (it == slots_.end() || !it->second.live) return;
-  Slot& slot = it->second;
+  Slot* found = slots_.find(id);
+  if (found == nullptr || !found->live) return;
+  Slot& slot = *found;
   slot.live = false;
   slot.evictedAt = seq;
   liveCount_[slot.entry.processSet]--;
@@ -165,9 +163,9 @@ void CoordinatorCache::evict(uint32_t id, uint64_t seq) {
 
 void CoordinatorCache::evictProcessSet(int32_t processSet, uint64_t seq, std::vector<uint32_t>& evicted) {
   std::vector<uint32_t> ids;
-  for (const auto& [id, slot] : slots_) {
+  slots_.forEach([&](uint32_t id, const Slot& slot) {
     if (slot.live && slot.entry.processSet == processSet) ids.push_back(id);
-  }
+  });
   std::sort(ids.begin(), ids.end());
   for (uint32_t id : ids) {
     evict(id, seq);
@@ -179,9 +177,9 @@ void CoordinatorCache::forgetTombstones(uint64_t seqSeenByAll) {
   if (tombstones_.empty()) return;
   auto keep = tombstones_.begin();
   for (uint32_t id : tombstones_) {
-    auto it = slots_.find(id);
-    if (it != slots_.end() && it->second.evictedAt <= seqSeenByAll) {
-      slots_.erase(it);
+    const Slot* slot = slots_.find(id);
+    if (slot != nullptr && slot->evictedAt <= seqSeenByAll) {
+      slots_.erase(id);
     } else {
       *keep++ = id;
     }

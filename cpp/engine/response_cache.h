@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/id_map.h"
 #include "engine/message.h"
 
 namespace hvd::engine {
@@ -80,9 +81,13 @@ class CacheReplica {
   void insert(uint32_t id, CacheEntry entry);
   void erase(uint32_t id);
   size_t size() const { return entries_.size(); }
+  // Changes with every insert and erase: what was derived from the replica at one version (the
+  // responses of a step's hits) holds as long as the version is the same.
+  uint64_t version() const { return version_; }
 
  private:
-  std::unordered_map<uint32_t, CacheEntry> entries_;
+  uint64_t version_ = 0;
+  IdMap<CacheEntry> entries_;
   std::unordered_map<NameKey, uint32_t, NameKeyHash, NameKeyEq> byName_;
 };
 
@@ -116,7 +121,7 @@ class CoordinatorCache {
   uint32_t nextId_ = 0;
   uint64_t clock_ = 0;
   bool warned_ = false;
-  std::unordered_map<uint32_t, Slot> slots_;
+  IdMap<Slot> slots_;
   std::unordered_map<NameKey, uint32_t, NameKeyHash, NameKeyEq> byName_;  // live only
   std::unordered_map<int32_t, int64_t> liveCount_;             // per process set
   std::vector<uint32_t> tombstones_;

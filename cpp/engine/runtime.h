@@ -169,10 +169,18 @@ class Runtime {
   // Keys view the entry's own name (stable: entries live on the heap until erased from here).
   std::unordered_map<NameKeyRef, EntryPtr, NameKeyHash, NameKeyEq> pending_;
   // Pending entries sent as hits, by cache id; nullptr = none now (nodes of live ids are kept).
-  std::unordered_map<uint32_t, Entry*> byCacheId_;
+  IdMap<Entry*> byCacheId_;
   std::vector<EntryPtr> drained_;
   std::vector<Entry*> entriesScratch_;
-  std::vector<Response> hitResponses_;  // derived from a list's cache hits
+  // Responses derived from the cache hits of recent lists, while the replica is unchanged: a
+  // training step repeats its lists' hits, so the steady state derives nothing.
+  struct DerivedHits {
+    std::vector<uint32_t> hits;
+    std::vector<Response> responses;
+  };
+  std::vector<Response>& responsesForHits(const std::vector<uint32_t>& hits);
+  std::vector<DerivedHits> derivedHits_;  // most recently used first, bounded
+  uint64_t derivedHitsVersion_ = 0;
   std::vector<uint8_t> sendBuffer_;
   uint64_t lastSeq_ = 0;
   bool shutdownSent_ = false;

@@ -260,13 +260,34 @@ bool Runtime::processList(ResponseList& list) {
   // Cache hits first (the coordinator put them first), derived locally: the same responses on
   // every rank. Evictions come last in `items`, so every hit id is still in the replica here.
   if (!list.hits.empty()) {
-    cachedResponses(list.hits, replica_, fusion_, hitResponses_);
-    for (auto& response : hitResponses_) processResponse(response);
-    hitResponses_.clear();
+    // Hits bring no cache inserts, and evictions come after them: the replica entries these
+    // responses point into stay put while they run (processing does not modify them).
+    for (Response& response : responsesForHits(list.hits)) processResponse(response);
   }
   for (auto& response : list.items) processResponse(response);
   lastSeq_ = list.seq;
   return list.shutdown;
+}
+
+std::vector<Response>& Runtime::responsesForHits(const std::vector<uint32_t>& hits) {
+  constexpr size_t kMaxDerived = 16;  // distinct hit sets per step (bursts, interleaved ops)
+  if (replica_.version() != derivedHitsVersion_) {
+    derivedHits_.clear();
+    derivedHitsVersion_ = replica_.version();
+  }
+  for (size_t i = 0; i < derivedHits_.size(); ++i) {
+    if (derivedHits_[i].hits == hits) {
+      std::rotate(derivedHits_.begin(), derivedHits_.begin() + static_cast<ptrdiff_t>(i),
+                  derivedHits_.begin() + static_cast<ptrdiff_t>(i) + 1);
+      return derivedHits_.front().responses;
+    }
+  }
+  if (derivedHits_.size() >= kMaxDerived) derivedHits_.pop_back();
+  DerivedHits derived;
+  derived.hits = hits;
+  cachedResponses(hits, replica_, fusion_, derived.responses);
+  derivedHits_.insert(derivedHits_.begin(), std::move(derived));
+  return derivedHits_.front().responses;
 }
 
 void Runtime::expandCached(Response& r) {
@@ -286,8 +307,8 @@ void Runtime::expandCached(Response& r) {
 
 Entry* Runtime::findEntry(const Response& response, const TensorInfo& tensor) {
   if (tensor.cacheId != kNoCacheId) {
-    auto it = byCacheId_.find(tensor.cacheId);
-    if (it != byCacheId_.end() && it->second != nullptr) return it->second;
+    Entry** slot = byCacheId_.find(tensor.cacheId);
+    if (slot != nullptr && *slot != nullptr) return *slot;
   }
   auto it = pending_.find(NameKeyRef{response.processSet, tensor.data().name});
   return it == pending_.end() ? nullptr : it->second.get();
@@ -297,12 +318,12 @@ void Runtime::completeEntry(Entry* entry, std::exception_ptr error) {
   if (entry == nullptr) return;
   if (entry->sentCacheId != kNoCacheId) {
     // The node stays (the id comes back next step: no allocation then) unless the id is gone.
-    auto it = byCacheId_.find(entry->sentCacheId);
-    if (it != byCacheId_.end() && it->second == entry) {
+    Entry** slot = byCacheId_.find(entry->sentCacheId);
+    if (slot != nullptr && *slot == entry) {
       if (replica_.get(entry->sentCacheId) != nullptr) {
-        it->second = nullptr;
+        *slot = nullptr;
       } else {
-        byCacheId_.erase(it);
+        byCacheId_.erase(entry->sentCacheId);
       }
     }
   }
@@ -321,8 +342,8 @@ void Runtime::processResponse(Response& r) {
     case Kind::kEvict:
       for (const auto& t : r.tensors) {
         replica_.erase(t.cacheId);
-        auto it = byCacheId_.find(t.cacheId);
-        if (it != byCacheId_.end() && it->second == nullptr) byCacheId_.erase(it);
+        Entry** slot = byCacheId_.find(t.cacheId);
+        if (slot != nullptr && *slot == nullptr) byCacheId_.erase(t.cacheId);
       }
       return;
     case Kind::kJoin: {
@@ -353,10 +374,7 @@ void Runtime::processResponse(Response& r) {
         completeEntry(e, std::make_exception_ptr(Error("Process set " + std::to_string(r.setId) +
                                                        " was removed while this operation was pending.")));
       }
-      for (auto it = byCacheId_.begin(); it != byCacheId_.end();) {
-        it = it->second == nullptr || it->second->request.processSet == r.setId ? byCacheId_.erase(it)
-                                                                                 : std::next(it);
-      }
+      byCacheId_.eraseIf([&](uint32_t, Entry* e) { return e == nullptr || e->request.processSet == r.setId; });
       sets_.remove(r.setId);
       auto it = pending_.find(NameKeyRef{0, "process_set.remove"});
       if (it != pending_.end()) {

@@ -12,7 +12,7 @@ const char kDuplicateName[] =
 }  // namespace
 
 void TensorQueue::push(std::vector<EntryPtr>& entries) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<SpinLock> lock(mu_);
   if (closedWith_) std::rethrow_exception(closedWith_);
   for (size_t i = 0; i < entries.size(); ++i) {
     const Request& r = entries[i]->request;
@@ -32,7 +32,7 @@ void TensorQueue::push(std::vector<EntryPtr>& entries) {
 
 void TensorQueue::push(EntryPtr& entry) {
   const Request& r = entry->request;
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<SpinLock> lock(mu_);
   if (closedWith_) std::rethrow_exception(closedWith_);
   if (!pending_.insert(NameKeyRef{r.processSet, r.name}).second) throw InvalidArgument(kDuplicateName);
   queue_.push_back(std::move(entry));
@@ -40,7 +40,7 @@ void TensorQueue::push(EntryPtr& entry) {
 }
 
 void TensorQueue::drain(std::vector<EntryPtr>& out) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<SpinLock> lock(mu_);
   if (queue_.empty()) return;
   if (out.empty()) {
     out.swap(queue_);
@@ -51,19 +51,19 @@ void TensorQueue::drain(std::vector<EntryPtr>& out) {
 }
 
 bool TensorQueue::empty() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<SpinLock> lock(mu_);
   return queue_.empty();
 }
 
 void TensorQueue::release(int32_t processSet, const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<SpinLock> lock(mu_);
   auto it = pending_.find(NameKeyRef{processSet, name});
   if (it != pending_.end()) pending_.erase(it);
 }
 
 void TensorQueue::release(EntryPtr entry) {
   Request& r = entry->request;
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<SpinLock> lock(mu_);
   auto it = pending_.find(NameKeyRef{r.processSet, r.name});
   if (it != pending_.end()) pending_.erase(it);
   if (free_.size() >= kMaxFreeEntries) return;
@@ -78,7 +78,7 @@ void TensorQueue::release(EntryPtr entry) {
 
 EntryPtr TensorQueue::acquire() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<SpinLock> lock(mu_);
     if (!free_.empty()) {
       EntryPtr e = std::move(free_.back());
       free_.pop_back();
@@ -89,7 +89,7 @@ EntryPtr TensorQueue::acquire() {
 }
 
 std::vector<EntryPtr> TensorQueue::close(std::exception_ptr error) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<SpinLock> lock(mu_);
   if (!closedWith_) closedWith_ = error;
   std::vector<EntryPtr> left;
   left.swap(queue_);
@@ -98,12 +98,12 @@ std::vector<EntryPtr> TensorQueue::close(std::exception_ptr error) {
 }
 
 void TensorQueue::throwIfClosed() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<SpinLock> lock(mu_);
   if (closedWith_) std::rethrow_exception(closedWith_);
 }
 
 bool TensorQueue::closed() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<SpinLock> lock(mu_);
   return closedWith_ != nullptr;
 }
 

@@ -14,32 +14,33 @@ constexpr auto kSpin = std::chrono::microseconds(50);
 WorkImpl::WorkImpl(int members) : members_(members), remaining_(members) {}
 
 void WorkImpl::completeMember(std::exception_ptr error) {
-  bool last = false;
-  {
+  if (error) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (remaining_ <= 0) return;
-    if (error && !error_) error_ = error;
-    last = --remaining_ == 0;
+    if (!error_ && remaining_.load() > 0) error_ = error;
   }
-  if (last) finish();
+  int left = remaining_.load(std::memory_order_relaxed);
+  do {
+    if (left <= 0) return;  // failed as a whole already
+  } while (!remaining_.compare_exchange_weak(left, left - 1, std::memory_order_acq_rel));
+  if (left == 1) finish();
 }
 
 void WorkImpl::failRemaining(std::exception_ptr error) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (remaining_ <= 0) return;
+    if (remaining_.load() <= 0) return;
     if (!error_) error_ = error;
-    remaining_ = 0;
   }
-  finish();
+  if (remaining_.exchange(0) > 0) finish();
 }
 
 void WorkImpl::finish() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    done_.store(true, std::memory_order_release);
+  // Pairs with wait(): either the sleeper's check under mu_ sees done_, or we see it counted.
+  done_.store(true, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+    { std::lock_guard<std::mutex> lock(mu_); }
+    cv_.notify_all();
   }
-  cv_.notify_all();
   if (callback_) callback_();
 }
 
@@ -47,16 +48,26 @@ void WorkImpl::wait() {
   auto spinUntil = std::chrono::steady_clock::now() + kSpin;
   while (!isCompleted() && std::chrono::steady_clock::now() < spinUntil) sched_yield();
   if (!isCompleted()) {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return done_.load(std::memory_order_acquire); });
+    sleepers_.fetch_add(1, std::memory_order_seq_cst);
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return done_.load(std::memory_order_acquire); });
+    }
+    sleepers_.fetch_sub(1, std::memory_order_relaxed);
   }
   if (error_) std::rethrow_exception(error_);
 }
 
 bool WorkImpl::waitFor(std::chrono::milliseconds timeout) {
   if (!isCompleted()) {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!cv_.wait_for(lock, timeout, [&] { return done_.load(std::memory_order_acquire); })) return false;
+    sleepers_.fetch_add(1, std::memory_order_seq_cst);
+    bool done = false;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      done = cv_.wait_for(lock, timeout, [&] { return done_.load(std::memory_order_acquire); });
+    }
+    sleepers_.fetch_sub(1, std::memory_order_relaxed);
+    if (!done) return false;
   }
   if (error_) std::rethrow_exception(error_);
   return true;
