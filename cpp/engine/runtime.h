@@ -146,6 +146,7 @@ class Runtime {
   void runData(Response& response);
   void expandCached(Response& response);
   Entry* findEntry(const Response& response, const TensorInfo& tensor);
+  Entry* pendingEntry(int32_t processSet, std::string_view name);
   void completeEntry(Entry* entry, std::exception_ptr error);
   void failAll(const ErrorInfo& reason);
   void onFatal(std::exception_ptr error, bool notifyPeers);
@@ -166,8 +167,7 @@ class Runtime {
   Executor executor_;
 
   // Background-thread state.
-  // Keys view the entry's own name (stable: entries live on the heap until erased from here).
-  std::unordered_map<NameKeyRef, EntryPtr, NameKeyHash, NameKeyEq> pending_;
+  // Pending entries (drained, not yet completed) are owned by their name's NameSlot (queue_).
   // Pending entries sent as hits, by cache id; nullptr = none now (nodes of live ids are kept).
   IdMap<Entry*> byCacheId_;
   std::vector<EntryPtr> drained_;

@@ -179,9 +179,20 @@ void Runtime::collectRequests(RequestList& out) {
   uint64_t hits = 0, full = 0;
   for (auto& e : drained_) {
     Request& r = e->request;
+    NameSlot* slot = e->slot;
     if (r.kind == Kind::kAllreduce || r.kind == Kind::kAllgather || r.kind == Kind::kAlltoall) {
       ProcessSet* set = sets_.get(r.processSet);
-      uint32_t id = set != nullptr ? replica_.lookup(r, set->myIndex) : kNoCacheId;
+      uint32_t id = kNoCacheId;
+      if (set != nullptr) {
+        // The name's last cache id first (no name lookup), then the replica's index by name.
+        const CacheEntry* hinted = slot->cacheId != kNoCacheId ? replica_.get(slot->cacheId) : nullptr;
+        if (hinted != nullptr && hinted->matches(r, set->myIndex)) {
+          id = slot->cacheId;
+        } else {
+          id = replica_.lookup(r, set->myIndex);
+          if (id != kNoCacheId) slot->cacheId = id;
+        }
+      }
       if (id != kNoCacheId) {
         out.hits.push_back(id);
         e->sentCacheId = id;
@@ -195,8 +206,7 @@ void Runtime::collectRequests(RequestList& out) {
       out.requests.push_back(r);
       ++full;
     }
-    NameKeyRef key{r.processSet, r.name};
-    pending_[key] = std::move(e);
+    slot->entry = std::move(e);
   }
   drained_.clear();
   if (shutdownRequested_.load() && !shutdownSent_) {
@@ -310,8 +320,12 @@ Entry* Runtime::findEntry(const Response& response, const TensorInfo& tensor) {
     Entry** slot = byCacheId_.find(tensor.cacheId);
     if (slot != nullptr && *slot != nullptr) return *slot;
   }
-  auto it = pending_.find(NameKeyRef{response.processSet, tensor.data().name});
-  return it == pending_.end() ? nullptr : it->second.get();
+  return pendingEntry(response.processSet, tensor.data().name);
+}
+
+Entry* Runtime::pendingEntry(int32_t processSet, std::string_view name) {
+  NameSlot* slot = queue_.find(processSet, name);
+  return slot == nullptr ? nullptr : slot->entry.get();
 }
 
 void Runtime::completeEntry(Entry* entry, std::exception_ptr error) {
@@ -327,13 +341,14 @@ void Runtime::completeEntry(Entry* entry, std::exception_ptr error) {
       }
     }
   }
-  auto it = pending_.find(NameKeyRef{entry->request.processSet, entry->request.name});
-  if (it == pending_.end() || it->second.get() != entry) return;
-  EntryPtr owned = std::move(it->second);
-  pending_.erase(it);
+  NameSlot* slot = entry->slot;
+  if (slot == nullptr || slot->entry.get() != entry) return;
+  EntryPtr owned = std::move(slot->entry);
   std::shared_ptr<WorkImpl> work = std::move(owned->work);
-  // The name is free again before the caller can observe completion; the entry is reused.
-  queue_.release(std::move(owned));
+  // The name is free again before the caller can observe completion; the entry is reused. The
+  // slot stays while the name has a cache id: it comes back next step.
+  const bool keepSlot = slot->cacheId != kNoCacheId && replica_.get(slot->cacheId) != nullptr;
+  queue_.release(std::move(owned), keepSlot);
   work->completeMember(error);
 }
 
@@ -341,34 +356,33 @@ void Runtime::processResponse(Response& r) {
   switch (r.kind) {
     case Kind::kEvict:
       for (const auto& t : r.tensors) {
+        if (const CacheEntry* gone = replica_.get(t.cacheId)) queue_.forget(gone->processSet, gone->tensor.name);
         replica_.erase(t.cacheId);
         Entry** slot = byCacheId_.find(t.cacheId);
         if (slot != nullptr && *slot == nullptr) byCacheId_.erase(t.cacheId);
       }
       return;
     case Kind::kJoin: {
-      auto it = pending_.find(NameKeyRef{0, "join.noname"});
-      if (it != pending_.end()) {
-        it->second->work->setJoinResult(r.lastJoined);
-        completeEntry(it->second.get(), nullptr);
+      if (Entry* e = pendingEntry(0, "join.noname")) {
+        e->work->setJoinResult(r.lastJoined);
+        completeEntry(e, nullptr);
       }
       return;
     }
     case Kind::kAddProcessSet: {
       std::vector<int> ranks(r.setRanks.begin(), r.setRanks.end());
       sets_.add(r.setId, std::move(ranks), transport_.get(), config_.timeout);
-      auto it = pending_.find(NameKeyRef{0, "process_set.add"});
-      if (it != pending_.end()) {
-        it->second->work->setJoinResult(r.setId);
-        completeEntry(it->second.get(), nullptr);
+      if (Entry* e = pendingEntry(0, "process_set.add")) {
+        e->work->setJoinResult(r.setId);
+        completeEntry(e, nullptr);
       }
       return;
     }
     case Kind::kRemoveProcessSet: {
       // Operations still pending in the removed set can never run.
       std::vector<Entry*> orphans;
-      for (auto& [key, entry] : pending_) {
-        if (key.processSet == r.setId) orphans.push_back(entry.get());
+      for (NameSlot* slot : queue_.slotsWithEntries()) {
+        if (slot->key.processSet == r.setId) orphans.push_back(slot->entry.get());
       }
       for (Entry* e : orphans) {
         completeEntry(e, std::make_exception_ptr(Error("Process set " + std::to_string(r.setId) +
@@ -376,10 +390,9 @@ void Runtime::processResponse(Response& r) {
       }
       byCacheId_.eraseIf([&](uint32_t, Entry* e) { return e == nullptr || e->request.processSet == r.setId; });
       sets_.remove(r.setId);
-      auto it = pending_.find(NameKeyRef{0, "process_set.remove"});
-      if (it != pending_.end()) {
-        it->second->work->setJoinResult(1);
-        completeEntry(it->second.get(), nullptr);
+      if (Entry* e = pendingEntry(0, "process_set.remove")) {
+        e->work->setJoinResult(1);
+        completeEntry(e, nullptr);
       }
       return;
     }
@@ -402,7 +415,12 @@ void Runtime::runData(Response& r) {
   if (set == nullptr || set->myIndex < 0) return;  // not ours: only the cache bookkeeping above
 
   entriesScratch_.clear();
-  for (const auto& t : r.tensors) entriesScratch_.push_back(findEntry(r, t));
+  for (const auto& t : r.tensors) {
+    Entry* e = findEntry(r, t);
+    // Remember the name's cache id: its next enqueue finds it without a name lookup.
+    if (e != nullptr && t.cacheId != kNoCacheId) e->slot->cacheId = t.cacheId;
+    entriesScratch_.push_back(e);
+  }
   {
     std::lock_guard<std::mutex> lock(statsMu_);
     stats_.responses++;
@@ -452,8 +470,10 @@ void Runtime::onFatal(std::exception_ptr error, bool notifyPeers) {
 void Runtime::failAll(const ErrorInfo& reason) {
   std::vector<EntryPtr> left = queue_.close(reason.toException());
   for (auto& e : left) e->work->failRemaining(reason.toException());
-  for (auto& [key, e] : pending_) e->work->failRemaining(reason.toException());
-  pending_.clear();
+  for (NameSlot* slot : queue_.slotsWithEntries()) {
+    slot->entry->work->failRemaining(reason.toException());
+    slot->entry.reset();
+  }
   byCacheId_.clear();
 }
 

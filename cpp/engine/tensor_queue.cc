@@ -11,19 +11,31 @@ const char kDuplicateName[] =
     "currently being processed.  If you want to request another tensor, use a different tensor name.";
 }  // namespace
 
+NameSlot* TensorQueue::intern(const Request& r) {
+  auto it = slots_.find(NameKeyRef{r.processSet, r.name});
+  if (it != slots_.end()) return it->second.get();
+  auto slot = std::make_unique<NameSlot>();
+  slot->key = NameKey{r.processSet, r.name};
+  NameSlot* raw = slot.get();
+  slots_.emplace(NameKeyRef{raw->key.processSet, raw->key.name}, std::move(slot));
+  return raw;
+}
+
 void TensorQueue::push(std::vector<EntryPtr>& entries) {
   std::lock_guard<SpinLock> lock(mu_);
   if (closedWith_) std::rethrow_exception(closedWith_);
   for (size_t i = 0; i < entries.size(); ++i) {
     const Request& r = entries[i]->request;
-    bool duplicate = pending_.find(NameKeyRef{r.processSet, r.name}) != pending_.end();
+    auto it = slots_.find(NameKeyRef{r.processSet, r.name});
+    bool duplicate = it != slots_.end() && it->second->pending;
     for (size_t j = 0; j < i && !duplicate; ++j) {
       duplicate = entries[j]->request.processSet == r.processSet && entries[j]->request.name == r.name;
     }
     if (duplicate) throw InvalidArgument(kDuplicateName);
   }
   for (auto& e : entries) {
-    pending_.insert(NameKeyRef{e->request.processSet, e->request.name});
+    e->slot = intern(e->request);
+    e->slot->pending = true;
     queue_.push_back(std::move(e));
   }
   pushes_.fetch_add(entries.size(), std::memory_order_release);
@@ -31,10 +43,12 @@ void TensorQueue::push(std::vector<EntryPtr>& entries) {
 }
 
 void TensorQueue::push(EntryPtr& entry) {
-  const Request& r = entry->request;
   std::lock_guard<SpinLock> lock(mu_);
   if (closedWith_) std::rethrow_exception(closedWith_);
-  if (!pending_.insert(NameKeyRef{r.processSet, r.name}).second) throw InvalidArgument(kDuplicateName);
+  NameSlot* slot = intern(entry->request);
+  if (slot->pending) throw InvalidArgument(kDuplicateName);
+  slot->pending = true;
+  entry->slot = slot;
   queue_.push_back(std::move(entry));
   pushes_.fetch_add(1, std::memory_order_release);
 }
@@ -55,17 +69,17 @@ bool TensorQueue::empty() const {
   return queue_.empty();
 }
 
-void TensorQueue::release(int32_t processSet, const std::string& name) {
-  std::lock_guard<SpinLock> lock(mu_);
-  auto it = pending_.find(NameKeyRef{processSet, name});
-  if (it != pending_.end()) pending_.erase(it);
-}
-
-void TensorQueue::release(EntryPtr entry) {
+void TensorQueue::release(EntryPtr entry, bool keepSlot) {
   Request& r = entry->request;
+  NameSlot* slot = entry->slot;
   std::lock_guard<SpinLock> lock(mu_);
-  auto it = pending_.find(NameKeyRef{r.processSet, r.name});
-  if (it != pending_.end()) pending_.erase(it);
+  if (slot != nullptr) {
+    slot->pending = false;
+    if (!keepSlot && !slot->entry) {
+      auto it = slots_.find(NameKeyRef{slot->key.processSet, slot->key.name});
+      if (it != slots_.end() && it->second.get() == slot) slots_.erase(it);
+    }
+  }
   if (free_.size() >= kMaxFreeEntries) return;
   Entry fresh;  // every field cleared; the name and shape keep their allocations
   fresh.request.name = std::move(r.name);
@@ -74,6 +88,27 @@ void TensorQueue::release(EntryPtr entry) {
   fresh.request.shape.clear();
   *entry = std::move(fresh);
   free_.push_back(std::move(entry));
+}
+
+NameSlot* TensorQueue::find(int32_t processSet, std::string_view name) {
+  std::lock_guard<SpinLock> lock(mu_);
+  auto it = slots_.find(NameKeyRef{processSet, name});
+  return it == slots_.end() ? nullptr : it->second.get();
+}
+
+void TensorQueue::forget(int32_t processSet, std::string_view name) {
+  std::lock_guard<SpinLock> lock(mu_);
+  auto it = slots_.find(NameKeyRef{processSet, name});
+  if (it != slots_.end() && !it->second->pending && !it->second->entry) slots_.erase(it);
+}
+
+std::vector<NameSlot*> TensorQueue::slotsWithEntries() {
+  std::lock_guard<SpinLock> lock(mu_);
+  std::vector<NameSlot*> out;
+  for (auto& [key, slot] : slots_) {
+    if (slot->entry) out.push_back(slot.get());
+  }
+  return out;
 }
 
 EntryPtr TensorQueue::acquire() {
@@ -93,7 +128,6 @@ std::vector<EntryPtr> TensorQueue::close(std::exception_ptr error) {
   if (!closedWith_) closedWith_ = error;
   std::vector<EntryPtr> left;
   left.swap(queue_);
-  pending_.clear();
   return left;
 }
 

@@ -10,7 +10,8 @@
 #include <exception>
 #include <memory>
 #include <mutex>
-#include <unordered_set>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "common/spin_lock.h"
@@ -21,6 +22,22 @@
 
 namespace hvd::engine {
 
+struct Entry;
+using EntryPtr = std::unique_ptr<Entry>;
+
+// A (process set, name) enqueued on this rank, interned: every enqueue of the name finds the same
+// slot, so after the one hash lookup at enqueue (the duplicate-name check) the background thread
+// reaches the name's state through the entry without hashing the name again. A slot lives while
+// its name is pending, and after that while the name has a cache id (a training step's names
+// come back every step); the runtime asks for it to be dropped otherwise.
+struct NameSlot {
+  NameKey key;
+  bool pending = false;  // guarded by the queue's lock
+  // Background thread only:
+  uint32_t cacheId = kNoCacheId;  // the name's id in the cache replica when last seen (a hint)
+  EntryPtr entry;                 // the pending entry, once drained (the runtime owns it here)
+};
+
 // One tensor's operation on this rank: its request plus the caller's buffers and handle.
 struct Entry {
   Request request;
@@ -29,8 +46,8 @@ struct Entry {
   std::shared_ptr<WorkImpl> work;
   int member = 0;     // index in the work's group
   uint32_t sentCacheId = kNoCacheId;  // background thread: sent to the coordinator as this hit
+  NameSlot* slot = nullptr;           // set by push()
 };
-using EntryPtr = std::unique_ptr<Entry>;
 
 class TensorQueue {
  public:
@@ -42,10 +59,15 @@ class TensorQueue {
   // Moves every queued entry to `out` (appending), in enqueue order.
   void drain(std::vector<EntryPtr>& out);
   bool empty() const;
-  // The name completed: it may be enqueued again.
-  void release(int32_t processSet, const std::string& name);
-  // The same, and `entry` (the completed one, its work already taken out) is kept for reuse.
-  void release(EntryPtr entry);
+  // `entry` completed (its work already taken out): its name may be enqueued again, and the
+  // entry is kept for reuse. The name's slot is dropped unless `keepSlot`.
+  void release(EntryPtr entry, bool keepSlot);
+  // The slot of a name, or nullptr. Background thread (slots are dropped only by it).
+  NameSlot* find(int32_t processSet, std::string_view name);
+  // Drops the slot of a name that is not pending (its cache id went away).
+  void forget(int32_t processSet, std::string_view name);
+  // Every slot whose entry the background thread holds (after close(): to fail them).
+  std::vector<NameSlot*> slotsWithEntries();
   // A cleared entry, reusing one released earlier when there is one (its name and shape keep
   // their allocations), so the steady state allocates no entries. Any thread.
   EntryPtr acquire();
@@ -59,10 +81,12 @@ class TensorQueue {
   void throwIfClosed() const;
 
  private:
+  NameSlot* intern(const Request& r);  // under mu_
+
   mutable SpinLock mu_;  // short sections, hit by two threads per operation (see spin_lock.h)
   std::vector<EntryPtr> queue_;
-  // Views of the pending entries' own names: an entry is released here before it is destroyed.
-  std::unordered_set<NameKeyRef, NameKeyHash, NameKeyEq> pending_;
+  // Keys view each slot's own name.
+  std::unordered_map<NameKeyRef, std::unique_ptr<NameSlot>, NameKeyHash, NameKeyEq> slots_;
   std::exception_ptr closedWith_;
   std::vector<EntryPtr> free_;  // released entries for acquire(), bounded
   std::atomic<uint64_t> pushes_{0};
