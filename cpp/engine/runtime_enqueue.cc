@@ -25,6 +25,10 @@ void Runtime::checkRunning() const {
 }
 
 ProcessSetInfo Runtime::checkProcessSet(const char* opName, int processSet, int root) const {
+  if (processSet == 0) {
+    // The global set (never removed): answered without the table's lock, on every enqueue.
+    return ProcessSetInfo{topology_.size, topology_.rank, root >= 0 && root < topology_.size};
+  }
   auto info = sets_.lookup(processSet, root);
   if (!info) {
     throw InvalidArgument(std::string(opName) + ": Process set provided does not exist, or has not been registered.");
