@@ -5,7 +5,11 @@
 
 Reports, as the maximum over ranks of each iteration, then p50/p99 over iterations:
   sync_allreduce_8B      hvd.allreduce of a 2-element float32 tensor (8 bytes), synchronous
-  step_100x1KiB          100 x hvd.allreduce_async_ of 1 KiB tensors, then hvd.synchronize on all
+  step_100x1KiB          100 x hvd.allreduce_async_ of 1 KiB tensors, then hvd.synchronize on all,
+                         steps back to back (in place, hvd.Average), timed like the C++
+                         harness's allreduce_batch: the Python counterpart of that row
+  step_100x1KiB_fresh    the same with hvd.Sum on fresh inputs per step (clone and check
+                         between steps, so each step also absorbs the ranks' arrival skew)
   enqueue_per_call       the time one allreduce_async_ call takes (the step's enqueue loop / 100)
   synchronize_per_call   the step's synchronize loop / 100 (includes waiting for the engine)
   sync_ready_per_call    one synchronize of an operation already completed (the same step, but
@@ -116,7 +120,32 @@ def main():
         grouped.append(step_grouped(work))
         bad += check(work)
 
+    # Back to back, as a training loop runs them and as the C++ harness times allreduce_batch
+    # (consecutive steps, no barrier or refill between them, so a step also absorbs the ranks'
+    # skew). hvd.Average in place keeps the values fixed from the second step on: no fresh
+    # inputs are needed, and the final check still sees every step's result.
+    work = [t.clone() for t in tensors]
+    b2b_names = [f"b2b.{j}" for j in range(args.tensors)]
+
+    def step_average():
+        handles = [hvd.allreduce_async_(t, name=nm, op=hvd.Average) for t, nm in zip(work, b2b_names)]
+        for h in handles:
+            hvd.synchronize(h)
+
+    for _ in range(min(args.steps, 20)):
+        step_average()
+    back_to_back = []
+    t0 = time.perf_counter()
+    for _ in range(args.steps):
+        step_average()
+        t1 = time.perf_counter()
+        back_to_back.append(t1 - t0)
+        t0 = t1
+    mean = (n + 1) / 2
+    bad += sum(int(((t - (mean + j % 3)).abs() > 1e-5).sum()) for j, t in enumerate(work))
+
     lat = max_over_ranks(lat, "stats.lat")
+    back_to_back = max_over_ranks(back_to_back, "stats.b2b")
     steps = max_over_ranks(steps, "stats.steps")
     enq = max_over_ranks(enq, "stats.enq")
     sync = max_over_ranks(sync, "stats.sync")
@@ -127,7 +156,8 @@ def main():
         print(f"# py_latency_bench ranks={n} iters={args.iters} steps={args.steps} tensors={args.tensors} "
               f"torch={torch.__version__}" + (" smoke=1" if args.smoke else ""))
         print("#%23s %12s %12s" % ("metric", "p50_us", "p99_us"))
-        for name, v in (("sync_allreduce_8B", lat), (f"step_{args.tensors}x1KiB", steps),
+        for name, v in (("sync_allreduce_8B", lat), (f"step_{args.tensors}x1KiB", back_to_back),
+                        (f"step_{args.tensors}x1KiB_fresh", steps),
                         ("enqueue_per_call", enq), ("synchronize_per_call", sync),
                         ("sync_ready_per_call", ready), (f"grouped_{args.tensors}x1KiB", grouped)):
             print("%24s %12.2f %12.2f" % (name, percentile(v, 50) * 1e6, percentile(v, 99) * 1e6))
