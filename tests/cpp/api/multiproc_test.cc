@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "horovod/horovod.h"
-#include "store/tcp_store_server.h"
+#include "support/forked_ranks.h"
 
 namespace hvd {
 namespace {
@@ -30,73 +30,9 @@ constexpr int kWrongError = 2;
 constexpr int kTooSlow = 3;
 constexpr int kNoError = 4;
 
-// Forks `n` ranks running body(rank) with the job's environment; returns their exit codes
-// (-signal for a signal). The parent owns the rendezvous server (started after the forks, so
-// the children never inherit its thread) and sends its port through a pipe.
-std::vector<int> runRanks(int n, const std::string& transport, const std::function<int(int)>& body,
-                          std::chrono::seconds limit = std::chrono::seconds(40)) {
-  std::vector<int> pipes(n);
-  std::vector<pid_t> pids(n);
-  for (int r = 0; r < n; ++r) {
-    int fds[2];
-    if (pipe(fds) != 0) throw std::runtime_error("pipe");
-    pid_t pid = fork();
-    if (pid == 0) {
-      close(fds[1]);
-      uint16_t port = 0;
-      if (read(fds[0], &port, sizeof(port)) != sizeof(port)) _exit(100);
-      setenv("HOROVOD_RANK", std::to_string(r).c_str(), 1);
-      setenv("HOROVOD_SIZE", std::to_string(n).c_str(), 1);
-      setenv("HOROVOD_LOCAL_RANK", std::to_string(r).c_str(), 1);
-      setenv("HOROVOD_LOCAL_SIZE", std::to_string(n).c_str(), 1);
-      setenv("HOROVOD_HOSTNAME", "mp-host", 1);
-      setenv("HOROVOD_GLOO_RENDEZVOUS_ADDR", "127.0.0.1", 1);
-      setenv("HOROVOD_GLOO_RENDEZVOUS_PORT", std::to_string(port).c_str(), 1);
-      setenv("HOROVOD_SECRET_KEY", "00112233445566778899aabbccddeeff", 1);
-      setenv("HOROVOD_TRANSPORT", transport.c_str(), 1);
-      setenv("HOROVOD_GLOO_TIMEOUT_SECONDS", "20", 1);
-      alarm(static_cast<unsigned>(limit.count()));  // a hang kills the child
-      int code = kFailed;
-      try {
-        code = body(r);
-      } catch (const std::exception& e) {
-        fprintf(stderr, "rank %d: %s\n", r, e.what());
-        code = kFailed;
-      }
-      _exit(code);
-    }
-    close(fds[0]);
-    pipes[r] = fds[1];
-    pids[r] = pid;
-  }
-  std::vector<int> codes(n, -999);
-  {
-    TcpStoreServer server("127.0.0.1", 0, "00112233445566778899aabbccddeeff");
-    uint16_t port = server.port();
-    for (int r = 0; r < n; ++r) {
-      if (write(pipes[r], &port, sizeof(port)) != sizeof(port)) ADD_FAILURE() << "pipe write";
-      close(pipes[r]);
-    }
-    auto deadline = Clock::now() + limit + std::chrono::seconds(5);
-    int left = n;
-    while (left > 0) {
-      for (int r = 0; r < n; ++r) {
-        if (codes[r] != -999) continue;
-        int status = 0;
-        if (waitpid(pids[r], &status, WNOHANG) == pids[r]) {
-          codes[r] = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-          --left;
-        }
-      }
-      if (Clock::now() > deadline) {
-        for (int r = 0; r < n; ++r) {
-          if (codes[r] == -999) kill(pids[r], SIGKILL);
-        }
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-  }
-  return codes;
+// The three-rank jobs of these tests, over `transport`.
+std::vector<int> runRanks(int n, const std::string& transport, const std::function<int(int)>& body) {
+  return test_support::runForkedRanks(n, body, {transport, "mp-host", std::chrono::seconds(40)});
 }
 
 TensorView floats(std::vector<float>& v) {

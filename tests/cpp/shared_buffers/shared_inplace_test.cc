@@ -22,7 +22,7 @@
 #include "engine/shared_buffers.h"
 #include "engine/shared_inplace.h"
 #include "horovod/horovod.h"
-#include "store/tcp_store_server.h"
+#include "support/forked_ranks.h"
 
 namespace hvd {
 namespace {
@@ -36,68 +36,10 @@ constexpr int kTooSlow = 3;
 constexpr int kNoError = 4;
 constexpr int kWrongPath = 5;
 constexpr int kMismatch = 6;
-const char kSecret[] = "00112233445566778899aabbccddeeff";
 
-// Forks `n` ranks running body(rank); returns their exit codes (-signal for a signal).
 std::vector<int> runRanks(int n, const std::function<int(int)>& body, int limitSeconds = 60,
                           const char* transport = "shm") {
-  std::vector<int> pipes(n);
-  std::vector<pid_t> pids(n);
-  for (int r = 0; r < n; ++r) {
-    int fds[2];
-    if (pipe(fds) != 0) throw std::runtime_error("pipe");
-    pid_t pid = fork();
-    if (pid == 0) {
-      close(fds[1]);
-      uint16_t port = 0;
-      if (read(fds[0], &port, sizeof(port)) != sizeof(port)) _exit(100);
-      setenv("HOROVOD_RANK", std::to_string(r).c_str(), 1);
-      setenv("HOROVOD_SIZE", std::to_string(n).c_str(), 1);
-      setenv("HOROVOD_LOCAL_RANK", std::to_string(r).c_str(), 1);
-      setenv("HOROVOD_LOCAL_SIZE", std::to_string(n).c_str(), 1);
-      setenv("HOROVOD_HOSTNAME", "shared-host", 1);
-      setenv("HOROVOD_GLOO_RENDEZVOUS_ADDR", "127.0.0.1", 1);
-      setenv("HOROVOD_GLOO_RENDEZVOUS_PORT", std::to_string(port).c_str(), 1);
-      setenv("HOROVOD_SECRET_KEY", kSecret, 1);
-      setenv("HOROVOD_TRANSPORT", transport, 1);
-      setenv("HOROVOD_GLOO_TIMEOUT_SECONDS", "20", 1);
-      alarm(static_cast<unsigned>(limitSeconds));
-      int code = kFailed;
-      try {
-        code = body(r);
-      } catch (const std::exception& e) {
-        fprintf(stderr, "rank %d: %s\n", r, e.what());
-      }
-      _exit(code);
-    }
-    close(fds[0]);
-    pipes[r] = fds[1];
-    pids[r] = pid;
-  }
-  std::vector<int> codes(n, -999);
-  TcpStoreServer server("127.0.0.1", 0, kSecret);
-  uint16_t port = server.port();
-  for (int r = 0; r < n; ++r) {
-    if (write(pipes[r], &port, sizeof(port)) != sizeof(port)) ADD_FAILURE() << "pipe write";
-    close(pipes[r]);
-  }
-  auto deadline = Clock::now() + std::chrono::seconds(limitSeconds + 5);
-  for (int left = n; left > 0;) {
-    for (int r = 0; r < n; ++r) {
-      int status = 0;
-      if (codes[r] == -999 && waitpid(pids[r], &status, WNOHANG) == pids[r]) {
-        codes[r] = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-        --left;
-      }
-    }
-    if (Clock::now() > deadline) {
-      for (int r = 0; r < n; ++r) {
-        if (codes[r] == -999) kill(pids[r], SIGKILL);
-      }
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return codes;
+  return test_support::runForkedRanks(n, body, {transport, "shared-host", std::chrono::seconds(limitSeconds)});
 }
 
 TensorView viewOf(void* data, DataType dtype, size_t count) {
