@@ -4,15 +4,12 @@
 // within 5 seconds. Every child is bounded by a deadline; the parent kills stragglers.
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "horovod/horovod.h"
@@ -21,14 +18,11 @@
 namespace hvd {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 
-// Child exit codes.
-constexpr int kOk = 0;
-constexpr int kFailed = 1;
-constexpr int kWrongError = 2;
-constexpr int kTooSlow = 3;
-constexpr int kNoError = 4;
+using test_support::kFailed;
+using test_support::kNoError;
+using test_support::kOk;
+using test_support::kWrongError;
 
 // The three-rank jobs of these tests, over `transport`.
 std::vector<int> runRanks(int n, const std::string& transport, const std::function<int(int)>& body) {
@@ -84,33 +78,17 @@ TEST_P(MultiProcess, KilledRankIsReportedAsPeerLost) {
     std::vector<float> a(1 << 16, 1.0f), b(a.size());
     Options o;
     o.name = "mp.kill";
-    for (int step = 0;; ++step) {
-      if (rank == 2 && step == 30) raise(SIGKILL);
-      Clock::time_point start = Clock::now();
-      try {
-        allreduce(floats(a), floats(b), o);
-      } catch (const PeerLost& e) {
-        double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-        fprintf(stderr, "rank %d: PeerLost(rank %d) after %.3f s: %s\n", rank, e.rank(), seconds, e.what());
-        // Stay alive a while, like a real survivor: our exit must not be what the other
-        // survivor detects first.
-        std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-        if (e.rank() != 2) return kWrongError;
-        if (seconds > 5.0) return kTooSlow;
-        // Later operations fail the same way, at once.
-        try {
-          allreduce(floats(a), floats(b), o);
-          return kNoError;
-        } catch (const PeerLost& again) {
-          if (again.rank() != 2) return kWrongError;
-        }
-        return kOk;
-      } catch (const std::exception& e) {
-        fprintf(stderr, "rank %d: unexpected error type: %s\n", rank, e.what());
-        return kWrongError;
-      }
-      if (step > 100000) return kNoError;
-    }
+    return test_support::runUntilPeerLost(
+        rank, 2, [&] { allreduce(floats(a), floats(b), o); },
+        [&] {
+          // Later operations fail the same way, at once.
+          try {
+            allreduce(floats(a), floats(b), o);
+            return kNoError;
+          } catch (const PeerLost& again) {
+            return again.rank() == 2 ? kOk : kWrongError;
+          }
+        });
   });
   EXPECT_EQ(codes[0], kOk);
   EXPECT_EQ(codes[1], kOk);

@@ -6,8 +6,6 @@
 // others within seconds. Every child is bounded by alarm(); the parent kills stragglers.
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -15,7 +13,6 @@
 #include <cstring>
 #include <functional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "collectives/reduce.h"
@@ -27,13 +24,8 @@
 namespace hvd {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 
-constexpr int kOk = 0;
-constexpr int kFailed = 1;
-constexpr int kWrongError = 2;
-constexpr int kTooSlow = 3;
-constexpr int kNoError = 4;
+using test_support::kOk;
 constexpr int kWrongPath = 5;
 constexpr int kMismatch = 6;
 
@@ -274,25 +266,9 @@ TEST(SharedInPlace, KilledRankIsReportedAsPeerLost) {
     Options o;
     o.name = "kill";
     o.op = ReduceOp::kAverage;
-    for (int step = 0;; ++step) {
-      if (rank == 2 && step == 30) raise(SIGKILL);
-      Clock::time_point start = Clock::now();
-      try {
-        allreduce(viewOf(buf, DataType::kFloat32, count), viewOf(buf, DataType::kFloat32, count), o);
-      } catch (const PeerLost& e) {
-        double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-        fprintf(stderr, "rank %d: PeerLost(rank %d) after %.3f s\n", rank, e.rank(), seconds);
-        std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-        if (e.rank() != 2) return kWrongError;
-        if (seconds > 5.0) return kTooSlow;
-        if (engine::sharedInPlaceCount() < 30) return kWrongPath;
-        return kOk;
-      } catch (const std::exception& e) {
-        fprintf(stderr, "rank %d: unexpected error type: %s\n", rank, e.what());
-        return kWrongError;
-      }
-      if (step > 100000) return kNoError;
-    }
+    return test_support::runUntilPeerLost(
+        rank, 2, [&] { allreduce(viewOf(buf, DataType::kFloat32, count), viewOf(buf, DataType::kFloat32, count), o); },
+        [] { return engine::sharedInPlaceCount() < 30 ? kWrongPath : kOk; });
   });
   EXPECT_EQ(codes[0], kOk);
   EXPECT_EQ(codes[1], kOk);

@@ -21,9 +21,17 @@
 #include <thread>
 #include <vector>
 
+#include "horovod/errors.h"
 #include "store/tcp_store_server.h"
 
 namespace hvd::test_support {
+
+// Exit codes of forked ranks (tests add their own from 5 up).
+constexpr int kOk = 0;
+constexpr int kFailed = 1;
+constexpr int kWrongError = 2;
+constexpr int kTooSlow = 3;
+constexpr int kNoError = 4;
 
 struct ForkedRanksOptions {
   std::string transport = "shm";       // HOROVOD_TRANSPORT
@@ -91,6 +99,32 @@ inline std::vector<int> runForkedRanks(int n, const std::function<int(int)>& bod
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return codes;
+}
+
+// The body of a "kill a rank in the middle of an operation" test: runs op() in a loop; at step
+// 30 rank `victim` SIGKILLs itself, and every other rank's op() must throw PeerLost naming it
+// within 5 seconds. A survivor then stays alive a while (its own exit must not be what the other
+// survivors detect first) and returns afterLoss() (kOk when not given), or why it failed.
+inline int runUntilPeerLost(int rank, int victim, const std::function<void()>& op,
+                            const std::function<int()>& afterLoss = {}) {
+  for (int step = 0; step <= 100000; ++step) {
+    if (rank == victim && step == 30) raise(SIGKILL);
+    auto start = std::chrono::steady_clock::now();
+    try {
+      op();
+    } catch (const PeerLost& e) {
+      double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      fprintf(stderr, "rank %d: PeerLost(rank %d) after %.3f s: %s\n", rank, e.rank(), seconds, e.what());
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      if (e.rank() != victim) return kWrongError;
+      if (seconds > 5.0) return kTooSlow;
+      return afterLoss ? afterLoss() : kOk;
+    } catch (const std::exception& e) {
+      fprintf(stderr, "rank %d: unexpected error type: %s\n", rank, e.what());
+      return kWrongError;
+    }
+  }
+  return kNoError;
 }
 
 }  // namespace hvd::test_support
