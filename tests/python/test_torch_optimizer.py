@@ -32,6 +32,15 @@ def make_model(seed=0):
     return torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
 
 
+def hooked_sgd(model, **kwargs):
+    """A DistributedOptimizer over SGD for `model`; skips the test on 1 rank, where no hooks are
+    installed."""
+    if hvd.size() == 1:
+        pytest.skip('hooks are installed only with 2+ ranks')
+    return hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                    named_parameters=model.named_parameters(), **kwargs)
+
+
 def shard(seed, rank, batch=8):
     g = torch.Generator().manual_seed(seed * 1000 + rank)
     return torch.randn(batch, 6, generator=g), torch.randint(0, 3, (batch,), generator=g)
@@ -91,11 +100,8 @@ def test_too_many_backward_passes():
 
 
 def test_zero_grad_with_pending_allreduces():
-    if hvd.size() == 1:
-        pytest.skip('hooks are installed only with 2+ ranks')
     model = make_model()
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                   named_parameters=model.named_parameters())
+    opt = hooked_sgd(model)
     x, y = shard(2, hvd.rank())
     F.cross_entropy(model(x), y).backward()
     with pytest.raises(AssertionError, match='optimizer.zero_grad\\(\\) was called after'):
@@ -391,12 +397,8 @@ def test_bucket_zero_grad_forms_and_unused_parameters():
     """optimizer.zero_grad() keeps the views; model.zero_grad() (grads set to None) and a layer
     unused on rank 0 after it (its view still holds the last step's values) must not leak stale
     gradients into the average."""
-    if hvd.size() == 1:
-        pytest.skip('hooks are installed only with 2+ ranks')
     model, manual = make_model(), make_model()
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                   named_parameters=model.named_parameters(),
-                                   bucket_cap_mb=TINY_CAP_MB)
+    opt = hooked_sgd(model, bucket_cap_mb=TINY_CAP_MB)
     opt_m = torch.optim.SGD(manual.parameters(), lr=0.1)
 
     def loss_of(m, seed, partial):
@@ -453,11 +455,8 @@ def test_bucket_clipping_with_synchronize():
 
 
 def test_bucket_errors_too_many_passes_and_early_zero_grad():
-    if hvd.size() == 1:
-        pytest.skip('hooks are installed only with 2+ ranks')
     model = make_model()
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                   named_parameters=model.named_parameters())
+    opt = hooked_sgd(model)
     x, y = shard(1, hvd.rank())
     for _ in range(2):
         opt.zero_grad()
