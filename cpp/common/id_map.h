@@ -31,7 +31,6 @@ class IdMap {
     }
   }
   const V* find(uint32_t id) const { return const_cast<IdMap*>(this)->find(id); }
-  bool contains(uint32_t id) const { return find(id) != nullptr; }
 
   // The value of `id`, default-constructed first if absent.
   V& operator[](uint32_t id) {

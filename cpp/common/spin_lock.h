@@ -5,7 +5,7 @@
 // sleeping thread costs tens of microseconds on a virtual machine: one such hand-off per
 // training step is most of the step's coordination overhead. Here the loser spins (the holder
 // leaves within nanoseconds) and only yields the CPU after a while, in case the holder was
-// preempted. Satisfies Lockable (std::lock_guard works). Never hold it across a blocking call.
+// preempted. Satisfies BasicLockable (std::lock_guard works). Never hold it across a blocking call.
 #pragma once
 
 #include <sched.h>
@@ -29,7 +29,6 @@ class SpinLock {
       }
     }
   }
-  bool try_lock() { return !locked_.load(std::memory_order_relaxed) && !locked_.exchange(true, std::memory_order_acquire); }
   void unlock() { locked_.store(false, std::memory_order_release); }
 
  private:

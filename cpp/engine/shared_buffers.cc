@@ -12,6 +12,7 @@
 #include <shared_mutex>
 
 #include "common/logging.h"
+#include "common/params.h"
 #include "transport/shm/segment.h"
 
 namespace hvd::engine {
@@ -40,8 +41,6 @@ size_t pageBytes() {
 }
 
 }  // namespace
-
-const Param<bool>& sharedInPlaceParam() { return kSharedInPlace; }
 
 std::shared_ptr<void> allocateSharedBuffer(size_t bytes) {
   const size_t page = pageBytes();

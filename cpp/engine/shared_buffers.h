@@ -17,17 +17,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-
 #include <string>
 #include <vector>
 
-#include "common/params.h"
 #include "transport/transport.h"
 
 namespace hvd::engine {
-
-// HOROVOD_SHARED_INPLACE: allow the shared in-place algorithm (default true).
-const Param<bool>& sharedInPlaceParam();
 
 struct SharedBufferInfo {
   uint64_t id = 0;       // process-unique segment id (never 0)

@@ -98,6 +98,43 @@ struct Scratch {
 
 std::atomic<uint64_t> completed{0};
 
+// Step 3 of the protocol: member `me` of `n` reduces its slice of the `count` elements over the
+// members' buffers `in` (rank order) and writes the result into every member's buffer.
+void reduceSlice(const Response& r, size_t count, int n, int me, uint8_t* const* in) {
+  const DataType dtype = r.dtype;
+  const size_t elem = dataTypeSize(dtype);
+  const ReduceOp op = r.op == ReduceOp::kAverage ? ReduceOp::kSum : r.op;
+  const double pre = r.prescale;
+  const double post = r.op == ReduceOp::kAverage ? r.postscale / n : r.postscale;
+  const ReduceKernel& kernel = reduceKernel(dtype, op);
+  const size_t lineElems = std::max<size_t>(1, 64 / elem);
+  const size_t sliceElems = ((count + n - 1) / n + lineElems - 1) / lineElems * lineElems;
+  const size_t begin = std::min(count, sliceElems * static_cast<size_t>(me));
+  const size_t end = std::min(count, begin + sliceElems);
+  const size_t tileElems = kTileBytes / elem;
+  alignas(64) uint8_t tile[kTileBytes];
+  alignas(64) uint8_t scaled[kTileBytes];
+  for (size_t t = begin; t < end; t += tileElems) {
+    const size_t len = std::min(tileElems, end - t);
+    const size_t at = t * elem;
+    if (pre == 1.0) {
+      kernel.to(tile, in[0] + at, in[1] + at, len);
+      for (int j = 2; j < n; ++j) kernel.into(tile, in[j] + at, len);
+    } else {
+      // Like the staged path: every input is scaled before it is reduced.
+      std::memcpy(tile, in[0] + at, len * elem);
+      scaleBuffer(tile, len, dtype, pre);
+      for (int j = 1; j < n; ++j) {
+        std::memcpy(scaled, in[j] + at, len * elem);
+        scaleBuffer(scaled, len, dtype, pre);
+        kernel.into(tile, scaled, len);
+      }
+    }
+    if (post != 1.0) scaleBuffer(tile, len, dtype, post);
+    for (int j = 0; j < n; ++j) std::memcpy(in[j] + at, tile, len * elem);
+  }
+}
+
 }  // namespace
 
 uint64_t sharedInPlaceCount() { return completed.load(std::memory_order_relaxed); }
@@ -183,37 +220,7 @@ bool sharedInPlaceAllreduce(const Response& r, Communicator& comm, const std::ve
   for (int j = 0; j < n; ++j) lastSeen[static_cast<size_t>(j)] = SeenSegment{slotOf(j)->pid, slotOf(j)->id};
 
   // 3. Reduce my slice over every member's buffer, write it into every member's buffer.
-  const ReduceOp op = r.op == ReduceOp::kAverage ? ReduceOp::kSum : r.op;
-  const double pre = r.prescale;
-  const double post = r.op == ReduceOp::kAverage ? r.postscale / n : r.postscale;
-  const ReduceKernel& kernel = reduceKernel(dtype, op);
-  const size_t lineElems = std::max<size_t>(1, 64 / elem);
-  const size_t sliceElems = ((count + n - 1) / n + lineElems - 1) / lineElems * lineElems;
-  const size_t begin = std::min(count, sliceElems * static_cast<size_t>(me));
-  const size_t end = std::min(count, begin + sliceElems);
-  const size_t tileElems = kTileBytes / elem;
-  alignas(64) uint8_t tile[kTileBytes];
-  alignas(64) uint8_t scaled[kTileBytes];
-  uint8_t* const* in = scratch.buffers.data();
-  for (size_t t = begin; t < end; t += tileElems) {
-    const size_t len = std::min(tileElems, end - t);
-    const size_t at = t * elem;
-    if (pre == 1.0) {
-      kernel.to(tile, in[0] + at, in[1] + at, len);
-      for (int j = 2; j < n; ++j) kernel.into(tile, in[j] + at, len);
-    } else {
-      // Like the staged path: every input is scaled before it is reduced.
-      std::memcpy(tile, in[0] + at, len * elem);
-      scaleBuffer(tile, len, dtype, pre);
-      for (int j = 1; j < n; ++j) {
-        std::memcpy(scaled, in[j] + at, len * elem);
-        scaleBuffer(scaled, len, dtype, pre);
-        kernel.into(tile, scaled, len);
-      }
-    }
-    if (post != 1.0) scaleBuffer(tile, len, dtype, post);
-    for (int j = 0; j < n; ++j) std::memcpy(in[j] + at, tile, len * elem);
-  }
+  reduceSlice(r, count, n, me, scratch.buffers.data());
   space->barrier(comm.deadline());
   for (auto& h : scratch.holds) h.reset();
   if (completed.fetch_add(1, std::memory_order_relaxed) == 0) {
