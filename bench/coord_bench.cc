@@ -202,7 +202,9 @@ int main(int argc, char** argv) try {
   hvd::engine::RuntimeStats after = hvd::api::runtimeForOps()->stats();
   std::vector<double> control{double(after.controlBytesSent - before.controlBytesSent) / statSteps,
                               double(after.controlMessagesSent - before.controlMessagesSent) / statSteps,
-                              double(after.responses - before.responses) / statSteps};
+                              double(after.responses - before.responses) / statSteps,
+                              double(after.callerDrives - before.callerDrives) / statSteps,
+                              double(after.parks - before.parks) / statSteps};
   maxOverRanks(control, "control");
 
   maxOverRanks(stepEnq, "enq");
@@ -262,6 +264,8 @@ int main(int argc, char** argv) try {
     std::printf("# control plane per step, max over ranks: bytes_sent=%.0f (%.2f bits/tensor) messages_sent=%.1f "
                 "collectives_executed=%.1f\n",
                 control[0], control[0] * 8 / double(counts.size()), control[1], control[2]);
+    std::printf("# who ran the engine, per step, max over ranks: caller_drives=%.2f background_parks=%.2f\n",
+                control[3], control[4]);
     std::printf("# check=%s\n", badVec[0] == 0 ? "OK" : "WRONG");
     std::fflush(stdout);
   }

@@ -62,6 +62,12 @@ const Param<int64_t> kBurstQuietUs(
     "Microseconds the background thread waits for further enqueues before it sends a burst of requests "
     "to the coordinator as one message (a step's gradients then cost ~1 bit each on the wire); 0 = send "
     "at once. Each wait is a busy poll, bounded by 200 us per burst.");
+const Param<int64_t> kCallerProgressUs(
+    "HOROVOD_CALLER_PROGRESS_US", 200,
+    "Microseconds the background thread leaves newly enqueued work to the application's threads: a "
+    "thread that waits for an operation within that window runs the negotiation and the collectives "
+    "itself (one busy thread per rank instead of two); after it, the background thread does. 0 = the "
+    "background thread always does.");
 const Param<int64_t> kCacheCapacity("HOROVOD_CACHE_CAPACITY", 1024,
                                     "Response-cache entries per process set; 0 disables caching.");
 const Param<bool> kDynamicProcessSets("HOROVOD_DYNAMIC_PROCESS_SETS", false,
@@ -209,6 +215,11 @@ Config Config::fromEnvironment(const EnvLookup& env) {
   c.burstQuietUs = kBurstQuietUs.get(env);
   if (c.burstQuietUs < 0 || c.burstQuietUs > 1000) {
     throw InvalidArgument("HOROVOD_BURST_QUIET_US='" + std::to_string(c.burstQuietUs) + "' must be in [0, 1000]");
+  }
+  c.callerProgressUs = kCallerProgressUs.get(env);
+  if (c.callerProgressUs < 0 || c.callerProgressUs > 100000) {
+    throw InvalidArgument("HOROVOD_CALLER_PROGRESS_US='" + std::to_string(c.callerProgressUs) +
+                          "' must be in [0, 100000]");
   }
   c.cacheCapacity = kCacheCapacity.get(env);
   if (c.cacheCapacity < 0) {

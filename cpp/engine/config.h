@@ -39,6 +39,7 @@ struct Config {
   double cycleTimeMs = 1.0;             // accepted; only documents batching (event-driven engine)
   int64_t cacheCapacity = 1024;         // response-cache entries per process set; 0 = off
   int64_t burstQuietUs = 2;             // HOROVOD_BURST_QUIET_US: request batching window; 0 = off
+  int64_t callerProgressUs = 200;       // HOROVOD_CALLER_PROGRESS_US: waiters may drive; 0 = off
   bool dynamicProcessSets = false;
   bool disableGroupFusion = false;
   std::chrono::milliseconds timeout{30000};  // HOROVOD_GLOO_TIMEOUT_SECONDS: rendezvous + data plane

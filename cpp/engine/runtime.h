@@ -12,6 +12,9 @@
 // The background thread loop (runtime_loop.cc): wait for a message or a wake-up (bounded, only
 // so that it never blocks forever), drain newly enqueued requests, send them to the coordinator
 // (rank 0: negotiate), and execute response lists in the order the coordinator emitted them.
+// Whoever holds the DriveGate's token runs that engine: the background thread, or, while the
+// background thread leaves newly enqueued work to the callers (HOROVOD_CALLER_PROGRESS_US), a
+// thread waiting for an operation (drive()). The engine state below is the token holder's.
 //
 // Failure: an exception from the transport or a collective is fatal for the Runtime: the
 // current, pending and later operations fail with that error (a PeerLost stays a PeerLost), the
@@ -30,6 +33,7 @@
 
 #include "engine/config.h"
 #include "engine/coordinator.h"
+#include "engine/drive_gate.h"
 #include "engine/executor.h"
 #include "engine/message.h"
 #include "engine/process_set_table.h"
@@ -67,6 +71,8 @@ struct RuntimeStats {
   uint64_t cachedTensors = 0;   // tensors that arrived as cache ids
   uint64_t hitsSent = 0;        // requests sent as cache hits
   uint64_t fullRequestsSent = 0;
+  uint64_t parks = 0;         // times the background thread left fresh work to waiting callers
+  uint64_t callerDrives = 0;  // waits that ran the engine on the waiting thread
   size_t fusionBufferBytes = 0;
   // Latency probes: std::chrono::steady_clock times in ns since its epoch (CLOCK_MONOTONIC, so
   // comparable between the processes of one host), of the latest such event on this rank's
@@ -136,7 +142,19 @@ class Runtime {
   std::string autoName(const std::string& name);
   void checkRunning() const;
   // ---- background thread (runtime_loop.cc) ----
+  friend class DriveGate;
   void loop();
+  // Runs the engine on a waiting thread (token held) until `work` completes or `deadline`
+  // passes; false when the engine has stopped or stops meanwhile.
+  bool drive(const WorkImpl& work, Deadline deadline);
+  // Blocks in the transport until a message or a wake-up unless there is work already.
+  void awaitWork(Deadline deadline);
+  // Whether the background thread should leave the queued work to a waiting caller now.
+  bool leaveToCallers() const;
+  // Releases the token for up to HOROVOD_CALLER_PROGRESS_US, then takes it back.
+  void parkForCallers(std::unique_lock<std::mutex>& token);
+  void wakeParked();
+  std::shared_ptr<WorkImpl> newWork(int members);
   bool step();  // returns true when the loop must end (shutdown processed)
   void collectRequests(RequestList& out);
   void gatherBurst(RequestList& out, uint64_t pushesSeen);
@@ -184,6 +202,15 @@ class Runtime {
   std::vector<uint8_t> sendBuffer_;
   uint64_t lastSeq_ = 0;
   bool shutdownSent_ = false;
+  // A caller's drive that ended the engine, for the background thread to finish the job.
+  bool callerStopped_ = false;        // step() returned true (shutdown processed)
+  std::exception_ptr callerFailure_;  // step() threw
+
+  std::shared_ptr<DriveGate> gate_;
+  // The background thread's park while callers may drive.
+  std::mutex parkMu_;
+  std::condition_variable parkCv_;
+  bool parkWake_ = false;
 
   // Lifecycle.
   std::mutex lifecycleMu_;

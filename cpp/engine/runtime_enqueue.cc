@@ -19,6 +19,10 @@ std::string ranksText(const std::vector<int>& ranks) {
 
 }  // namespace
 
+std::shared_ptr<WorkImpl> Runtime::newWork(int members) {
+  return std::make_shared<WorkImpl>(members, config_.callerProgressUs > 0 ? gate_ : nullptr);
+}
+
 void Runtime::checkRunning() const {
   if (!initialized_) throw Error(kNotInitializedMessage);
   queue_.throwIfClosed();
@@ -106,7 +110,7 @@ WorkPtr Runtime::allreduce(const TensorView& in, const TensorView& out, const Op
   }
   EntryPtr e = makeEntry(Kind::kAllreduce, "Allreduce", in, out, options,
                          options.name.empty() ? autoName(options.name) : options.name, set);
-  auto work = std::make_shared<WorkImpl>(1);
+  auto work = newWork(1);
   e->work = work;
   queue_.push(e);
   std::atomic_thread_fence(std::memory_order_seq_cst);
@@ -139,7 +143,7 @@ WorkPtr Runtime::groupedAllreduce(const std::vector<TensorView>& in, const std::
     }
     entries.push_back(std::move(e));
   }
-  return enqueue(std::move(entries), std::make_shared<WorkImpl>(static_cast<int>(in.size())));
+  return enqueue(std::move(entries), newWork(static_cast<int>(in.size())));
 }
 
 // ---- Allgather -------------------------------------------------------------------------------
@@ -164,7 +168,7 @@ WorkPtr Runtime::groupedAllgather(const std::vector<TensorView>& in, const Optio
     }
     entries.push_back(std::move(e));
   }
-  return enqueue(std::move(entries), std::make_shared<WorkImpl>(static_cast<int>(in.size())));
+  return enqueue(std::move(entries), newWork(static_cast<int>(in.size())));
 }
 
 // ---- Broadcast -------------------------------------------------------------------------------
@@ -182,7 +186,7 @@ WorkPtr Runtime::broadcast(const TensorView& tensor, const Options& options) {
   e->request.prescale = e->request.postscale = 1.0;
   std::vector<EntryPtr> entries;
   entries.push_back(std::move(e));
-  return enqueue(std::move(entries), std::make_shared<WorkImpl>(1));
+  return enqueue(std::move(entries), newWork(1));
 }
 
 // ---- Alltoall --------------------------------------------------------------------------------
@@ -219,7 +223,7 @@ WorkPtr Runtime::alltoall(const TensorView& in, const Options& options) {
   e->request.prescale = e->request.postscale = 1.0;
   std::vector<EntryPtr> entries;
   entries.push_back(std::move(e));
-  return enqueue(std::move(entries), std::make_shared<WorkImpl>(1));
+  return enqueue(std::move(entries), newWork(1));
 }
 
 // ---- Reducescatter ---------------------------------------------------------------------------
@@ -262,7 +266,7 @@ WorkPtr Runtime::groupedReducescatter(const std::vector<TensorView>& in, const s
     }
     entries.push_back(std::move(e));
   }
-  return enqueue(std::move(entries), std::make_shared<WorkImpl>(static_cast<int>(in.size())));
+  return enqueue(std::move(entries), newWork(static_cast<int>(in.size())));
 }
 
 // ---- Barrier, join ---------------------------------------------------------------------------
@@ -279,7 +283,7 @@ WorkPtr Runtime::barrier(int processSet) {
   e->request.dtype = DataType::kUInt8;
   std::vector<EntryPtr> entries;
   entries.push_back(std::move(e));
-  return enqueue(std::move(entries), std::make_shared<WorkImpl>(1));
+  return enqueue(std::move(entries), newWork(1));
 }
 
 WorkPtr Runtime::join() {
@@ -291,7 +295,7 @@ WorkPtr Runtime::join() {
   e->request.dtype = DataType::kUInt8;
   std::vector<EntryPtr> entries;
   entries.push_back(std::move(e));
-  return enqueue(std::move(entries), std::make_shared<WorkImpl>(1));
+  return enqueue(std::move(entries), newWork(1));
 }
 
 // ---- Process sets ----------------------------------------------------------------------------
@@ -316,7 +320,7 @@ int Runtime::addProcessSet(std::vector<int> ranks) {
   e->request.splits.assign(ranks.begin(), ranks.end());
   std::vector<EntryPtr> entries;
   entries.push_back(std::move(e));
-  WorkPtr work = enqueue(std::move(entries), std::make_shared<WorkImpl>(1));
+  WorkPtr work = enqueue(std::move(entries), newWork(1));
   work->wait();
   return work->joinResult();
 }
@@ -335,7 +339,7 @@ bool Runtime::removeProcessSet(int processSetId) {
   e->request.splits = {processSetId};
   std::vector<EntryPtr> entries;
   entries.push_back(std::move(e));
-  WorkPtr work = enqueue(std::move(entries), std::make_shared<WorkImpl>(1));
+  WorkPtr work = enqueue(std::move(entries), newWork(1));
   work->wait();
   return true;
 }

@@ -79,7 +79,10 @@ std::string setsText(const std::vector<std::vector<int>>& sets) {
 }  // namespace
 
 Runtime::Runtime(Config config, std::shared_ptr<Store> store)
-    : config_(std::move(config)), store_(std::move(store)), sets_(config_.rank) {}
+    : config_(std::move(config)),
+      store_(std::move(store)),
+      sets_(config_.rank),
+      gate_(std::make_shared<DriveGate>(this)) {}
 
 Runtime::~Runtime() {
   try {
@@ -87,6 +90,8 @@ Runtime::~Runtime() {
   } catch (const std::exception& e) {
     HVD_LOG(Error) << "Horovod shutdown failed: " << e.what();
   }
+  std::lock_guard<std::mutex> token(gate_->token());
+  gate_->close();  // works outliving the runtime keep the gate, never the runtime
 }
 
 std::shared_ptr<Store> Runtime::makeStore() {
@@ -267,6 +272,7 @@ void Runtime::shutdown() {
   if (thread_.joinable()) {
     shutdownRequested_ = true;
     transport_->wake();
+    wakeParked();
     std::unique_lock<std::mutex> exitLock(exitMu_);
     if (!exitCv_.wait_for(exitLock, config_.timeout, [&] { return loopExited_; })) {
       // The coordinator never answered: stop our blocking calls and leave.

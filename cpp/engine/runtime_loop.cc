@@ -83,14 +83,22 @@ void Runtime::loop() {
   ErrorInfo reason;
   reason.kind = ErrorKind::kAborted;
   reason.message = kShutdownMessage;
+  std::unique_lock<std::mutex> token(gate_->token());
   try {
+    bool parked = false;
     while (true) {
-      idle_.store(true, std::memory_order_relaxed);
-      std::atomic_thread_fence(std::memory_order_seq_cst);
-      bool busy = !queue_.empty() || (coordinator_ && coordinator_->hasWork()) ||
-                  (shutdownRequested_.load() && !shutdownSent_);
-      if (!busy) transport_->waitForMessage(Deadline::after(kIdleWait));
-      idle_.store(false, std::memory_order_relaxed);
+      // A caller that drove the engine into its end left that to this thread.
+      if (callerFailure_) std::rethrow_exception(callerFailure_);
+      if (callerStopped_) break;
+      if (!parked) {
+        awaitWork(Deadline::after(kIdleWait));
+        if (leaveToCallers()) {
+          parkForCallers(token);
+          parked = true;
+          continue;
+        }
+      }
+      parked = false;
       if (step()) break;
     }
   } catch (...) {
@@ -99,12 +107,79 @@ void Runtime::loop() {
     bool fromPeer = reason.message.rfind("[from rank ", 0) == 0;
     onFatal(error, !fromPeer);
   }
+  gate_->close();
   failAll(reason);
+  token.unlock();
   {
     std::lock_guard<std::mutex> lock(exitMu_);
     loopExited_ = true;
   }
   exitCv_.notify_all();
+}
+
+void Runtime::awaitWork(Deadline deadline) {
+  idle_.store(true, std::memory_order_relaxed);
+  // Pairs with the fence in enqueue: either it sees idle_ and wakes the transport, or we see its
+  // entries here.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  bool busy = !queue_.empty() || (coordinator_ && coordinator_->hasWork()) ||
+              (shutdownRequested_.load() && !shutdownSent_);
+  if (!busy) transport_->waitForMessage(deadline);
+  idle_.store(false, std::memory_order_relaxed);
+}
+
+bool Runtime::leaveToCallers() const {
+  // Only fresh local work: the enqueueing thread is likely to wait for it soon and can then run
+  // the whole step itself. Messages, coordinator work and shutdown are not left waiting.
+  return config_.callerProgressUs > 0 && !queue_.empty() && !(coordinator_ && coordinator_->hasWork()) &&
+         !shutdownRequested_.load();
+}
+
+void Runtime::parkForCallers(std::unique_lock<std::mutex>& token) {
+  {
+    std::lock_guard<std::mutex> lock(statsMu_);
+    stats_.parks++;
+  }
+  token.unlock();
+  {
+    std::unique_lock<std::mutex> lock(parkMu_);
+    parkCv_.wait_for(lock, std::chrono::microseconds(config_.callerProgressUs), [&] { return parkWake_; });
+    parkWake_ = false;
+  }
+  token.lock();  // waits while a caller drives
+}
+
+void Runtime::wakeParked() {
+  {
+    std::lock_guard<std::mutex> lock(parkMu_);
+    parkWake_ = true;
+  }
+  parkCv_.notify_one();
+}
+
+bool Runtime::drive(const WorkImpl& work, Deadline deadline) {
+  if (callerStopped_ || callerFailure_) return false;
+  {
+    std::lock_guard<std::mutex> lock(statsMu_);
+    stats_.callerDrives++;
+  }
+  try {
+    while (!work.isCompleted()) {
+      awaitWork(deadline.earliest(Deadline::after(kIdleWait)));
+      if (step()) {
+        callerStopped_ = true;
+        break;
+      }
+      if (deadline.expired()) break;
+    }
+  } catch (...) {
+    callerFailure_ = std::current_exception();
+  }
+  if (callerStopped_ || callerFailure_) {
+    wakeParked();
+    return false;
+  }
+  return true;
 }
 
 bool Runtime::step() {

@@ -5,13 +5,14 @@
 namespace hvd::engine {
 namespace {
 
-// How long a waiter polls before blocking: short enough to be invisible next to a real wait,
+// How long a waiter polls (when it cannot drive the engine) before blocking: short enough to be invisible next to a real wait,
 // long enough to catch completions of small collectives without a futex round trip.
 constexpr auto kSpin = std::chrono::microseconds(50);
 
 }  // namespace
 
-WorkImpl::WorkImpl(int members) : members_(members), remaining_(members) {}
+WorkImpl::WorkImpl(int members, std::shared_ptr<DriveGate> gate)
+    : members_(members), remaining_(members), gate_(std::move(gate)) {}
 
 void WorkImpl::completeMember(std::exception_ptr error) {
   if (error) {
@@ -44,10 +45,24 @@ void WorkImpl::finish() {
   if (callback_) callback_();
 }
 
-void WorkImpl::wait() {
+bool WorkImpl::driveOrSpin(Deadline deadline) {
+  // Drive the engine when it is free (that usually completes the work); otherwise poll, trying
+  // the gate again, for kSpin. Returns whether the work completed.
   auto spinUntil = std::chrono::steady_clock::now() + kSpin;
-  while (!isCompleted() && std::chrono::steady_clock::now() < spinUntil) sched_yield();
-  if (!isCompleted()) {
+  while (!isCompleted()) {
+    if (gate_ && gate_->tryDrive(*this, deadline)) {
+      if (deadline.expired()) return isCompleted();
+      continue;
+    }
+    auto now = std::chrono::steady_clock::now();
+    if (now >= spinUntil || now >= deadline.at()) return false;
+    sched_yield();
+  }
+  return true;
+}
+
+void WorkImpl::wait() {
+  if (!driveOrSpin(Deadline::never())) {
     sleepers_.fetch_add(1, std::memory_order_seq_cst);
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -59,12 +74,13 @@ void WorkImpl::wait() {
 }
 
 bool WorkImpl::waitFor(std::chrono::milliseconds timeout) {
-  if (!isCompleted()) {
+  const Deadline deadline = Deadline::after(timeout);
+  if (!driveOrSpin(deadline)) {
     sleepers_.fetch_add(1, std::memory_order_seq_cst);
     bool done = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      done = cv_.wait_for(lock, timeout, [&] { return done_.load(std::memory_order_acquire); });
+      done = cv_.wait_until(lock, deadline.at(), [&] { return done_.load(std::memory_order_acquire); });
     }
     sleepers_.fetch_sub(1, std::memory_order_relaxed);
     if (!done) return false;

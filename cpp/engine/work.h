@@ -2,24 +2,29 @@
 // background thread; any thread may wait. A grouped call has one WorkImpl with one slot per
 // member; it completes when every member has, with the first member failure as its error.
 //
-// Waiting spins briefly (most collectives on small tensors finish within microseconds) and then
-// blocks on a condition variable, so an idle waiter costs no CPU.
+// Waiting first offers to run the engine itself (DriveGate: when the background thread has left
+// the work to its callers, the waiter does the negotiation and the collective on its own thread,
+// no hand-off), else spins briefly (most collectives on small tensors finish within
+// microseconds) and then blocks on a condition variable, so an idle waiter costs no CPU.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <vector>
 
+#include "engine/drive_gate.h"
 #include "horovod/horovod.h"
 
 namespace hvd::engine {
 
 class WorkImpl : public Work {
  public:
-  explicit WorkImpl(int members = 1);
+  // `gate`: the runtime's engine, which waiters may drive (nullptr: never).
+  explicit WorkImpl(int members = 1, std::shared_ptr<DriveGate> gate = nullptr);
 
   bool isCompleted() const override { return done_.load(std::memory_order_acquire); }
   void wait() override;
@@ -46,6 +51,7 @@ class WorkImpl : public Work {
 
  private:
   void finish();
+  bool driveOrSpin(Deadline deadline);
 
   std::atomic<bool> done_{false};
   // Threads blocked (or about to block) on cv_: completion takes mu_ and notifies only then, so
@@ -60,6 +66,7 @@ class WorkImpl : public Work {
   std::vector<int32_t> receivedSplits_;
   int joinResult_ = -1;
   std::function<void()> callback_;
+  std::shared_ptr<DriveGate> gate_;
 };
 
 }  // namespace hvd::engine

@@ -2,15 +2,12 @@
 
 #include <nanobind/stl/vector.h>
 
-#include <sched.h>
-
 #include <chrono>
 #include <utility>
 
 namespace hvd::py {
 namespace {
 
-constexpr auto kSpin = std::chrono::microseconds(50);
 constexpr auto kSignalCheckInterval = std::chrono::milliseconds(100);
 
 struct Orphan {
@@ -35,10 +32,8 @@ void PyWork::wait() { waitWork(*work_); }
 void waitWork(Work& work) {
   if (!work.isCompleted()) {
     nb::gil_scoped_release release;
-    // Small collectives finish within microseconds: poll briefly before blocking.
-    const auto spinUntil = std::chrono::steady_clock::now() + kSpin;
-    while (!work.isCompleted() && std::chrono::steady_clock::now() < spinUntil) sched_yield();
-    // Then block in slices, so that Ctrl-C (and other signal handlers) still get to run.
+    // In slices, so that Ctrl-C (and other signal handlers) still get to run. waitFor runs the
+    // engine on this thread when it can, else polls briefly and then blocks.
     while (!work.isCompleted()) {
       if (work.waitFor(kSignalCheckInterval)) return;  // completed (rethrows a failure)
       nb::gil_scoped_acquire acquire;

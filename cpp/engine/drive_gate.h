@@ -1,0 +1,38 @@
+// DriveGate: who runs the engine of one Runtime right now. The background thread normally does;
+// a thread that waits for one of the runtime's operations may run it instead while the
+// background thread leaves it newly enqueued work (HOROVOD_CALLER_PROGRESS_US), so that during a
+// training step each rank keeps one thread busy, not two (MPI's progress model: the waiting call
+// makes progress). One token, held by whoever runs the engine; every operation's WorkImpl keeps
+// the gate alive, so a wait that outlives its runtime finds the gate closed, never a dangling
+// runtime.
+#pragma once
+
+#include <mutex>
+
+#include "common/deadline.h"
+
+namespace hvd::engine {
+
+class Runtime;
+class WorkImpl;
+
+class DriveGate {
+ public:
+  explicit DriveGate(Runtime* runtime) : runtime_(runtime) {}
+
+  // If no thread runs the engine now, runs it on this thread until `work` completes, `deadline`
+  // passes or the engine stops; returns whether it did (false: the engine is busy elsewhere or
+  // stopped, wait for the work the ordinary way).
+  bool tryDrive(const WorkImpl& work, Deadline deadline);
+
+  // The token. The background thread holds it while it runs the engine.
+  std::mutex& token() { return token_; }
+  // No thread drives after this (the runtime's loop ended). Call with the token held.
+  void close() { runtime_ = nullptr; }
+
+ private:
+  std::mutex token_;
+  Runtime* runtime_;  // guarded by token_
+};
+
+}  // namespace hvd::engine
