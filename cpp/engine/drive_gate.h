@@ -29,6 +29,7 @@ class DriveGate {
   std::mutex& token() { return token_; }
   // No thread drives after this (the runtime's loop ended). Call with the token held.
   void close() { runtime_ = nullptr; }
+  bool open() const { return runtime_ != nullptr; }  // with the token held
 
  private:
   std::mutex token_;

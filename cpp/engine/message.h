@@ -118,6 +118,12 @@ struct RequestList {
   std::vector<uint32_t> hits;
   std::vector<Request> requests;
   bool empty() const { return !shutdown && hits.empty() && requests.empty(); }
+  void clear() {  // keeps the capacity
+    lastSeq = 0;
+    shutdown = false;
+    hits.clear();
+    requests.clear();
+  }
 };
 
 // Coordinator -> every rank: the globally ordered work to do. `hits` are the cache ids that every

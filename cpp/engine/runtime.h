@@ -155,6 +155,9 @@ class Runtime {
   void parkForCallers(std::unique_lock<std::mutex>& token);
   void wakeParked();
   std::shared_ptr<WorkImpl> newWork(int members);
+  // After a push: collects the request on this thread if no thread runs the engine now, else
+  // wakes the engine's thread if it is blocked in awaitWork().
+  void wakeEngine();
   bool step();  // returns true when the loop must end (shutdown processed)
   void collectRequests(RequestList& out);
   void gatherBurst(RequestList& out, uint64_t pushesSeen);
@@ -200,6 +203,8 @@ class Runtime {
   std::vector<DerivedHits> derivedHits_;  // most recently used first, bounded
   uint64_t derivedHitsVersion_ = 0;
   std::vector<uint8_t> sendBuffer_;
+  RequestList outgoing_;  // collected, not yet sent (or, on rank 0, ingested)
+  bool callerDriving_ = false;
   uint64_t lastSeq_ = 0;
   bool shutdownSent_ = false;
   // A caller's drive that ended the engine, for the background thread to finish the job.

@@ -23,6 +23,22 @@ std::shared_ptr<WorkImpl> Runtime::newWork(int members) {
   return std::make_shared<WorkImpl>(members, config_.callerProgressUs > 0 ? gate_ : nullptr);
 }
 
+void Runtime::wakeEngine() {
+  if (config_.callerProgressUs > 0) {
+    // Nobody runs the engine (the background thread left fresh work to callers): do the
+    // per-tensor request work here, so that a caller that waits finds its burst ready to send.
+    std::unique_lock<std::mutex> token(gate_->token(), std::try_to_lock);
+    if (token.owns_lock() && gate_->open()) {
+      collectRequests(outgoing_);
+      return;  // holding the token, nobody can be blocked in awaitWork
+    }
+  }
+  // Pairs with the fence in awaitWork(): either it sees our entries before it blocks, or we see
+  // it idle and wake it.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (idle_.load(std::memory_order_relaxed)) transport_->wake();
+}
+
 void Runtime::checkRunning() const {
   if (!initialized_) throw Error(kNotInitializedMessage);
   queue_.throwIfClosed();
@@ -90,10 +106,7 @@ WorkPtr Runtime::enqueue(std::vector<EntryPtr> entries, std::shared_ptr<WorkImpl
     entries[i]->member = static_cast<int>(i);
   }
   queue_.push(entries);
-  // Pairs with the fence in loop(): either the loop sees our entries before it blocks, or we see
-  // it idle and wake it.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (idle_.load(std::memory_order_relaxed)) transport_->wake();
+  wakeEngine();
   return work;
 }
 
@@ -113,8 +126,7 @@ WorkPtr Runtime::allreduce(const TensorView& in, const TensorView& out, const Op
   auto work = newWork(1);
   e->work = work;
   queue_.push(e);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (idle_.load(std::memory_order_relaxed)) transport_->wake();
+  wakeEngine();
   return work;
 }
 

@@ -122,7 +122,7 @@ void Runtime::awaitWork(Deadline deadline) {
   // Pairs with the fence in enqueue: either it sees idle_ and wakes the transport, or we see its
   // entries here.
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  bool busy = !queue_.empty() || (coordinator_ && coordinator_->hasWork()) ||
+  bool busy = !queue_.empty() || !outgoing_.empty() || (coordinator_ && coordinator_->hasWork()) ||
               (shutdownRequested_.load() && !shutdownSent_);
   if (!busy) transport_->waitForMessage(deadline);
   idle_.store(false, std::memory_order_relaxed);
@@ -131,8 +131,8 @@ void Runtime::awaitWork(Deadline deadline) {
 bool Runtime::leaveToCallers() const {
   // Only fresh local work: the enqueueing thread is likely to wait for it soon and can then run
   // the whole step itself. Messages, coordinator work and shutdown are not left waiting.
-  return config_.callerProgressUs > 0 && !queue_.empty() && !(coordinator_ && coordinator_->hasWork()) &&
-         !shutdownRequested_.load();
+  return config_.callerProgressUs > 0 && (!queue_.empty() || !outgoing_.empty()) &&
+         !(coordinator_ && coordinator_->hasWork()) && !shutdownRequested_.load();
 }
 
 void Runtime::parkForCallers(std::unique_lock<std::mutex>& token) {
@@ -163,6 +163,7 @@ bool Runtime::drive(const WorkImpl& work, Deadline deadline) {
     std::lock_guard<std::mutex> lock(statsMu_);
     stats_.callerDrives++;
   }
+  callerDriving_ = true;
   try {
     while (!work.isCompleted()) {
       awaitWork(deadline.earliest(Deadline::after(kIdleWait)));
@@ -175,6 +176,7 @@ bool Runtime::drive(const WorkImpl& work, Deadline deadline) {
   } catch (...) {
     callerFailure_ = std::current_exception();
   }
+  callerDriving_ = false;
   if (callerStopped_ || callerFailure_) {
     wakeParked();
     return false;
@@ -183,17 +185,20 @@ bool Runtime::drive(const WorkImpl& work, Deadline deadline) {
 }
 
 bool Runtime::step() {
-  RequestList mine;
+  RequestList& mine = outgoing_;  // may hold requests collected at enqueue already
   const uint64_t pushesSeen = queue_.pushes();  // before draining: later pushes show as a change
   collectRequests(mine);
-  gatherBurst(mine, pushesSeen);
+  // A waiting caller that drives has enqueued its burst already (and collected it, see enqueue).
+  if (!callerDriving_) gatherBurst(mine, pushesSeen);
   if (coordinator_) {
     // Rank 0: its own requests first, then the others' in rank order (Horovod's ready order).
     if (!mine.empty()) {
       std::lock_guard<std::mutex> lock(statsMu_);
       stats_.lastRequestsSentNs = nowNs();
     }
+    mine.lastSeq = lastSeq_;
     coordinator_->ingest(0, mine);
+    mine.clear();
     std::vector<std::pair<int, RequestList>> others;
     while (auto message = transport_->poll()) {
       switch (messageType(message->bytes)) {
@@ -230,11 +235,10 @@ bool Runtime::step() {
         ResponseList list = decodeResponseList(message->bytes);
         if (processList(list)) return true;
         // Requests enqueued while that list ran go out now rather than after the next wait.
-        RequestList more;
         const uint64_t seen = queue_.pushes();
-        collectRequests(more);
-        gatherBurst(more, seen);
-        postRequests(more);
+        collectRequests(mine);
+        if (!callerDriving_) gatherBurst(mine, seen);
+        postRequests(mine);
         break;
       }
       case MessageType::kAbort: {
@@ -249,7 +253,6 @@ bool Runtime::step() {
 }
 
 void Runtime::collectRequests(RequestList& out) {
-  out.lastSeq = lastSeq_;
   queue_.drain(drained_);
   uint64_t hits = 0, full = 0;
   for (auto& e : drained_) {
@@ -323,7 +326,9 @@ void Runtime::gatherBurst(RequestList& out, uint64_t pushesSeen) {
 
 void Runtime::postRequests(RequestList& list) {
   if (list.empty()) return;
+  list.lastSeq = lastSeq_;
   encode(list, sendBuffer_);
+  list.clear();
   transport_->post(0, sendBuffer_.data(), sendBuffer_.size());
   std::lock_guard<std::mutex> lock(statsMu_);
   stats_.lastRequestsSentNs = nowNs();
