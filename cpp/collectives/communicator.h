@@ -1,7 +1,7 @@
 // Communicator: a process set's view of the job's Transport. Algorithms address peers by *set
 // rank* (index in the sorted member list); the communicator maps them to global ranks.
 //
-// Used only from the engine's background thread (or one test thread per rank).
+// Used only by the thread running the engine (engine/runtime.h), or one test thread per rank.
 #pragma once
 
 #include <cstdint>

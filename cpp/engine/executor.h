@@ -5,7 +5,7 @@
 // fusion buffer (copy in, one collective, copy out). Only allgather/alltoall outputs are
 // allocated per operation (their size is known only after negotiation).
 //
-// Background thread only. Transport/collective failures propagate as thrown hvd::Errors.
+// Engine thread only (whoever runs the engine: runtime.h). Transport/collective failures propagate as thrown hvd::Errors.
 #pragma once
 
 #include <vector>

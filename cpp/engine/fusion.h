@@ -33,7 +33,7 @@ void cachedResponses(const std::vector<uint32_t>& ids, const CacheReplica& repli
                      std::vector<Response>& out);
 
 // One persistent, 64-byte aligned buffer that grows to the largest size requested (at most the
-// fusion threshold in practice) and is reused by every fused collective. Background thread only.
+// fusion threshold in practice) and is reused by every fused collective. Engine thread only.
 class FusionBuffer {
  public:
   void* reserve(size_t bytes);

@@ -1,6 +1,6 @@
 // Control-plane messages of the engine: what workers tell the coordinator (RequestList), what
 // the coordinator tells every rank (ResponseList), and the abort notice any rank sends when it
-// fails. Plain structs plus encode/decode; used only on the background threads.
+// fails. Plain structs plus encode/decode; used only by the threads running the engines.
 #pragma once
 
 #include <cstdint>

@@ -15,7 +15,7 @@
 // Requests below kMinPooledBytes go to the C heap (glibc keeps small blocks cached itself).
 // Memory is not zeroed.
 //
-// Thread-safe: acquire() runs on the engine's background thread; the storage's deleter runs on
+// Thread-safe: acquire() runs on the thread running the engine; the storage's deleter runs on
 // whichever thread drops the last reference (user threads, Python's GC, even after the engine
 // was shut down). The process-wide instance() is never destroyed, so a deleter may run at any
 // time, also during exit.

@@ -1,5 +1,5 @@
 // ProcessSetTable: this rank's registered process sets (id 0 = all ranks). Read by enqueueing
-// threads (validation) and the background thread; changed only by the background thread when it
+// threads (validation) and the engine's thread; changed only by the engine's thread when it
 // processes an add/remove response, and by init. Each set this rank belongs to has a
 // Communicator over the job's transport.
 #pragma once
@@ -40,7 +40,7 @@ class ProcessSetTable {
   std::vector<int> ids() const;
   // Id of a registered set with exactly these ranks, or -1.
   int32_t find(const std::vector<int>& ranks) const;
-  // Background thread only (the table is not changed concurrently with it).
+  // Engine thread only (the table is not changed concurrently with it).
   ProcessSet* get(int32_t id);
   void clear();
 

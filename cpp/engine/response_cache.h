@@ -11,7 +11,7 @@
 //  * CoordinatorCache: rank 0's authoritative copy with LRU and per-set capacity. An evicted entry
 //    stays as a tombstone until every rank has processed the list announcing the eviction, so a
 //    hit that crossed the eviction on the wire can still be resolved (and renegotiated).
-// Background thread only.
+// Engine thread only (whoever runs the engine: runtime.h).
 #pragma once
 
 #include <cstdint>

@@ -9,12 +9,19 @@
 // new one over the same store (a per-rank round counter in the store keeps rounds apart, so
 // init -> shutdown -> init gives the same rank/size and works).
 //
-// The background thread loop (runtime_loop.cc): wait for a message or a wake-up (bounded, only
-// so that it never blocks forever), drain newly enqueued requests, send them to the coordinator
-// (rank 0: negotiate), and execute response lists in the order the coordinator emitted them.
-// Whoever holds the DriveGate's token runs that engine: the background thread, or, while the
-// background thread leaves newly enqueued work to the callers (HOROVOD_CALLER_PROGRESS_US), a
-// thread waiting for an operation (drive()). The engine state below is the token holder's.
+// The engine (runtime_loop.cc): wait for a message or a wake-up (bounded, only so that it never
+// blocks forever), drain newly enqueued requests, send them to the coordinator (rank 0:
+// negotiate), and execute response lists in the order the coordinator emitted them. Whoever
+// holds the DriveGate's token runs it, and the engine state below is the token holder's:
+//  * the background thread, normally;
+//  * a thread waiting for one of the operations (drive()), while the background thread leaves
+//    freshly enqueued work to the callers for up to HOROVOD_CALLER_PROGRESS_US (it parks,
+//    releasing the token). A training step's enqueue-then-wait then runs on the caller's thread
+//    alone: no hand-off between threads, one busy thread per rank (MPI's progress model);
+//  * an enqueueing thread, for the moment it takes to turn its new entry into a request
+//    (wakeEngine()), when nobody else holds the token.
+// The background thread keeps everything else: messages while no caller waits (compute overlap),
+// and ending the engine (a caller whose drive fails or processes the shutdown leaves that to it).
 //
 // Failure: an exception from the transport or a collective is fatal for the Runtime: the
 // current, pending and later operations fail with that error (a PeerLost stays a PeerLost), the
@@ -76,7 +83,7 @@ struct RuntimeStats {
   size_t fusionBufferBytes = 0;
   // Latency probes: std::chrono::steady_clock times in ns since its epoch (CLOCK_MONOTONIC, so
   // comparable between the processes of one host), of the latest such event on this rank's
-  // background thread; 0 = never.
+  // engine's thread; 0 = never.
   int64_t lastRequestsSentNs = 0;  // requests/hits handed to the coordinator (rank 0: ingested)
   int64_t lastListBuiltNs = 0;     // rank 0: a response list built and posted to the others
   int64_t lastListStartNs = 0;     // began processing a response list
@@ -187,7 +194,7 @@ class Runtime {
   CacheReplica replica_;
   Executor executor_;
 
-  // Background-thread state.
+  // Engine state: the token holder's (the background thread's, or a driving caller's).
   // Pending entries (drained, not yet completed) are owned by their name's NameSlot (queue_).
   // Pending entries sent as hits, by cache id; nullptr = none now (nodes of live ids are kept).
   IdMap<Entry*> byCacheId_;
@@ -221,7 +228,7 @@ class Runtime {
   std::mutex lifecycleMu_;
   std::atomic<bool> initialized_{false};
   std::atomic<bool> shutdownRequested_{false};
-  // True while the background thread is (about to be) blocked in waitForMessage: enqueue only
+  // True while the engine's thread is (about to be) blocked in waitForMessage: enqueue only
   // pays for transport.wake() then (Dekker-style handshake with seq_cst fences, see loop()).
   std::atomic<bool> idle_{false};
   std::thread thread_;
@@ -230,7 +237,7 @@ class Runtime {
   bool loopExited_ = true;
   std::atomic<uint64_t> nonameCounter_{0};
 
-  // Stats (written by the background thread).
+  // Stats (written by the engine's thread).
   mutable std::mutex statsMu_;
   RuntimeStats stats_;
 };

@@ -86,15 +86,24 @@ struct SeenSegment {
   uint64_t id;
 };
 
-// Per background thread, reused so that steady-state calls allocate nothing.
+// Per thread, reused so that steady-state calls allocate nothing.
 struct Scratch {
   std::vector<uint8_t*> buffers;
   std::vector<std::shared_ptr<shm::Segment>> holds;
-  // Per communicator: the members' segments of its last completed op here (all mapped then).
-  // Keyed by address: a stale entry after a communicator is destroyed and its address reused
-  // only claims segments this process did map, which the mapping cache may still hold.
-  std::map<const Communicator*, std::vector<SeenSegment>> seen;
 };
+
+// Per communicator: the members' segments of its last completed op in this process (all mapped
+// then). Process-wide, not per thread: a rank's operations run on whichever thread drives its
+// engine (runtime.h). Keyed by address: a stale entry after a communicator is destroyed and its
+// address reused only claims segments this process did map, which the mapping cache may still
+// hold. The vector of a communicator is used only by the thread running that communicator's
+// engine; the mutex guards the map.
+std::vector<SeenSegment>& lastSeenOf(const Communicator& comm) {
+  static std::mutex mu;
+  static auto* seen = new std::map<const Communicator*, std::vector<SeenSegment>>();  // never destroyed
+  std::lock_guard<std::mutex> lock(mu);
+  return (*seen)[&comm];  // map nodes are stable
+}
 
 std::atomic<uint64_t> completed{0};
 
@@ -169,7 +178,7 @@ bool sharedInPlaceAllreduce(const Response& r, Communicator& comm, const std::ve
     mine->offset = static_cast<uint64_t>(static_cast<uint8_t*>(entry->output) - info.base);
     mine->count = count;
   }
-  std::vector<SeenSegment>& lastSeen = scratch.seen[&comm];
+  std::vector<SeenSegment>& lastSeen = lastSeenOf(comm);
   lastSeen.resize(static_cast<size_t>(n));
   std::memcpy(seenOf(me), lastSeen.data(), sizeof(SeenSegment) * static_cast<size_t>(n));
   space->barrier(comm.deadline());

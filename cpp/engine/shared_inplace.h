@@ -18,7 +18,7 @@
 // allocation per call (mappings are cached). Every wait is a SharedSpace barrier with the
 // communicator's deadline, which watches the peers: a dead peer gives PeerLost, never a hang.
 //
-// Background thread only.
+// Called by the thread that runs the engine (runtime.h), one operation per communicator at a time.
 #pragma once
 
 #include <vector>

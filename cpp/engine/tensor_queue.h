@@ -1,7 +1,8 @@
-// TensorQueue: the hand-off from enqueueing threads to the background thread, and the record of
+// TensorQueue: the hand-off from enqueueing threads to the engine's thread, and the record of
 // which names are pending (enqueued and not yet completed) on this rank, for the duplicate check.
 //
-// push() is called by any thread; drain() and release() by the background thread. close() (at
+// push() is called by any thread; drain() and release() by the thread running the engine (the
+// background thread or a driving caller, see runtime.h). close() (at
 // shutdown or on a fatal error) makes later pushes throw the closing error and returns what was
 // still queued so the runtime can fail it.
 #pragma once
@@ -26,14 +27,14 @@ struct Entry;
 using EntryPtr = std::unique_ptr<Entry>;
 
 // A (process set, name) enqueued on this rank, interned: every enqueue of the name finds the same
-// slot, so after the one hash lookup at enqueue (the duplicate-name check) the background thread
+// slot, so after the one hash lookup at enqueue (the duplicate-name check) the engine's thread
 // reaches the name's state through the entry without hashing the name again. A slot lives while
 // its name is pending, and after that while the name has a cache id (a training step's names
 // come back every step); the runtime asks for it to be dropped otherwise.
 struct NameSlot {
   NameKey key;
   bool pending = false;  // guarded by the queue's lock
-  // Background thread only:
+  // Engine thread only:
   uint32_t cacheId = kNoCacheId;  // the name's id in the cache replica when last seen (a hint)
   EntryPtr entry;                 // the pending entry, once drained (the runtime owns it here)
 };
@@ -45,13 +46,13 @@ struct Entry {
   void* output = nullptr;  // allreduce/reducescatter output (may equal input)
   std::shared_ptr<WorkImpl> work;
   int member = 0;     // index in the work's group
-  uint32_t sentCacheId = kNoCacheId;  // background thread: sent to the coordinator as this hit
+  uint32_t sentCacheId = kNoCacheId;  // engine thread: sent to the coordinator as this hit
   NameSlot* slot = nullptr;           // set by push()
 };
 
 class TensorQueue {
  public:
-  // Adds the entries atomically (a group becomes visible to the background thread at once).
+  // Adds the entries atomically (a group becomes visible to the engine's thread at once).
   // Throws InvalidArgument with Horovod's duplicate-name message if any name is pending in its
   // process set (nothing is added then), or the closing error after close().
   void push(std::vector<EntryPtr>& entries);
@@ -66,12 +67,12 @@ class TensorQueue {
   NameSlot* find(int32_t processSet, std::string_view name);
   // Drops the slot of a name that is not pending (its cache id went away).
   void forget(int32_t processSet, std::string_view name);
-  // Every slot whose entry the background thread holds (after close(): to fail them).
+  // Every slot whose entry the engine's thread holds (after close(): to fail them).
   std::vector<NameSlot*> slotsWithEntries();
   // A cleared entry, reusing one released earlier when there is one (its name and shape keep
   // their allocations), so the steady state allocates no entries. Any thread.
   EntryPtr acquire();
-  // Entries pushed so far (monotonic). Lock-free: the background thread polls it while it
+  // Entries pushed so far (monotonic). Lock-free: the engine's thread polls it while it
   // gathers a burst of enqueues into one message.
   uint64_t pushes() const { return pushes_.load(std::memory_order_acquire); }
   // Rejects later pushes with `error`; returns the entries still queued.

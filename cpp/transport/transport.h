@@ -3,7 +3,7 @@
 //
 // Two planes:
 //  * Data plane: FIFO byte streams between every ordered pair of ranks (send/recv/sendRecv).
-//    Blocking, with a deadline. Used only by the engine's background thread, one call at a time.
+//    Blocking, with a deadline. Used only by the thread running the engine, one call at a time.
 //    Because every rank executes the same ordered list of collectives, streams need no tags.
 //  * Control plane (Mailbox): message-oriented, used by the controller for negotiation. A rank
 //    waits for "a message from anyone, or local work" without a fixed sleep: wake() (callable

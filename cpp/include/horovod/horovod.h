@@ -3,7 +3,8 @@
 // A program calls hvd::init() once per process (under horovodrun, or alone as a single rank),
 // then issues collectives on host buffers. Every collective has an asynchronous form returning a
 // Work handle and a synchronous form that waits on it. All functions are thread-safe; the
-// engine's background thread does the negotiation and the communication.
+// engine's background thread does the negotiation and the communication, or the thread that
+// waits for an operation does it itself when the engine is free (HOROVOD_CALLER_PROGRESS_US).
 //
 // Matching across ranks is by name: two ranks' requests with the same name (in the same process
 // set) are the same collective. A name may be reused once the previous operation with that name

@@ -12,7 +12,7 @@
 // makes later waits on data from it throw PeerLost once the data it had sent is consumed.
 // Blocking calls throw Timeout at their deadline.
 //
-// Threading: data-plane calls from one thread per rank (the engine's background thread);
+// Threading: data-plane calls from one thread per rank (the thread running the engine);
 // post/poll/wake/abort from any thread.
 #pragma once
 

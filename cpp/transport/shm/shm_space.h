@@ -11,7 +11,7 @@
 // never contend; waiting spins briefly, then sleeps like every other wait of the transport and
 // watches for lost peers.
 //
-// Used by one thread at a time per member (the engine's background thread).
+// Used by one thread at a time per member (the thread running the engine).
 #pragma once
 
 #include <vector>

@@ -20,7 +20,7 @@
 // the poster makes no further transport call. Any message size works. Messages still in an
 // outbox when the transport is destroyed are dropped (closing is not a flush).
 //
-// Threads: the data plane is used by one thread at a time (the engine's background thread);
+// Threads: the data plane is used by one thread at a time (the thread running the engine);
 // post()/poll()/waitForMessage() by one controller thread (may be the same), post() and wake()
 // and abort() from any thread. A self-send (peer == rank) goes through a local queue.
 //

@@ -12,7 +12,7 @@
 // connection. post() writes what the socket takes and keeps the rest in a per-peer outbox that
 // every later call of this transport (data waits included) keeps flushing, so it never blocks.
 //
-// Threads: the data plane is used by one thread at a time (the engine's background thread).
+// Threads: the data plane is used by one thread at a time (the thread running the engine).
 // post() may be called from any thread; poll()/waitForMessage() from one controller thread at
 // a time (may be the data thread); wake() and abort() from any thread.
 //

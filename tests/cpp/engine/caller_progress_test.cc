@@ -1,0 +1,132 @@
+// Caller-driven progress (engine/drive_gate.h): a thread that waits for an operation runs the
+// engine itself while the background thread leaves fresh work to callers. Results must not depend
+// on which thread ran the engine; the background thread must still finish work nobody waits for;
+// several threads of one rank may enqueue and wait at once.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "cluster.h"
+#include "typed.h"
+
+namespace hvd::test {
+namespace {
+
+// `steps` training-like steps of `tensors` allreduces enqueued back to back, then waited for;
+// checks every result.
+void runSteps(engine::Runtime& rt, int rank, int steps, int tensors, const std::string& prefix) {
+  for (int step = 0; step < steps; ++step) {
+    std::vector<std::vector<float>> in(static_cast<size_t>(tensors)), out(static_cast<size_t>(tensors));
+    std::vector<WorkPtr> works;
+    for (int t = 0; t < tensors; ++t) {
+      in[t].assign(static_cast<size_t>(1 + t % 7), static_cast<float>(rank + step + t));
+      out[t].resize(in[t].size());
+      works.push_back(rt.allreduce(view(in[t], DataType::kFloat32), view(out[t], DataType::kFloat32),
+                                   named(prefix + std::to_string(t))));
+    }
+    for (int t = 0; t < tensors; ++t) {
+      works[t]->wait();
+      const int n = rt.topology().size;
+      for (float v : out[t]) ASSERT_EQ(v, static_cast<float>(n * (step + t) + n * (n - 1) / 2)) << prefix << t;
+    }
+  }
+}
+
+TEST(CallerProgress, ResultsDoNotDependOnWhichThreadRunsTheEngine) {
+  // 0: the background thread does everything; 200: the default; 100000: callers nearly always.
+  for (const char* window : {"0", "200", "100000"}) {
+    SCOPED_TRACE(std::string("HOROVOD_CALLER_PROGRESS_US=") + window);
+    Cluster cluster(3, {{"HOROVOD_CALLER_PROGRESS_US", window}});
+    cluster.run([&](int rank, engine::Runtime& rt) {
+      runSteps(rt, rank, 20, 30, "g.");
+      engine::RuntimeStats stats = rt.stats();
+      EXPECT_GT(stats.cachedTensors, 0u);
+      if (std::string(window) == "0") {
+        EXPECT_EQ(stats.callerDrives, 0u);
+        EXPECT_EQ(stats.parks, 0u);
+      } else if (std::string(window) == "100000") {
+        // The background thread leaves every step's work to the waiting caller.
+        EXPECT_GT(stats.callerDrives, 0u);
+        EXPECT_GT(stats.parks, 0u);
+      }
+    });
+  }
+}
+
+TEST(CallerProgress, WorkNobodyWaitsForStillCompletes) {
+  Cluster cluster(2);
+  cluster.run([&](int rank, engine::Runtime& rt) {
+    std::vector<float> in(4, static_cast<float>(rank + 1)), out(4);
+    WorkPtr work = rt.allreduce(view(in, DataType::kFloat32), view(out, DataType::kFloat32), named("unwatched"));
+    // Poll only: no thread waits, so the background thread must run the step after its window.
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!work->isCompleted() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    ASSERT_TRUE(work->isCompleted());
+    EXPECT_EQ(out, std::vector<float>(4, 3.0f));
+    EXPECT_EQ(rt.stats().callerDrives, 0u);
+  });
+}
+
+TEST(CallerProgress, SeveralThreadsPerRankEnqueueAndWaitAtOnce) {
+  constexpr int kThreads = 4;
+  Cluster cluster(2);
+  cluster.run([&](int rank, engine::Runtime& rt) {
+    std::vector<std::thread> threads;
+    std::vector<std::string> failures(kThreads);
+    for (int k = 0; k < kThreads; ++k) {
+      threads.emplace_back([&, k] {
+        try {
+          // Batches on some threads, synchronous single ops on others: both drive.
+          if (k % 2 == 0) {
+            runSteps(rt, rank, 15, 10, "t" + std::to_string(k) + ".");
+          } else {
+            for (int i = 0; i < 60; ++i) {
+              std::vector<int32_t> in(3, rank + i), out(3);
+              rt.allreduce(view(in, DataType::kInt32), view(out, DataType::kInt32), named("s" + std::to_string(k)))
+                  ->wait();
+              if (out != std::vector<int32_t>(3, 1 + 2 * i)) throw std::runtime_error("wrong sum at " + std::to_string(i));
+            }
+          }
+        } catch (const std::exception& e) {
+          failures[k] = e.what();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int k = 0; k < kThreads; ++k) EXPECT_EQ(failures[k], "") << "thread " << k;
+  });
+}
+
+TEST(CallerProgress, WaitForGivesUpAtItsDeadlineWhileDriving) {
+  Cluster cluster(2, {{"HOROVOD_CALLER_PROGRESS_US", "100000"}});
+  std::atomic<bool> timedOut{false};
+  cluster.run([&](int rank, engine::Runtime& rt) {
+    std::vector<float> in(2, 1.0f), out(2);
+    if (rank == 1) {
+      while (!timedOut.load()) std::this_thread::yield();  // rank 0 waits alone first
+    }
+    WorkPtr work = rt.allreduce(view(in, DataType::kFloat32), view(out, DataType::kFloat32), named("late"));
+    if (rank == 0) {
+      auto start = std::chrono::steady_clock::now();
+      EXPECT_FALSE(work->waitFor(std::chrono::milliseconds(50)));
+      EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+      timedOut = true;
+    }
+    work->wait();
+    EXPECT_EQ(out, std::vector<float>(2, 2.0f));
+  });
+}
+
+TEST(CallerProgress, WindowIsValidated) {
+  EXPECT_THROW(engine::Config::fromEnvironment(mapEnvironment({{"HOROVOD_CALLER_PROGRESS_US", "-1"}})),
+               InvalidArgument);
+  EXPECT_THROW(engine::Config::fromEnvironment(mapEnvironment({{"HOROVOD_CALLER_PROGRESS_US", "100001"}})),
+               InvalidArgument);
+  EXPECT_EQ(engine::Config::fromEnvironment(mapEnvironment({})).callerProgressUs, 200);
+}
+
+}  // namespace
+}  // namespace hvd::test
