@@ -212,6 +212,7 @@ class Runtime {
   std::vector<uint8_t> sendBuffer_;
   RequestList outgoing_;  // collected, not yet sent (or, on rank 0, ingested)
   bool callerDriving_ = false;
+  uint64_t drives_ = 0;  // drives by callers so far
   uint64_t lastSeq_ = 0;
   bool shutdownSent_ = false;
   // A caller's drive that ended the engine, for the background thread to finish the job.

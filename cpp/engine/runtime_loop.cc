@@ -93,8 +93,11 @@ void Runtime::loop() {
       if (!parked) {
         awaitWork(Deadline::after(kIdleWait));
         if (leaveToCallers()) {
+          const uint64_t drivesBefore = drives_;
           parkForCallers(token);
-          parked = true;
+          // A caller ran the engine meanwhile: callers are active, look again (new fresh work
+          // stays theirs). Nobody did: take the work over now.
+          parked = drives_ == drivesBefore;
           continue;
         }
       }
@@ -159,6 +162,7 @@ void Runtime::wakeParked() {
 
 bool Runtime::drive(const WorkImpl& work, Deadline deadline) {
   if (callerStopped_ || callerFailure_) return false;
+  ++drives_;
   {
     std::lock_guard<std::mutex> lock(statsMu_);
     stats_.callerDrives++;
