@@ -7,6 +7,7 @@
 // runtime.
 #pragma once
 
+#include <atomic>
 #include <mutex>
 
 #include "common/deadline.h"
@@ -27,6 +28,11 @@ class DriveGate {
 
   // The token. The background thread holds it while it runs the engine.
   std::mutex& token() { return token_; }
+  // Waiters blocked on an operation (they no longer try the token): while there are any, the
+  // background thread does not leave work to callers.
+  void blockedWaiter(int delta) { blocked_.fetch_add(delta, std::memory_order_relaxed); }
+  bool hasBlockedWaiters() const { return blocked_.load(std::memory_order_relaxed) > 0; }
+
   // No thread drives after this (the runtime's loop ended). Call with the token held.
   void close() { runtime_ = nullptr; }
   bool open() const { return runtime_ != nullptr; }  // with the token held
@@ -34,6 +40,7 @@ class DriveGate {
  private:
   std::mutex token_;
   Runtime* runtime_;  // guarded by token_
+  std::atomic<int> blocked_{0};
 };
 
 }  // namespace hvd::engine

@@ -133,9 +133,11 @@ void Runtime::awaitWork(Deadline deadline) {
 
 bool Runtime::leaveToCallers() const {
   // Only fresh local work: the enqueueing thread is likely to wait for it soon and can then run
-  // the whole step itself. Messages, coordinator work and shutdown are not left waiting.
+  // the whole step itself. Messages, coordinator work, shutdown and threads already blocked on
+  // earlier operations (nobody would run the engine for them) are not left waiting.
   return config_.callerProgressUs > 0 && (!queue_.empty() || !outgoing_.empty()) &&
-         !(coordinator_ && coordinator_->hasWork()) && !shutdownRequested_.load();
+         !(coordinator_ && coordinator_->hasWork()) && !shutdownRequested_.load() &&
+         !gate_->hasBlockedWaiters();
 }
 
 void Runtime::parkForCallers(std::unique_lock<std::mutex>& token) {

@@ -64,10 +64,12 @@ bool WorkImpl::driveOrSpin(Deadline deadline) {
 void WorkImpl::wait() {
   if (!driveOrSpin(Deadline::never())) {
     sleepers_.fetch_add(1, std::memory_order_seq_cst);
+    if (gate_) gate_->blockedWaiter(+1);
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return done_.load(std::memory_order_acquire); });
     }
+    if (gate_) gate_->blockedWaiter(-1);
     sleepers_.fetch_sub(1, std::memory_order_relaxed);
   }
   if (error_) std::rethrow_exception(error_);
@@ -77,11 +79,13 @@ bool WorkImpl::waitFor(std::chrono::milliseconds timeout) {
   const Deadline deadline = Deadline::after(timeout);
   if (!driveOrSpin(deadline)) {
     sleepers_.fetch_add(1, std::memory_order_seq_cst);
+    if (gate_) gate_->blockedWaiter(+1);
     bool done = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
       done = cv_.wait_until(lock, deadline.at(), [&] { return done_.load(std::memory_order_acquire); });
     }
+    if (gate_) gate_->blockedWaiter(-1);
     sleepers_.fetch_sub(1, std::memory_order_relaxed);
     if (!done) return false;
   }
