@@ -26,7 +26,8 @@ class DriveGate {
   // stopped, wait for the work the ordinary way).
   bool tryDrive(const WorkImpl& work, Deadline deadline);
 
-  // The token. The background thread holds it while it runs the engine.
+  // The token: held by the background thread while it runs the engine, by a driving waiter, and
+  // briefly by an enqueueing thread that collects its own request (Runtime::wakeEngine).
   std::mutex& token() { return token_; }
   // Waiters blocked on an operation (they no longer try the token): while there are any, the
   // background thread does not leave work to callers.

@@ -5,8 +5,9 @@
 namespace hvd::engine {
 namespace {
 
-// How long a waiter polls (when it cannot drive the engine) before blocking: short enough to be invisible next to a real wait,
-// long enough to catch completions of small collectives without a futex round trip.
+// How long a waiter that cannot drive the engine polls before blocking: short enough to be
+// invisible next to a real wait, long enough to catch completions of small collectives without
+// a futex round trip.
 constexpr auto kSpin = std::chrono::microseconds(50);
 
 }  // namespace
