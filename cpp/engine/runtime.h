@@ -148,7 +148,11 @@ class Runtime {
   ProcessSetInfo checkProcessSet(const char* opName, int processSet, int root = -1) const;
   std::string autoName(const std::string& name);
   void checkRunning() const;
-  // ---- background thread (runtime_loop.cc) ----
+  std::shared_ptr<WorkImpl> newWork(int members);
+  // After a push: collects the request on this thread if no thread runs the engine now, else
+  // wakes the engine's thread if it is blocked in awaitWork().
+  void wakeEngine();
+  // ---- the engine: background thread and driving callers (runtime_loop.cc) ----
   friend class DriveGate;
   void loop();
   // Runs the engine on a waiting thread (token held) until `work` completes or `deadline`
@@ -161,10 +165,6 @@ class Runtime {
   // Releases the token for up to HOROVOD_CALLER_PROGRESS_US, then takes it back.
   void parkForCallers(std::unique_lock<std::mutex>& token);
   void wakeParked();
-  std::shared_ptr<WorkImpl> newWork(int members);
-  // After a push: collects the request on this thread if no thread runs the engine now, else
-  // wakes the engine's thread if it is blocked in awaitWork().
-  void wakeEngine();
   bool step();  // returns true when the loop must end (shutdown processed)
   void collectRequests(RequestList& out);
   void gatherBurst(RequestList& out, uint64_t pushesSeen);
@@ -230,7 +230,7 @@ class Runtime {
   std::atomic<bool> initialized_{false};
   std::atomic<bool> shutdownRequested_{false};
   // True while the engine's thread is (about to be) blocked in waitForMessage: enqueue only
-  // pays for transport.wake() then (Dekker-style handshake with seq_cst fences, see loop()).
+  // pays for transport.wake() then (Dekker-style handshake with seq_cst fences, see awaitWork()).
   std::atomic<bool> idle_{false};
   std::thread thread_;
   std::mutex exitMu_;

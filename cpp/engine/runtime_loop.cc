@@ -122,8 +122,8 @@ void Runtime::loop() {
 
 void Runtime::awaitWork(Deadline deadline) {
   idle_.store(true, std::memory_order_relaxed);
-  // Pairs with the fence in enqueue: either it sees idle_ and wakes the transport, or we see its
-  // entries here.
+  // Pairs with the fence in wakeEngine(): either it sees idle_ and wakes the transport, or we see
+  // its entries here.
   std::atomic_thread_fence(std::memory_order_seq_cst);
   bool busy = !queue_.empty() || !outgoing_.empty() || (coordinator_ && coordinator_->hasWork()) ||
               (shutdownRequested_.load() && !shutdownSent_);

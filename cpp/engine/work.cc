@@ -62,34 +62,32 @@ bool WorkImpl::driveOrSpin(Deadline deadline) {
   return true;
 }
 
-void WorkImpl::wait() {
-  if (!driveOrSpin(Deadline::never())) {
-    sleepers_.fetch_add(1, std::memory_order_seq_cst);
-    if (gate_) gate_->blockedWaiter(+1);
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return done_.load(std::memory_order_acquire); });
+bool WorkImpl::block(Deadline deadline) {
+  sleepers_.fetch_add(1, std::memory_order_seq_cst);
+  if (gate_) gate_->blockedWaiter(+1);
+  bool done = true;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto isDone = [&] { return done_.load(std::memory_order_acquire); };
+    if (deadline.isNever()) {
+      cv_.wait(lock, isDone);
+    } else {
+      done = cv_.wait_until(lock, deadline.at(), isDone);
     }
-    if (gate_) gate_->blockedWaiter(-1);
-    sleepers_.fetch_sub(1, std::memory_order_relaxed);
   }
+  if (gate_) gate_->blockedWaiter(-1);
+  sleepers_.fetch_sub(1, std::memory_order_relaxed);
+  return done;
+}
+
+void WorkImpl::wait() {
+  if (!driveOrSpin(Deadline::never())) block(Deadline::never());
   if (error_) std::rethrow_exception(error_);
 }
 
 bool WorkImpl::waitFor(std::chrono::milliseconds timeout) {
   const Deadline deadline = Deadline::after(timeout);
-  if (!driveOrSpin(deadline)) {
-    sleepers_.fetch_add(1, std::memory_order_seq_cst);
-    if (gate_) gate_->blockedWaiter(+1);
-    bool done = false;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      done = cv_.wait_until(lock, deadline.at(), [&] { return done_.load(std::memory_order_acquire); });
-    }
-    if (gate_) gate_->blockedWaiter(-1);
-    sleepers_.fetch_sub(1, std::memory_order_relaxed);
-    if (!done) return false;
-  }
+  if (!driveOrSpin(deadline) && !block(deadline)) return false;
   if (error_) std::rethrow_exception(error_);
   return true;
 }

@@ -52,6 +52,8 @@ class WorkImpl : public Work {
  private:
   void finish();
   bool driveOrSpin(Deadline deadline);
+  // Sleeps on cv_ until completion (true) or the deadline (false).
+  bool block(Deadline deadline);
 
   std::atomic<bool> done_{false};
   // Threads blocked (or about to block) on cv_: completion takes mu_ and notifies only then, so
