@@ -81,6 +81,9 @@ std::shared_ptr<void> allocateSharedBuffer(size_t bytes) {
       r.byBase.erase(reinterpret_cast<uintptr_t>(p));
       r.count.fetch_sub(1);
     }
+    // Peers cache their mappings of this segment (shared_inplace.cc); without this the memory
+    // would stay resident in them until they evict it.
+    owned->discardPages();
     owned->reset();
   });
 }

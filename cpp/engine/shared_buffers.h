@@ -9,9 +9,9 @@
 // Segment ids are unique in the process and never reused, so a peer may cache its mappings by
 // (pid, id).
 //
-// Thread-safe (any thread). A buffer is unregistered, unmapped and its fd closed when the last
-// reference to the returned storage goes; peers that mapped it keep their own mapping (the
-// memory lives until the last mapping goes).
+// Thread-safe (any thread). A buffer is unregistered, its pages discarded, unmapped and its fd
+// closed when the last reference to the returned storage goes: the memory is given back at once,
+// although peers that mapped it keep their (now empty) mapping in their cache until evicted.
 #pragma once
 
 #include <cstddef>

@@ -133,6 +133,11 @@ void Segment::seal() {
   }
 }
 
+void Segment::discardPages() {
+  if (!owner_ || fd_ < 0 || size_ == 0) return;
+  ::fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(size_));
+}
+
 void Segment::reset() {
   if (owner_) seal();
   if (fd_ >= 0) ::close(fd_);

@@ -43,6 +43,11 @@ class Segment {
   // Owner only: removes the name (named mode) so that the memory goes away with the last
   // mapping; then closes the fd (peers can no longer open it). Idempotent.
   void seal();
+  // Owner only, while the fd is open: gives the memory back now, out of every process's
+  // mapping (the pages are punched out of the file; a later read anywhere sees zeros). For
+  // segments whose peers cache their mappings beyond the owner's use. Best effort: a kernel
+  // without hole punching keeps the pages until the last mapping goes.
+  void discardPages();
   void reset();
 
  private:

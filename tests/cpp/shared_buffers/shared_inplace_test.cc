@@ -10,6 +10,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -254,6 +256,53 @@ TEST(SharedInPlace, TcpTransportTakesTheStagedPath) {
     shutdown();
     return kOk;
   }, 60, "tcp");
+  EXPECT_EQ(codes, (std::vector<int>{kOk, kOk}));
+}
+
+// RssShmem of this process (KiB): shared pages it has mapped and touched, its own and peers'.
+long residentSharedKiB() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  long kib = -1;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::strncmp(line, "RssShmem:", 9) == 0) kib = std::atol(line + 9);
+  }
+  std::fclose(f);
+  return kib;
+}
+
+// A peer caches its mapping of my buffer; when I free the buffer, the memory must leave the peer
+// too, not wait for the peer to evict the mapping.
+TEST(SharedInPlace, FreedBufferLeavesNoMemoryInPeers) {
+  constexpr int kStillResident = 7;
+  auto codes = runRanks(2, [](int rank) {
+    init();
+    const size_t count = size_t(8) << 20;  // 32 MiB per rank
+    Options o;
+    o.name = "freed";
+    const long before = residentSharedKiB();
+    {
+      OwnedTensor shared = allocateShared(DataType::kFloat32, {int64_t(count)});
+      float* buf = static_cast<float*>(shared.view.data);
+      for (size_t i = 0; i < count; ++i) buf[i] = float(rank);
+      allreduce(viewOf(buf, DataType::kFloat32, count), viewOf(buf, DataType::kFloat32, count), o);
+      if (engine::sharedInPlaceCount() != 1) return kWrongPath;
+      if (buf[count - 1] != 1.0f) return kMismatch;
+      // Mine (32 MiB) and the peer's slice I reduced (16 MiB) are resident here.
+      if (residentSharedKiB() - before < 40 << 10) return kWrongPath;
+      barrier();
+    }
+    barrier();  // both buffers freed
+    const long after = residentSharedKiB() - before;
+    if (after > 4 << 10) {
+      std::fprintf(stderr, "rank %d: %ld KiB of shared memory still resident after both buffers were freed\n", rank,
+                   after);
+      return kStillResident;
+    }
+    shutdown();
+    return kOk;
+  });
   EXPECT_EQ(codes, (std::vector<int>{kOk, kOk}));
 }
 
