@@ -10,4 +10,19 @@ bool DriveGate::tryDrive(const WorkImpl& work, Deadline deadline) {
   return runtime_->drive(work, deadline);
 }
 
+bool DriveGate::park(std::chrono::microseconds timeout) {
+  std::unique_lock<std::mutex> lock(parkMu_);
+  const bool woken = parkCv_.wait_for(lock, timeout, [&] { return unparked_; });
+  unparked_ = false;
+  return woken;
+}
+
+void DriveGate::unpark() {
+  {
+    std::lock_guard<std::mutex> lock(parkMu_);
+    unparked_ = true;
+  }
+  parkCv_.notify_one();
+}
+
 }  // namespace hvd::engine

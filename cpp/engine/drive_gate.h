@@ -8,6 +8,8 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <mutex>
 
 #include "common/deadline.h"
@@ -30,9 +32,17 @@ class DriveGate {
   // briefly by an enqueueing thread that collects its own request (Runtime::wakeEngine).
   std::mutex& token() { return token_; }
   // Waiters blocked on an operation (they no longer try the token): while there are any, the
-  // background thread does not leave work to callers.
-  void blockedWaiter(int delta) { blocked_.fetch_add(delta, std::memory_order_relaxed); }
+  // background thread does not leave work to callers, and a new one ends its park.
+  void blockedWaiter(int delta) {
+    blocked_.fetch_add(delta, std::memory_order_relaxed);
+    if (delta > 0) unpark();
+  }
   bool hasBlockedWaiters() const { return blocked_.load(std::memory_order_relaxed) > 0; }
+
+  // The background thread's park, the token released: returns after `timeout` (false) or at
+  // unpark() (true; an unpark() while nobody is parked ends the next park at once).
+  bool park(std::chrono::microseconds timeout);
+  void unpark();
 
   // No thread drives after this (the runtime's loop ended). Call with the token held.
   void close() { runtime_ = nullptr; }
@@ -42,6 +52,9 @@ class DriveGate {
   std::mutex token_;
   Runtime* runtime_;  // guarded by token_
   std::atomic<int> blocked_{0};
+  std::mutex parkMu_;
+  std::condition_variable parkCv_;
+  bool unparked_ = false;  // guarded by parkMu_
 };
 
 }  // namespace hvd::engine

@@ -158,13 +158,14 @@ class Runtime {
   // Runs the engine on a waiting thread (token held) until `work` completes or `deadline`
   // passes; false when the engine has stopped or stops meanwhile.
   bool drive(const WorkImpl& work, Deadline deadline);
-  // Blocks in the transport until a message or a wake-up unless there is work already.
-  void awaitWork(Deadline deadline);
+  // Blocks in the transport until a message or a wake-up unless there is work already; returns
+  // whether there may be something to do (false: the deadline passed with nothing).
+  bool awaitWork(Deadline deadline);
   // Whether the background thread should leave the queued work to a waiting caller now.
   bool leaveToCallers() const;
-  // Releases the token for up to HOROVOD_CALLER_PROGRESS_US, then takes it back.
-  void parkForCallers(std::unique_lock<std::mutex>& token);
-  void wakeParked();
+  // Releases the token for up to HOROVOD_CALLER_PROGRESS_US, then takes it back; returns
+  // whether a caller ran the engine meanwhile.
+  bool parkForCallers(std::unique_lock<std::mutex>& token);
   bool step();  // returns true when the loop must end (shutdown processed)
   void collectRequests(RequestList& out);
   void gatherBurst(RequestList& out, uint64_t pushesSeen);
@@ -220,10 +221,6 @@ class Runtime {
   std::exception_ptr callerFailure_;  // step() threw
 
   std::shared_ptr<DriveGate> gate_;
-  // The background thread's park while callers may drive.
-  std::mutex parkMu_;
-  std::condition_variable parkCv_;
-  bool parkWake_ = false;
 
   // Lifecycle.
   std::mutex lifecycleMu_;

@@ -272,7 +272,7 @@ void Runtime::shutdown() {
   if (thread_.joinable()) {
     shutdownRequested_ = true;
     transport_->wake();
-    wakeParked();
+    gate_->unpark();
     std::unique_lock<std::mutex> exitLock(exitMu_);
     if (!exitCv_.wait_for(exitLock, config_.timeout, [&] { return loopExited_; })) {
       // The coordinator never answered: stop our blocking calls and leave.

@@ -85,23 +85,26 @@ void Runtime::loop() {
   reason.message = kShutdownMessage;
   std::unique_lock<std::mutex> token(gate_->token());
   try {
-    bool parked = false;
+    bool takeOver = false;     // the last park passed without a caller driving: the work is ours
+    bool callersDrive = false;  // a caller drove during the last park
     while (true) {
       // A caller that drove the engine into its end left that to this thread.
       if (callerFailure_) std::rethrow_exception(callerFailure_);
       if (callerStopped_) break;
-      if (!parked) {
-        awaitWork(Deadline::after(kIdleWait));
-        if (leaveToCallers()) {
-          const uint64_t drivesBefore = drives_;
-          parkForCallers(token);
-          // A caller ran the engine meanwhile: callers are active, look again (new fresh work
-          // stays theirs). Nobody did: take the work over now.
-          parked = drives_ == drivesBefore;
+      if (!takeOver) {
+        // While callers drive, only look: waiting here would hold the token that the next
+        // operation's caller needs, and every operation would pay a hand-off between threads.
+        const bool ready = awaitWork(callersDrive ? Deadline::after(std::chrono::milliseconds(0))
+                                                  : Deadline::after(kIdleWait));
+        if (leaveToCallers() || (callersDrive && !ready && !gate_->hasBlockedWaiters())) {
+          // A caller ran the engine meanwhile: callers are active, stay out of their way (new
+          // fresh work stays theirs). Nobody did: take the work over now.
+          callersDrive = parkForCallers(token);
+          takeOver = !callersDrive;
           continue;
         }
       }
-      parked = false;
+      takeOver = false;
       if (step()) break;
     }
   } catch (...) {
@@ -120,15 +123,16 @@ void Runtime::loop() {
   exitCv_.notify_all();
 }
 
-void Runtime::awaitWork(Deadline deadline) {
+bool Runtime::awaitWork(Deadline deadline) {
   idle_.store(true, std::memory_order_relaxed);
   // Pairs with the fence in wakeEngine(): either it sees idle_ and wakes the transport, or we see
   // its entries here.
   std::atomic_thread_fence(std::memory_order_seq_cst);
   bool busy = !queue_.empty() || !outgoing_.empty() || (coordinator_ && coordinator_->hasWork()) ||
               (shutdownRequested_.load() && !shutdownSent_);
-  if (!busy) transport_->waitForMessage(deadline);
+  if (!busy) busy = transport_->waitForMessage(deadline);
   idle_.store(false, std::memory_order_relaxed);
+  return busy;
 }
 
 bool Runtime::leaveToCallers() const {
@@ -140,26 +144,21 @@ bool Runtime::leaveToCallers() const {
          !gate_->hasBlockedWaiters();
 }
 
-void Runtime::parkForCallers(std::unique_lock<std::mutex>& token) {
+bool Runtime::parkForCallers(std::unique_lock<std::mutex>& token) {
   {
     std::lock_guard<std::mutex> lock(statsMu_);
     stats_.parks++;
   }
+  const uint64_t drivesBefore = drives_;
+  const auto window = std::chrono::microseconds(config_.callerProgressUs);
   token.unlock();
-  {
-    std::unique_lock<std::mutex> lock(parkMu_);
-    parkCv_.wait_for(lock, std::chrono::microseconds(config_.callerProgressUs), [&] { return parkWake_; });
-    parkWake_ = false;
-  }
-  token.lock();  // waits while a caller drives
-}
-
-void Runtime::wakeParked() {
-  {
-    std::lock_guard<std::mutex> lock(parkMu_);
-    parkWake_ = true;
-  }
-  parkCv_.notify_one();
+  // A token still held when the window ends belongs to a driving caller (or, briefly, to an
+  // enqueue): park again rather than queue up behind it. An unpark (a caller handing over the
+  // engine's end, a waiter that blocks, shutdown) takes the token whatever it costs.
+  bool unparked = gate_->park(window);
+  while (!unparked && !token.try_lock()) unparked = gate_->park(window);
+  if (!token.owns_lock()) token.lock();
+  return drives_ != drivesBefore;
 }
 
 bool Runtime::drive(const WorkImpl& work, Deadline deadline) {
@@ -184,7 +183,7 @@ bool Runtime::drive(const WorkImpl& work, Deadline deadline) {
   }
   callerDriving_ = false;
   if (callerStopped_ || callerFailure_) {
-    wakeParked();
+    gate_->unpark();
     return false;
   }
   return true;

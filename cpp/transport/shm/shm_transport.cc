@@ -1,5 +1,6 @@
 #include "transport/shm/shm_transport.h"
 
+#include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -27,9 +28,11 @@ Param<int64_t> kSpaceBytes("HOROVOD_SHM_SPACE_BYTES", int64_t{4} << 20,
                            "collectives pass at most 1 MiB chunks through it, so more mostly costs memory.");
 Param<int64_t> kSpinUs("HOROVOD_SHM_SPIN_US", 100,
                        "Shared-memory transport: microseconds a wait polls before it sleeps (0 = sleep at once); "
-                       "after HOROVOD_SHM_BUSY_SPIN_US of busy polling it yields the CPU between polls.");
+                       "after HOROVOD_SHM_BUSY_SPIN_US of busy polling it yields the CPU between polls. Default "
+                       "100, or 10000 when the host has more local ranks than CPUs.");
 Param<int64_t> kBusySpinUs("HOROVOD_SHM_BUSY_SPIN_US", 5,
-                           "Shared-memory transport: microseconds of busy polling (no yield) at the start of a wait.");
+                           "Shared-memory transport: microseconds of busy polling (no yield) at the start of a wait. "
+                           "Default 5, or 0 when the host has more local ranks than CPUs.");
 Param<bool> kNamed("HOROVOD_SHM_NAMED", false,
                    "Shared-memory transport: use named /dev/shm segments (unlinked right after setup) instead of "
                    "anonymous memfd segments opened through /proc/<pid>/fd.");
@@ -63,14 +66,30 @@ ShmOptions ShmOptions::fromEnvironment(const EnvLookup& env) {
   int64_t space = kSpaceBytes.get(env);
   if (space < 0) throw InvalidArgument(std::string(kSpaceBytes.name()) + " must not be negative");
   options.spaceBytes = static_cast<size_t>(space);
-  int64_t spin = kSpinUs.get(env);
-  if (spin < 0) throw InvalidArgument(std::string(kSpinUs.name()) + " must not be negative");
-  options.spin = std::chrono::microseconds(spin);
-  int64_t busy = kBusySpinUs.get(env);
-  if (busy < 0) throw InvalidArgument(std::string(kBusySpinUs.name()) + " must not be negative");
-  options.busySpin = std::chrono::microseconds(busy);
+  if (kSpinUs.isSet(env)) {
+    int64_t spin = kSpinUs.get(env);
+    if (spin < 0) throw InvalidArgument(std::string(kSpinUs.name()) + " must not be negative");
+    options.spin = std::chrono::microseconds(spin);
+  }
+  if (kBusySpinUs.isSet(env)) {
+    int64_t busy = kBusySpinUs.get(env);
+    if (busy < 0) throw InvalidArgument(std::string(kBusySpinUs.name()) + " must not be negative");
+    options.busySpin = std::chrono::microseconds(busy);
+  }
   options.named = kNamed.get(env);
   return options;
+}
+
+SpinDefaults defaultSpin(int localRanks, int cpus) {
+  if (localRanks > cpus) return {std::chrono::microseconds(10000), std::chrono::microseconds(0)};
+  return {std::chrono::microseconds(100), std::chrono::microseconds(5)};
+}
+
+int usableCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return 1;
+  return std::max(1, CPU_COUNT(&set));
 }
 
 ShmTransport::ShmTransport(const TransportContext& context, ShmOptions options)
@@ -95,6 +114,9 @@ ShmTransport::ShmTransport(const TransportContext& context, ShmOptions options)
       }
     }
   }
+  const SpinDefaults spin = defaultSpin(size_, usableCpus());
+  if (options_.spin.count() < 0) options_.spin = spin.spin;
+  if (options_.busySpin.count() < 0) options_.busySpin = spin.busySpin;
   options_.ringBytes = ringSize("ring bytes", static_cast<int64_t>(options_.ringBytes));
   options_.mailboxBytes = ringSize("mailbox bytes", static_cast<int64_t>(options_.mailboxBytes));
   // Chunks small enough that sender and receiver copy concurrently, large enough to amortise

@@ -51,14 +51,29 @@ struct ShmOptions {
   size_t ringBytes = size_t{1} << 20;      // per sender, rounded up to a power of two (>= 4 KiB)
   size_t mailboxBytes = size_t{256} << 10;  // per sender, ditto
   size_t spaceBytes = size_t{4} << 20;      // SharedSpace capacity per member
-  std::chrono::microseconds spin{100};      // poll this long before sleeping in a wait
-  std::chrono::microseconds busySpin{5};    // of which busy (no yield) at most this long
+  // Poll this long before sleeping in a wait, busy (no yield) for at most `busySpin` of it.
+  // Negative: chosen at connect by defaultSpin() for the number of local ranks.
+  std::chrono::microseconds spin{-1};
+  std::chrono::microseconds busySpin{-1};
   bool named = false;                       // force named /dev/shm segments
 
   // From HOROVOD_SHM_RING_BYTES, HOROVOD_SHM_MAILBOX_BYTES, HOROVOD_SHM_SPACE_BYTES,
   // HOROVOD_SHM_SPIN_US, HOROVOD_SHM_BUSY_SPIN_US, HOROVOD_SHM_NAMED. Throws InvalidArgument on bad values.
   static ShmOptions fromEnvironment(const EnvLookup& env = processEnvironment());
 };
+
+// The polling defaults for `localRanks` ranks sharing `cpus` CPUs. Enough CPUs: busy-poll 5 us
+// (a peer on another CPU answers within ~1 us), then yield between polls up to 100 us, then
+// sleep. More ranks than CPUs: yield from the first poll and keep polling for 10 ms (a sleeping
+// rank must be woken and scheduled for every message, which costs tens of microseconds on a
+// busy CPU; a yielding one hands the CPU to the peer it waits for).
+struct SpinDefaults {
+  std::chrono::microseconds spin;
+  std::chrono::microseconds busySpin;
+};
+SpinDefaults defaultSpin(int localRanks, int cpus);
+// CPUs this process may run on (sched_getaffinity), at least 1.
+int usableCpus();
 
 class ShmSpace;
 

@@ -485,6 +485,22 @@ TEST(ShmOptions, ParsesAndRoundsUp) {
   EXPECT_THROW(ShmOptions::fromEnvironment(mapEnvironment({{"HOROVOD_SHM_RING_BYTES", "100"}})), InvalidArgument);
   EXPECT_THROW(ShmOptions::fromEnvironment(mapEnvironment({{"HOROVOD_SHM_RING_BYTES", "1M"}})), InvalidArgument);
   EXPECT_THROW(ShmOptions::fromEnvironment(mapEnvironment({{"HOROVOD_SHM_SPIN_US", "-1"}})), InvalidArgument);
+  // Unset spin knobs stay "auto" until the transport knows how many ranks share the CPUs.
+  EXPECT_LT(defaults.spin.count(), 0);
+  EXPECT_LT(defaults.busySpin.count(), 0);
+  EXPECT_LT(set.busySpin.count(), 0);
+}
+
+TEST(ShmTransport, SpinDefaultsFollowOversubscription) {
+  // As many ranks as CPUs or fewer: a short busy poll, then yields, then sleep.
+  EXPECT_EQ(defaultSpin(2, 2).busySpin.count(), 5);
+  EXPECT_EQ(defaultSpin(2, 2).spin.count(), 100);
+  EXPECT_EQ(defaultSpin(1, 16).spin.count(), 100);
+  // More ranks than CPUs: yield from the first poll, and keep polling far longer than a
+  // message's round trip before sleeping.
+  EXPECT_EQ(defaultSpin(4, 2).busySpin.count(), 0);
+  EXPECT_EQ(defaultSpin(4, 2).spin.count(), 10000);
+  EXPECT_GE(usableCpus(), 1);
 }
 
 TEST(ShmTransport, WorksWithoutSpinning) {
