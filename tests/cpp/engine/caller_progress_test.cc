@@ -120,6 +120,40 @@ TEST(CallerProgress, WaitForGivesUpAtItsDeadlineWhileDriving) {
   });
 }
 
+// A thread that blocks on an operation (it could not drive: another caller held the engine) must
+// not wait for the background thread's window to end: nobody else would run the engine for it.
+TEST(CallerProgress, BlockedWaiterIsServedWithoutWaitingOutTheWindow) {
+  using namespace std::chrono;
+  Cluster cluster(2, {{"HOROVOD_CALLER_PROGRESS_US", "100000"}});  // 100 ms windows
+  cluster.run([&](int rank, engine::Runtime& rt) {
+    std::vector<float> inX(4, 1.0f), outX(4), inY(4, 2.0f), outY(4);
+    auto allreduce = [&](std::vector<float>& in, std::vector<float>& out, const char* name) {
+      return rt.allreduce(view(in, DataType::kFloat32), view(out, DataType::kFloat32), named(name));
+    };
+    if (rank == 1) {
+      // Rank 0's first caller drives for 5 ms waiting for X, and its second caller blocks on Y
+      // meanwhile; Y is complete here only at 20 ms.
+      std::this_thread::sleep_for(milliseconds(5));
+      allreduce(inX, outX, "x")->wait();
+      std::this_thread::sleep_for(milliseconds(15));
+      allreduce(inY, outY, "y")->wait();
+      return;
+    }
+    const auto start = steady_clock::now();
+    WorkPtr x = allreduce(inX, outX, "x");
+    std::thread driver([&] { x->wait(); });
+    std::this_thread::sleep_for(milliseconds(1));
+    WorkPtr y = allreduce(inY, outY, "y");
+    y->wait();
+    const auto took = duration_cast<milliseconds>(steady_clock::now() - start);
+    driver.join();
+    EXPECT_EQ(outY, std::vector<float>(4, 4.0f));
+    // Y is ready at ~20 ms (rank 1's request); a parked background thread would leave it until
+    // its 100 ms window ends.
+    EXPECT_LT(took.count(), 70) << "the blocked waiter waited for the background thread's window";
+  });
+}
+
 TEST(CallerProgress, WindowIsValidated) {
   EXPECT_THROW(engine::Config::fromEnvironment(mapEnvironment({{"HOROVOD_CALLER_PROGRESS_US", "-1"}})),
                InvalidArgument);
