@@ -16,7 +16,8 @@
 //  * the background thread, normally;
 //  * a thread waiting for one of the operations (drive()), while the background thread leaves
 //    freshly enqueued work to the callers for up to HOROVOD_CALLER_PROGRESS_US (it parks,
-//    releasing the token). A training step's enqueue-then-wait then runs on the caller's thread
+//    releasing the token), and stays parked, looking for messages between windows, while the
+//    callers keep driving. A training step's enqueue-then-wait then runs on the caller's thread
 //    alone: no hand-off between threads, one busy thread per rank (MPI's progress model);
 //  * an enqueueing thread, for the moment it takes to turn its new entry into a request
 //    (wakeEngine()), when nobody else holds the token.
