@@ -63,7 +63,7 @@ class TensorQueue {
   // `entry` completed (its work already taken out): its name may be enqueued again, and the
   // entry is kept for reuse. The name's slot is dropped unless `keepSlot`.
   void release(EntryPtr entry, bool keepSlot);
-  // The slot of a name, or nullptr. Background thread (slots are dropped only by it).
+  // The slot of a name, or nullptr. Engine thread only (slots are dropped only by it).
   NameSlot* find(int32_t processSet, std::string_view name);
   // Drops the slot of a name that is not pending (its cache id went away).
   void forget(int32_t processSet, std::string_view name);

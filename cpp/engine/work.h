@@ -1,6 +1,7 @@
-// WorkImpl: the engine's hvd::Work. Created by the enqueueing thread, completed by the
-// background thread; any thread may wait. A grouped call has one WorkImpl with one slot per
-// member; it completes when every member has, with the first member failure as its error.
+// WorkImpl: the engine's hvd::Work. Created by the enqueueing thread, completed by the thread
+// running the engine (engine/runtime.h); any thread may wait. A grouped call has one WorkImpl
+// with one slot per member; it completes when every member has, with the first member failure
+// as its error.
 //
 // Waiting first offers to run the engine itself (DriveGate: when the background thread has left
 // the work to its callers, the waiter does the negotiation and the collective on its own thread,

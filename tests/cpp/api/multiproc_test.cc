@@ -18,7 +18,6 @@
 namespace hvd {
 namespace {
 
-
 using test_support::kFailed;
 using test_support::kNoError;
 using test_support::kOk;

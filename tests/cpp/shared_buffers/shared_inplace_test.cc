@@ -26,7 +26,6 @@
 namespace hvd {
 namespace {
 
-
 using test_support::kOk;
 constexpr int kWrongPath = 5;
 constexpr int kMismatch = 6;
