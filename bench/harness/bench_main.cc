@@ -14,7 +14,7 @@ int benchMain(int argc, char** argv, const std::function<std::unique_ptr<BenchCo
     return 2;
   }
   MemoryUsage before = readMemoryUsage();
-  options->baselineRssKiB = before.rssKiB;
+  options->baselinePssKiB = before.pssKiB;
   std::unique_ptr<BenchComm> comm = makeComm();
   MemoryUsage afterInit = readMemoryUsage();
   int wrong = runBenchmark(*comm, *options, std::cout);

@@ -159,6 +159,10 @@ MemoryUsage readMemoryUsage() {
     if (line.rfind("RssAnon:", 0) == 0) usage.anonKiB = std::atol(line.c_str() + 8);
     if (line.rfind("RssShmem:", 0) == 0) usage.shmemKiB = std::atol(line.c_str() + 9);
   }
+  std::ifstream rollup("/proc/self/smaps_rollup");
+  while (std::getline(rollup, line)) {
+    if (line.rfind("Pss:", 0) == 0) usage.pssKiB = std::atol(line.c_str() + 4);
+  }
   return usage;
 }
 
@@ -195,8 +199,8 @@ int runBenchmark(BenchComm& comm, const BenchOptions& options, std::ostream& out
   }
   int wrongRows = 0;
   size_t peakBufferBytes = 0;
-  const long baseline = options.baselineRssKiB >= 0 ? options.baselineRssKiB : readMemoryUsage().rssKiB;
-  // Largest resident memory the system added after a row (KiB), with the row and the breakdown.
+  const long baseline = options.baselinePssKiB >= 0 ? options.baselinePssKiB : readMemoryUsage().pssKiB;
+  // Largest memory (PSS) the system added after a row (KiB), with the row and the breakdown.
   std::vector<double> engineMem{0, 0, 0, 0, 0};  // added, fusion buffer, row bytes, anon, shmem
   for (double nominal = double(options.minBytes); nominal <= double(options.maxBytes) * 1.0000001;
        nominal *= options.factor) {
@@ -270,8 +274,8 @@ int runBenchmark(BenchComm& comm, const BenchOptions& options, std::ostream& out
     row.result = nullptr;
     comm.releaseOutputs();
     MemoryUsage now = readMemoryUsage();
-    if (double(now.rssKiB - baseline) > engineMem[0]) {
-      engineMem = {double(now.rssKiB - baseline), double(comm.fusionBufferBytes() / 1024),
+    if (double(now.pssKiB - baseline) > engineMem[0]) {
+      engineMem = {double(now.pssKiB - baseline), double(comm.fusionBufferBytes() / 1024),
                    double(shape.reportedBytes), double(now.anonKiB), double(now.shmemKiB)};
     }
   }
@@ -284,7 +288,7 @@ int runBenchmark(BenchComm& comm, const BenchOptions& options, std::ostream& out
   if (lead) {
     out << "# peak_bench_buffers_kib=" << peakBufferBytes / 1024 << "\n";
     const long limit = long(details[1]) + (32 << 10);
-    out << "# engine_memory_kib (after a row, max over rows and ranks): added=" << long(added[0])
+    out << "# engine_memory_kib (pss after a row, max over rows and ranks): added=" << long(added[0])
         << " fusion_buffer=" << long(details[1]) << " at_row_bytes=" << long(details[2])
         << " rss_anon=" << long(details[3]) << " rss_shmem=" << long(details[4]) << " target<=" << limit
         << (long(added[0]) <= limit ? " OK" : " EXCEEDED") << "\n";

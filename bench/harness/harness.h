@@ -36,9 +36,10 @@ struct BenchOptions {
   int batch = 100;       // allreduce_batch: tensors per step
   bool smoke = false;    // tiny sizes, 2 iterations, check after every iteration
   bool header = true;
-  // Resident KiB of the process before the system under test was initialised (bench_main
-  // measures it); -1: the memory report takes the figure at the start of runBenchmark.
-  long baselineRssKiB = -1;
+  // Memory of the process before the system under test was initialised (bench_main measures
+  // it; proportional set size, see MemoryUsage); -1: the memory report takes the figure at the
+  // start of runBenchmark.
+  long baselinePssKiB = -1;
 };
 
 // Parses nccl-tests-like flags: -b min -e max -f factor -n iters -w warmup -o op -d dtype
@@ -57,10 +58,14 @@ int runBenchmark(BenchComm& comm, const BenchOptions& options, std::ostream& out
 // Names of the collectives the harness knows, for usage text and validation.
 std::vector<std::string> collectiveNames();
 
-// Resident memory of this process from /proc/self/status, in KiB (0 if unreadable).
+// Resident memory of this process from /proc/self/status and smaps_rollup, in KiB (0 if
+// unreadable). The engine-memory report judges the proportional set size: a page mapped by k
+// processes counts 1/k in each, so shared segments that peers map (a rank's shared outputs,
+// its gradient buckets) count once over the job, where RSS would count them in every mapper.
 struct MemoryUsage {
   long rssKiB = 0;
   long hwmKiB = 0;
+  long pssKiB = 0;
   long anonKiB = 0;   // RssAnon: private memory
   long shmemKiB = 0;  // RssShmem: shared segments mapped and touched (own and peers')
 };

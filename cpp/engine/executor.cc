@@ -9,6 +9,8 @@
 #include "common/check.h"
 #include "engine/negotiation.h"
 #include "engine/output_pool.h"
+#include "engine/shared_allgather.h"
+#include "engine/shared_buffers.h"
 #include "engine/shared_inplace.h"
 
 namespace hvd::engine {
@@ -26,11 +28,11 @@ uint8_t* bytesOf(void* p) { return static_cast<uint8_t*>(p); }
 
 }  // namespace
 
-OwnedTensor allocateTensor(DataType dtype, std::vector<int64_t> shape) {
+OwnedTensor allocateTensor(DataType dtype, std::vector<int64_t> shape, bool shared) {
   OwnedTensor t;
   t.view.dtype = dtype;
   t.view.shape = std::move(shape);
-  t.storage = OutputPool::instance().acquire(t.view.bytes());
+  t.storage = OutputPool::instance().acquire(t.view.bytes(), shared);
   t.view.data = t.storage.get();
   return t;
 }
@@ -112,7 +114,17 @@ void Executor::allgather(const Response& r, Communicator& comm, const std::vecto
   const int n = comm.size();
   const int me = comm.rank();
 
-  // Outputs: [sum of first dims, rest...], allocated for the entries this rank has.
+  // Outputs: [sum of first dims, rest...], allocated for the entries this rank has. A single
+  // large tensor among members sharing a host gets a shared output, which the members write
+  // into directly (engine/shared_allgather.h).
+  bool sharedTry = false;
+  if (r.tensors.size() == 1) {
+    const TensorInfo& t = r.tensors[0].data();
+    int64_t rows = 0;
+    for (auto d : t.firstDims) rows += d;
+    sharedTry = sharedAllgatherWanted(comm, static_cast<size_t>(rows * t.rowElements()) * esize);
+  }
+  const bool sharedOutput = sharedTry && sharedPathsEnabled();
   std::vector<OwnedTensor*> outputs(r.tensors.size(), nullptr);
   std::vector<size_t> rowBytes(r.tensors.size());
   for (size_t i = 0; i < r.tensors.size(); ++i) {
@@ -124,7 +136,7 @@ void Executor::allgather(const Response& r, Communicator& comm, const std::vecto
       for (auto d : t.firstDims) rows += d;
       shape[0] = rows;
       OwnedTensor& out = e->work->output(e->member);
-      out = allocateTensor(r.dtype, std::move(shape));
+      out = allocateTensor(r.dtype, std::move(shape), sharedOutput);
       outputs[i] = &out;
     }
   }
@@ -137,6 +149,7 @@ void Executor::allgather(const Response& r, Communicator& comm, const std::vecto
     const void* in = entries[0] ? entries[0]->input : &kNothing;
     uint8_t scratch = 0;
     void* out = outputs[0] ? outputs[0]->view.data : &scratch;
+    if (sharedTry && sharedOutputAllgather(comm, in, out, bytesPerRank)) return;
     collectives::allgatherv(comm, in, out, bytesPerRank);
     return;
   }

@@ -44,6 +44,7 @@ class Executor {
 inline int64_t reducescatterRows(int64_t rows, int n, int r) { return rows / n + (r < rows % n ? 1 : 0); }
 
 // Engine-allocated tensor storage (64-byte aligned; at least one byte so data is never null).
-OwnedTensor allocateTensor(DataType dtype, std::vector<int64_t> shape);
+// `shared`: from the OutputPool's shared blocks when it can (OutputPool::acquire).
+OwnedTensor allocateTensor(DataType dtype, std::vector<int64_t> shape, bool shared = false);
 
 }  // namespace hvd::engine

@@ -6,6 +6,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <new>
+#include <utility>
+
+#include "engine/shared_buffers.h"
 
 namespace hvd::engine {
 namespace {
@@ -33,7 +36,7 @@ const Param<int64_t>& outputPoolBytesParam() {
 struct OutputPool::Release {
   OutputPool* pool;
   Block block;
-  void operator()(void*) const { pool->release(block); }
+  void operator()(void*) { pool->release(std::move(block)); }
 };
 
 OutputPool::~OutputPool() { trim(); }
@@ -44,37 +47,39 @@ OutputPool& OutputPool::instance() {
   return *pool;
 }
 
-std::shared_ptr<void> OutputPool::acquire(size_t bytes) {
+std::shared_ptr<void> OutputPool::acquire(size_t bytes, bool shared) {
   if (bytes < kMinPooledBytes) {
     void* p = std::aligned_alloc(64, roundUp(std::max<size_t>(bytes, 1), 64));
     if (p == nullptr) throw std::bad_alloc();
     return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
   }
   const size_t want = capacityFor(bytes);
+  shared = shared && want <= budget_;
   Block block;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     // Smallest cached block that fits without wasting more than the request itself.
     auto best = cached_.end();
     for (auto it = cached_.begin(); it != cached_.end(); ++it) {
-      if (it->capacity >= want && it->capacity <= 2 * want &&
+      if (it->capacity >= want && it->capacity <= 2 * want && (it->shared != nullptr) == shared &&
           (best == cached_.end() || it->capacity < best->capacity)) {
         best = it;
       }
     }
     if (best != cached_.end()) {
-      block = *best;
+      block = std::move(*best);
       cachedBytes_ -= block.capacity;
       cached_.erase(best);
     }
   }
   if (block.base == nullptr) {
-    block = mapBlock(want);
+    block = mapBlock(want, shared);
     std::lock_guard<std::mutex> lock(mutex_);
     ++blocksMapped_;
   }
   // On failure the shared_ptr constructor itself calls the deleter (back into the pool).
-  return std::shared_ptr<void>(block.base, Release{this, block});
+  void* base = block.base;
+  return std::shared_ptr<void>(base, Release{this, std::move(block)});
 }
 
 void OutputPool::release(Block block) {
@@ -82,18 +87,18 @@ void OutputPool::release(Block block) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (block.capacity <= budget_) {
-      cached_.push_back(block);
       cachedBytes_ += block.capacity;
+      cached_.push_back(std::move(block));
       while (cachedBytes_ > budget_) {
-        evicted.push_back(cached_.front());
+        evicted.push_back(std::move(cached_.front()));
         cachedBytes_ -= cached_.front().capacity;
         cached_.erase(cached_.begin());
       }
     } else {
-      evicted.push_back(block);
+      evicted.push_back(std::move(block));
     }
   }
-  for (const Block& b : evicted) unmapBlock(b);
+  for (Block& b : evicted) unmapBlock(b);
 }
 
 size_t OutputPool::cachedBytes() const {
@@ -113,10 +118,21 @@ void OutputPool::trim() {
     all.swap(cached_);
     cachedBytes_ = 0;
   }
-  for (const Block& b : all) unmapBlock(b);
+  for (Block& b : all) unmapBlock(b);
 }
 
-OutputPool::Block OutputPool::mapBlock(size_t capacity) {
+OutputPool::Block OutputPool::mapBlock(size_t capacity, bool shared) {
+  if (shared) {
+    Block block;
+    block.shared = allocateSharedBuffer(capacity);
+    block.base = block.shared.get();
+    block.capacity = capacity;
+#ifdef MADV_POPULATE_WRITE
+    // One call instead of a page fault per page on first touch (best effort: kernels < 5.14).
+    madvise(block.base, capacity, MADV_POPULATE_WRITE);
+#endif
+    return block;
+  }
   const bool huge = capacity >= kHugePage;
   // Huge pages need 2 MiB alignment: map a huge page more and cut the excess off both ends.
   const size_t length = huge ? capacity + kHugePage : capacity;
@@ -133,9 +149,15 @@ OutputPool::Block OutputPool::mapBlock(size_t capacity) {
     madvise(base, capacity, MADV_HUGEPAGE);  // advisory: without THP the block still works
 #endif
   }
-  return Block{base, capacity};
+  return Block{base, capacity, nullptr};
 }
 
-void OutputPool::unmapBlock(const Block& block) { munmap(block.base, block.capacity); }
+void OutputPool::unmapBlock(Block& block) {
+  if (block.shared != nullptr) {
+    block.shared.reset();
+  } else {
+    munmap(block.base, block.capacity);
+  }
+}
 
 }  // namespace hvd::engine

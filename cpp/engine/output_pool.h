@@ -15,6 +15,13 @@
 // Requests below kMinPooledBytes go to the C heap (glibc keeps small blocks cached itself).
 // Memory is not zeroed.
 //
+// Shared blocks (acquire(bytes, /*shared=*/true)) are shared buffers (engine/shared_buffers.h)
+// that the other ranks of the host can map, so that a collective can write its result straight
+// into every rank's output (engine/shared_allgather.h). They are cached like the others, apart
+// from them, and only handed out when they fit the budget: a fresh shared block costs a page
+// fault per 4 KiB page (no huge pages for shared memory) in its owner and again in every peer
+// that maps it, so only a block that will be reused is worth it; others get a private block.
+//
 // Thread-safe: acquire() runs on the thread running the engine; the storage's deleter runs on
 // whichever thread drops the last reference (user threads, Python's GC, even after the engine
 // was shut down). The process-wide instance() is never destroyed, so a deleter may run at any
@@ -48,8 +55,10 @@ class OutputPool {
 
   // At least `bytes` bytes (at least 1), 64-byte aligned, not zeroed. The memory returns to the
   // pool (or to the system) when the last copy of the returned pointer goes. This pool must
-  // outlive every block it handed out. Throws std::bad_alloc.
-  std::shared_ptr<void> acquire(size_t bytes);
+  // outlive every block it handed out. `shared`: a shared buffer when the request is at least
+  // kMinPooledBytes and its block fits the budget (else an ordinary block). Throws
+  // std::bad_alloc.
+  std::shared_ptr<void> acquire(size_t bytes, bool shared = false);
 
   size_t budget() const { return budget_; }
   // Bytes of released blocks kept mapped now.
@@ -61,13 +70,14 @@ class OutputPool {
 
  private:
   struct Block {
-    void* base = nullptr;  // the mapping
-    size_t capacity = 0;   // its length
+    void* base = nullptr;          // the mapping
+    size_t capacity = 0;           // its length
+    std::shared_ptr<void> shared;  // a shared block's buffer (base is its start); else empty
   };
   struct Release;
   void release(Block block);
-  static Block mapBlock(size_t capacity);
-  static void unmapBlock(const Block& block);
+  static Block mapBlock(size_t capacity, bool shared);
+  static void unmapBlock(Block& block);
 
   const size_t budget_;
   mutable std::mutex mutex_;

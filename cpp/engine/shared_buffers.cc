@@ -21,7 +21,8 @@ namespace {
 const Param<bool> kSharedInPlace("HOROVOD_SHARED_INPLACE", true,
                                  "Allreduce in place inside buffers from hvd::allocateShared / _core.shared_buffer "
                                  "(DistributedOptimizer's gradient buckets) reduces directly in the ranks' shared "
-                                 "buffers on one host (no staging copies). 0 = always take the staged path.");
+                                 "buffers on one host (no staging copies), and large allgathers write straight into "
+                                 "every rank's output. 0 = always take the staged paths.");
 
 struct Registry {
   std::shared_mutex mu;
@@ -102,10 +103,14 @@ bool findSharedBuffer(const void* data, size_t bytes, SharedBufferInfo* info) {
   return true;
 }
 
+bool sharedPathsEnabled() {
+  static const bool enabled = kSharedInPlace.get();
+  return enabled;
+}
+
 bool sharedInPlaceUsable(const Transport& transport, const std::vector<std::string>& hostOf,
                          const std::vector<int>& setRanks) {
-  static const bool enabled = kSharedInPlace.get();
-  if (!enabled || setRanks.size() < 2) return false;
+  if (!sharedPathsEnabled() || setRanks.size() < 2) return false;
   if (transport.name().find("shm") == std::string::npos) return false;
   if (hostOf.empty()) return true;
   const std::string& host = hostOf[static_cast<size_t>(transport.rank())];

@@ -40,6 +40,10 @@ std::shared_ptr<void> allocateSharedBuffer(size_t bytes);
 // bytes == 0 is never inside. Cheap when no buffer exists (one atomic load).
 bool findSharedBuffer(const void* data, size_t bytes, SharedBufferInfo* info = nullptr);
 
+// HOROVOD_SHARED_INPLACE: whether the zero-copy paths over shared buffers (the shared in-place
+// allreduce, the shared-output allgather) may run at all.
+bool sharedPathsEnabled();
+
 // Whether an in-place allreduce over `setRanks` (global ranks) may ask for the shared in-place
 // path: enabled (HOROVOD_SHARED_INPLACE), more than one member, all members on this rank's host
 // (`hostOf`: per global rank; empty = one host) and a transport with shared memory.

@@ -3,14 +3,10 @@
 //
 // Protocol (every member, same point of the collective order; the executor calls it for a
 // response the coordinator flagged sharedInPlace):
-//  1. publish a small descriptor (pid, memfd, segment id, offset, count) in this rank's half of
-//     the set's SharedSpace (next double-buffering phase, like the staged algorithms); barrier
-//     (full fence: it also publishes the buffer contents);
-//  2. map every peer's segment (cached per process by (pid, segment id)), publish ok/failed;
-//     barrier; if any member failed, every member returns false and the caller runs the staged
-//     path (nothing has been written). Skipped in the steady state: each member also publishes
-//     the segments it saw in its last op on this communicator, and when every member already
-//     mapped every peer's current segment, all proceed at once (two barriers per op, not three);
+//  1-2. map every member's buffer (engine/member_buffers.h: publish a descriptor in the set's
+//     SharedSpace, map the peers' segments, agree; two barriers, one in the steady state); if
+//     any member cannot, every member returns false and the caller runs the staged path
+//     (nothing has been written);
 //  3. member i reduces slice i over all members' buffers in rank order 0..n-1, in L1-sized tiles
 //     (prescale applied per input, postscale and Average to the result), and writes the result
 //     into slice i of EVERY member's buffer; barrier.

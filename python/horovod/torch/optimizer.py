@@ -490,11 +490,19 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                                  "This is prohibited as it can cause a race condition.")
         if not self._buckets:
             return super(self.__class__, self).zero_grad(set_to_none)
-        for bucket in self._buckets:
-            bucket.flat.zero_()
-            for p, view in zip(bucket.params, bucket.views):
-                if p.grad is not view:
-                    p.grad = view
+        if set_to_none:
+            # The next backward then hands each hook a fresh gradient, which it copies into
+            # its view: one pass over the gradients, where zeroing the buckets here and letting
+            # autograd add into them would take two (and read the zeros back).
+            for bucket in self._buckets:
+                for p in bucket.params:
+                    p.grad = None
+        else:
+            for bucket in self._buckets:
+                bucket.flat.zero_()
+                for p, view in zip(bucket.params, bucket.views):
+                    if p.grad is not view:
+                        p.grad = view
         bucketed = self._bucket_of
         for group in self.param_groups:
             for p in group['params']:

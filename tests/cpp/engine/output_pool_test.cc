@@ -12,6 +12,7 @@
 #include "cluster.h"
 #include "engine/executor.h"
 #include "engine/output_pool.h"
+#include "engine/shared_buffers.h"
 #include "typed.h"
 
 namespace hvd::test {
@@ -81,6 +82,32 @@ TEST(OutputPool, DoesNotHandOutAFarLargerBlock) {
   auto small = pool.acquire(1 * kMiB);
   EXPECT_EQ(pool.cachedBytes(), 32 * kMiB) << "a 1 MiB request does not take the 32 MiB block";
   EXPECT_EQ(pool.blocksMapped(), 2u);
+}
+
+TEST(OutputPool, SharedBlocksAreSharedBuffersCachedApart) {
+  OutputPool pool(16 * kMiB);
+  void* sharedBase;
+  {
+    auto a = pool.acquire(3 * kMiB, /*shared=*/true);
+    sharedBase = a.get();
+    EXPECT_TRUE(engine::findSharedBuffer(a.get(), 3 * kMiB)) << "peers can map it";
+    std::memset(a.get(), 1, 3 * kMiB);
+  }
+  EXPECT_EQ(pool.cachedBytes(), 4 * kMiB);
+  {
+    auto priv = pool.acquire(3 * kMiB);
+    EXPECT_NE(priv.get(), sharedBase) << "a private request does not get the cached shared block";
+    EXPECT_FALSE(engine::findSharedBuffer(priv.get(), 3 * kMiB));
+  }
+  auto again = pool.acquire(3 * kMiB, true);
+  EXPECT_EQ(again.get(), sharedBase) << "the cached shared block comes back";
+  auto small = pool.acquire(4096, true);
+  EXPECT_FALSE(engine::findSharedBuffer(small.get(), 4096)) << "below kMinPooledBytes: the C heap";
+  auto big = pool.acquire(20 * kMiB, true);
+  EXPECT_FALSE(engine::findSharedBuffer(big.get(), 20 * kMiB)) << "over the budget: a private block";
+  again.reset();
+  pool.trim();
+  EXPECT_FALSE(engine::findSharedBuffer(sharedBase, 4096)) << "trimmed: the shared buffer is gone";
 }
 
 TEST(OutputPool, SmallRequestsAndReleaseFromOtherThreads) {
