@@ -394,9 +394,10 @@ def test_buckets_match_per_gradient_path_and_manual(opt_name, passes):
 
 
 def test_bucket_zero_grad_forms_and_unused_parameters():
-    """optimizer.zero_grad() keeps the views; model.zero_grad() (grads set to None) and a layer
-    unused on rank 0 after it (its view still holds the last step's values) must not leak stale
-    gradients into the average."""
+    """optimizer.zero_grad() sets bucketed grads to None (the next backward's hooks copy the
+    fresh gradients into their views) and zero_grad(set_to_none=False) zeroes the views in
+    place; model.zero_grad() and a layer unused on rank 0 after it (its view still holds the last
+    step's values) must not leak stale gradients into the average."""
     model, manual = make_model(), make_model()
     opt = hooked_sgd(model, bucket_cap_mb=TINY_CAP_MB)
     opt_m = torch.optim.SGD(manual.parameters(), lr=0.1)
@@ -406,13 +407,17 @@ def test_bucket_zero_grad_forms_and_unused_parameters():
         return m[0](x).sum() if partial else F.cross_entropy(m(x), y)
 
     for step, (zero, partial) in enumerate([('opt', False), ('opt', False), ('model', False),
-                                            ('model', True), ('opt', True), ('none', False)]):
+                                            ('model', True), ('opt', True), ('opt-keep', True),
+                                            ('none', False)]):
         seed = 40 + step
         if zero == 'opt':
-            opt.zero_grad()  # set_to_none=True by default: zeroed in place instead
+            opt.zero_grad()  # set_to_none=True by default
             if step > 0:
-                assert_bucketed(opt, model)
-                assert all(torch.count_nonzero(p.grad) == 0 for p in model.parameters())
+                assert all(p.grad is None for p in model.parameters())
+        elif zero == 'opt-keep':
+            opt.zero_grad(set_to_none=False)
+            assert_bucketed(opt, model)
+            assert all(torch.count_nonzero(p.grad) == 0 for p in model.parameters())
         elif zero == 'model':
             model.zero_grad()
             assert all(p.grad is None for p in model.parameters())

@@ -482,8 +482,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return super(self.__class__, self).step(closure)
 
     def zero_grad(self, set_to_none=True):
-        """As the wrapped optimizer's, except that gradients living in buckets are zeroed in
-        place and stay views into their bucket, whatever ``set_to_none`` says."""
+        """As the wrapped optimizer's. Gradients living in buckets: ``set_to_none`` (the
+        default) sets them to None, and the next backward's hooks copy the fresh gradients into
+        their views; otherwise the views are zeroed in place and stay ``p.grad``."""
         if self._handles or self._bucket_busy:
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() "
                                  "but before optimizer.step() or optimizer.synchronize(). "
