@@ -9,7 +9,6 @@
 #include "common/logging.h"
 #include "engine/member_buffers.h"
 #include "engine/output_pool.h"
-#include "engine/shared_buffers.h"
 
 namespace hvd::engine {
 namespace {
