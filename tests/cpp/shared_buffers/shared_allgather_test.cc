@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/output_pool.h"
@@ -31,6 +32,14 @@ std::vector<int> runRanks(int n, const std::function<int(int)>& body, int limitS
   return test_support::runForkedRanks(n, body, {"shm", "shared-host", std::chrono::seconds(limitSeconds)});
 }
 
+TensorView viewOf(void* data, DataType dtype, std::vector<int64_t> shape) {
+  TensorView view;
+  view.data = data;
+  view.dtype = dtype;
+  view.shape = std::move(shape);
+  return view;
+}
+
 // Rows of rank r in case `c`: uneven, so blocks start at odd offsets of the output.
 int64_t rowsOf(int r, int64_t base) { return base + 3 * r + 1; }
 
@@ -43,10 +52,7 @@ int gatherAndCheck(int rank, int n, int64_t baseRows, int64_t cols, bool wantSha
   const int64_t mine = rowsOf(rank, baseRows);
   std::vector<int32_t> in(static_cast<size_t>(mine * cols));
   for (size_t i = 0; i < in.size(); ++i) in[i] = valueOf(rank, i);
-  TensorView view;
-  view.data = in.data();
-  view.dtype = DataType::kInt32;
-  view.shape = {mine, cols};
+  const TensorView view = viewOf(in.data(), DataType::kInt32, {mine, cols});
   Options o;
   o.name = name;
   const uint64_t before = engine::sharedAllgatherCount();
@@ -124,10 +130,7 @@ TEST(SharedAllgather, SteadyLoopReusesTwoBlocks) {
     init();
     OwnedTensor held;
     std::vector<float> in(size_t(1) << 20, float(rank));  // 4 MiB per rank, 8 MiB outputs
-    TensorView view;
-    view.data = in.data();
-    view.dtype = DataType::kFloat32;
-    view.shape = {int64_t(in.size())};
+    const TensorView view = viewOf(in.data(), DataType::kFloat32, {int64_t(in.size())});
     Options o;
     o.name = "loop";
     const size_t mappedBefore = engine::OutputPool::instance().blocksMapped();
@@ -154,10 +157,7 @@ TEST(SharedAllgather, KilledRankIsReportedAsPeerLost) {
   auto codes = runRanks(3, [](int rank) {
     init();
     std::vector<float> in(size_t(1) << 18, float(rank));  // 1 MiB per rank
-    TensorView view;
-    view.data = in.data();
-    view.dtype = DataType::kFloat32;
-    view.shape = {int64_t(in.size())};
+    const TensorView view = viewOf(in.data(), DataType::kFloat32, {int64_t(in.size())});
     Options o;
     o.name = "kill";
     return test_support::runUntilPeerLost(
