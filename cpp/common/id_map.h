@@ -8,17 +8,24 @@
 // Contract: values live on the heap and never move, so pointers and references to them stay
 // valid until that id is erased (inserting or erasing other ids does not invalidate them).
 // The key kNoId (UINT32_MAX) is reserved. Not thread-safe.
+//
+// FlatIdMap<V> (= IdMap<V, false>) keeps small values inside the table instead: consecutive ids
+// sit in consecutive slots, so a step that visits a few hundred ids reads a few contiguous cache
+// lines rather than one heap object per id (what counts when a training step's compute has
+// evicted the engine's state). The price: inserting or erasing any id may move every value, so
+// pointers into a FlatIdMap last only until its next insert or erase.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 namespace hvd {
 
-template <typename V>
+template <typename V, bool kStable = true>
 class IdMap {
  public:
   static constexpr uint32_t kNoId = UINT32_MAX;
@@ -26,7 +33,7 @@ class IdMap {
   V* find(uint32_t id) {
     if (size_ == 0) return nullptr;
     for (size_t i = id & mask_;; i = (i + 1) & mask_) {
-      if (slots_[i].id == id) return slots_[i].value.get();
+      if (slots_[i].id == id) return valueOf(slots_[i]);
       if (slots_[i].id == kNoId) return nullptr;
     }
   }
@@ -35,12 +42,12 @@ class IdMap {
   // The value of `id`, default-constructed first if absent.
   V& operator[](uint32_t id) {
     if (V* v = find(id)) return *v;
-    return *insertNew(id, std::make_unique<V>());
+    return *insertNew(id, Stored(box()));
   }
   // Sets `id` to `value` (replacing an existing value in place).
   V& assign(uint32_t id, V value) {
     if (V* v = find(id)) return *v = std::move(value);
-    return *insertNew(id, std::make_unique<V>(std::move(value)));
+    return *insertNew(id, Stored(box(std::move(value))));
   }
 
   bool erase(uint32_t id) {
@@ -71,13 +78,13 @@ class IdMap {
   template <typename F>
   void forEach(F&& f) {
     for (auto& s : slots_) {
-      if (s.id != kNoId) f(s.id, *s.value);
+      if (s.id != kNoId) f(s.id, *valueOf(s));
     }
   }
   template <typename F>
   void forEach(F&& f) const {
     for (const auto& s : slots_) {
-      if (s.id != kNoId) f(s.id, static_cast<const V&>(*s.value));
+      if (s.id != kNoId) f(s.id, static_cast<const V&>(*valueOf(const_cast<Slot&>(s))));
     }
   }
   // Erases every entry for which pred(id, value) returns true.
@@ -99,19 +106,35 @@ class IdMap {
   }
 
  private:
+  using Stored = std::conditional_t<kStable, std::unique_ptr<V>, V>;
   struct Slot {
     uint32_t id = kNoId;
-    std::unique_ptr<V> value;
+    Stored value{};
   };
+  template <typename... A>
+  static Stored box(A&&... a) {
+    if constexpr (kStable) {
+      return std::make_unique<V>(std::forward<A>(a)...);
+    } else {
+      return V(std::forward<A>(a)...);
+    }
+  }
+  static V* valueOf(Slot& s) {
+    if constexpr (kStable) {
+      return s.value.get();
+    } else {
+      return &s.value;
+    }
+  }
 
-  V* insertNew(uint32_t id, std::unique_ptr<V> value) {
+  V* insertNew(uint32_t id, Stored value) {
     if ((size_ + 1) * 4 > slots_.size() * 3) grow();  // load factor <= 3/4
     size_t i = id & mask_;
     while (slots_[i].id != kNoId) i = (i + 1) & mask_;
     slots_[i].id = id;
     slots_[i].value = std::move(value);
     ++size_;
-    return slots_[i].value.get();
+    return valueOf(slots_[i]);
   }
 
   void grow() {
@@ -130,5 +153,8 @@ class IdMap {
   size_t mask_ = 0;
   size_t size_ = 0;
 };
+
+template <typename V>
+using FlatIdMap = IdMap<V, false>;
 
 }  // namespace hvd

@@ -58,30 +58,58 @@ void Coordinator::ingest(int rank, RequestList& list) {
 }
 
 void Coordinator::addHit(int rank, uint32_t id) {
-  bool live = false;
-  const CacheEntry* entry = cache_.find(id, &live);
-  if (entry == nullptr) {
+  const CoordinatorCache::Meta* meta = cache_.meta(id);
+  if (meta == nullptr) {
     HVD_LOG(Error) << "Coordinator: rank " << rank << " reported unknown cache id " << id << "; ignored";
     return;
   }
-  const auto* ranks = setRanks(entry->processSet);
+  const auto* ranks = setRanks(meta->processSet);
   if (ranks == nullptr) return;  // the set was removed; the rank fails the op itself
-  if (live && (pending_.empty() || pending_.find(NameKeyRef{entry->processSet, entry->tensor.name}) == pending_.end())) {
-    // Nodes stay in hits_ (cleared, not erased) so the steady state allocates nothing here.
-    HitState& hit = hits_[id];
-    hit.ranks.push_back(rank);
+  auto negotiating = [&] {
+    const CacheEntry* entry = cache_.find(id, nullptr);
+    return pending_.find(NameKeyRef{entry->processSet, entry->tensor.name}) != pending_.end();
+  };
+  if (meta->live && (pending_.empty() || !negotiating())) {
+    const int32_t processSet = meta->processSet;
+    const bool grouped = meta->grouped;
+    uint32_t& count = hitCounts_[id];
+    ++count;
+    ++pendingHits_;
+    hitLog_.emplace_back(id, rank);
     // required() without a second set lookup (cached kinds are never add/remove-set).
-    const int need = static_cast<int>(ranks->size()) - (entry->processSet == 0 ? joinedCount_ : 0);
-    if (static_cast<int>(hit.ranks.size()) >= need) {
-      hit.ranks.clear();
+    const int need = static_cast<int>(ranks->size()) - (processSet == 0 ? joinedCount_ : 0);
+    if (static_cast<int>(count) >= need) {
+      pendingHits_ -= count;
+      count = 0;
+      if (pendingHits_ == 0) hitLog_.clear();
       ReadyItem item;
       item.hitId = id;
-      markReady(std::move(item), entry->tensor.group, entry->tensor.groupSize, entry->processSet);
+      if (!grouped) {
+        ready_.push_back(std::move(item));
+      } else {
+        const CacheEntry* entry = cache_.find(id, nullptr);
+        markReady(std::move(item), entry->tensor.group, entry->tensor.groupSize, processSet);
+      }
     }
     return;
   }
   // Evicted meanwhile, or other ranks sent full requests for this name: negotiate normally.
-  addRequest(entry->requestFor(setIndexOf(*ranks, rank), rank));
+  addRequest(cache_.find(id, nullptr)->requestFor(setIndexOf(*ranks, rank), rank));
+}
+
+std::vector<int32_t> Coordinator::takeHits(uint32_t id) {
+  std::vector<int32_t> ranks;
+  uint32_t* count = hitCounts_.find(id);
+  if (count == nullptr || *count == 0) return ranks;
+  // This round's hits on `id` are its last `count` entries in the log (earlier rounds' come first).
+  for (auto it = hitLog_.rbegin(); it != hitLog_.rend() && ranks.size() < *count; ++it) {
+    if (it->first == id) ranks.push_back(it->second);
+  }
+  std::reverse(ranks.begin(), ranks.end());
+  pendingHits_ -= *count;
+  *count = 0;
+  if (pendingHits_ == 0) hitLog_.clear();
+  return ranks;
 }
 
 void Coordinator::addRequest(Request request) {
@@ -98,14 +126,8 @@ void Coordinator::addRequest(Request request) {
     // first, so they come first).
     uint32_t id = cache_.liveId(request.processSet, request.name);
     if (id != kNoCacheId) {
-      HitState* hit = hits_.find(id);
-      if (hit != nullptr && !hit->ranks.empty()) {
-        const CacheEntry* entry = cache_.find(id, nullptr);
-        for (int r : hit->ranks) {
-          it->second.requests.push_back(entry->requestFor(setIndexOf(*ranks, r), r));
-        }
-        hit->ranks.clear();
-      }
+      const CacheEntry* entry = cache_.find(id, nullptr);
+      for (int r : takeHits(id)) it->second.requests.push_back(entry->requestFor(setIndexOf(*ranks, r), r));
     }
   }
   it->second.requests.push_back(std::move(request));
@@ -166,17 +188,16 @@ void Coordinator::recheckAfterJoin() {
     }
   }
   std::vector<uint32_t> ids;
-  hits_.forEach([&](uint32_t id, const HitState& hit) {
-    if (hit.ranks.empty()) return;
+  hitCounts_.forEach([&](uint32_t id, uint32_t count) {
+    if (count == 0) return;
     const CacheEntry* entry = cache_.find(id, nullptr);
-    if (entry != nullptr && entry->processSet == 0 &&
-        static_cast<int>(hit.ranks.size()) >= required(0, entry->kind)) {
+    if (entry != nullptr && entry->processSet == 0 && static_cast<int>(count) >= required(0, entry->kind)) {
       ids.push_back(id);
     }
   });
   std::sort(ids.begin(), ids.end());
   for (uint32_t id : ids) {
-    hits_[id].ranks.clear();
+    takeHits(id);
     const CacheEntry* entry = cache_.find(id, nullptr);
     ReadyItem item;
     item.hitId = id;
@@ -280,9 +301,9 @@ ResponseList Coordinator::build() {
     if (item.hitId != kNoCacheId) cache_.touch(item.hitId);
   }
   std::vector<Response> singles;
-  std::vector<ReadyItem>& ready = building_;
-  ready.clear();
+  std::vector<ReadyItem>& ready = building_;  // empty: cleared below, while its items are cached
   ready.swap(ready_);  // ready_ takes building_'s old capacity: neither reallocates next step
+  out.hits.reserve(ready.size());
   for (const auto& item : ready) {
     if (item.hitId != kNoCacheId) {
       const CacheEntry* entry = joinedCount_ > 0 ? cache_.find(item.hitId, nullptr) : nullptr;
@@ -295,6 +316,7 @@ ResponseList Coordinator::build() {
       singles.push_back(negotiate(item.key));
     }
   }
+  ready.clear();
   std::sort(out.hits.begin(), out.hits.end());
   out.hits.erase(std::unique(out.hits.begin(), out.hits.end()), out.hits.end());
   // Process sets removed in this batch: forget their state here; every rank fails its own
@@ -314,15 +336,18 @@ ResponseList Coordinator::build() {
   // go the negotiation route (ready ones surface in the next build()).
   std::vector<std::pair<uint32_t, std::vector<int32_t>>> orphaned;
   if (!evicted_.empty()) {
-    hits_.eraseIf([&](uint32_t id, HitState& hit) {
-      bool live = false;
-      const CacheEntry* entry = cache_.find(id, &live);
-      if (entry != nullptr && live) return false;
-      if (!hit.ranks.empty()) orphaned.emplace_back(id, std::move(hit.ranks));
-      return true;
+    std::vector<uint32_t> dead;
+    hitCounts_.forEach([&](uint32_t id, uint32_t) {
+      const CoordinatorCache::Meta* meta = cache_.meta(id);
+      if (meta == nullptr || !meta->live) dead.push_back(id);
     });
+    std::sort(dead.begin(), dead.end());
+    for (uint32_t id : dead) {
+      std::vector<int32_t> hitRanks = takeHits(id);
+      if (!hitRanks.empty()) orphaned.emplace_back(id, std::move(hitRanks));
+      hitCounts_.erase(id);
+    }
   }
-  std::sort(orphaned.begin(), orphaned.end());
   for (auto& [id, hitRanks] : orphaned) {
     const CacheEntry* entry = cache_.find(id, nullptr);
     const auto* ranks = entry ? setRanks(entry->processSet) : nullptr;

@@ -58,9 +58,6 @@ class Coordinator {
   struct Pending {
     std::vector<Request> requests;  // arrival order
   };
-  struct HitState {
-    std::vector<int32_t> ranks;
-  };
   struct ReadyItem {
     uint32_t hitId = kNoCacheId;  // ready from hits: a live cache id
     NameKey key;                  // ready through negotiation
@@ -72,6 +69,8 @@ class Coordinator {
   int required(int32_t processSet, Kind kind) const;
   const std::vector<int>* setRanks(int32_t processSet) const;
   void addHit(int rank, uint32_t id);
+  // The ranks whose hits on `id` are pending, in arrival order; they stop being pending.
+  std::vector<int32_t> takeHits(uint32_t id);
   void addRequest(Request request);
   void join(int rank);
   void maybeReady(const NameKey& key, Pending& pending);
@@ -89,7 +88,14 @@ class Coordinator {
   std::map<int32_t, std::vector<int>> sets_;
   int32_t nextSetId_ = 1;
   std::unordered_map<NameKey, Pending, NameKeyHash, NameKeyEq> pending_;
-  IdMap<HitState> hits_;  // nodes stay (cleared, not erased): the steady state allocates nothing
+  // Hits not yet ready: a count per cache id (slots stay at 0 rather than being erased, so the
+  // steady state allocates nothing), and the (id, rank) pairs in arrival order, which matter only
+  // when hits must be renegotiated. The log empties whenever no hit is pending: in a steady state
+  // after every step. Kept flat because a step touches every id of its tensors (~1 bit each on
+  // the wire): hundreds of heap objects per step would be hundreds of cache misses.
+  FlatIdMap<uint32_t> hitCounts_;
+  std::vector<std::pair<uint32_t, int32_t>> hitLog_;
+  size_t pendingHits_ = 0;
   std::unordered_map<NameKey, GroupHold, NameKeyHash, NameKeyEq> groups_;  // key: (set, group base name)
   std::vector<ReadyItem> ready_;
   std::vector<ReadyItem> building_;  // build()'s working copy of ready_ (keeps its capacity)

@@ -101,7 +101,7 @@ void CacheReplica::erase(uint32_t id) {
 const CacheEntry* CoordinatorCache::find(uint32_t id, bool* live) const {
   const Slot* slot = slots_.find(id);
   if (slot == nullptr) return nullptr;
-  if (live) *live = slot->live;
+  if (live) *live = metas_.find(id)->live;
   return &slot->entry;
 }
 
@@ -112,7 +112,7 @@ uint32_t CoordinatorCache::liveId(int32_t processSet, const std::string& name) c
 }
 
 void CoordinatorCache::touch(uint32_t id) {
-  if (Slot* slot = slots_.find(id)) slot->lastUse = ++clock_;
+  if (Meta* meta = metas_.find(id)) meta->lastUse = ++clock_;
 }
 
 uint32_t CoordinatorCache::insert(CacheEntry entry, uint64_t seq, std::vector<uint32_t>& evicted) {
@@ -120,9 +120,9 @@ uint32_t CoordinatorCache::insert(CacheEntry entry, uint64_t seq, std::vector<ui
   if (liveCount_[ps] >= capacity_) {
     uint32_t victim = kNoCacheId;
     uint64_t oldest = UINT64_MAX;
-    slots_.forEach([&](uint32_t id, const Slot& slot) {
-      if (slot.live && slot.entry.processSet == ps && slot.lastUse < oldest) {
-        oldest = slot.lastUse;
+    metas_.forEach([&](uint32_t id, const Meta& meta) {
+      if (meta.live && meta.processSet == ps && meta.lastUse < oldest) {
+        oldest = meta.lastUse;
         victim = id;
       }
     });
@@ -141,9 +141,9 @@ uint32_t CoordinatorCache::insert(CacheEntry entry, uint64_t seq, std::vector<ui
   uint32_t id = nextId_++;
   entry.tensor.cacheId = id;
   byName_[NameKey{ps, entry.tensor.name}] = id;
+  metas_.assign(id, Meta{++clock_, ps, true, !entry.tensor.group.empty() && entry.tensor.groupSize > 1});
   Slot slot;
   slot.entry = std::move(entry);
-  slot.lastUse = ++clock_;
   slots_.assign(id, std::move(slot));
   liveCount_[ps]++;
   return id;
@@ -151,9 +151,10 @@ uint32_t CoordinatorCache::insert(CacheEntry entry, uint64_t seq, std::vector<ui
 
 void CoordinatorCache::evict(uint32_t id, uint64_t seq) {
   Slot* found = slots_.find(id);
-  if (found == nullptr || !found->live) return;
+  Meta* meta = metas_.find(id);
+  if (found == nullptr || !meta->live) return;
   Slot& slot = *found;
-  slot.live = false;
+  meta->live = false;
   slot.evictedAt = seq;
   liveCount_[slot.entry.processSet]--;
   auto name = byName_.find(NameKeyRef{slot.entry.processSet, slot.entry.tensor.name});
@@ -163,8 +164,8 @@ void CoordinatorCache::evict(uint32_t id, uint64_t seq) {
 
 void CoordinatorCache::evictProcessSet(int32_t processSet, uint64_t seq, std::vector<uint32_t>& evicted) {
   std::vector<uint32_t> ids;
-  slots_.forEach([&](uint32_t id, const Slot& slot) {
-    if (slot.live && slot.entry.processSet == processSet) ids.push_back(id);
+  metas_.forEach([&](uint32_t id, const Meta& meta) {
+    if (meta.live && meta.processSet == processSet) ids.push_back(id);
   });
   std::sort(ids.begin(), ids.end());
   for (uint32_t id : ids) {
@@ -180,6 +181,7 @@ void CoordinatorCache::forgetTombstones(uint64_t seqSeenByAll) {
     const Slot* slot = slots_.find(id);
     if (slot != nullptr && slot->evictedAt <= seqSeenByAll) {
       slots_.erase(id);
+      metas_.erase(id);
     } else {
       *keep++ = id;
     }

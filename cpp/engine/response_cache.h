@@ -93,11 +93,24 @@ class CacheReplica {
 
 class CoordinatorCache {
  public:
+  // What the coordinator reads for every cache hit, kept apart from the entries: consecutive ids
+  // share cache lines (FlatIdMap), so a step's hits read a few contiguous lines even when the
+  // step's compute has evicted the engine's state. Pointers last until the next insert or
+  // forgetTombstones().
+  struct Meta {
+    uint64_t lastUse = 0;
+    int32_t processSet = 0;
+    bool live = false;
+    bool grouped = false;  // a member of a group (its name and size are in the entry)
+  };
+
   explicit CoordinatorCache(int64_t capacity) : capacity_(capacity) {}
   bool enabled() const { return capacity_ > 0; }
 
   // Live entry or tombstone; nullptr if unknown. `live` tells which.
   const CacheEntry* find(uint32_t id, bool* live) const;
+  // The same for the per-hit fields only.
+  const Meta* meta(uint32_t id) const { return metas_.find(id); }
   // Live id of (processSet, name), or kNoCacheId.
   uint32_t liveId(int32_t processSet, const std::string& name) const;
   void touch(uint32_t id);
@@ -113,15 +126,14 @@ class CoordinatorCache {
  private:
   struct Slot {
     CacheEntry entry;
-    uint64_t lastUse = 0;
-    bool live = true;
-    uint64_t evictedAt = 0;
+    uint64_t evictedAt = 0;  // tombstones: the list that announced the eviction
   };
   int64_t capacity_;
   uint32_t nextId_ = 0;
   uint64_t clock_ = 0;
   bool warned_ = false;
   IdMap<Slot> slots_;
+  FlatIdMap<Meta> metas_;  // the same ids as slots_
   std::unordered_map<NameKey, uint32_t, NameKeyHash, NameKeyEq> byName_;  // live only
   std::unordered_map<int32_t, int64_t> liveCount_;             // per process set
   std::vector<uint32_t> tombstones_;

@@ -199,7 +199,7 @@ class Runtime {
   // Engine state: the token holder's (the background thread's, or a driving caller's).
   // Pending entries (drained, not yet completed) are owned by their name's NameSlot (queue_).
   // Pending entries sent as hits, by cache id; nullptr = none now (nodes of live ids are kept).
-  IdMap<Entry*> byCacheId_;
+  FlatIdMap<Entry*> byCacheId_;
   std::vector<EntryPtr> drained_;
   std::vector<Entry*> entriesScratch_;
   // Responses derived from the cache hits of recent lists, while the replica is unchanged: a

@@ -502,8 +502,9 @@ void Runtime::runData(Response& r) {
   entriesScratch_.clear();
   for (const auto& t : r.tensors) {
     Entry* e = findEntry(r, t);
-    // Remember the name's cache id: its next enqueue finds it without a name lookup.
-    if (e != nullptr && t.cacheId != kNoCacheId) e->slot->cacheId = t.cacheId;
+    // Remember the name's cache id: its next enqueue finds it without a name lookup (an entry
+    // sent as that id found it that way already).
+    if (e != nullptr && t.cacheId != kNoCacheId && e->sentCacheId != t.cacheId) e->slot->cacheId = t.cacheId;
     entriesScratch_.push_back(e);
   }
   {

@@ -1,5 +1,6 @@
-// IdMap against std::unordered_map under random inserts and erases (backward-shift deletion and
-// wrap-around probing are where an open-addressing map goes wrong), plus pointer stability.
+// IdMap and FlatIdMap against std::unordered_map under random inserts and erases (backward-shift
+// deletion and wrap-around probing are where an open-addressing map goes wrong), plus IdMap's
+// pointer stability.
 #include "common/id_map.h"
 
 #include <gtest/gtest.h>
@@ -10,10 +11,11 @@
 namespace hvd {
 namespace {
 
-TEST(IdMap, MatchesUnorderedMapUnderRandomOperations) {
+template <typename Map>
+void matchesUnorderedMapUnderRandomOperations() {
   std::mt19937 rng(7);
   for (uint32_t range : {8u, 64u, 1000u, 100000u}) {
-    IdMap<int> map;
+    Map map;
     std::unordered_map<uint32_t, int> ref;
     // Ids from a sliding window, like cache ids: new ones grow, old ones get erased.
     uint32_t base = 0;
@@ -49,6 +51,9 @@ TEST(IdMap, MatchesUnorderedMapUnderRandomOperations) {
   }
 }
 
+TEST(IdMap, MatchesUnorderedMapUnderRandomOperations) { matchesUnorderedMapUnderRandomOperations<IdMap<int>>(); }
+TEST(FlatIdMap, MatchesUnorderedMapUnderRandomOperations) { matchesUnorderedMapUnderRandomOperations<FlatIdMap<int>>(); }
+
 TEST(IdMap, ValuesNeverMove) {
   IdMap<std::string> map;
   std::string* first = &map[5];
@@ -59,8 +64,9 @@ TEST(IdMap, ValuesNeverMove) {
   EXPECT_EQ(*first, "five");
 }
 
-TEST(IdMap, EraseIfAndClear) {
-  IdMap<int> map;
+template <typename Map>
+void eraseIfAndClear() {
+  Map map;
   for (uint32_t id = 0; id < 100; ++id) map.assign(id, static_cast<int>(id));
   map.eraseIf([](uint32_t id, int) { return id % 3 == 0; });
   EXPECT_EQ(map.size(), 66u);
@@ -72,6 +78,9 @@ TEST(IdMap, EraseIfAndClear) {
   map[4] = 1;
   EXPECT_EQ(*map.find(4), 1);
 }
+
+TEST(IdMap, EraseIfAndClear) { eraseIfAndClear<IdMap<int>>(); }
+TEST(FlatIdMap, EraseIfAndClear) { eraseIfAndClear<FlatIdMap<int>>(); }
 
 }  // namespace
 }  // namespace hvd
