@@ -82,11 +82,11 @@ void Coordinator::addHit(int rank, uint32_t id) {
       pendingHits_ -= count;
       count = 0;
       if (pendingHits_ == 0) hitLog_.clear();
-      ReadyItem item;
-      item.hitId = id;
       if (!grouped) {
-        ready_.push_back(std::move(item));
+        readyHits_.push_back(id);
       } else {
+        ReadyItem item;
+        item.hitId = id;
         const CacheEntry* entry = cache_.find(id, nullptr);
         markReady(std::move(item), entry->tensor.group, entry->tensor.groupSize, processSet);
       }
@@ -289,7 +289,7 @@ Response Coordinator::negotiate(const NameKey& key) {
 
 ResponseList Coordinator::build() {
   ResponseList out;
-  if (ready_.empty() && evicted_.empty() && !joinDone_ && !shutdown_) return out;
+  if (!hasWork() && !shutdown_) return out;
   // Tombstones every rank has heard of go now (not at the end: responses of the previous list
   // may have pointed into them until it was processed).
   uint64_t seenByAll = seq_;
@@ -297,27 +297,34 @@ ResponseList Coordinator::build() {
   cache_.forgetTombstones(seenByAll);
   out.seq = ++seq_;
   // Hits in this batch are the most recently used: protect them from eviction by inserts below.
+  for (uint32_t id : readyHits_) cache_.touch(id);
   for (const auto& item : ready_) {
     if (item.hitId != kNoCacheId) cache_.touch(item.hitId);
   }
   std::vector<Response> singles;
+  out.hits.reserve(readyHits_.size() + ready_.size());
+  auto addHit = [&](uint32_t id) {
+    const CacheEntry* entry = joinedCount_ > 0 ? cache_.find(id, nullptr) : nullptr;
+    if (entry != nullptr && entry->sharedInPlace && entry->processSet == 0) {
+      singles.push_back(fullFromCache(id, *entry));
+    } else {
+      out.hits.push_back(id);  // every rank derives these responses from its replica
+    }
+  };
+  for (uint32_t id : readyHits_) addHit(id);
+  readyHits_.clear();
   std::vector<ReadyItem>& ready = building_;  // empty: cleared below, while its items are cached
   ready.swap(ready_);  // ready_ takes building_'s old capacity: neither reallocates next step
-  out.hits.reserve(ready.size());
   for (const auto& item : ready) {
     if (item.hitId != kNoCacheId) {
-      const CacheEntry* entry = joinedCount_ > 0 ? cache_.find(item.hitId, nullptr) : nullptr;
-      if (entry != nullptr && entry->sharedInPlace && entry->processSet == 0) {
-        singles.push_back(fullFromCache(item.hitId, *entry));
-      } else {
-        out.hits.push_back(item.hitId);  // every rank derives these responses from its replica
-      }
+      addHit(item.hitId);
     } else if (pending_.count(item.key) != 0) {
       singles.push_back(negotiate(item.key));
     }
   }
   ready.clear();
-  std::sort(out.hits.begin(), out.hits.end());
+  // Ids come in arrival order, mostly ascending already (ids are handed out in step order).
+  if (!std::is_sorted(out.hits.begin(), out.hits.end())) std::sort(out.hits.begin(), out.hits.end());
   out.hits.erase(std::unique(out.hits.begin(), out.hits.end()), out.hits.end());
   // Process sets removed in this batch: forget their state here; every rank fails its own
   // pending operations of the set when it processes the removal.

@@ -51,7 +51,7 @@ class Coordinator {
 
   bool shutdownRequested() const { return shutdown_; }
   // Whether build() has something to return right now.
-  bool hasWork() const { return !ready_.empty() || !evicted_.empty() || joinDone_; }
+  bool hasWork() const { return !readyHits_.empty() || !ready_.empty() || !evicted_.empty() || joinDone_; }
   uint64_t lastSeq() const { return seq_; }
 
  private:
@@ -97,7 +97,8 @@ class Coordinator {
   std::vector<std::pair<uint32_t, int32_t>> hitLog_;
   size_t pendingHits_ = 0;
   std::unordered_map<NameKey, GroupHold, NameKeyHash, NameKeyEq> groups_;  // key: (set, group base name)
-  std::vector<ReadyItem> ready_;
+  std::vector<uint32_t> readyHits_;  // ids ready from hits alone (the steady state's only kind)
+  std::vector<ReadyItem> ready_;     // names ready through negotiation, and groups
   std::vector<ReadyItem> building_;  // build()'s working copy of ready_ (keeps its capacity)
   std::vector<uint64_t> lastSeqOf_;  // per rank
   std::vector<uint8_t> joined_;      // per global rank

@@ -58,18 +58,19 @@ struct Request {
 // One tensor of a response. For a tensor answered from the cache (Response::cachedForm) only
 // cacheId is sent; the receiver fills the rest from its cache replica.
 struct TensorInfo {
-  std::string name;
+  // In memory only: when set, every field but cacheId/cacheInsert lives there (a cache entry's
+  // tensor), so the steady state copies no names or shapes. Valid while that entry lives: until
+  // the end of the response list being built or processed (evictions are applied last).
+  // First, with cacheId and cacheInsert: what a cached step reads of every tensor shares a line.
+  const TensorInfo* ref = nullptr;
   uint32_t cacheId = kNoCacheId;
   bool cacheInsert = false;         // this response adds cacheId to every rank's cache
+  std::string name;
   std::vector<int64_t> shape;       // the common shape (allgather/alltoall: requests[0]'s)
   std::vector<int64_t> firstDims;   // allgather/alltoall: dim 0 of every set rank
   std::vector<int32_t> splits;      // alltoall: set size x set size, row r = rank r's splits
   std::string group;
   int32_t groupSize = 0;
-  // In memory only: when set, every field but cacheId/cacheInsert lives there (a cache entry's
-  // tensor), so the steady state copies no names or shapes. Valid while that entry lives: until
-  // the end of the response list being built or processed (evictions are applied last).
-  const TensorInfo* ref = nullptr;
 
   const TensorInfo& data() const { return ref != nullptr ? *ref : *this; }
   int64_t rowElements() const;  // product of dims >= 1 (of data())
