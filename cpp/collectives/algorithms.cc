@@ -7,6 +7,7 @@
 #include "collectives/collectives.h"
 #include "collectives/hierarchical.h"
 #include "collectives/partition.h"
+#include "collectives/pieces.h"
 #include "common/logging.h"
 
 namespace hvd::collectives {
@@ -23,9 +24,9 @@ constexpr size_t kAny = std::numeric_limits<size_t>::max();
 // Preference order: the first entry whose rule matches runs.
 const std::vector<AllreduceAlgorithm> kTable = {
     {"shm_direct", "shared memory, one barrier: every rank reduces all inputs in rank order", true,
-     size_t(64) << 10, true, &allreduceSharedDirect},
+     size_t(64) << 10, true, &allreduceSharedDirect, false, true},
     {"shm_slices", "shared memory reduce-scatter + gather, pipelined: one barrier per 1 MiB chunk", true, kAny,
-     false, &allreduceSharedSlices},
+     false, &allreduceSharedSlices, false, true},
     {"hierarchical",
      "shared-memory reduce-scatter inside each host, allreduce of each slice across hosts, shared-memory gather",
      false, kAny, false, &allreduceHierarchical, true},
@@ -126,6 +127,24 @@ void allreduce(Communicator& comm, const void* in, void* out, size_t count, Data
     in = out;
   }
   algo.run(AllreduceArgs{comm, in, out, count, dtype, kernel, choice.shared});
+}
+
+bool allreducePieces(Communicator& comm, const std::vector<Piece>& pieces, DataType dtype, ReduceOp op) {
+  const ReduceKernel& kernel = reduceKernel(dtype, op);
+  size_t count = 0;
+  for (const Piece& p : pieces) count += p.count;
+  if (comm.size() == 1 || count == 0) {
+    for (const Piece& p : pieces) {
+      if (p.in != p.out && p.count > 0) std::memcpy(p.out, p.in, p.count * kernel.elementSize);
+    }
+    return true;
+  }
+  const Choice choice = choose(comm, count * kernel.elementSize);
+  if (!choice.algo->takesPieces) return false;
+  thread_local std::vector<size_t> starts;  // scratch: no allocation per call in a steady state
+  const MessageIo io(pieces, kernel.elementSize, starts);
+  choice.algo->run(AllreduceArgs{comm, nullptr, nullptr, count, dtype, kernel, choice.shared, &io});
+  return true;
 }
 
 void allreduce(Communicator& comm, void* buf, size_t count, DataType dtype, ReduceOp op) {

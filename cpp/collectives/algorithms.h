@@ -20,6 +20,8 @@ const Param<std::string>& allreduceAlgorithmParam();
 // "" is fine; any other name must be in the table (InvalidArgument listing them otherwise).
 void checkAllreduceAlgorithmName(const std::string& name);
 
+class MessageIo;
+
 struct AllreduceArgs {
   Communicator& comm;
   const void* in;  // input; equal to buf for in place. Point-to-point algorithms get in == buf
@@ -29,6 +31,9 @@ struct AllreduceArgs {
   DataType dtype;
   const ReduceKernel& kernel;
   SharedSpace* shared;  // non-null only when the algorithm needs it and the members share memory
+  // Algorithms with takesPieces read and write through this (collectives/pieces.h) when set; in
+  // and buf are then null.
+  const MessageIo* io = nullptr;
 };
 // Deadlines: every blocking step takes comm.deadline() when it starts, so a large collective is
 // bounded per step (progress), not as a whole.
@@ -45,6 +50,8 @@ struct AllreduceAlgorithm {
   // Runs only over several hosts with equally many members each and a usable shared space on
   // every host (hierarchicalUsable in collectives/hierarchical.h).
   bool needsHosts = false;
+  // Reads and writes through AllreduceArgs::io: runs a fused allreduce without a fusion buffer.
+  bool takesPieces = false;
 };
 
 // In table (preference) order.

@@ -5,6 +5,7 @@
 
 #include "collectives/algorithms.h"
 #include "collectives/partition.h"
+#include "collectives/pieces.h"
 #include "collectives/stream_copy.h"
 #include "common/check.h"
 
@@ -32,16 +33,22 @@ void allreduceSharedDirect(const AllreduceArgs& args) {
   const int n = comm.size(), me = comm.rank();
   const size_t elem = args.kernel.elementSize;
   const size_t chunkElems = sharedHalfBytes(space) / elem;
-  const auto* in = static_cast<const uint8_t*>(args.in);
-  auto* buf = static_cast<uint8_t*>(args.buf);
+  const MessageIo contiguous(args.in, args.buf, elem);
+  const MessageIo& io = args.io != nullptr ? *args.io : contiguous;
   for (size_t offset = 0; offset < args.count; offset += chunkElems) {
     const size_t c = std::min(chunkElems, args.count - offset);
     const uint64_t phase = comm.nextSharedPhase();
-    uint8_t* out = buf + offset * elem;
-    std::memcpy(sharedHalf(space, me, phase), in + offset * elem, c * elem);
+    io.read(offset, c, sharedHalf(space, me, phase));
     space.barrier(comm.deadline());
-    args.kernel.to(out, sharedHalf(space, 0, phase), sharedHalf(space, 1, phase), c);
-    for (int j = 2; j < n; ++j) args.kernel.into(out, sharedHalf(space, j, phase), c);
+    // Straight into the output, one contiguous run of it (a piece) at a time.
+    for (size_t done = 0; done < c;) {
+      size_t run = c - done;
+      uint8_t* out = io.outputRun(offset + done, run);
+      const size_t at = done * elem;
+      args.kernel.to(out, sharedHalf(space, 0, phase) + at, sharedHalf(space, 1, phase) + at, run);
+      for (int j = 2; j < n; ++j) args.kernel.into(out, sharedHalf(space, j, phase) + at, run);
+      done += run;
+    }
   }
 }
 
@@ -64,8 +71,8 @@ void allreduceSharedSlices(const AllreduceArgs& args) {
   const size_t lineElems = 64 / elem;
   const size_t tileElems = kTileBytes / elem;
   alignas(64) uint8_t tile[kTileBytes];
-  const auto* in = static_cast<const uint8_t*>(args.in);
-  auto* buf = static_cast<uint8_t*>(args.buf);
+  const MessageIo contiguous(args.in, args.buf, elem);
+  const MessageIo& io = args.io != nullptr ? *args.io : contiguous;
 
   struct Chunk {
     size_t offset = 0, count = 0, sliceElems = 0;
@@ -93,18 +100,11 @@ void allreduceSharedSlices(const AllreduceArgs& args) {
   };
   // Large outputs are written with streaming stores (collectives/stream_copy.h).
   const bool stream = args.count * elem >= kStreamOutputBytes;
-  auto toOutput = [&](void* dst, const void* src, size_t bytes) {
-    if (stream) {
-      streamCopy(dst, src, bytes, /*fence=*/false);
-    } else {
-      std::memcpy(dst, src, bytes);
-    }
-  };
   auto copyOut = [&](const Chunk& c) {
     for (int j = 0; j < n; ++j) {
       if (j == me) continue;
       Block b = c.slice(j);
-      toOutput(buf + (c.offset + b.begin) * elem, sharedHalf(space, j, c.phase) + b.begin * elem, b.size * elem);
+      io.write(c.offset + b.begin, sharedHalf(space, j, c.phase) + b.begin * elem, b.size, stream);
     }
   };
 
@@ -112,23 +112,23 @@ void allreduceSharedSlices(const AllreduceArgs& args) {
   bool havePrevious = false;
   for (size_t offset = 0; offset < args.count; offset += step) {
     const Chunk c = makeChunk(offset);
-    const uint8_t* source = in + c.offset * elem;
     uint8_t* mine = sharedHalf(space, me, c.phase);
     const Block own = c.slice(me);
-    std::memcpy(mine, source, own.begin * elem);
-    std::memcpy(mine + (own.begin + own.size) * elem, source + (own.begin + own.size) * elem,
-                (c.count - own.begin - own.size) * elem);
+    const size_t ownEnd = own.begin + own.size;
+    io.read(c.offset, own.begin, mine);
+    io.read(c.offset + ownEnd, c.count - ownEnd, mine + ownEnd * elem);
     space.barrier(comm.deadline());
     if (havePrevious) copyOut(previous);
 
-    for (size_t t = own.begin; t < own.begin + own.size; t += tileElems) {
-      const size_t len = std::min(tileElems, own.begin + own.size - t);
+    for (size_t t = own.begin, len = 0; t < ownEnd; t += len) {
+      len = std::min(tileElems, ownEnd - t);
+      const uint8_t* myInput = io.inputRun(c.offset + t, len);  // cut at the end of a piece
       auto input = [&](int j) -> const uint8_t* {
-        return j == me ? source + t * elem : sharedHalf(space, j, c.phase) + t * elem;
+        return j == me ? myInput : sharedHalf(space, j, c.phase) + t * elem;
       };
       args.kernel.to(tile, input(0), input(1), len);
       for (int j = 2; j < n; ++j) args.kernel.into(tile, input(j), len);
-      toOutput(buf + (c.offset + t) * elem, tile, len * elem);
+      io.write(c.offset + t, tile, len, stream);
       std::memcpy(mine + t * elem, tile, len * elem);
     }
     previous = c;

@@ -25,6 +25,20 @@ void allreduce(Communicator& comm, void* buf, size_t count, DataType dtype, Redu
 // algorithms read `in` directly.
 void allreduce(Communicator& comm, const void* in, void* out, size_t count, DataType dtype, ReduceOp op);
 
+// One tensor of a fused allreduce: `count` elements read from `in`, results written to `out`
+// (in == out is in place; no other overlap, within or across pieces).
+struct Piece {
+  const void* in;
+  void* out;
+  size_t count;
+};
+// The allreduce of the pieces' concatenation, each piece's result into its own output, when the
+// algorithm chosen for the total size reads and writes pieces where they lie (the shared-memory
+// ones); false, with nothing done or sent, when it needs one contiguous buffer: the caller then
+// copies the pieces into one and calls allreduce(). Every member makes the same choice (it
+// depends on the total size and placement only), whichever form its own data takes.
+bool allreducePieces(Communicator& comm, const std::vector<Piece>& pieces, DataType dtype, ReduceOp op);
+
 // out = concatenation of every rank's `in` in set-rank order; bytesPerRank[r] is rank r's size.
 // `in` may point into `out` at this rank's offset (in-place allgather).
 void allgatherv(Communicator& comm, const void* in, void* out, const std::vector<size_t>& bytesPerRank);

@@ -1,5 +1,6 @@
 #include "engine/executor.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -84,6 +85,19 @@ void Executor::allreduce(const Response& r, Communicator& comm, const std::vecto
     return;
   }
 
+  // Fused: over the tensors where they lie when the algorithm can (collectives/pieces.h), else
+  // through the fusion buffer. A rank lacking a tensor (joined) or applying a prescale takes the
+  // buffer; the others need not: the algorithm and the bytes exchanged are the same either way.
+  if (r.prescale == 1.0 && std::all_of(entries.begin(), entries.end(), [](const Entry* e) { return e != nullptr; })) {
+    pieces_.clear();
+    for (size_t i = 0; i < r.tensors.size(); ++i) {
+      pieces_.push_back({entries[i]->input, entries[i]->output, static_cast<size_t>(r.tensors[i].numElements())});
+    }
+    if (collectives::allreducePieces(comm, pieces_, dtype, op)) {
+      for (const auto& p : pieces_) scale(p.out, p.count, dtype, post);
+      return;
+    }
+  }
   size_t total = 0;
   for (const auto& t : r.tensors) total += tensorBytes(t, dtype);
   uint8_t* buf = bytesOf(fusion_.reserve(total));

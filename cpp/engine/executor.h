@@ -8,6 +8,8 @@
 // Engine thread only (whoever runs the engine: runtime.h). Transport/collective failures propagate as thrown hvd::Errors.
 #pragma once
 
+#include "collectives/collectives.h"
+
 #include <vector>
 
 #include "engine/fusion.h"
@@ -38,6 +40,7 @@ class Executor {
   void reducescatter(const Response& r, Communicator& comm, const std::vector<Entry*>& entries);
 
   FusionBuffer fusion_;
+  std::vector<collectives::Piece> pieces_;  // a fused allreduce's tensors (scratch)
 };
 
 // Rows of dim 0 that set rank `r` of `n` gets in a reducescatter of `rows` rows (semantics §8.4).

@@ -80,6 +80,59 @@ TEST(ShmTransportCollectives, AllreduceEveryAlgorithm) {
   }
 }
 
+// A fused allreduce over pieces (collectives::allreducePieces): the shared-memory algorithms run
+// over the pieces where they lie, bitwise equal to the allreduce of their concatenation; the
+// others decline (false) and leave every output untouched. Pieces of zero elements, pieces that
+// straddle the algorithms' tiles and chunks (the shared half is 128 KiB here), in place and not.
+TEST(ShmTransportCollectives, AllreducePiecesMatchesConcatenation) {
+  const std::vector<size_t> counts = {0, 1, 5000, 0, 33000, 7, 70001, 4096, 0, 12345};
+  const size_t total = std::accumulate(counts.begin(), counts.end(), size_t(0));
+  for (const char* algo : {"shm_direct", "shm_slices", "ring", ""}) {
+    for (int n : {2, 3}) {
+      SCOPED_TRACE(std::string("algo=") + algo + " n=" + std::to_string(n));
+      std::vector<std::vector<uint8_t>> inputs;
+      for (int r = 0; r < n; ++r) inputs.push_back(makeInput(DataType::kFloat32, ReduceOp::kSum, r, total, 9));
+      std::vector<std::vector<uint8_t>> expected(n), gotOut(n), gotInPlace(n);
+      std::vector<int> taken(n, -1);
+      runShmRanks(n, algo, [&](Communicator& comm) {
+        const int r = comm.rank();
+        expected[r].resize(total * 4);
+        collectives::allreduce(comm, inputs[r].data(), expected[r].data(), total, DataType::kFloat32, ReduceOp::kSum);
+        // Every piece in its own allocation, outputs pre-filled to see what is written.
+        std::vector<std::vector<float>> ins, outs;
+        std::vector<collectives::Piece> pieces;
+        size_t at = 0;
+        for (size_t c : counts) {
+          ins.emplace_back(c);
+          std::memcpy(ins.back().data(), inputs[r].data() + at * 4, c * 4);
+          outs.emplace_back(c, -1.0f);
+          at += c;
+        }
+        for (size_t i = 0; i < counts.size(); ++i) pieces.push_back({ins[i].data(), outs[i].data(), counts[i]});
+        const bool ran = collectives::allreducePieces(comm, pieces, DataType::kFloat32, ReduceOp::kSum);
+        taken[r] = ran;
+        for (auto& o : outs) gotOut[r].insert(gotOut[r].end(), (uint8_t*)o.data(), (uint8_t*)(o.data() + o.size()));
+        for (size_t i = 0; i < counts.size(); ++i) pieces[i] = {ins[i].data(), ins[i].data(), counts[i]};
+        if (ran) {
+          ASSERT_TRUE(collectives::allreducePieces(comm, pieces, DataType::kFloat32, ReduceOp::kSum));
+        }
+        for (auto& o : ins) gotInPlace[r].insert(gotInPlace[r].end(), (uint8_t*)o.data(), (uint8_t*)(o.data() + o.size()));
+      });
+      const bool shared = std::string(algo) != "ring";
+      for (int r = 0; r < n; ++r) {
+        ASSERT_EQ(taken[r], shared ? 1 : 0) << "rank " << r;
+        if (!shared) {
+          std::vector<float> untouched(total, -1.0f);
+          ASSERT_EQ(0, std::memcmp(gotOut[r].data(), untouched.data(), total * 4)) << "declined, yet outputs were written";
+          continue;
+        }
+        ASSERT_EQ(gotOut[r], expected[0]) << "rank " << r << ": pieces differ from the concatenation";
+        ASSERT_EQ(gotInPlace[r], expected[0]) << "rank " << r << ": in-place pieces differ";
+      }
+    }
+  }
+}
+
 TEST(ShmTransportCollectives, OtherCollectives) {
   const int n = 3;
   runShmRanks(n, "", [&](Communicator& comm) {
