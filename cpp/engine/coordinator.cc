@@ -8,6 +8,9 @@
 namespace hvd::engine {
 namespace {
 
+// Entries the hit log may hold beyond twice the pending hits before it is compacted.
+constexpr size_t kHitLogSlack = 4096;
+
 bool cacheable(Kind k) { return k == Kind::kAllreduce || k == Kind::kAllgather || k == Kind::kAlltoall; }
 
 bool sameEntry(const CacheEntry& a, const CacheEntry& b) {
@@ -76,6 +79,7 @@ void Coordinator::addHit(int rank, uint32_t id) {
     ++count;
     ++pendingHits_;
     hitLog_.emplace_back(id, rank);
+    if (hitLog_.size() > 2 * pendingHits_ + kHitLogSlack) compactHitLog();
     // required() without a second set lookup (cached kinds are never add/remove-set).
     const int need = static_cast<int>(ranks->size()) - (processSet == 0 ? joinedCount_ : 0);
     if (static_cast<int>(count) >= need) {
@@ -95,6 +99,25 @@ void Coordinator::addHit(int rank, uint32_t id) {
   }
   // Evicted meanwhile, or other ranks sent full requests for this name: negotiate normally.
   addRequest(cache_.find(id, nullptr)->requestFor(setIndexOf(*ranks, rank), rank));
+}
+
+void Coordinator::compactHitLog() {
+  // An id's pending hits are its last `count` entries: keep those, newest first, then restore
+  // the order.
+  FlatIdMap<uint32_t> quota;
+  std::vector<std::pair<uint32_t, int32_t>> kept;
+  kept.reserve(pendingHits_);
+  for (auto it = hitLog_.rbegin(); it != hitLog_.rend(); ++it) {
+    const uint32_t* count = hitCounts_.find(it->first);
+    if (count == nullptr || *count == 0) continue;
+    uint32_t* left = quota.find(it->first);
+    if (left == nullptr) left = &quota.assign(it->first, *count);
+    if (*left == 0) continue;
+    --*left;
+    kept.push_back(*it);
+  }
+  std::reverse(kept.begin(), kept.end());
+  hitLog_.swap(kept);
 }
 
 std::vector<int32_t> Coordinator::takeHits(uint32_t id) {

@@ -71,6 +71,9 @@ class Coordinator {
   void addHit(int rank, uint32_t id);
   // The ranks whose hits on `id` are pending, in arrival order; they stop being pending.
   std::vector<int32_t> takeHits(uint32_t id);
+  // Drops the log entries of hits no longer pending (a hit that stays pending for many steps
+  // would otherwise keep every later step's entries).
+  void compactHitLog();
   void addRequest(Request request);
   void join(int rank);
   void maybeReady(const NameKey& key, Pending& pending);

@@ -4,6 +4,8 @@
 // to end over several process sets, with evictions and mismatches.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "cluster.h"
 #include "engine/coordinator.h"
 #include "engine/fusion.h"
@@ -167,6 +169,52 @@ TEST(ControlPlane, CoordinatorAnswersHitsWithIdsAndRanksDeriveSameFusion) {
 // an LRU-evicting cache (capacity below the names per set, so hits keep crossing evictions), and
 // fusion; results must equal the exact sums every step, and a mismatch on a cached name must
 // still surface with Horovod's message.
+// A hit that stays pending while many steps complete (rank 1 never sends "x" as a hit): the
+// coordinator's hit log is compacted along the way, and rank 0's pending hit still turns into a
+// request when rank 1 finally sends a full request for the name, so "x" negotiates.
+TEST(ControlPlane, LongPendingHitSurvivesManySteps) {
+  Coordinator::Options options;
+  options.size = 2;
+  options.cacheCapacity = 1000;
+  options.fusion.threshold = 1 << 20;
+  Coordinator coordinator(options);
+  CacheReplica replica;
+  std::vector<std::string> names;
+  for (int i = 0; i < 100; ++i) names.push_back("n" + std::to_string(i));
+  names.push_back("x");
+  for (int rank = 0; rank < 2; ++rank) {
+    RequestList l;
+    for (const auto& name : names) l.requests.push_back(request(name, 0, DataType::kFloat32, 4));
+    coordinator.ingest(rank, l);
+  }
+  ResponseList first = roundTrip(coordinator.build());
+  applyInserts(first, replica);
+  const uint32_t x = replica.lookup(request("x", 0, DataType::kFloat32, 4), 0);
+  ASSERT_NE(x, engine::kNoCacheId);
+
+  RequestList pending;
+  pending.hits.push_back(x);
+  coordinator.ingest(0, pending);
+  for (int step = 0; step < 100; ++step) {  // 20000 hits: several compactions of the log
+    for (int rank = 0; rank < 2; ++rank) {
+      RequestList l;
+      for (int i = 0; i < 100; ++i) l.hits.push_back(replica.lookup(request(names[i], 0, DataType::kFloat32, 4), rank));
+      coordinator.ingest(rank, l);
+    }
+    ResponseList list = roundTrip(coordinator.build());
+    ASSERT_EQ(list.hits.size(), 100u) << "step " << step;
+    ASSERT_TRUE(std::find(list.hits.begin(), list.hits.end(), x) == list.hits.end());
+  }
+  RequestList full;
+  full.requests.push_back(request("x", 0, DataType::kFloat32, 4));
+  coordinator.ingest(1, full);
+  ResponseList last = roundTrip(coordinator.build());
+  ASSERT_EQ(last.items.size(), 1u) << "rank 0's pending hit on x was lost";
+  ASSERT_EQ(last.items[0].kind, Kind::kAllreduce);
+  ASSERT_EQ(last.items[0].tensors.size(), 1u);
+  EXPECT_EQ(last.items[0].tensors[0].name, "x");
+}
+
 TEST(ControlPlane, SeveralProcessSetsWithEvictionsStayCorrect) {
   for (const char* capacity : {"1024", "3"}) {
     SCOPED_TRACE(std::string("cache capacity ") + capacity);
