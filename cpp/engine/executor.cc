@@ -86,8 +86,8 @@ void Executor::allreduce(const Response& r, Communicator& comm, const std::vecto
   }
 
   // Fused: over the tensors where they lie when the algorithm can (collectives/pieces.h), else
-  // through the fusion buffer. A rank lacking a tensor (joined) or applying a prescale takes the
-  // buffer; the others need not: the algorithm and the bytes exchanged are the same either way.
+  // through the fusion buffer. With a prescale, or on a rank lacking a tensor (joined), the buffer
+  // is used; the other ranks need not follow: the algorithm and the exchange are the same.
   if (r.prescale == 1.0 && std::all_of(entries.begin(), entries.end(), [](const Entry* e) { return e != nullptr; })) {
     pieces_.clear();
     for (size_t i = 0; i < r.tensors.size(); ++i) {

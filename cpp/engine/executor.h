@@ -8,10 +8,9 @@
 // Engine thread only (whoever runs the engine: runtime.h). Transport/collective failures propagate as thrown hvd::Errors.
 #pragma once
 
-#include "collectives/collectives.h"
-
 #include <vector>
 
+#include "collectives/collectives.h"
 #include "engine/fusion.h"
 #include "engine/message.h"
 #include "engine/process_set_table.h"
