@@ -53,6 +53,15 @@ ResponseList roundTrip(const ResponseList& list, size_t* bytes = nullptr) {
   return engine::decodeResponseList(wire);
 }
 
+// A coordinator for two ranks with a response cache of `capacity` entries, fusing up to 1 MiB.
+Coordinator::Options twoRanks(int64_t capacity) {
+  Coordinator::Options options;
+  options.size = 2;
+  options.cacheCapacity = capacity;
+  options.fusion.threshold = 1 << 20;
+  return options;
+}
+
 TEST(ControlPlane, HitsTravelAsOneBitPerTensor) {
   ResponseList list;
   list.seq = 123456;
@@ -79,10 +88,7 @@ TEST(ControlPlane, HitsTravelAsOneBitPerTensor) {
 // Two ranks, two process sets (0 = {0,1}, 1 = {1}); a name becomes ready from hits only when every
 // member reported it, and every rank's derivation gives the same fused responses.
 TEST(ControlPlane, CoordinatorAnswersHitsWithIdsAndRanksDeriveSameFusion) {
-  Coordinator::Options options;
-  options.size = 2;
-  options.cacheCapacity = 100;
-  options.fusion.threshold = 1 << 20;
+  const Coordinator::Options options = twoRanks(100);
   Coordinator coordinator(options);
   coordinator.addProcessSet(1, {1});
   CacheReplica replicas[2];
@@ -165,19 +171,11 @@ TEST(ControlPlane, CoordinatorAnswersHitsWithIdsAndRanksDeriveSameFusion) {
   EXPECT_THROW(engine::cachedResponses(second.hits, replicas[1], options.fusion, derived[1]), hvd::Error);
 }
 
-// End to end: steady-state steps over the global set and two subsets with hits in all of them,
-// an LRU-evicting cache (capacity below the names per set, so hits keep crossing evictions), and
-// fusion; results must equal the exact sums every step, and a mismatch on a cached name must
-// still surface with Horovod's message.
 // A hit that stays pending while many steps complete (rank 1 never sends "x" as a hit): the
 // coordinator's hit log is compacted along the way, and rank 0's pending hit still turns into a
 // request when rank 1 finally sends a full request for the name, so "x" negotiates.
 TEST(ControlPlane, LongPendingHitSurvivesManySteps) {
-  Coordinator::Options options;
-  options.size = 2;
-  options.cacheCapacity = 1000;
-  options.fusion.threshold = 1 << 20;
-  Coordinator coordinator(options);
+  Coordinator coordinator(twoRanks(1000));
   CacheReplica replica;
   std::vector<std::string> names;
   for (int i = 0; i < 100; ++i) names.push_back("n" + std::to_string(i));
@@ -215,6 +213,10 @@ TEST(ControlPlane, LongPendingHitSurvivesManySteps) {
   EXPECT_EQ(last.items[0].tensors[0].name, "x");
 }
 
+// End to end: steady-state steps over the global set and two subsets with hits in all of them,
+// an LRU-evicting cache (capacity below the names per set, so hits keep crossing evictions), and
+// fusion; results must equal the exact sums every step, and a mismatch on a cached name must
+// still surface with Horovod's message.
 TEST(ControlPlane, SeveralProcessSetsWithEvictionsStayCorrect) {
   for (const char* capacity : {"1024", "3"}) {
     SCOPED_TRACE(std::string("cache capacity ") + capacity);
