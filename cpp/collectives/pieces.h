@@ -66,12 +66,8 @@ class MessageIo {
     const auto* s = static_cast<const uint8_t*>(src);
     while (count > 0) {
       size_t run = count;
-      uint8_t* dst = outputRun(begin, run);
-      if (stream) {
-        streamCopy(dst, s, run * elem_, /*fence=*/false);
-      } else {
-        std::memcpy(dst, s, run * elem_);
-      }
+      uint8_t* dst = outputRun(begin, run);  // cuts `run` first
+      streamOrCopy(dst, s, run * elem_, stream);
       s += run * elem_;
       begin += run;
       count -= run;

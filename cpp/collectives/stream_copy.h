@@ -64,13 +64,21 @@ inline void streamCopy(void* dst, const void* src, size_t bytes, bool fence = tr
 #endif
 }
 
-// memcpy into an output of `outputBytes` in total: streaming when it is large.
-inline void outputCopy(void* dst, const void* src, size_t bytes, size_t outputBytes) {
-  if (outputBytes >= kStreamOutputBytes) {
-    streamCopy(dst, src, bytes);
+// Streaming stores when `stream`, else memcpy. Unfenced: a caller that streamed calls
+// streamFence() before publishing (one fence after many copies).
+inline void streamOrCopy(void* dst, const void* src, size_t bytes, bool stream) {
+  if (stream) {
+    streamCopy(dst, src, bytes, /*fence=*/false);
   } else {
     std::memcpy(dst, src, bytes);
   }
+}
+
+// memcpy into an output of `outputBytes` in total: streaming (and fenced) when it is large.
+inline void outputCopy(void* dst, const void* src, size_t bytes, size_t outputBytes) {
+  const bool stream = outputBytes >= kStreamOutputBytes;
+  streamOrCopy(dst, src, bytes, stream);
+  if (stream) streamFence();
 }
 
 }  // namespace hvd::collectives

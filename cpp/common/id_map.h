@@ -84,7 +84,7 @@ class IdMap {
   template <typename F>
   void forEach(F&& f) const {
     for (const auto& s : slots_) {
-      if (s.id != kNoId) f(s.id, static_cast<const V&>(*valueOf(const_cast<Slot&>(s))));
+      if (s.id != kNoId) f(s.id, *valueOf(s));
     }
   }
   // Erases every entry for which pred(id, value) returns true.
@@ -126,6 +126,7 @@ class IdMap {
       return &s.value;
     }
   }
+  static const V* valueOf(const Slot& s) { return valueOf(const_cast<Slot&>(s)); }
 
   V* insertNew(uint32_t id, Stored value) {
     if ((size_ + 1) * 4 > slots_.size() * 3) grow();  // load factor <= 3/4

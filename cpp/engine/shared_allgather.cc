@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstring>
 
 #include "collectives/partition.h"
 #include "collectives/stream_copy.h"
@@ -48,11 +47,7 @@ bool sharedOutputAllgather(Communicator& comm, const void* in, void* out, const 
     const size_t len = std::min(kChunkBytes, mine - start);
     for (int k = 1; k <= n; ++k) {
       uint8_t* dst = members.buffer((me + k) % n) + offset + start;  // the peers first, mine last
-      if (stream) {
-        collectives::streamCopy(dst, src + start, len, /*fence=*/false);
-      } else {
-        std::memcpy(dst, src + start, len);
-      }
+      collectives::streamOrCopy(dst, src + start, len, stream);
     }
   }
   if (stream) collectives::streamFence();
