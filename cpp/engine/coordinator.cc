@@ -310,28 +310,19 @@ Response Coordinator::negotiate(const NameKey& key) {
   return r;
 }
 
-ResponseList Coordinator::build() {
-  ResponseList out;
-  if (!hasWork() && !shutdown_) return out;
-  // Tombstones every rank has heard of go now (not at the end: responses of the previous list
-  // may have pointed into them until it was processed).
-  uint64_t seenByAll = seq_;
-  for (int r = 1; r < options_.size; ++r) seenByAll = std::min(seenByAll, lastSeqOf_[r]);
-  cache_.forgetTombstones(seenByAll);
-  out.seq = ++seq_;
+void Coordinator::takeReady(std::vector<uint32_t>& hits, std::vector<Response>& singles) {
   // Hits in this batch are the most recently used: protect them from eviction by inserts below.
   for (uint32_t id : readyHits_) cache_.touch(id);
   for (const auto& item : ready_) {
     if (item.hitId != kNoCacheId) cache_.touch(item.hitId);
   }
-  std::vector<Response> singles;
-  out.hits.reserve(readyHits_.size() + ready_.size());
+  hits.reserve(readyHits_.size() + ready_.size());
   auto addHit = [&](uint32_t id) {
     const CacheEntry* entry = joinedCount_ > 0 ? cache_.find(id, nullptr) : nullptr;
     if (entry != nullptr && entry->sharedInPlace && entry->processSet == 0) {
       singles.push_back(fullFromCache(id, *entry));
     } else {
-      out.hits.push_back(id);  // every rank derives these responses from its replica
+      hits.push_back(id);  // every rank derives these responses from its replica
     }
   };
   for (uint32_t id : readyHits_) addHit(id);
@@ -347,8 +338,40 @@ ResponseList Coordinator::build() {
   }
   ready.clear();
   // Ids come in arrival order, mostly ascending already (ids are handed out in step order).
-  if (!std::is_sorted(out.hits.begin(), out.hits.end())) std::sort(out.hits.begin(), out.hits.end());
-  out.hits.erase(std::unique(out.hits.begin(), out.hits.end()), out.hits.end());
+  if (!std::is_sorted(hits.begin(), hits.end())) std::sort(hits.begin(), hits.end());
+  hits.erase(std::unique(hits.begin(), hits.end()), hits.end());
+}
+
+void Coordinator::renegotiateHitsOfEvicted() {
+  // Hits waiting on an id evicted in this batch: those ranks' requests must not be lost, so they
+  // go the negotiation route (ready ones surface in the next build()).
+  std::vector<uint32_t> dead;
+  hitCounts_.forEach([&](uint32_t id, uint32_t) {
+    const CoordinatorCache::Meta* meta = cache_.meta(id);
+    if (meta == nullptr || !meta->live) dead.push_back(id);
+  });
+  std::sort(dead.begin(), dead.end());
+  for (uint32_t id : dead) {
+    std::vector<int32_t> hitRanks = takeHits(id);
+    hitCounts_.erase(id);
+    const CacheEntry* entry = cache_.find(id, nullptr);
+    const auto* ranks = entry ? setRanks(entry->processSet) : nullptr;
+    if (ranks == nullptr) continue;
+    for (int r : hitRanks) addRequest(entry->requestFor(setIndexOf(*ranks, r), r));
+  }
+}
+
+ResponseList Coordinator::build() {
+  ResponseList out;
+  if (!hasWork() && !shutdown_) return out;
+  // Tombstones every rank has heard of go now (not at the end: responses of the previous list
+  // may have pointed into them until it was processed).
+  uint64_t seenByAll = seq_;
+  for (int r = 1; r < options_.size; ++r) seenByAll = std::min(seenByAll, lastSeqOf_[r]);
+  cache_.forgetTombstones(seenByAll);
+  out.seq = ++seq_;
+  std::vector<Response> singles;
+  takeReady(out.hits, singles);
   // Process sets removed in this batch: forget their state here; every rank fails its own
   // pending operations of the set when it processes the removal.
   for (int32_t id : removedSets_) {
@@ -362,28 +385,7 @@ ResponseList Coordinator::build() {
     }
   }
   removedSets_.clear();
-  // Hits waiting on an id evicted in this batch: those ranks' requests must not be lost, so they
-  // go the negotiation route (ready ones surface in the next build()).
-  std::vector<std::pair<uint32_t, std::vector<int32_t>>> orphaned;
-  if (!evicted_.empty()) {
-    std::vector<uint32_t> dead;
-    hitCounts_.forEach([&](uint32_t id, uint32_t) {
-      const CoordinatorCache::Meta* meta = cache_.meta(id);
-      if (meta == nullptr || !meta->live) dead.push_back(id);
-    });
-    std::sort(dead.begin(), dead.end());
-    for (uint32_t id : dead) {
-      std::vector<int32_t> hitRanks = takeHits(id);
-      if (!hitRanks.empty()) orphaned.emplace_back(id, std::move(hitRanks));
-      hitCounts_.erase(id);
-    }
-  }
-  for (auto& [id, hitRanks] : orphaned) {
-    const CacheEntry* entry = cache_.find(id, nullptr);
-    const auto* ranks = entry ? setRanks(entry->processSet) : nullptr;
-    if (ranks == nullptr) continue;
-    for (int r : hitRanks) addRequest(entry->requestFor(setIndexOf(*ranks, r), r));
-  }
+  if (!evicted_.empty()) renegotiateHitsOfEvicted();
 
   out.items = fuseResponses(std::move(singles), options_.fusion);
   if (joinDone_) {

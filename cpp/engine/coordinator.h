@@ -79,6 +79,10 @@ class Coordinator {
   void maybeReady(const NameKey& key, Pending& pending);
   void markReady(ReadyItem item, const std::string& group, int32_t groupSize, int32_t processSet);
   void recheckAfterJoin();
+  // build()'s parts: the ready hits (sorted ids; full responses where joins require them) and
+  // negotiated names; and the pending hits on ids evicted in this batch, turned into requests.
+  void takeReady(std::vector<uint32_t>& hits, std::vector<Response>& singles);
+  void renegotiateHitsOfEvicted();
   // A hit answered in full form (not derivable from the replicas alone: a shared in-place entry
   // of the global set while ranks have joined).
   Response fullFromCache(uint32_t id, const CacheEntry& entry);
