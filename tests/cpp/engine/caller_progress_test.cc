@@ -46,9 +46,11 @@ TEST(CallerProgress, ResultsDoNotDependOnWhichThreadRunsTheEngine) {
         EXPECT_EQ(stats.callerDrives, 0u);
         EXPECT_EQ(stats.parks, 0u);
       } else if (std::string(window) == "100000") {
-        // The background thread leaves every step's work to the waiting caller.
+        // The waiting caller runs the steps. (Whether the background thread ever parks for it
+        // is timing: when the enqueueing thread takes each request in itself and its wait runs
+        // the step before the background thread wakes, there is no fresh work to leave; seen
+        // under load, 1 run in 20, so parks is not asserted.)
         EXPECT_GT(stats.callerDrives, 0u);
-        EXPECT_GT(stats.parks, 0u);
       }
     });
   }
