@@ -8,6 +8,7 @@
 #include "collectives/hierarchical.h"
 #include "collectives/partition.h"
 #include "collectives/pieces.h"
+#include "collectives/reduce.h"
 #include "common/logging.h"
 
 namespace hvd::collectives {
@@ -24,9 +25,9 @@ constexpr size_t kAny = std::numeric_limits<size_t>::max();
 // Preference order: the first entry whose rule matches runs.
 const std::vector<AllreduceAlgorithm> kTable = {
     {"shm_direct", "shared memory, one barrier: every rank reduces all inputs in rank order", true,
-     size_t(64) << 10, true, &allreduceSharedDirect, false, true},
+     size_t(64) << 10, true, &allreduceSharedDirect, false, true, true},
     {"shm_slices", "shared memory reduce-scatter + gather, pipelined: one barrier per 1 MiB chunk", true, kAny,
-     false, &allreduceSharedSlices, false, true},
+     false, &allreduceSharedSlices, false, true, true},
     {"hierarchical",
      "shared-memory reduce-scatter inside each host, allreduce of each slice across hosts, shared-memory gather",
      false, kAny, false, &allreduceHierarchical, true},
@@ -111,11 +112,14 @@ const AllreduceAlgorithm& allreduceChoice(Communicator& comm, size_t bytes) {
   return *choose(comm, bytes).algo;
 }
 
-void allreduce(Communicator& comm, const void* in, void* out, size_t count, DataType dtype, ReduceOp op) {
+void allreduce(Communicator& comm, const void* in, void* out, size_t count, DataType dtype, ReduceOp op,
+               double postscale) {
   const ReduceKernel& kernel = reduceKernel(dtype, op);  // validates op before anything is sent
+  checkScalable(dtype, postscale);
   const size_t bytes = count * kernel.elementSize;
   if (comm.size() == 1 || count == 0) {
     if (in != out && bytes > 0) std::memcpy(out, in, bytes);
+    scaleBuffer(out, count, dtype, postscale);
     return;
   }
   const Choice choice = choose(comm, bytes);
@@ -126,16 +130,20 @@ void allreduce(Communicator& comm, const void* in, void* out, size_t count, Data
     std::memcpy(out, in, bytes);
     in = out;
   }
-  algo.run(AllreduceArgs{comm, in, out, count, dtype, kernel, choice.shared});
+  algo.run(AllreduceArgs{comm, in, out, count, dtype, kernel, choice.shared, nullptr, postscale});
+  if (!algo.foldsPostscale) scaleBuffer(out, count, dtype, postscale);
 }
 
-bool allreducePieces(Communicator& comm, const std::vector<Piece>& pieces, DataType dtype, ReduceOp op) {
+bool allreducePieces(Communicator& comm, const std::vector<Piece>& pieces, DataType dtype, ReduceOp op,
+                     double postscale) {
   const ReduceKernel& kernel = reduceKernel(dtype, op);
+  checkScalable(dtype, postscale);
   size_t count = 0;
   for (const Piece& p : pieces) count += p.count;
   if (comm.size() == 1 || count == 0) {
     for (const Piece& p : pieces) {
       if (p.in != p.out && p.count > 0) std::memcpy(p.out, p.in, p.count * kernel.elementSize);
+      scaleBuffer(p.out, p.count, dtype, postscale);
     }
     return true;
   }
@@ -143,12 +151,15 @@ bool allreducePieces(Communicator& comm, const std::vector<Piece>& pieces, DataT
   if (!choice.algo->takesPieces) return false;
   thread_local std::vector<size_t> starts;  // scratch: no allocation per call in a steady state
   const MessageIo io(pieces, kernel.elementSize, starts);
-  choice.algo->run(AllreduceArgs{comm, nullptr, nullptr, count, dtype, kernel, choice.shared, &io});
+  choice.algo->run(AllreduceArgs{comm, nullptr, nullptr, count, dtype, kernel, choice.shared, &io, postscale});
+  if (!choice.algo->foldsPostscale) {
+    for (const Piece& p : pieces) scaleBuffer(p.out, p.count, dtype, postscale);
+  }
   return true;
 }
 
-void allreduce(Communicator& comm, void* buf, size_t count, DataType dtype, ReduceOp op) {
-  allreduce(comm, buf, buf, count, dtype, op);
+void allreduce(Communicator& comm, void* buf, size_t count, DataType dtype, ReduceOp op, double postscale) {
+  allreduce(comm, buf, buf, count, dtype, op, postscale);
 }
 
 }  // namespace hvd::collectives

@@ -34,6 +34,9 @@ struct AllreduceArgs {
   // Algorithms with takesPieces read and write through this (collectives/pieces.h) when set; in
   // and buf are then null.
   const MessageIo* io = nullptr;
+  // Every result element is multiplied by this (scaleBuffer's arithmetic) before it is written,
+  // by algorithms with foldsPostscale; the dispatcher scales the others' results afterwards.
+  double postscale = 1.0;
 };
 // Deadlines: every blocking step takes comm.deadline() when it starts, so a large collective is
 // bounded per step (progress), not as a whole.
@@ -52,6 +55,9 @@ struct AllreduceAlgorithm {
   bool needsHosts = false;
   // Reads and writes through AllreduceArgs::io: runs a fused allreduce without a fusion buffer.
   bool takesPieces = false;
+  // Honours AllreduceArgs::postscale while the results are in cache (saves a pass over the
+  // output for Average).
+  bool foldsPostscale = false;
 };
 
 // In table (preference) order.

@@ -6,6 +6,7 @@
 #include "collectives/algorithms.h"
 #include "collectives/partition.h"
 #include "collectives/pieces.h"
+#include "collectives/reduce.h"
 #include "collectives/stream_copy.h"
 #include "common/check.h"
 
@@ -47,6 +48,7 @@ void allreduceSharedDirect(const AllreduceArgs& args) {
       const size_t at = done * elem;
       args.kernel.to(out, sharedHalf(space, 0, phase) + at, sharedHalf(space, 1, phase) + at, run);
       for (int j = 2; j < n; ++j) args.kernel.into(out, sharedHalf(space, j, phase) + at, run);
+      scaleBuffer(out, run, args.dtype, args.postscale);  // the run is still in cache
       done += run;
     }
   }
@@ -128,6 +130,7 @@ void allreduceSharedSlices(const AllreduceArgs& args) {
       };
       args.kernel.to(tile, input(0), input(1), len);
       for (int j = 2; j < n; ++j) args.kernel.into(tile, input(j), len);
+      scaleBuffer(tile, len, args.dtype, args.postscale);  // peers copy the scaled result
       io.write(c.offset + t, tile, len, stream);
       std::memcpy(mine + t * elem, tile, len * elem);
     }

@@ -17,13 +17,17 @@
 
 namespace hvd::collectives {
 
-// In place: buf = OP over ranks of buf. op is kSum, kMin, kMax or kProduct (Average and scaling
-// are the engine's business: it applies pre/postscale with scaleBuffer()).
-void allreduce(Communicator& comm, void* buf, size_t count, DataType dtype, ReduceOp op);
-// Out of place: out = OP over ranks of in; `in` is not modified. in == out is the in-place form;
-// other overlap is not allowed. Cheaper than copying in to out first: the shared-memory
-// algorithms read `in` directly.
-void allreduce(Communicator& comm, const void* in, void* out, size_t count, DataType dtype, ReduceOp op);
+// In place: buf = postscale * (OP over ranks of buf). op is kSum, kMin, kMax or kProduct (Average
+// is the engine's business: Sum with postscale 1/n). The result is bitwise what scaleBuffer()
+// would make of the unscaled one; the shared-memory algorithms scale while the results are in
+// cache instead of in a second pass. A dtype scaleBuffer() refuses with postscale != 1 throws
+// before anything is sent.
+void allreduce(Communicator& comm, void* buf, size_t count, DataType dtype, ReduceOp op, double postscale = 1.0);
+// Out of place: out = postscale * (OP over ranks of in); `in` is not modified. in == out is the
+// in-place form; other overlap is not allowed. Cheaper than copying in to out first: the
+// shared-memory algorithms read `in` directly.
+void allreduce(Communicator& comm, const void* in, void* out, size_t count, DataType dtype, ReduceOp op,
+               double postscale = 1.0);
 
 // One tensor of a fused allreduce: `count` elements read from `in`, results written to `out`
 // (in == out is in place; no other overlap, within or across pieces).
@@ -37,7 +41,8 @@ struct Piece {
 // ones); false, with nothing done or sent, when it needs one contiguous buffer: the caller then
 // copies the pieces into one and calls allreduce(). Every member makes the same choice (it
 // depends on the total size and placement only), whichever form its own data takes.
-bool allreducePieces(Communicator& comm, const std::vector<Piece>& pieces, DataType dtype, ReduceOp op);
+bool allreducePieces(Communicator& comm, const std::vector<Piece>& pieces, DataType dtype, ReduceOp op,
+                     double postscale = 1.0);
 
 // out = concatenation of every rank's `in` in set-rank order; bytesPerRank[r] is rank r's size.
 // `in` may point into `out` at this rank's offset (in-place allgather).

@@ -210,6 +210,19 @@ void reduceTo(void* dst, const void* a, const void* b, size_t count, DataType dt
   reduceKernel(dtype, op).to(dst, a, b, count);
 }
 
+void checkScalable(DataType dtype, double factor) {
+  if (factor == 1.0) return;
+  switch (dtype) {
+    case DataType::kUInt16:
+    case DataType::kInt16:
+    case DataType::kBool:
+      // As Horovod's CPU path: these types cannot be scaled (Average of them fails at execution).
+      throw Error("Type " + std::string(dataTypeName(dtype)) + " not supported by ScaleBufferCPUImpl.");
+    default:
+      return;
+  }
+}
+
 void scaleBuffer(void* buf, size_t count, DataType dtype, double factor) {
   if (factor == 1.0 || count == 0) return;
   switch (dtype) {
@@ -231,8 +244,7 @@ void scaleBuffer(void* buf, size_t count, DataType dtype, double factor) {
     case DataType::kBool:
       break;
   }
-  // As Horovod's CPU path: these types cannot be scaled (Average of them fails at execution).
-  throw Error("Type " + std::string(dataTypeName(dtype)) + " not supported by ScaleBufferCPUImpl.");
+  checkScalable(dtype, factor);
 }
 
 float halfToFloat(uint16_t h) { return detail::halfBitsToFloat(h); }

@@ -21,6 +21,8 @@ void reduceTo(void* dst, const void* a, const void* b, size_t count, DataType dt
 // path, uint16, int16 and bool cannot be scaled: any other factor throws hvd::Error
 // ("Type uint16 not supported by ScaleBufferCPUImpl.").
 void scaleBuffer(void* buf, size_t count, DataType dtype, double factor);
+// Throws scaleBuffer's error when it would refuse `factor` for `dtype` (whatever the count).
+void checkScalable(DataType dtype, double factor);
 
 // Conversions used by kernels and tests.
 float halfToFloat(uint16_t h);

@@ -70,8 +70,7 @@ void Executor::allreduce(const Response& r, Communicator& comm, const std::vecto
     if (Entry* e = entries[0]) {
       buf = e->output;
       if (r.prescale == 1.0) {
-        collectives::allreduce(comm, e->input, buf, count, dtype, op);
-        scale(buf, count, dtype, post);
+        collectives::allreduce(comm, e->input, buf, count, dtype, op, post);
         return;
       }
       if (e->input != buf && count > 0) std::memcpy(buf, e->input, count * esize);
@@ -80,8 +79,7 @@ void Executor::allreduce(const Response& r, Communicator& comm, const std::vecto
       std::memset(buf, 0, count * esize);
     }
     scale(buf, count, dtype, r.prescale);
-    collectives::allreduce(comm, buf, count, dtype, op);
-    scale(buf, count, dtype, post);
+    collectives::allreduce(comm, buf, count, dtype, op, post);
     return;
   }
 
@@ -93,10 +91,7 @@ void Executor::allreduce(const Response& r, Communicator& comm, const std::vecto
     for (size_t i = 0; i < r.tensors.size(); ++i) {
       pieces_.push_back({entries[i]->input, entries[i]->output, static_cast<size_t>(r.tensors[i].numElements())});
     }
-    if (collectives::allreducePieces(comm, pieces_, dtype, op)) {
-      for (const auto& p : pieces_) scale(p.out, p.count, dtype, post);
-      return;
-    }
+    if (collectives::allreducePieces(comm, pieces_, dtype, op, post)) return;
   }
   size_t total = 0;
   for (const auto& t : r.tensors) total += tensorBytes(t, dtype);
@@ -113,8 +108,7 @@ void Executor::allreduce(const Response& r, Communicator& comm, const std::vecto
   }
   const size_t count = total / esize;
   scale(buf, count, dtype, r.prescale);
-  collectives::allreduce(comm, buf, count, dtype, op);
-  scale(buf, count, dtype, post);
+  collectives::allreduce(comm, buf, count, dtype, op, post);
   offset = 0;
   for (size_t i = 0; i < r.tensors.size(); ++i) {
     size_t bytes = tensorBytes(r.tensors[i], dtype);

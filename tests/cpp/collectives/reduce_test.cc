@@ -134,7 +134,9 @@ TEST(Bfloat16Conversion, RoundsToNearestEven) {
   EXPECT_TRUE(std::isnan(bfloat16ToFloat(floatToBfloat16(std::bit_cast<float>(0x7f800001u)))));
   for (uint32_t b = 0; b < 65536; ++b) {
     float f = bfloat16ToFloat(static_cast<uint16_t>(b));
-    if (!std::isnan(f)) ASSERT_EQ(floatToBfloat16(f), b);
+    if (!std::isnan(f)) {
+      ASSERT_EQ(floatToBfloat16(f), b);
+    }
   }
 }
 

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "collectives/collectives.h"
+#include "collectives/reduce.h"
 #include "store/memory_store.h"
 #include "test_data.h"
 #include "transport/shm/shm_transport.h"
@@ -131,6 +132,56 @@ TEST(ShmTransportCollectives, AllreducePiecesMatchesConcatenation) {
       }
     }
   }
+}
+
+// A postscale (Average = Sum with 1/n) gives bitwise what scaleBuffer() makes of the sum, whether
+// the algorithm folds it into its reduction (the shared-memory ones) or the dispatcher scales
+// afterwards; contiguous, in place and over pieces. A dtype that cannot be scaled fails on every
+// rank before anything is sent: the next allreduce still works.
+TEST(ShmTransportCollectives, AllreducePostscaleEqualsScaledSum) {
+  const size_t count = 70001;  // several chunks and tiles of the 128 KiB shared half
+  const double post = 1.0 / 3.0;
+  for (const char* algo : {"shm_direct", "shm_slices", "recursive_doubling", "ring"}) {
+    for (DataType t : {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16, DataType::kInt32,
+                       DataType::kFloat64}) {
+      const int n = 3;
+      SCOPED_TRACE(std::string(algo) + " " + std::string(dataTypeName(t)));
+      const size_t bytes = count * dataTypeSize(t);
+      std::vector<std::vector<uint8_t>> inputs;
+      for (int r = 0; r < n; ++r) inputs.push_back(makeInput(t, ReduceOp::kSum, r, count, 5));
+      std::vector<std::string> failures(n);
+      runShmRanks(n, algo, [&](Communicator& comm) {
+        const int r = comm.rank();
+        std::vector<uint8_t> expected(bytes), out(bytes), inPlace(inputs[r].begin(), inputs[r].begin() + bytes);
+        collectives::allreduce(comm, inputs[r].data(), expected.data(), count, t, ReduceOp::kSum);
+        scaleBuffer(expected.data(), count, t, post);
+        collectives::allreduce(comm, inputs[r].data(), out.data(), count, t, ReduceOp::kSum, post);
+        collectives::allreduce(comm, inPlace.data(), count, t, ReduceOp::kSum, post);
+        std::vector<uint8_t> viaPieces(bytes);
+        const size_t cut = count / 3 + 1;
+        std::vector<collectives::Piece> pieces = {
+            {inputs[r].data(), viaPieces.data(), cut},
+            {inputs[r].data() + cut * dataTypeSize(t), viaPieces.data() + cut * dataTypeSize(t), count - cut}};
+        const bool ran = collectives::allreducePieces(comm, pieces, t, ReduceOp::kSum, post);
+        if (out != expected) failures[r] += " out-of-place";
+        if (inPlace != expected) failures[r] += " in-place";
+        if (ran && viaPieces != expected) failures[r] += " pieces";
+      });
+      for (int r = 0; r < n; ++r) ASSERT_EQ(failures[r], "") << "rank " << r << " differs from scaleBuffer(sum)";
+    }
+  }
+  runShmRanks(2, "", [&](Communicator& comm) {
+    std::vector<uint8_t> flags(1000, 1);
+    try {
+      collectives::allreduce(comm, flags.data(), flags.size(), DataType::kBool, ReduceOp::kSum, 0.5);
+      ADD_FAILURE() << "a bool postscale did not throw";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("not supported by ScaleBufferCPUImpl"), std::string::npos) << e.what();
+    }
+    std::vector<float> x(1000, float(comm.rank() + 1));
+    collectives::allreduce(comm, x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum, 0.5);
+    ASSERT_EQ(x[999], 1.5f);
+  });
 }
 
 TEST(ShmTransportCollectives, OtherCollectives) {
