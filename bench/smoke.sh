@@ -41,7 +41,7 @@ skip() {
 check "memcpy_roof" "$B/memcpy_roof" -p 2 -t 0.05
 
 if [[ -x "$B/hvd_bench" && -n "$RUN" ]]; then
-  for op in allreduce allgather broadcast alltoall reducescatter allreduce_batch allreduce_shared; do
+  for op in allreduce allgather broadcast alltoall reducescatter allreduce_batch allreduce_shared allreduce_average; do
     check "hvd_bench $op np2" "$RUN" -np 2 "$B/hvd_bench" --smoke -o "$op" -k 4 -r 1
   done
   check "hvd_bench allreduce bfloat16 np3" "$RUN" -np 3 "$B/hvd_bench" --smoke -d bfloat16

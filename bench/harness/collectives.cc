@@ -207,6 +207,14 @@ size_t sharedCheck(const RowContext& row) {
   int64_t m = row.ranks + 1;
   return countMismatches(row.result, row.type, row.count, [m](size_t i) { return m * int64_t(i % 5 + 1); });
 }
+// ---- allreduce_average: the same Average in place, in the harness's own (private) memory ----
+// What hvd.allreduce(t) does by default (op=Average) for ordinary tensors: the staged path.
+
+void averageFill(RowContext& row) {
+  int r = row.rank;
+  fillElements(row.in[0].data(), row.type, row.count, [r](size_t i) { return 2 * (r + 1) * int(i % 5 + 1); });
+}
+
 RowShape sharedShape(size_t bytes, size_t elem, int ranks, int batch) {
   RowShape s = allreduceShape(bytes, elem, ranks, batch);
   s.outElems = 0;
@@ -229,6 +237,7 @@ const std::vector<Collective>& allCollectives() {
        reducescatterCheck},
       {"allreduce_batch", allreduceBus, batchShape, batchFill, batchRun, batchCheck},
       {"allreduce_shared", allreduceBus, sharedShape, sharedFill, sharedRun, sharedCheck},
+      {"allreduce_average", allreduceBus, sharedShape, averageFill, sharedRun, sharedCheck},
   };
   return kAll;
 }

@@ -179,7 +179,7 @@ int runBenchmark(BenchComm& comm, const BenchOptions& options, std::ostream& out
   }
   const int n = comm.size();
   const size_t elem = elemSize(options.type);
-  const std::string redop = options.op == "allreduce_shared"             ? "avg"
+  const std::string redop = options.op == "allreduce_shared" || options.op == "allreduce_average" ? "avg"
                             : options.op.find("reduce") != std::string::npos ? "sum"
                                                                              : "none";
   if (lead) {
