@@ -16,7 +16,9 @@
 // i.e. from the last enqueue on the last rank to the start of the fused collective on the last
 // rank to start it. Breakdown rows, same origin: ..._to_requests_sent (the last rank handed its
 // requests to the coordinator), ..._to_list_built (rank 0 posted the response list),
-// ..._to_list_start (the last rank began processing it). The older approximation is kept:
+// ..._to_list_start (the last rank began processing it), and per rank how long after rank 0
+// posted the list that rank began processing it (with more ranks than CPUs, a rank that has to
+// wait for a CPU shows here). The older approximation is kept:
 //     approx_overhead = step tail (last enqueue -> last completion) - one allreduce of the same
 //                       total bytes, measured interleaved with the steps.
 // Also reports the synchronous 8-byte allreduce latency, and the control-plane bytes and
@@ -207,6 +209,18 @@ int main(int argc, char** argv) try {
                               double(after.parks - before.parks) / statSteps};
   maxOverRanks(control, "control");
 
+  // Per rank: how long after rank 0 posted the response list this rank began processing it
+  // (p50, p90). Each rank fills its own two entries; the others' stay below any real value.
+  std::vector<double> perRank(size_t(2 * n), -1e30);
+  {
+    std::vector<double> built = listBuilt;
+    maxOverRanks(built, "listbuilt.perrank");
+    std::vector<double> reach;
+    for (int s = 0; s < args.steps; ++s) reach.push_back(listStart[size_t(s)] - built[size_t(s)]);
+    perRank[size_t(2 * rank)] = percentile(reach, 50);
+    perRank[size_t(2 * rank + 1)] = percentile(reach, 90);
+    maxOverRanks(perRank, "reach");
+  }
   maxOverRanks(stepEnq, "enq");
   maxOverRanks(stepDone, "done");
   maxOverRanks(flatStart, "fstart");
@@ -261,6 +275,11 @@ int main(int argc, char** argv) try {
     row("single_allreduce", flatTime);
     row("approx_overhead", overhead);
     row("sync_allreduce_8B", lat);
+    std::printf("# response list reached each rank, us after rank 0 posted it, p50/p90:");
+    for (int r = 0; r < n; ++r) {
+      std::printf(" r%d %.1f/%.1f", r, perRank[size_t(2 * r)] * 1e6, perRank[size_t(2 * r + 1)] * 1e6);
+    }
+    std::printf("\n");
     std::printf("# control plane per step, max over ranks: bytes_sent=%.0f (%.2f bits/tensor) messages_sent=%.1f "
                 "collectives_executed=%.1f\n",
                 control[0], control[0] * 8 / double(counts.size()), control[1], control[2]);
