@@ -188,16 +188,24 @@ size_t reducescatterCheck(const RowContext& row) {
                          [t, base](size_t i) { return t * int64_t((base + i) % 5 + 1); });
 }
 
-// ---- allreduce_shared: in place in system-allocated memory, Average (values stay bounded) --
-// in[i] = 2(rank+1)(i%5+1); the average over n ranks is (n+1)(i%5+1), exact, and a fixed point.
+// ---- allreduce_average: Average in place in the harness's own (private) memory, what
+// hvd.allreduce(t) does by default for ordinary tensors (the staged path); allreduce_shared below
+// is the same in memory the system provides. in[i] = 2(rank+1)(i%5+1); the average over n ranks
+// is (n+1)(i%5+1), exact, and a fixed point.
+
+void averageFill(RowContext& row) {
+  int r = row.rank;
+  fillElements(row.in[0].data(), row.type, row.count, [r](size_t i) { return 2 * (r + 1) * int(i % 5 + 1); });
+}
+
+// ---- allreduce_shared: the same in system-allocated memory (the gradient path) -------------
 
 void sharedFill(RowContext& row) {
   const size_t bytes = row.count * elemSize(row.type);
   if (!row.in[0].adopted()) {
     if (auto memory = row.comm->allocateShared(bytes)) row.in[0] = Buffer(std::move(memory), bytes);
   }
-  int r = row.rank;
-  fillElements(row.in[0].data(), row.type, row.count, [r](size_t i) { return 2 * (r + 1) * int(i % 5 + 1); });
+  averageFill(row);
 }
 void sharedRun(RowContext& row) {
   row.comm->allreduceAverageInPlace(row.in[0].data(), row.count, row.type);
@@ -207,14 +215,6 @@ size_t sharedCheck(const RowContext& row) {
   int64_t m = row.ranks + 1;
   return countMismatches(row.result, row.type, row.count, [m](size_t i) { return m * int64_t(i % 5 + 1); });
 }
-// ---- allreduce_average: the same Average in place, in the harness's own (private) memory ----
-// What hvd.allreduce(t) does by default (op=Average) for ordinary tensors: the staged path.
-
-void averageFill(RowContext& row) {
-  int r = row.rank;
-  fillElements(row.in[0].data(), row.type, row.count, [r](size_t i) { return 2 * (r + 1) * int(i % 5 + 1); });
-}
-
 RowShape sharedShape(size_t bytes, size_t elem, int ranks, int batch) {
   RowShape s = allreduceShape(bytes, elem, ranks, batch);
   s.outElems = 0;
