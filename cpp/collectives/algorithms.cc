@@ -30,7 +30,7 @@ const std::vector<AllreduceAlgorithm> kTable = {
      false, &allreduceSharedSlices, false, true, true},
     {"hierarchical",
      "shared-memory reduce-scatter inside each host, allreduce of each slice across hosts, shared-memory gather",
-     false, kAny, false, &allreduceHierarchical, true},
+     false, kAny, false, &allreduceHierarchical, true, false, true},
     {"recursive_doubling", "log2(n) full-buffer exchanges, fold for non-powers of two (latency-bound sizes)",
      false, size_t(64) << 10, false, &allreduceRecursiveDoubling},
     {"ring", "ring reduce-scatter + allgather in <= 1 MiB segments (bandwidth-bound sizes)", false, kAny, false,

@@ -12,6 +12,7 @@
 #include "collectives/algorithms.h"
 #include "collectives/collectives.h"
 #include "collectives/partition.h"
+#include "collectives/reduce.h"
 #include "collectives/reduce_kernels.h"
 #include "common/check.h"
 #include "common/logging.h"
@@ -154,6 +155,7 @@ void allreduceHierarchical(const AllreduceArgs& args) {
       uint8_t* slice = mine + own.begin * elem;
       const AllreduceAlgorithm& algo = chooseAllreduce("", own.size * elem, cross.size(), false, false);
       algo.run(AllreduceArgs{cross, slice, slice, own.size, args.dtype, args.kernel, nullptr});
+      scaleBuffer(slice, own.size, args.dtype, args.postscale);  // before the host's members copy it
       std::memcpy(buf + (c.offset + own.begin) * elem, slice, own.size * elem);
     }
     previous = c;

@@ -15,6 +15,7 @@
 
 #include "collectives/algorithms.h"
 #include "collectives/collectives.h"
+#include "collectives/reduce.h"
 #include "store/memory_store.h"
 #include "test_data.h"
 #include "transport/composite.h"
@@ -254,6 +255,31 @@ TEST(Hierarchical, DeterministicAcrossRuns) {
     for (int r = 1; r < 4; ++r) ASSERT_EQ(out[0], out[r]) << "rank " << r;
     if (run == 0) first = out[0];
     ASSERT_EQ(first, out[0]) << "run " << run;
+  }
+}
+
+// A postscale (Average) is applied to each host's reduced slice before the host's members copy
+// it: bitwise what scaleBuffer() makes of the plain sum.
+TEST(Hierarchical, PostscaleEqualsScaledSum) {
+  const size_t count = 20001;
+  for (DataType t : {DataType::kFloat32, DataType::kFloat16, DataType::kInt32}) {
+    SCOPED_TRACE(std::string(dataTypeName(t)));
+    std::vector<std::string> failures(4);
+    std::vector<std::string> chosen(4);
+    runHosts({{"a", "b", "b", "a"}, "local-small"}, [&](Communicator& comm) {
+      const int r = comm.rank();
+      chosen[r] = collectives::allreduceChoice(comm, count * dataTypeSize(t)).name;
+      std::vector<uint8_t> expected = makeInput(t, ReduceOp::kSum, r, count, 3);
+      std::vector<uint8_t> scaled = expected;
+      collectives::allreduce(comm, expected.data(), count, t, ReduceOp::kSum);
+      scaleBuffer(expected.data(), count, t, 0.25);
+      collectives::allreduce(comm, scaled.data(), count, t, ReduceOp::kSum, 0.25);
+      if (std::memcmp(expected.data(), scaled.data(), count * dataTypeSize(t)) != 0) failures[r] = "differs";
+    });
+    for (int r = 0; r < 4; ++r) {
+      EXPECT_EQ(chosen[r], "hierarchical") << "rank " << r;
+      EXPECT_EQ(failures[r], "") << "rank " << r;
+    }
   }
 }
 
