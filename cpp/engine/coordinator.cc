@@ -280,11 +280,13 @@ Response Coordinator::negotiate(const NameKey& key) {
   }
 
   // Cache maintenance: a changed or failed name loses its entry on every rank; a name negotiated
-  // with every member taking part gets one.
+  // with every member taking part gets one, unless a member said it will not recur.
   const std::string& name = key.name;
   uint32_t old = cache_.liveId(ps, name);
   bool allTookPart = ranks != nullptr && requests.size() == ranks->size() && ctx.joinedCount == 0;
-  if (r.kind != Kind::kError && cacheable(r.kind) && cache_.enabled() && allTookPart) {
+  bool recurs =
+      std::none_of(requests.begin(), requests.end(), [](const Request& q) { return q.oneOffName; });
+  if (r.kind != Kind::kError && cacheable(r.kind) && cache_.enabled() && allTookPart && recurs) {
     CacheEntry entry = CacheEntry::fromResponse(r, r.tensors[0]);
     const CacheEntry* existing = old != kNoCacheId ? cache_.find(old, nullptr) : nullptr;
     if (existing != nullptr && sameEntry(*existing, entry)) {

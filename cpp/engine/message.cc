@@ -8,6 +8,10 @@
 namespace hvd::engine {
 namespace {
 
+// A request's flags byte.
+constexpr uint8_t kSharedInPlaceFlag = 1;
+constexpr uint8_t kOneOffNameFlag = 2;
+
 void writeRequest(WireWriter& w, const Request& r) {
   w.u8(static_cast<uint8_t>(r.kind));
   w.svarint(r.processSet);
@@ -22,7 +26,7 @@ void writeRequest(WireWriter& w, const Request& r) {
   w.str(r.group);
   w.svarint(r.groupSize);
   w.svarint(r.device);
-  w.u8(r.sharedInPlace ? 1 : 0);
+  w.u8((r.sharedInPlace ? kSharedInPlaceFlag : 0) | (r.oneOffName ? kOneOffNameFlag : 0));
 }
 
 Request readRequest(WireReader& in) {
@@ -40,7 +44,9 @@ Request readRequest(WireReader& in) {
   r.group = in.str();
   r.groupSize = static_cast<int32_t>(in.svarint());
   r.device = static_cast<int32_t>(in.svarint());
-  r.sharedInPlace = in.u8() != 0;
+  const uint8_t flags = in.u8();
+  r.sharedInPlace = (flags & kSharedInPlaceFlag) != 0;
+  r.oneOffName = (flags & kOneOffNameFlag) != 0;
   return r;
 }
 

@@ -52,6 +52,7 @@ struct Request {
   // Allreduce in place inside one of this rank's shared buffers (engine/shared_buffers.h), set
   // on a single host: eligible for the zero-copy shared in-place algorithm.
   bool sharedInPlace = false;
+  bool oneOffName = false;  // never cached (Options::oneOffName)
   int32_t rank = -1;  // global rank of the requester (filled in by the coordinator)
 };
 

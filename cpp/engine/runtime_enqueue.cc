@@ -77,6 +77,7 @@ EntryPtr Runtime::makeEntry(Kind kind, const char* opName, const TensorView& in,
   r.op = options.op;
   r.prescale = options.prescale;
   r.postscale = options.postscale;
+  r.oneOffName = options.oneOffName || options.name.empty();
   e->input = in.data;
   e->output = out.data;
   for (auto d : in.shape) {

@@ -92,8 +92,9 @@ engine::Runtime& runningRuntime() {
   return *runtime;
 }
 
-// Python's `prefix + name if name else prefix + 'noname.%d' % handle`, into `full`.
-void fullName(std::string& full, const char* prefix, nb::handle name, int64_t handle) {
+// Python's `prefix + name if name else prefix + 'noname.%d' % handle`, into `full`. Returns
+// whether the name was generated (a one-off name: Options::oneOffName).
+bool fullName(std::string& full, const char* prefix, nb::handle name, int64_t handle) {
   full.assign(prefix);
   if (!name.is_none()) {
     if (PyUnicode_Check(name.ptr())) {
@@ -102,7 +103,7 @@ void fullName(std::string& full, const char* prefix, nb::handle name, int64_t ha
       if (text == nullptr) throw nb::python_error();
       if (size > 0) {
         full.append(text, static_cast<size_t>(size));
-        return;
+        return false;
       }
     } else {
       int truth = PyObject_IsTrue(name.ptr());
@@ -115,6 +116,7 @@ void fullName(std::string& full, const char* prefix, nb::handle name, int64_t ha
     }
   }
   full.append("noname.").append(std::to_string(handle));
+  return true;
 }
 
 // Handles are Python ints; anything else names no operation.
@@ -144,7 +146,7 @@ int64_t allreduceTracked(nb::handle in, nb::handle out, nb::object payload, nb::
     ~Release() { s.busy = false; }
   } release{scratch};
   Options& options = scratch.options;
-  fullName(options.name, "allreduce.", name, handle);
+  options.oneOffName = fullName(options.name, "allreduce.", name, handle);
   options.op = static_cast<ReduceOp>(op);
   options.prescale = prescale;
   options.postscale = postscale;

@@ -43,10 +43,12 @@ void requireInitialized() {
   if (!isInitialized()) throwNotInitialized();
 }
 
-Options makeOptions(std::string&& name, int op, double prescale, double postscale,
+// `oneOff`: the caller generated `name` for an unnamed call (Options::oneOffName).
+Options makeOptions(std::string&& name, bool oneOff, int op, double prescale, double postscale,
                     int processSet) {
   Options o;
   o.name = std::move(name);
+  o.oneOffName = oneOff;
   o.op = static_cast<ReduceOp>(op);
   o.prescale = prescale;
   o.postscale = postscale;
@@ -72,7 +74,7 @@ WorkHandle wrap(WorkPtr work, Arrays&& keep) {
 
 // `in` is an OutArray: with out=None the reduction writes into it (read-only arrays are refused).
 WorkHandle allreduceAsync(const OutArray& in, const std::optional<OutArray>& out, std::string name,
-                          int op, double prescale, double postscale, int processSet) {
+                          int op, double prescale, double postscale, int processSet, bool oneOff) {
   requireRunning();
   TensorView inView = toView(in, "allreduce");
   Arrays keep;
@@ -82,15 +84,15 @@ WorkHandle allreduceAsync(const OutArray& in, const std::optional<OutArray>& out
     outView = toView(*out, "allreduce");
     keep.emplace_back(*out);
   }
-  auto work = hvd::allreduceAsync(inView, outView,
-                                  makeOptions(std::move(name), op, prescale, postscale, processSet));
+  auto work = hvd::allreduceAsync(
+      inView, outView, makeOptions(std::move(name), oneOff, op, prescale, postscale, processSet));
   return wrap(std::move(work), std::move(keep));
 }
 
 WorkHandle groupedAllreduceAsync(const std::vector<OutArray>& in,
                                  const std::optional<std::vector<OutArray>>& out,
                                  std::string name, int op, double prescale, double postscale,
-                                 int processSet) {
+                                 int processSet, bool oneOff) {
   requireRunning();
   std::vector<TensorView> inViews, outViews;
   Arrays keep;
@@ -105,55 +107,57 @@ WorkHandle groupedAllreduceAsync(const std::vector<OutArray>& in,
     outViews = inViews;
   }
   auto work = hvd::groupedAllreduceAsync(
-      inViews, outViews, makeOptions(std::move(name), op, prescale, postscale, processSet));
+      inViews, outViews, makeOptions(std::move(name), oneOff, op, prescale, postscale, processSet));
   return wrap(std::move(work), std::move(keep));
 }
 
-WorkHandle allgatherAsync(const InArray& in, std::string name, int processSet) {
+WorkHandle allgatherAsync(const InArray& in, std::string name, int processSet, bool oneOff) {
   requireRunning();
   TensorView view = toView(in, "allgather");
   Arrays keep;
   keep.emplace_back(in);
-  auto work = hvd::allgatherAsync(view, makeOptions(std::move(name), 1, 1.0, 1.0, processSet));
+  auto work =
+      hvd::allgatherAsync(view, makeOptions(std::move(name), oneOff, 1, 1.0, 1.0, processSet));
   return wrap(std::move(work), std::move(keep));
 }
 
 WorkHandle groupedAllgatherAsync(const std::vector<InArray>& in, std::string name,
-                                 int processSet) {
+                                 int processSet, bool oneOff) {
   requireRunning();
   std::vector<TensorView> views;
   Arrays keep;
   viewsOf(in, "grouped_allgather", views, keep);
-  auto work =
-      hvd::groupedAllgatherAsync(views, makeOptions(std::move(name), 1, 1.0, 1.0, processSet));
+  auto work = hvd::groupedAllgatherAsync(
+      views, makeOptions(std::move(name), oneOff, 1, 1.0, 1.0, processSet));
   return wrap(std::move(work), std::move(keep));
 }
 
-WorkHandle broadcastAsync(const OutArray& tensor, int root, std::string name, int processSet) {
+WorkHandle broadcastAsync(const OutArray& tensor, int root, std::string name, int processSet,
+                          bool oneOff) {
   requireRunning();
   TensorView view = toView(tensor, "broadcast");
   Arrays keep;
   keep.emplace_back(tensor);
-  Options options = makeOptions(std::move(name), 1, 1.0, 1.0, processSet);
+  Options options = makeOptions(std::move(name), oneOff, 1, 1.0, 1.0, processSet);
   options.root = root;
   auto work = hvd::broadcastAsync(view, options);
   return wrap(std::move(work), std::move(keep));
 }
 
 WorkHandle alltoallAsync(const InArray& in, const std::optional<std::vector<int32_t>>& splits,
-                         std::string name, int processSet) {
+                         std::string name, int processSet, bool oneOff) {
   requireRunning();
   TensorView view = toView(in, "alltoall");
   Arrays keep;
   keep.emplace_back(in);
-  Options options = makeOptions(std::move(name), 1, 1.0, 1.0, processSet);
+  Options options = makeOptions(std::move(name), oneOff, 1, 1.0, 1.0, processSet);
   if (splits) options.splits = *splits;
   auto work = hvd::alltoallAsync(view, options);
   return wrap(std::move(work), std::move(keep));
 }
 
 WorkHandle reducescatterAsync(const InArray& in, const OutArray& out, std::string name, int op,
-                              double prescale, double postscale, int processSet) {
+                              double prescale, double postscale, int processSet, bool oneOff) {
   requireRunning();
   TensorView inView = toView(in, "reducescatter");
   TensorView outView = toView(out, "reducescatter");
@@ -161,13 +165,13 @@ WorkHandle reducescatterAsync(const InArray& in, const OutArray& out, std::strin
   keep.emplace_back(in);
   keep.emplace_back(out);
   auto work = hvd::reducescatterAsync(
-      inView, outView, makeOptions(std::move(name), op, prescale, postscale, processSet));
+      inView, outView, makeOptions(std::move(name), oneOff, op, prescale, postscale, processSet));
   return wrap(std::move(work), std::move(keep));
 }
 
 WorkHandle groupedReducescatterAsync(const std::vector<InArray>& in,
                                      const std::vector<OutArray>& out, std::string name, int op,
-                                     double prescale, double postscale, int processSet) {
+                                     double prescale, double postscale, int processSet, bool oneOff) {
   requireRunning();
   if (out.size() != in.size()) {
     throw InvalidArgument("grouped_reducescatter: got " + std::to_string(in.size()) +
@@ -178,7 +182,7 @@ WorkHandle groupedReducescatterAsync(const std::vector<InArray>& in,
   viewsOf(in, "grouped_reducescatter", inViews, keep);
   viewsOf(out, "grouped_reducescatter", outViews, keep);
   auto work = hvd::groupedReducescatterAsync(
-      inViews, outViews, makeOptions(std::move(name), op, prescale, postscale, processSet));
+      inViews, outViews, makeOptions(std::move(name), oneOff, op, prescale, postscale, processSet));
   return wrap(std::move(work), std::move(keep));
 }
 
@@ -313,22 +317,24 @@ NB_MODULE(_core, m) {
       "hvd::allocateShared). In-place allreduces inside it run zero-copy when every rank uses one. The "
       "array (and torch.from_dlpack views of it) keeps the memory alive.");
   m.def("allreduce_async", &allreduceAsync, "tensor"_a, "output"_a.none(), "name"_a, "op"_a,
-        "prescale"_a, "postscale"_a, "process_set"_a,
+        "prescale"_a, "postscale"_a, "process_set"_a, "one_off"_a = false,
         "out = postscale * OP(prescale * tensor); output=None reduces in place.");
   m.def("grouped_allreduce_async", &groupedAllreduceAsync, "tensors"_a, "outputs"_a.none(),
-        "name"_a, "op"_a, "prescale"_a, "postscale"_a, "process_set"_a,
+        "name"_a, "op"_a, "prescale"_a, "postscale"_a, "process_set"_a, "one_off"_a = false,
         "Members are named <name>_<i>of<n> by the core.");
-  m.def("allgather_async", &allgatherAsync, "tensor"_a, "name"_a, "process_set"_a);
+  m.def("allgather_async", &allgatherAsync, "tensor"_a, "name"_a, "process_set"_a,
+        "one_off"_a = false);
   m.def("grouped_allgather_async", &groupedAllgatherAsync, "tensors"_a, "name"_a,
-        "process_set"_a);
+        "process_set"_a, "one_off"_a = false);
   m.def("broadcast_async", &broadcastAsync, "tensor"_a, "root_rank"_a, "name"_a, "process_set"_a,
+        "one_off"_a = false,
         "In place: overwrites tensor with root's contents (root is a global rank).");
   m.def("alltoall_async", &alltoallAsync, "tensor"_a, "splits"_a.none(), "name"_a,
-        "process_set"_a);
+        "process_set"_a, "one_off"_a = false);
   m.def("reducescatter_async", &reducescatterAsync, "tensor"_a, "output"_a, "name"_a, "op"_a,
-        "prescale"_a, "postscale"_a, "process_set"_a);
+        "prescale"_a, "postscale"_a, "process_set"_a, "one_off"_a = false);
   m.def("grouped_reducescatter_async", &groupedReducescatterAsync, "tensors"_a, "outputs"_a,
-        "name"_a, "op"_a, "prescale"_a, "postscale"_a, "process_set"_a);
+        "name"_a, "op"_a, "prescale"_a, "postscale"_a, "process_set"_a, "one_off"_a = false);
   m.def("barrier_async", &barrierAsync, "process_set"_a = 0);
   m.def("join_async", &joinAsync);
 

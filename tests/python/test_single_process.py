@@ -118,3 +118,33 @@ def test_import_without_torch_initialized_in_subprocess():
                          env=dict(os.environ), timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == 'False'
+
+
+# Every kind of unnamed call the response cache would take (allreduce sync and async, grouped,
+# allgather, grouped allgather, alltoall), many times over a cache of two entries. NAMED swaps in
+# fresh explicit names instead: the control, which must fill the cache and print the warning.
+_CACHE_SCRIPT = '''
+import sys, torch, horovod.torch as hvd
+named = sys.argv[1] == "named"
+hvd.init()
+t = torch.ones(4)
+for i in range(8):
+    n = (lambda op: "%s.%d" % (op, i)) if named else (lambda op: None)
+    assert torch.equal(hvd.allreduce(t, name=n("ar")), t)
+    hvd.synchronize(hvd.allreduce_async_(t.clone(), name=n("ar_")))
+    hvd.grouped_allreduce([t, t], name=n("gar"))
+    hvd.allgather(t, name=n("ag"))
+    hvd.grouped_allgather([t, t], name=n("gag"))
+    hvd.alltoall(t, name=n("a2a"))
+hvd.shutdown()
+'''
+
+
+@pytest.mark.parametrize('naming', ['unnamed', 'named'])
+def test_unnamed_calls_stay_out_of_the_response_cache(naming):
+    env = dict(os.environ, HOROVOD_CACHE_CAPACITY='2')
+    out = subprocess.run([sys.executable, '-c', _CACHE_SCRIPT, naming], capture_output=True,
+                         text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    evicted = 'evicted from cache' in out.stderr
+    assert evicted == (naming == 'named'), out.stderr

@@ -51,6 +51,11 @@ struct Options {
   int root = 0;                  // broadcast: a *global* rank, member of the process set
   int processSet = 0;            // 0 = all ranks
   std::vector<int32_t> splits;   // alltoall: rows for each set rank; empty = equal split
+  // The name will not be used again (generated for an unnamed call): the operation is negotiated
+  // in full and never kept in the response cache, where it would only push out the names that
+  // do recur. Implied by an empty `name`; bindings that generate names themselves (Python's
+  // "<op>.noname.<handle>") set it.
+  bool oneOffName = false;
 };
 
 // The outcome of an asynchronous collective, shared between the caller and the engine.

@@ -8,6 +8,8 @@ allocated by the core and wrapped with ``torch.from_dlpack`` (no copy either).
 
 Naming (the matching key across ranks): ``<prefix>.<name>`` or ``<prefix>.noname.<handle>``,
 where ``handle`` counts every asynchronous call of this process (reset by init and shutdown).
+A generated name never comes back, so such calls tell the core (``one_off``) to keep them out of
+its response cache, where they would push out the names that recur every step.
 
 Handles live in the core's handle table (cpp/python/handles.h): ``synchronize`` and ``poll`` are
 the core's functions themselves, and the allreduce path is one core call per tensor
@@ -215,7 +217,7 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postsc
         work = _core.grouped_allreduce_async(
             [_to_dlpack(t) for t in tensors],
             None if outputs is tensors else [_to_dlpack(t) for t in outputs], full, op,
-            prescale_factor, postscale_factor, process_set.process_set_id)
+            prescale_factor, postscale_factor, process_set.process_set_id, not name)
     except Exception:
         _check_same_device(tensors)
         _enqueue_failed(tensors if outputs is tensors else list(tensors) + list(outputs),
@@ -283,7 +285,7 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     """Asynchronous allgather (concatenation along dim 0 in set-rank order); returns a handle."""
     handle = _next_handle()
     full = 'allgather.' + name if name else 'allgather.noname.%d' % handle
-    work = _core.allgather_async(_view(tensor), full, _ps_id(process_set))
+    work = _core.allgather_async(_view(tensor), full, _ps_id(process_set), not name)
     _track(handle, work, _GATHER, None)
     return handle
 
@@ -293,7 +295,8 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     _check_same_device(tensors)
     handle = _next_handle()
     full = 'grouped_allgather.' + name if name else 'grouped_allgather.noname.%d' % handle
-    work = _core.grouped_allgather_async(_views(tensors), full, _ps_id(process_set))
+    work = _core.grouped_allgather_async(_views(tensors), full, _ps_id(process_set),
+                                           not name)
     _track(handle, work, _GATHER_N, None)
     return handle
 
@@ -303,7 +306,8 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
 def _broadcast_async(tensor, output, root_rank, name, process_set):
     handle = _next_handle()
     full = 'broadcast.' + name if name else 'broadcast.noname.%d' % handle
-    work = _core.broadcast_async(_view(output), root_rank, full, _ps_id(process_set))
+    work = _core.broadcast_async(_view(output), root_rank, full, _ps_id(process_set),
+                                 not name)
     _track(handle, work, _SINGLE, output)
     return handle
 
@@ -352,7 +356,8 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     split_values, device = _splits_list(splits)
     handle = _next_handle()
     full = 'alltoall.' + name if name else 'alltoall.noname.%d' % handle
-    work = _core.alltoall_async(_view(tensor), split_values, full, _ps_id(process_set))
+    work = _core.alltoall_async(_view(tensor), split_values, full, _ps_id(process_set),
+                                not name)
     _track(handle, work, _ALLTOALL, device)
     return handle
 
@@ -385,7 +390,7 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     handle = _next_handle()
     full = 'reducescatter.' + name if name else 'reducescatter.noname.%d' % handle
     work = _core.reducescatter_async(_view(tensor), _view(output), full, op, prescale_factor,
-                                     postscale_factor, _ps_id(process_set))
+                                     postscale_factor, _ps_id(process_set), not name)
     _track(handle, work, _SINGLE, output)
     return handle
 
@@ -402,7 +407,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average,
             else 'grouped_reducescatter.noname.%d' % handle)
     work = _core.grouped_reducescatter_async(_views(tensors), _views(outputs), full, op,
                                              prescale_factor, postscale_factor,
-                                             _ps_id(process_set))
+                                             _ps_id(process_set), not name)
     _track(handle, work, _GROUP, tuple(outputs))
     return handle
 

@@ -133,6 +133,35 @@ TEST(Cache, TinyCapacityEvictsAndStaysCorrect) {
   });
 }
 
+// Unnamed operations (a generated name, new every call) are negotiated in full and never cached:
+// with room for two entries, the two names that recur every step keep theirs and hit from the
+// second step on, however many unnamed operations run beside them.
+TEST(Cache, UnnamedOperationsStayOutOfTheCache) {
+  Cluster cluster(3, {{"HOROVOD_CACHE_CAPACITY", "2"}});
+  const int kSteps = 6;
+  cluster.run([&](int rank, engine::Runtime& rt) {
+    for (int step = 0; step < kSteps; ++step) {
+      std::vector<std::vector<int32_t>> in(5, std::vector<int32_t>(3, rank + step)), out(5);
+      std::vector<WorkPtr> works;
+      for (int k = 0; k < 5; ++k) {
+        out[k].resize(3);
+        Options options = k < 2 ? named("recurring." + std::to_string(k)) : Options{};
+        if (k == 4) options = named("python.noname." + std::to_string(step));
+        if (k == 4) options.oneOffName = true;  // as bindings that generate names pass it
+        works.push_back(rt.allreduce(view(in[k], DataType::kInt32), view(out[k], DataType::kInt32), options));
+      }
+      for (auto& w : works) w->wait();
+      for (int k = 0; k < 5; ++k) ASSERT_EQ(out[k][0], 3 * step + 3) << "tensor " << k;
+      // Allgather takes the cache too; an unnamed one stays out of it as well.
+      std::vector<int32_t> g(2, rank);
+      rt.allgather(view(g, DataType::kInt32), Options{})->wait();
+    }
+    auto stats = rt.stats();
+    EXPECT_EQ(stats.cachedTensors, uint64_t(2 * (kSteps - 1))) << "rank " << rank;
+    EXPECT_EQ(stats.hitsSent, uint64_t(2 * (kSteps - 1))) << "rank " << rank;
+  });
+}
+
 // Coordination cost of a cached step: a worker sends about one bit per tensor.
 TEST(Cache, ControlBytesPerCachedStep) {
   Cluster cluster(2);

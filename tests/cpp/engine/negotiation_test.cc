@@ -226,6 +226,10 @@ TEST(Wire, RoundTrip) {
   r.prescale = 0.25;
   r.group = "grp";
   r.groupSize = 3;
+  r.oneOffName = true;
+  rl.requests.push_back(r);
+  r.oneOffName = false;
+  r.sharedInPlace = true;
   rl.requests.push_back(r);
   std::vector<uint8_t> bytes;
   encode(rl, bytes);
@@ -234,7 +238,11 @@ TEST(Wire, RoundTrip) {
   EXPECT_EQ(back.lastSeq, 77u);
   EXPECT_TRUE(back.shutdown);
   EXPECT_EQ(back.hits, rl.hits);
-  ASSERT_EQ(back.requests.size(), 1u);
+  ASSERT_EQ(back.requests.size(), 2u);
+  EXPECT_TRUE(back.requests[0].oneOffName);
+  EXPECT_FALSE(back.requests[0].sharedInPlace);
+  EXPECT_FALSE(back.requests[1].oneOffName);
+  EXPECT_TRUE(back.requests[1].sharedInPlace);
   EXPECT_EQ(back.requests[0].splits, r.splits);
   EXPECT_EQ(back.requests[0].shape, r.shape);
   EXPECT_EQ(back.requests[0].prescale, 0.25);
