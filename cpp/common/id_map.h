@@ -3,7 +3,11 @@
 //
 // std::unordered_map costs a modulo by a prime (an integer division) and a pointer chase per
 // lookup; here ids index a power-of-two table directly (ids are handed out sequentially, so
-// `id & mask` spreads them without a hash function) with linear probing.
+// `id & mask` spreads them without a hash function) with linear probing, Robin Hood style: an
+// id never sits further from its home slot than the ids it passed. Sequential ids form long
+// runs of occupied slots (a cache sliding over its newest 1024 ids is one run of 1024), and
+// the invariant lets an erase, or a lookup of an absent id, stop at the first id that sits
+// nearer its home than the probe, instead of walking the run to its end.
 //
 // Contract: values live on the heap and never move, so pointers and references to them stay
 // valid until that id is erased (inserting or erasing other ids does not invalidate them).
@@ -32,9 +36,10 @@ class IdMap {
 
   V* find(uint32_t id) {
     if (size_ == 0) return nullptr;
-    for (size_t i = id & mask_;; i = (i + 1) & mask_) {
+    for (size_t i = id & mask_, probe = 0;; i = (i + 1) & mask_, ++probe) {
       if (slots_[i].id == id) return valueOf(slots_[i]);
-      if (slots_[i].id == kNoId) return nullptr;
+      // An empty slot, or an id nearer its home than `id` would be here: `id` is absent.
+      if (slots_[i].id == kNoId || distance(i, slots_[i].id) < probe) return nullptr;
     }
   }
   const V* find(uint32_t id) const { return const_cast<IdMap*>(this)->find(id); }
@@ -53,23 +58,17 @@ class IdMap {
   bool erase(uint32_t id) {
     if (size_ == 0) return false;
     size_t i = id & mask_;
-    while (slots_[i].id != id) {
-      if (slots_[i].id == kNoId) return false;
-      i = (i + 1) & mask_;
+    for (size_t probe = 0; slots_[i].id != id; i = (i + 1) & mask_, ++probe) {
+      if (slots_[i].id == kNoId || distance(i, slots_[i].id) < probe) return false;
     }
     slots_[i] = Slot{};
     --size_;
-    // Backward-shift deletion: pull later members of the probe run into the hole, so lookups
-    // never need tombstones.
-    for (size_t hole = i, j = (i + 1) & mask_; slots_[j].id != kNoId; j = (j + 1) & mask_) {
-      size_t home = slots_[j].id & mask_;
-      // Movable into the hole when its home is not cyclically within (hole, j].
-      bool movable = hole <= j ? (home <= hole || home > j) : (home <= hole && home > j);
-      if (movable) {
-        slots_[hole] = std::move(slots_[j]);
-        slots_[j] = Slot{};
-        hole = j;
-      }
+    // Backward-shift deletion (no tombstones): the ids after the hole that are away from their
+    // home move back one slot each, up to the first empty slot or id at home.
+    for (size_t hole = i, j = (i + 1) & mask_; slots_[j].id != kNoId && distance(j, slots_[j].id) > 0;
+         hole = j, j = (j + 1) & mask_) {
+      slots_[hole] = std::move(slots_[j]);
+      slots_[j] = Slot{};
     }
     return true;
   }
@@ -128,14 +127,33 @@ class IdMap {
   }
   static const V* valueOf(const Slot& s) { return valueOf(const_cast<Slot&>(s)); }
 
+  // How far slot `i` is from the home of `id`.
+  size_t distance(size_t i, uint32_t id) const { return (i - (id & mask_)) & mask_; }
+
   V* insertNew(uint32_t id, Stored value) {
     if ((size_ + 1) * 4 > slots_.size() * 3) grow();  // load factor <= 3/4
-    size_t i = id & mask_;
-    while (slots_[i].id != kNoId) i = (i + 1) & mask_;
-    slots_[i].id = id;
-    slots_[i].value = std::move(value);
     ++size_;
-    return valueOf(slots_[i]);
+    return valueOf(slots_[place(Slot{id, std::move(value)})]);
+  }
+
+  // Robin Hood insertion of an absent id: walking from its home, it takes the first slot that is
+  // empty or held by an id nearer its own home, and that id walks on the same way. Returns the
+  // slot where `carried` landed.
+  size_t place(Slot carried) {
+    size_t landed = SIZE_MAX;
+    for (size_t i = carried.id & mask_, probe = 0;; i = (i + 1) & mask_, ++probe) {
+      Slot& s = slots_[i];
+      if (s.id == kNoId) {
+        s = std::move(carried);
+        return landed == SIZE_MAX ? i : landed;
+      }
+      size_t theirs = distance(i, s.id);
+      if (theirs < probe) {
+        std::swap(s, carried);
+        if (landed == SIZE_MAX) landed = i;
+        probe = theirs;
+      }
+    }
   }
 
   void grow() {
@@ -143,10 +161,7 @@ class IdMap {
     slots_ = std::vector<Slot>(old.empty() ? 16 : old.size() * 2);
     mask_ = slots_.size() - 1;
     for (auto& s : old) {
-      if (s.id == kNoId) continue;
-      size_t i = s.id & mask_;
-      while (slots_[i].id != kNoId) i = (i + 1) & mask_;
-      slots_[i] = std::move(s);
+      if (s.id != kNoId) place(std::move(s));
     }
   }
 
