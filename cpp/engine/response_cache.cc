@@ -1,6 +1,7 @@
 #include "engine/response_cache.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "common/logging.h"
 
@@ -115,17 +116,30 @@ void CoordinatorCache::touch(uint32_t id) {
   if (Meta* meta = metas_.find(id)) meta->lastUse = ++clock_;
 }
 
+namespace {
+constexpr auto kOlderOnTop = std::greater<std::pair<uint64_t, uint32_t>>();
+}
+
+uint32_t CoordinatorCache::leastRecentlyUsed(SetState& set) {
+  auto& heap = set.byLastUse;
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), kOlderOnTop);
+    auto [queuedAt, id] = heap.back();
+    heap.pop_back();
+    const Meta* meta = metas_.find(id);
+    if (meta == nullptr || !meta->live) continue;  // evicted since it was queued
+    if (meta->lastUse == queuedAt) return id;     // unused since: the least recently used
+    heap.emplace_back(meta->lastUse, id);         // used since: back in with its new stamp
+    std::push_heap(heap.begin(), heap.end(), kOlderOnTop);
+  }
+  return kNoCacheId;
+}
+
 uint32_t CoordinatorCache::insert(CacheEntry entry, uint64_t seq, std::vector<uint32_t>& evicted) {
   const int32_t ps = entry.processSet;
-  if (liveCount_[ps] >= capacity_) {
-    uint32_t victim = kNoCacheId;
-    uint64_t oldest = UINT64_MAX;
-    metas_.forEach([&](uint32_t id, const Meta& meta) {
-      if (meta.live && meta.processSet == ps && meta.lastUse < oldest) {
-        oldest = meta.lastUse;
-        victim = id;
-      }
-    });
+  SetState& set = sets_[ps];
+  if (set.live >= capacity_) {
+    uint32_t victim = leastRecentlyUsed(set);
     if (victim != kNoCacheId) {
       if (!warned_) {
         warned_ = true;
@@ -145,7 +159,18 @@ uint32_t CoordinatorCache::insert(CacheEntry entry, uint64_t seq, std::vector<ui
   Slot slot;
   slot.entry = std::move(entry);
   slots_.assign(id, std::move(slot));
-  liveCount_[ps]++;
+  set.live++;
+  auto& heap = set.byLastUse;
+  heap.emplace_back(clock_, id);
+  std::push_heap(heap.begin(), heap.end(), kOlderOnTop);
+  if (heap.size() > 2 * static_cast<size_t>(set.live) + 64) {
+    // Mostly ids evicted by renegotiation: keep the live ones.
+    heap.clear();
+    metas_.forEach([&](uint32_t liveId, const Meta& meta) {
+      if (meta.live && meta.processSet == ps) heap.emplace_back(meta.lastUse, liveId);
+    });
+    std::make_heap(heap.begin(), heap.end(), kOlderOnTop);
+  }
   return id;
 }
 
@@ -156,7 +181,7 @@ void CoordinatorCache::evict(uint32_t id, uint64_t seq) {
   Slot& slot = *found;
   meta->live = false;
   slot.evictedAt = seq;
-  liveCount_[slot.entry.processSet]--;
+  sets_[slot.entry.processSet].live--;
   auto name = byName_.find(NameKeyRef{slot.entry.processSet, slot.entry.tensor.name});
   if (name != byName_.end() && name->second == id) byName_.erase(name);
   tombstones_.push_back(id);

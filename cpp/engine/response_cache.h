@@ -116,6 +116,7 @@ class CoordinatorCache {
   void touch(uint32_t id);
   // Adds an entry and returns its id. Evicts the set's least recently used entry when the set is
   // at capacity (logging Horovod's warning once); evicted ids are appended to `evicted`.
+  // Amortized O(1) (touch() stays a store; see `order_`).
   uint32_t insert(CacheEntry entry, uint64_t seq, std::vector<uint32_t>& evicted);
   // Turns a live entry into a tombstone (announced in list `seq`).
   void evict(uint32_t id, uint64_t seq);
@@ -135,7 +136,18 @@ class CoordinatorCache {
   IdMap<Slot> slots_;
   FlatIdMap<Meta> metas_;  // the same ids as slots_
   std::unordered_map<NameKey, uint32_t, NameKeyHash, NameKeyEq> byName_;  // live only
-  std::unordered_map<int32_t, int64_t> liveCount_;             // per process set
+  // Per process set: the number of live entries, and a min-heap of (lastUse when queued, id)
+  // holding every live id. A hit only stamps its Meta; the heap catches up when an eviction
+  // looks: an id whose entry was used since it was queued goes back in with its new stamp, and
+  // the first id found unchanged at the top is the least recently used (every other live entry
+  // was queued at or after that stamp and used no earlier than it was queued). Ids evicted
+  // otherwise are dropped when met, and the heap is rebuilt when they outnumber the live ones.
+  struct SetState {
+    int64_t live = 0;
+    std::vector<std::pair<uint64_t, uint32_t>> byLastUse;  // min-heap on lastUse
+  };
+  uint32_t leastRecentlyUsed(SetState& set);
+  std::unordered_map<int32_t, SetState> sets_;
   std::vector<uint32_t> tombstones_;
 };
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "cluster.h"
+#include "engine/response_cache.h"
 #include "typed.h"
 
 namespace hvd::test {
@@ -131,6 +132,42 @@ TEST(Cache, TinyCapacityEvictsAndStaysCorrect) {
       for (int t = 0; t < 5; ++t) ASSERT_EQ(out[t][0], 3 * t + 3);
     }
   });
+}
+
+// The coordinator evicts exactly the least recently used entry of the set, also after hits and
+// evictions by renegotiation have reordered the entries (hits only stamp an entry; eviction
+// catches up).
+TEST(CoordinatorCacheLru, EvictsTheLeastRecentlyUsed) {
+  engine::CoordinatorCache cache(4);
+  std::vector<uint32_t> evicted;
+  auto insert = [&](const std::string& name, int32_t processSet = 0) {
+    engine::CacheEntry e;
+    e.processSet = processSet;
+    e.tensor.name = name;
+    return cache.insert(std::move(e), 1, evicted);
+  };
+  uint32_t a = insert("a"), b = insert("b"), c = insert("c"), x = insert("x");
+  insert("other set", 1);  // another process set's capacity is its own
+  cache.touch(a);
+  cache.touch(b);
+  cache.evict(x, 1);  // renegotiated: room for one more without evicting
+  uint32_t d = insert("d");
+  EXPECT_TRUE(evicted.empty());
+  cache.touch(c);
+  insert("e");  // uses: a, b, d, c -> a goes
+  EXPECT_EQ(evicted, std::vector<uint32_t>{a});
+  insert("f");  // b, d, c, e -> b
+  EXPECT_EQ(evicted, (std::vector<uint32_t>{a, b}));
+  cache.touch(d);
+  insert("g");  // c, e, f, d -> c
+  EXPECT_EQ(evicted, (std::vector<uint32_t>{a, b, c}));
+  uint32_t e = cache.liveId(0, "e"), f = cache.liveId(0, "f");
+  cache.touch(e);
+  insert("h");  // f, d, g, e -> f (d and e were queued earlier but used since)
+  EXPECT_EQ(evicted, (std::vector<uint32_t>{a, b, c, f}));
+  EXPECT_EQ(cache.liveId(0, "d"), d);
+  EXPECT_EQ(cache.liveId(0, "a"), engine::kNoCacheId);
+  EXPECT_NE(cache.liveId(1, "other set"), engine::kNoCacheId);
 }
 
 // Unnamed operations (a generated name, new every call) are negotiated in full and never cached:
