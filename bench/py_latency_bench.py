@@ -5,6 +5,10 @@
 
 Reports, as the maximum over ranks of each iteration, then p50/p99 over iterations:
   sync_allreduce_8B      hvd.allreduce of a 2-element float32 tensor (8 bytes), synchronous
+  sync_8B_unnamed        the same without a name (a generated one: negotiated in full each
+                         time, kept out of the response cache)
+  sync_8B_fresh_names    the same with a new explicit name every call (cached, so at capacity
+                         every call also evicts the least recently used entry)
   step_100x1KiB          100 x hvd.allreduce_async_ of 1 KiB tensors, then hvd.synchronize on all,
                          steps back to back (in place, hvd.Average), timed like the C++
                          harness's allreduce_batch: the Python counterpart of that row
@@ -68,6 +72,22 @@ def main():
         lat.append(t1 - t0)
         t0 = t1
     bad += int((y != x * n).sum())
+
+    def sync_loop(names):
+        out = []
+        for nm in names:
+            t0 = time.perf_counter()
+            y = hvd.allreduce(x, name=nm, op=hvd.Sum)
+            out.append(time.perf_counter() - t0)
+        return out, int((y != x * n).sum())
+
+    # More calls than the cache holds (1024 by default) before timing, so the fresh names run
+    # at capacity.
+    unnamed, wrong = sync_loop([None] * (args.iters + 100))
+    bad += wrong
+    fresh, wrong = sync_loop([f"lat8.{i}" for i in range(args.iters + 1200)])
+    bad += wrong
+    unnamed, fresh = unnamed[100:], fresh[1200:]
 
     # 100 x 1 KiB async allreduces, then wait on all.
     tensors = [torch.full((256,), float(rank + 1 + j % 3)) for j in range(args.tensors)]
@@ -145,6 +165,8 @@ def main():
     bad += sum(int(((t - (mean + j % 3)).abs() > 1e-5).sum()) for j, t in enumerate(work))
 
     lat = max_over_ranks(lat, "stats.lat")
+    unnamed = max_over_ranks(unnamed, "stats.unnamed")
+    fresh = max_over_ranks(fresh, "stats.fresh")
     back_to_back = max_over_ranks(back_to_back, "stats.b2b")
     steps = max_over_ranks(steps, "stats.steps")
     enq = max_over_ranks(enq, "stats.enq")
@@ -156,7 +178,8 @@ def main():
         print(f"# py_latency_bench ranks={n} iters={args.iters} steps={args.steps} tensors={args.tensors} "
               f"torch={torch.__version__}" + (" smoke=1" if args.smoke else ""))
         print("#%23s %12s %12s" % ("metric", "p50_us", "p99_us"))
-        for name, v in (("sync_allreduce_8B", lat), (f"step_{args.tensors}x1KiB", back_to_back),
+        for name, v in (("sync_allreduce_8B", lat), ("sync_8B_unnamed", unnamed),
+                        ("sync_8B_fresh_names", fresh), (f"step_{args.tensors}x1KiB", back_to_back),
                         (f"step_{args.tensors}x1KiB_fresh", steps),
                         ("enqueue_per_call", enq), ("synchronize_per_call", sync),
                         ("sync_ready_per_call", ready), (f"grouped_{args.tensors}x1KiB", grouped)):
