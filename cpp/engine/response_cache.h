@@ -116,7 +116,8 @@ class CoordinatorCache {
   void touch(uint32_t id);
   // Adds an entry and returns its id. Evicts the set's least recently used entry when the set is
   // at capacity (logging Horovod's warning once); evicted ids are appended to `evicted`.
-  // Amortized O(1) (touch() stays a store; see `order_`).
+  // An eviction costs O(log n) per entry used since it was last looked at (see SetState);
+  // touch() stays a store.
   uint32_t insert(CacheEntry entry, uint64_t seq, std::vector<uint32_t>& evicted);
   // Turns a live entry into a tombstone (announced in list `seq`).
   void evict(uint32_t id, uint64_t seq);
