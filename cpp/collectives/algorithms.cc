@@ -43,14 +43,14 @@ const Param<std::string>& allreduceAlgorithmParam() { return kAllreduceAlgo; }
 
 const std::vector<AllreduceAlgorithm>& allreduceAlgorithms() { return kTable; }
 
-void checkAllreduceAlgorithmName(const std::string& name) {
+void checkAllreduceAlgorithmName(std::string_view name) {
   if (name.empty()) return;
   std::string known;
   for (const auto& algo : kTable) {
     if (name == algo.name) return;
     known += (known.empty() ? "" : ", ") + std::string(algo.name);
   }
-  throw InvalidArgument(std::string(kAllreduceAlgo.name()) + "='" + name + "' is not an allreduce algorithm; known: " +
+  throw InvalidArgument(std::string(kAllreduceAlgo.name()) + "='" + std::string(name) + "' is not an allreduce algorithm; known: " +
                         known);
 }
 
@@ -61,7 +61,7 @@ bool runnable(const AllreduceAlgorithm& algo, bool shared, bool hosts) {
 }
 
 // The table entry named `requested` when it can run without knowing more about the placement.
-const AllreduceAlgorithm* honoured(const std::string& requested, bool shared) {
+const AllreduceAlgorithm* honoured(std::string_view requested, bool shared) {
   for (const auto& algo : kTable) {
     if (requested == algo.name && runnable(algo, shared, false)) return &algo;
   }
@@ -70,7 +70,7 @@ const AllreduceAlgorithm* honoured(const std::string& requested, bool shared) {
 
 }  // namespace
 
-const AllreduceAlgorithm& chooseAllreduce(const std::string& requested, size_t bytes, int n, bool shared,
+const AllreduceAlgorithm& chooseAllreduce(std::string_view requested, size_t bytes, int n, bool shared,
                                           bool hosts) {
   if (!requested.empty()) {
     for (const auto& algo : kTable) {

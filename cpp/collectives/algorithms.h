@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "collectives/communicator.h"
@@ -18,7 +19,7 @@ namespace hvd::collectives {
 
 const Param<std::string>& allreduceAlgorithmParam();
 // "" is fine; any other name must be in the table (InvalidArgument listing them otherwise).
-void checkAllreduceAlgorithmName(const std::string& name);
+void checkAllreduceAlgorithmName(std::string_view name);
 
 class MessageIo;
 
@@ -64,7 +65,7 @@ struct AllreduceAlgorithm {
 const std::vector<AllreduceAlgorithm>& allreduceAlgorithms();
 // The algorithm allreduce() would run on `n` ranks; `shared` = a usable SharedSpace exists,
 // `hosts` = the hierarchical algorithm can run.
-const AllreduceAlgorithm& chooseAllreduce(const std::string& requested, size_t bytes, int n, bool shared,
+const AllreduceAlgorithm& chooseAllreduce(std::string_view requested, size_t bytes, int n, bool shared,
                                           bool hosts = false);
 // The algorithm allreduce() runs for `bytes` on this communicator. Collective the first time it
 // looks at shared memory (like allreduce itself): every member calls it at the same point.
