@@ -1,6 +1,7 @@
 // broadcast: shared-memory chunks when the members share memory; hierarchical (one leader per
 // host over point-to-point, then shared memory) when they span hosts; otherwise a binomial tree
 // for small messages and a pipelined chain (root, root+1, ...) for large ones.
+#include <algorithm>
 #include <cstring>
 
 #include "collectives/collectives.h"
@@ -56,12 +57,46 @@ void broadcastChain(Communicator& comm, uint8_t* buf, size_t bytes, int root) {
   }
 }
 
+// A message of one chunk is streamed from this size up (below it, one piece is the whole message
+// and the extra hand-off would only add latency).
+constexpr size_t kStreamedMinBytes = size_t(16) << 10;
+// It is cut into at most this many pieces of at least kMinPieceBytes.
+constexpr size_t kMaxPieces = 8;
+constexpr size_t kMinPieceBytes = size_t(8) << 10;
+
+// One chunk, streamed: a barrier first (everyone is done with this half's previous use), then the
+// root copies the message in pieces and publishes each; the others copy each piece out as soon
+// as it is published, so the root's copy and theirs overlap. Progress values are unique per
+// phase: (phase + 1) << 16 | pieces done.
+void broadcastStreamed(Communicator& comm, SharedSpace& space, uint8_t* buf, size_t bytes, int root) {
+  const uint64_t phase = space.nextPhase();
+  uint8_t* shared = sharedHalf(space, root, phase);
+  const bool isRoot = space.memberIndex() == root;
+  const size_t piece = std::max(kMinPieceBytes, (bytes / kMaxPieces + 63) / 64 * 64);
+  const uint64_t base = (phase + 1) << 16;
+  space.barrier(comm.deadline());
+  uint64_t k = 0;
+  for (size_t offset = 0; offset < bytes; offset += piece) {
+    const size_t len = std::min(piece, bytes - offset);
+    ++k;
+    if (isRoot) {
+      std::memcpy(shared + offset, buf + offset, len);
+      space.publish(base | k);
+    } else {
+      space.awaitPublished(root, base | k, comm.deadline());
+      std::memcpy(buf + offset, shared + offset, len);
+    }
+  }
+}
+
 }  // namespace
 
 // Root publishes a chunk into its next half, barrier, the others copy it out. Chunks of at most
 // kSharedCopyChunkBytes: the root fills chunk k+1 while the others copy chunk k (still cached).
+// A message of one chunk is streamed instead (broadcastStreamed).
 void broadcastShared(Communicator& comm, SharedSpace& space, uint8_t* buf, size_t bytes, int root) {
   const size_t half = sharedCopyChunkBytes(space);
+  if (bytes >= kStreamedMinBytes && bytes <= half) return broadcastStreamed(comm, space, buf, bytes, root);
   const bool isRoot = space.memberIndex() == root;
   for (size_t offset = 0; offset < bytes; offset += half) {
     const size_t len = std::min(half, bytes - offset);

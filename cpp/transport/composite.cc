@@ -31,6 +31,12 @@ class CompositeTransport::SpaceView : public SharedSpace {
   void barrier(Deadline deadline) override {
     owner_->guarded(true, [&] { inner_->barrier(deadline); });
   }
+  void publish(uint64_t value) override {
+    owner_->guarded(true, [&] { inner_->publish(value); });
+  }
+  void awaitPublished(int memberIndex, uint64_t value, Deadline deadline) override {
+    owner_->guarded(true, [&] { inner_->awaitPublished(memberIndex, value, deadline); });
+  }
 
  private:
   CompositeTransport* owner_;

@@ -44,6 +44,14 @@ class SharedSpace {
   virtual void* buffer(int memberIndex) = 0;
   // Synchronizes all members (full memory fence). Watches for dead members like other waits.
   virtual void barrier(Deadline deadline) = 0;
+  // Progress flag, for algorithms that stream through a buffer (one member fills it piece by
+  // piece while the others copy each piece as soon as it is there): publish() makes this
+  // member's writes before it visible together with `value` (release) and wakes members waiting
+  // on it; awaitPublished() returns once member `memberIndex` has published at least `value`
+  // (acquire). The values a member publishes only grow. Waits watch for dead members and the
+  // deadline like barrier(). Neither is a barrier: buffer reuse still needs one per phase.
+  virtual void publish(uint64_t value) = 0;
+  virtual void awaitPublished(int memberIndex, uint64_t value, Deadline deadline) = 0;
 
   // Double-buffering phase for the algorithms that use this space (collectives/partition.h):
   // every chunk they pass through the space takes the next phase. It lives with the space, not

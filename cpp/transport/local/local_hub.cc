@@ -78,6 +78,7 @@ std::shared_ptr<LocalSharedGroup> LocalHub::sharedGroup(const std::vector<int>& 
     auto group = std::make_shared<LocalSharedGroup>();
     group->members = members;
     group->capacity = capacity;
+    group->published = std::make_unique<std::atomic<uint64_t>[]>(members.size());
     size_t rounded = (capacity + 63) / 64 * 64;
     for (size_t i = 0; i < members.size(); ++i) {
       void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);

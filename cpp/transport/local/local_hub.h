@@ -49,6 +49,8 @@ struct LocalSharedGroup {
   std::condition_variable cv;
   int arrived = 0;
   std::atomic<uint64_t> generation{0};
+  // SharedSpace::publish() values, one per member; waiters sleep on `cv` (under `mutex`).
+  std::unique_ptr<std::atomic<uint64_t>[]> published;
 };
 
 class LocalHub {

@@ -81,6 +81,31 @@ class LocalSharedSpace : public SharedSpace {
     }
   }
 
+  void publish(uint64_t value) override {
+    LocalSharedGroup& g = *group_;
+    g.published[index_].store(value, std::memory_order_release);
+    std::lock_guard<std::mutex> lock(g.mutex);  // a waiter checks under it before it sleeps
+    g.cv.notify_all();
+  }
+
+  void awaitPublished(int memberIndex, uint64_t value, Deadline deadline) override {
+    LocalSharedGroup& g = *group_;
+    HVD_CHECK(memberIndex >= 0 && memberIndex < static_cast<int>(g.members.size()))
+        << "member index " << memberIndex << " out of range";
+    std::atomic<uint64_t>& published = g.published[memberIndex];
+    for (int i = 0; i < 256; ++i) {
+      if (published.load(std::memory_order_acquire) >= value) return;
+      HVD_CPU_RELAX();
+    }
+    std::unique_lock<std::mutex> lock(g.mutex);
+    while (published.load(std::memory_order_acquire) < value) {
+      checkFailures();
+      if (waitTimedOut(g.cv, lock, deadline) && published.load(std::memory_order_acquire) < value) {
+        throwTimeout("shared-space progress flag", rank_, g.members[memberIndex], deadline);
+      }
+    }
+  }
+
  private:
   void checkFailures() {
     LocalRankState& self = hub_->rank(rank_);

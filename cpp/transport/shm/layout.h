@@ -69,6 +69,8 @@ struct SpaceHeader {
   uint64_t capacity;
   // Barrier generation this member has reached (written by the member only).
   alignas(kLine) std::atomic<uint64_t> arrived;
+  // SharedSpace::publish()'s progress value (written by the member only; zero in a new segment).
+  alignas(kLine) std::atomic<uint64_t> published;
 };
 static_assert(sizeof(SpaceHeader) <= kPage);
 

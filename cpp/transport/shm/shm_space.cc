@@ -1,6 +1,6 @@
-#include <algorithm>
 #include "transport/shm/shm_space.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "common/check.h"
@@ -60,6 +60,32 @@ void ShmSpace::barrier(Deadline deadline) {
     return out.str();
   }, [&](int peer) { return std::find(members_.begin(), members_.end(), peer) != members_.end(); });
   std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
+void ShmSpace::publish(uint64_t value) {
+  // seq_cst, like barrier(): orders the store before notify()'s check for sleepers.
+  headers_[index_]->published.store(value, std::memory_order_seq_cst);
+  for (size_t i = 0; i < members_.size(); ++i) {
+    if (static_cast<int>(i) != index_) Waiter::notify(transport_.peers_[members_[i]].header);
+  }
+}
+
+void ShmSpace::awaitPublished(int memberIndex, uint64_t value, Deadline deadline) {
+  HVD_CHECK(memberIndex >= 0 && memberIndex < static_cast<int>(members_.size()))
+      << "member index " << memberIndex << " out of range for " << members_.size() << " members";
+  std::atomic<uint64_t>& published = headers_[memberIndex]->published;
+  if (published.load(std::memory_order_acquire) >= value) return;
+  transport_.waiter_->throwIfFailed();
+  const int peer = members_[memberIndex];
+  transport_.waitOrTimeout(
+      [&] { return published.load(std::memory_order_acquire) >= value; }, deadline,
+      [&] {
+        std::ostringstream out;
+        out << "shm shared space: rank " << transport_.rank() << " timed out waiting for rank " << peer
+            << " to publish " << value << " (it published " << published.load(std::memory_order_acquire) << ")";
+        return out.str();
+      },
+      [&](int rank) { return rank == peer; });
 }
 
 }  // namespace hvd::shm

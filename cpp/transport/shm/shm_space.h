@@ -9,7 +9,8 @@
 // waits until every member's is at least as far (acquire); all writes to any buffer before the
 // barrier are visible to every member after it. No read-modify-write on shared lines, so members
 // never contend; waiting spins briefly, then sleeps like every other wait of the transport and
-// watches for lost peers.
+// watches for lost peers. publish()/awaitPublished() work the same way on a second word of the
+// member's header.
 //
 // Used by one thread at a time per member (the thread running the engine).
 #pragma once
@@ -34,6 +35,8 @@ class ShmSpace final : public SharedSpace {
   size_t capacity() const override { return capacity_; }
   void* buffer(int memberIndex) override;
   void barrier(Deadline deadline) override;
+  void publish(uint64_t value) override;
+  void awaitPublished(int memberIndex, uint64_t value, Deadline deadline) override;
 
  private:
   ShmTransport& transport_;

@@ -51,6 +51,11 @@ class SlowSpace : public SharedSpace {
     inner_->barrier(deadline);
     if (inner_->memberIndex() == 1) std::this_thread::sleep_for(std::chrono::microseconds(300));
   }
+  void publish(uint64_t value) override { inner_->publish(value); }
+  void awaitPublished(int memberIndex, uint64_t value, Deadline deadline) override {
+    inner_->awaitPublished(memberIndex, value, deadline);
+    if (inner_->memberIndex() == 1) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
 
  private:
   SharedSpace* inner_;
@@ -69,13 +74,17 @@ class SlowLocalTransport : public LocalTransport {
  private:
   std::map<SharedSpace*, std::unique_ptr<SlowSpace>> spaces_;
 };
-const bool kSlowLocalRegistered = [] {
-  registerTransport("local-slow", [](const TransportContext& context) -> std::unique_ptr<Transport> {
+void registerSlow(const std::string& name, size_t capacity) {
+  registerTransport(name, [capacity](const TransportContext& context) -> std::unique_ptr<Transport> {
     LocalTransportOptions options;
     options.connectTimeout = context.timeout;
-    options.sharedCapacity = kSmallCapacity;
+    options.sharedCapacity = capacity;
     return std::make_unique<SlowLocalTransport>(context.jobId, context.rank, context.size, options);
   });
+}
+const bool kSlowLocalRegistered = [] {
+  registerSlow("local-slow", kSmallCapacity);
+  registerSlow("local-slow-1m", size_t(1) << 20);  // halves large enough for streamed broadcasts
   return true;
 }();
 
@@ -391,6 +400,45 @@ TEST(Hierarchical, AllgatherAndBroadcast) {
   checkGatherAndBroadcast({{"y", "x", "x", "y", "z", "z"}, "local-small"});
   // Uneven: flat allgather, hierarchical broadcast (single-member host skips the shared stage).
   checkGatherAndBroadcast({{"a", "b", "b"}, "local-small"});
+}
+
+// Broadcasts of one chunk are streamed (the others copy each piece as the root publishes it);
+// a reader that lingers after each piece (member 1) must still read every byte before the root
+// reuses that buffer half two phases later: runs of broadcasts from one root, then from others,
+// with shared-memory allreduces in between.
+TEST(SharedSpace, StreamedBroadcastWaitsForSlowReaders) {
+  const std::vector<size_t> sizes = {16384, 300001, 65536, 20000, 500000};
+  const std::vector<int> roots = {0, 0, 0, 0, 2, 2, 2, 1, 1, 1, 0, 0};
+  std::mutex mu;
+  std::vector<std::string> failures;
+  runHosts({{"a", "a", "a"}, "local-slow-1m"}, [&](Communicator& comm) {
+    const int r = comm.rank();
+    for (int iter = 0; iter < static_cast<int>(roots.size()); ++iter) {
+      const int root = roots[iter];
+      const size_t bytes = sizes[iter % sizes.size()];
+      auto expected = [&](size_t i) { return static_cast<uint8_t>(i * 31 + iter * 7 + root); };
+      std::vector<uint8_t> b(bytes);
+      for (size_t i = 0; i < bytes; ++i) b[i] = r == root ? expected(i) : 0;
+      collectives::broadcast(comm, b.data(), bytes, root);
+      for (size_t i = 0; i < bytes; ++i) {
+        if (b[i] != expected(i)) {
+          std::lock_guard<std::mutex> lock(mu);
+          failures.push_back("rank " + std::to_string(r) + " iter " + std::to_string(iter) + " byte " +
+                             std::to_string(i) + " of " + std::to_string(bytes));
+          break;  // keep running the collectives: every rank must take part in all of them
+        }
+      }
+      if (iter % 5 == 4) {
+        std::vector<float> w(100000, static_cast<float>(r + 1));
+        collectives::allreduce(comm, w.data(), w.size(), DataType::kFloat32, ReduceOp::kSum);
+        if (w[0] != 6.0f || w.back() != 6.0f) {
+          std::lock_guard<std::mutex> lock(mu);
+          failures.push_back("rank " + std::to_string(r) + " allreduce after iter " + std::to_string(iter));
+        }
+      }
+    }
+  });
+  EXPECT_TRUE(failures.empty()) << failures.front();
 }
 
 }  // namespace

@@ -91,7 +91,7 @@ class Processes {
   std::vector<pid_t> pids_;
 };
 
-enum class BlockedIn { kRecv, kSendIntoFullRing, kWaitForMessage, kBarrier };
+enum class BlockedIn { kRecv, kSendIntoFullRing, kWaitForMessage, kBarrier, kAwaitPublished };
 
 std::string toString(BlockedIn where) {
   switch (where) {
@@ -99,6 +99,7 @@ std::string toString(BlockedIn where) {
     case BlockedIn::kSendIntoFullRing: return "send";
     case BlockedIn::kWaitForMessage: return "waitForMessage";
     case BlockedIn::kBarrier: return "barrier";
+    case BlockedIn::kAwaitPublished: return "awaitPublished";
   }
   return "?";
 }
@@ -114,7 +115,8 @@ TEST_P(ShmKill, SurvivorsGetPeerLostNamingTheKilledRank) {
   for (int r = 0; r < n; ++r) {
     procs.start(r, [&, r] {
       ShmTransport t(makeContext(r, n, store, job), smallOptions());
-      SharedSpace* space = where == BlockedIn::kBarrier ? t.sharedSpace({0, 1, 2}, Deadline::after(10s)) : nullptr;
+      const bool spaced = where == BlockedIn::kBarrier || where == BlockedIn::kAwaitPublished;
+      SharedSpace* space = spaced ? t.sharedSpace({0, 1, 2}, Deadline::after(10s)) : nullptr;
       store->setText("ready/" + std::to_string(r), "1");
       if (r == victim) {
         ::pause();
@@ -139,6 +141,9 @@ TEST_P(ShmKill, SurvivorsGetPeerLostNamingTheKilledRank) {
             break;
           case BlockedIn::kBarrier:
             space->barrier(Deadline::after(25s));
+            break;
+          case BlockedIn::kAwaitPublished:
+            space->awaitPublished(victim, 1, Deadline::after(25s));  // the victim never publishes
             break;
         }
         store->setText("result/" + std::to_string(r), "returned without error");
@@ -184,7 +189,7 @@ TEST_P(ShmKill, SurvivorsGetPeerLostNamingTheKilledRank) {
 
 INSTANTIATE_TEST_SUITE_P(Blocked, ShmKill,
                          ::testing::Values(BlockedIn::kRecv, BlockedIn::kSendIntoFullRing, BlockedIn::kWaitForMessage,
-                                           BlockedIn::kBarrier),
+                                           BlockedIn::kBarrier, BlockedIn::kAwaitPublished),
                          [](const auto& info) { return toString(info.param); });
 
 // ---- Nothing left behind ------------------------------------------------------------------

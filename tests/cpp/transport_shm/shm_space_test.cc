@@ -66,6 +66,64 @@ TEST(ShmSpace, BarrierOrdersWritesOverManyRounds) {
   });
 }
 
+TEST(ShmSpace, PublishOrdersWritesBeforeTheValue) {
+  // Member 0 writes round k into its buffer, then publishes k; the others await k and must see
+  // the round's data. A barrier every 64 rounds lets member 0 reuse its buffer.
+  const int n = 3, rounds = 3000;
+  runRanks(n, [&](int r, ShmTransport& t) {
+    SharedSpace* space = t.sharedSpace(allRanks(n), soon());
+    auto* data = static_cast<volatile uint64_t*>(space->buffer(0));
+    for (int k = 1; k <= rounds; ++k) {
+      const size_t slot = static_cast<size_t>(k % 64) * 8;
+      if (r == 0) {
+        for (size_t i = 0; i < 8; ++i) data[slot + i] = static_cast<uint64_t>(k) * 8 + i;
+        space->publish(static_cast<uint64_t>(k));
+      } else {
+        space->awaitPublished(0, static_cast<uint64_t>(k), soon());
+        for (size_t i = 0; i < 8; ++i) ASSERT_EQ(data[slot + i], static_cast<uint64_t>(k) * 8 + i) << "round " << k;
+      }
+      if (k % 64 == 63) space->barrier(soon());
+    }
+  });
+}
+
+TEST(ShmSpace, AwaitPublishedFailsWhenThePublisherCloses) {
+  auto store = std::make_shared<SharedTestStore>();
+  std::string job = uniqueJobId();
+  std::thread one([&] {
+    ShmTransport t(makeContext(1, 2, store, job), smallOptions());
+    SharedSpace* space = t.sharedSpace({0, 1}, soon());
+    space->publish(1);
+    space->barrier(soon());
+  });
+  ShmTransport t(makeContext(0, 2, store, job), smallOptions());
+  SharedSpace* space = t.sharedSpace({0, 1}, soon());
+  space->awaitPublished(1, 1, soon());
+  space->barrier(soon());
+  one.join();
+  try {
+    space->awaitPublished(1, 2, Deadline::after(20s));
+    ADD_FAILURE() << "awaitPublished returned";
+  } catch (const PeerLost& e) {
+    EXPECT_EQ(e.rank(), 1);
+  }
+}
+
+TEST(ShmSpace, AwaitPublishedTimesOutNamingThePublisher) {
+  runRanks(2, [&](int r, ShmTransport& t) {
+    SharedSpace* space = t.sharedSpace(allRanks(2), soon());
+    if (r == 0) {
+      try {
+        space->awaitPublished(1, 5, Deadline::after(100ms));
+        ADD_FAILURE() << "awaitPublished returned";
+      } catch (const Timeout& e) {
+        EXPECT_NE(std::string(e.what()).find("waiting for rank 1 to publish 5 (it published 0)"), std::string::npos)
+            << e.what();
+      }
+    }
+  });
+}
+
 TEST(ShmSpace, BarrierWithoutSpinning) {
   ShmOptions options = smallOptions();
   options.spin = std::chrono::microseconds(0);
