@@ -13,9 +13,10 @@ of the medians over repetitions.
 
 Systems (--systems): `horovod` (DistributedOptimizer as configured by the environment: gradient
 buckets by default), `horovod-nobuckets` (the same with HOROVOD_DISABLE_GRADIENT_BUCKETS=1, the
-per-gradient path), `horovod-unshared` (buckets in ordinary memory, HOROVOD_DISABLE_SHARED_BUCKETS=1)
-and `ddp-gloo`; `nocomm` is the roof: the same ranks training with the plain optimizer, no
-gradient communication at all. Each horovod variant gets a ratio against ddp-gloo.
+per-gradient path), `horovod-unshared` (buckets in ordinary memory, HOROVOD_DISABLE_SHARED_BUCKETS=1),
+`horovod-bgthread` (HOROVOD_CALLER_PROGRESS_US=0: the background thread runs every operation, no
+waiting thread drives the engine) and `ddp-gloo`; `nocomm` is the roof: the same ranks training
+with the plain optimizer, no gradient communication at all. Each horovod variant gets a ratio against ddp-gloo.
 
 --malloc-tuned gives every rank of every system (DDP's too) glibc's MALLOC_MMAP_MAX_=0 and a huge
 MALLOC_TRIM_THRESHOLD_: freed large blocks are reused instead of unmapped and mapped again, so
@@ -145,6 +146,7 @@ def find_horovodrun(args):
 
 HOROVOD_SYSTEMS = {"horovod": {}, "horovod-nobuckets": {"HOROVOD_DISABLE_GRADIENT_BUCKETS": "1"},
                    "horovod-unshared": {"HOROVOD_DISABLE_SHARED_BUCKETS": "1"},
+                   "horovod-bgthread": {"HOROVOD_CALLER_PROGRESS_US": "0"},
                    "nocomm": {"HVD_E2E_NOCOMM": "1"}}
 PEER = "ddp-gloo"
 MALLOC_TUNED_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "68719476736"}
