@@ -96,7 +96,10 @@ void broadcastStreamed(Communicator& comm, SharedSpace& space, uint8_t* buf, siz
 // A message of one chunk is streamed instead (broadcastStreamed).
 void broadcastShared(Communicator& comm, SharedSpace& space, uint8_t* buf, size_t bytes, int root) {
   const size_t half = sharedCopyChunkBytes(space);
-  if (bytes >= kStreamedMinBytes && bytes <= half) return broadcastStreamed(comm, space, buf, bytes, root);
+  if (bytes >= kStreamedMinBytes && bytes <= half) {
+    broadcastStreamed(comm, space, buf, bytes, root);
+    return;
+  }
   const bool isRoot = space.memberIndex() == root;
   for (size_t offset = 0; offset < bytes; offset += half) {
     const size_t len = std::min(half, bytes - offset);
