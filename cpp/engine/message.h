@@ -49,8 +49,8 @@ struct Request {
   std::string group;            // grouped ops: the group's base name ("" = not grouped)
   int32_t groupSize = 0;
   int32_t device = kCpuDevice;
-  // Allreduce in place inside one of this rank's shared buffers (engine/shared_buffers.h), set
-  // on a single host: eligible for the zero-copy shared in-place algorithm.
+  // Allreduce whose output lies inside one of this rank's shared buffers (engine/shared_buffers.h;
+  // in place or not), set on a single host: eligible for the shared in-place algorithm.
   bool sharedInPlace = false;
   bool oneOffName = false;  // never cached (Options::oneOffName)
   int32_t rank = -1;  // global rank of the requester (filled in by the coordinator)

@@ -87,8 +87,9 @@ EntryPtr Runtime::makeEntry(Kind kind, const char* opName, const TensorView& in,
     throw InvalidArgument(std::string(opName) + ": tensor data is null");
   }
   if (kind == Kind::kAllreduce && options.op == ReduceOp::kAdasum) r.kind = Kind::kAdasum;
-  if (r.kind == Kind::kAllreduce && in.data == out.data && findSharedBuffer(in.data, in.bytes())) {
-    // In place in a shared buffer: ask for the zero-copy path if the whole set shares memory.
+  if (r.kind == Kind::kAllreduce && out.data != nullptr && findSharedBuffer(out.data, out.bytes())) {
+    // Into a shared buffer (in place, or from any input): ask for the shared in-place path
+    // (engine/shared_inplace.h) if the whole set shares memory.
     auto ranks = sets_.ranks(options.processSet);
     r.sharedInPlace = ranks && sharedInPlaceUsable(*transport_, topology_.hostOf, *ranks);
   }

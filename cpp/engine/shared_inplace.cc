@@ -19,40 +19,60 @@ constexpr size_t kTileBytes = 16 << 10;
 
 std::atomic<uint64_t> completed{0};
 
+// Member `me`'s slice of `count` elements of `elem` bytes: [begin, end), whole cache lines so
+// that no two members write the same line.
+struct Slice {
+  size_t begin, end;
+};
+Slice sliceOf(size_t count, size_t elem, int n, int me) {
+  const size_t lineElems = std::max<size_t>(1, 64 / elem);
+  const size_t sliceElems = ((count + n - 1) / n + lineElems - 1) / lineElems * lineElems;
+  const size_t begin = std::min(count, sliceElems * static_cast<size_t>(me));
+  return {begin, std::min(count, begin + sliceElems)};
+}
+
+// Before step 1, for an input outside the shared buffer: copies every slice but mine from the
+// input into my buffer, where the members reducing them read it. My own slice stays in the
+// input and is read from there (step 3).
+void stageOthersSlices(const uint8_t* input, uint8_t* mine, size_t count, size_t elem, int n, int me) {
+  const Slice own = sliceOf(count, elem, n, me);
+  std::memcpy(mine, input, own.begin * elem);
+  std::memcpy(mine + own.end * elem, input + own.end * elem, (count - own.end) * elem);
+}
+
 // Step 3 of the protocol (steps 1-2: member_buffers.h): member `me` of `n` reduces its slice of the `count` elements over the
-// members' buffers `in` (rank order) and writes the result into every member's buffer.
-void reduceSlice(const Response& r, size_t count, int n, int me, uint8_t* const* in) {
+// members' buffers `out` (rank order), reading its own contribution from `ownInput` (its buffer,
+// or the input it was staged from), and writes the result into every member's buffer.
+void reduceSlice(const Response& r, size_t count, int n, int me, uint8_t* const* out, const uint8_t* ownInput) {
   const DataType dtype = r.dtype;
   const size_t elem = dataTypeSize(dtype);
   const ReduceOp op = r.op == ReduceOp::kAverage ? ReduceOp::kSum : r.op;
   const double pre = r.prescale;
   const double post = r.op == ReduceOp::kAverage ? r.postscale / n : r.postscale;
   const ReduceKernel& kernel = reduceKernel(dtype, op);
-  const size_t lineElems = std::max<size_t>(1, 64 / elem);
-  const size_t sliceElems = ((count + n - 1) / n + lineElems - 1) / lineElems * lineElems;
-  const size_t begin = std::min(count, sliceElems * static_cast<size_t>(me));
-  const size_t end = std::min(count, begin + sliceElems);
+  const Slice slice = sliceOf(count, elem, n, me);
   const size_t tileElems = kTileBytes / elem;
   alignas(64) uint8_t tile[kTileBytes];
   alignas(64) uint8_t scaled[kTileBytes];
-  for (size_t t = begin; t < end; t += tileElems) {
-    const size_t len = std::min(tileElems, end - t);
+  auto in = [&](int j) -> const uint8_t* { return j == me ? ownInput : out[j]; };
+  for (size_t t = slice.begin; t < slice.end; t += tileElems) {
+    const size_t len = std::min(tileElems, slice.end - t);
     const size_t at = t * elem;
     if (pre == 1.0) {
-      kernel.to(tile, in[0] + at, in[1] + at, len);
-      for (int j = 2; j < n; ++j) kernel.into(tile, in[j] + at, len);
+      kernel.to(tile, in(0) + at, in(1) + at, len);
+      for (int j = 2; j < n; ++j) kernel.into(tile, in(j) + at, len);
     } else {
       // Like the staged path: every input is scaled before it is reduced.
-      std::memcpy(tile, in[0] + at, len * elem);
+      std::memcpy(tile, in(0) + at, len * elem);
       scaleBuffer(tile, len, dtype, pre);
       for (int j = 1; j < n; ++j) {
-        std::memcpy(scaled, in[j] + at, len * elem);
+        std::memcpy(scaled, in(j) + at, len * elem);
         scaleBuffer(scaled, len, dtype, pre);
         kernel.into(tile, scaled, len);
       }
     }
     if (post != 1.0) scaleBuffer(tile, len, dtype, post);
-    for (int j = 0; j < n; ++j) std::memcpy(in[j] + at, tile, len * elem);
+    for (int j = 0; j < n; ++j) std::memcpy(out[j] + at, tile, len * elem);
   }
 }
 
@@ -69,16 +89,20 @@ bool sharedInPlaceAllreduce(const Response& r, Communicator& comm, const std::ve
     return false;
   }
   const size_t count = static_cast<size_t>(r.tensors[0].numElements());
+  const size_t elem = dataTypeSize(r.dtype);
   Entry* entry = entries.empty() ? nullptr : entries[0];
-  void* mine = entry != nullptr && entry->input == entry->output ? entry->output : nullptr;
+  uint8_t* mine = entry != nullptr ? static_cast<uint8_t*>(entry->output) : nullptr;
+  const uint8_t* input = entry != nullptr ? static_cast<const uint8_t*>(entry->input) : nullptr;
+  // Safe before step 1: the last operation on my buffer ended with a barrier, and step 1's
+  // barrier publishes these writes. Should map() decline, the staged path rewrites the output.
+  if (mine != nullptr && input != mine) stageOthersSlices(input, mine, count, elem, n, me);
   thread_local MemberBuffers members;
-  if (!members.map(comm, *space, comm.nextSharedPhase(), mine, count * dataTypeSize(r.dtype),
-                   "shared in-place allreduce")) {
+  if (!members.map(comm, *space, comm.nextSharedPhase(), mine, count * elem, "shared in-place allreduce")) {
     return false;
   }
 
   // 3. Reduce my slice over every member's buffer, write it into every member's buffer.
-  reduceSlice(r, count, n, me, members.buffers());
+  reduceSlice(r, count, n, me, members.buffers(), input != mine ? input : mine);
   space->barrier(comm.deadline());
   members.release();
   if (completed.fetch_add(1, std::memory_order_relaxed) == 0) {

@@ -485,6 +485,47 @@ def test_bucket_errors_too_many_passes_and_early_zero_grad():
     opt.zero_grad()
 
 
+def test_solo_bucket_reduces_the_fresh_gradient():
+    """A gradient of kSoloBytes or more has a bucket of its own whose allreduce reads autograd's
+    fresh gradient and writes the shared view (no copy by the hook): the view is p.grad after
+    synchronize(), results match the manual reference, also when one rank keeps its views as
+    p.grad (zero_grad(set_to_none=False): in place there) and the other does not."""
+    from horovod.common import basics
+    from horovod.torch import _buckets
+
+    def make(seed=0):
+        torch.manual_seed(seed)
+        return torch.nn.Sequential(torch.nn.Linear(6, 1024), torch.nn.Tanh(),
+                                   torch.nn.Linear(1024, 1024), torch.nn.Tanh(),
+                                   torch.nn.Linear(1024, 3))
+
+    model, manual = make(), make()
+    opt = hooked_sgd(model)
+    opt_m = torch.optim.SGD(manual.parameters(), lr=0.1)
+    big = model[2].weight
+    assert big.numel() * big.element_size() >= _buckets.kSoloBytes
+    for step in range(5):
+        set_to_none = step < 2 or hvd.rank() == 0
+        opt.zero_grad(set_to_none=set_to_none)
+        x, y = shard(80 + step, hvd.rank())
+        F.cross_entropy(model(x), y).backward()
+        fresh = big.grad
+        before = basics._core.shared_inplace_count()
+        opt.synchronize()
+        if step > 0:
+            bucket, view = opt._bucket_of[big]
+            assert bucket.params == [big] and big.grad is view
+            assert [len(b.params) for b in opt._buckets].count(1) == 1
+            assert (fresh is view) == (not set_to_none)
+            if bucket.shared:
+                assert basics._core.shared_inplace_count() == before + len(opt._buckets)
+        with opt.skip_synchronize():
+            opt.step()
+        manual_step(manual, opt_m, [80 + step])
+        for p, q in zip(model.parameters(), manual.parameters()):
+            assert torch.allclose(p, q, atol=1e-6), step
+
+
 def test_bucket_knobs(monkeypatch):
     model = make_model()
     x, y = shard(2, hvd.rank())

@@ -26,6 +26,12 @@ from horovod.common.util import env_bool, env_int
 # while backward still computes the rest. A bucket closes once it reaches the cap, so a
 # parameter larger than the cap shares its bucket only with the smaller ones before it.
 kDefaultCapMb = 25
+# A gradient this large gets a bucket of its own (a solo bucket): its allreduce reads autograd's
+# fresh gradient directly and writes the bucket, so the copy into the bucket is the engine's (in
+# the shared in-place path, of the other ranks' slices only) instead of the training thread's,
+# and it starts as soon as that gradient is final. Below this, the hook's copy of a still
+# cache-hot gradient is cheaper than an operation of its own.
+kSoloBytes = 4 << 20
 # Gradient dtypes that go into buckets (others keep the per-gradient path).
 kDtypes = frozenset((torch.float16, torch.bfloat16, torch.float32, torch.float64))
 # Every slot starts on a 64-byte boundary (cache line, AVX-512 vector).
@@ -49,16 +55,22 @@ def cap_bytes(cap_mb=None):
 
 def plan(segments, cap):
     """Splits each segment (a list of parameters, in launch order) into buckets: one stream per
-    (dtype, device), each bucket closing once it holds ``cap`` bytes or more (``cap`` None: never
-    inside a segment). Returns a list of parameter lists."""
+    (dtype, device), each bucket closing once it holds ``cap`` bytes or more; a parameter of
+    ``min(cap, kSoloBytes)`` bytes or more gets a bucket of its own (``cap`` None: neither, one
+    bucket per stream of a segment). Returns a list of parameter lists."""
     out = []
+    solo = None if cap is None else min(cap, kSoloBytes)
     for segment in segments:
         open_ = {}
         for p in segment:
+            nbytes = p.numel() * p.element_size()
+            if solo is not None and nbytes >= solo:
+                out.append([p])
+                continue
             key = (p.dtype, p.device)
             cur = open_.setdefault(key, [[], 0])
             cur[0].append(p)
-            cur[1] += p.numel() * p.element_size()
+            cur[1] += nbytes
             if cap is not None and cur[1] >= cap:
                 out.append(cur[0])
                 del open_[key]
@@ -88,9 +100,17 @@ def _allocate(numel, dtype, device):
     return torch.zeros(numel, dtype=dtype, device=device), False
 
 
+def can_reduce_from(grad, view):
+    """Whether a solo bucket's allreduce can read ``grad`` directly and write ``view``: a dense,
+    contiguous tensor of the view's dtype, shape and device."""
+    return (not grad.is_sparse and grad.dtype == view.dtype and grad.shape == view.shape and
+            grad.device == view.device and grad.is_contiguous())
+
+
 class Bucket:
-    """One flat buffer holding the gradients of ``params`` (same dtype and device)."""
-    __slots__ = ('name', 'params', 'views', 'flat', 'shared', 'pending', 'handle')
+    """One flat buffer holding the gradients of ``params`` (same dtype and device). A solo
+    bucket (one parameter) is reduced as its view, from whatever tensor holds the gradient."""
+    __slots__ = ('name', 'params', 'views', 'flat', 'shared', 'pending', 'handle', 'source')
 
     def __init__(self, name, params):
         self.name = name
@@ -106,6 +126,11 @@ class Bucket:
                       for o, p in zip(offsets, self.params)]
         self.pending = len(self.params)  # parameters whose gradient is not final yet
         self.handle = None               # the allreduce in flight
+        self.source = None               # a solo bucket's input while it is in flight
+
+    @property
+    def solo(self):
+        return len(self.params) == 1
 
     def nbytes(self):
         return self.flat.numel() * self.flat.element_size()

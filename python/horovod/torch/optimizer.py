@@ -4,9 +4,11 @@ Each parameter gets a post-accumulate-grad hook (torch >= 2.1; older versions ho
 accumulator, as Horovod does). The first ``synchronize()`` allreduces every gradient on its own
 and records the order in which the gradients became final. Then dense gradients move into
 buckets (``_buckets.py``): flat buffers, one per (dtype, device) and size cap, laid out in
-rank 0's recorded order, that every parameter's ``.grad`` is a view into. From then on autograd
-accumulates in place and, once every gradient of a bucket is final (after
-``backward_passes_per_step`` passes), one in-place allreduce of the whole bucket starts.
+rank 0's recorded order, that every parameter's ``.grad`` is a view into. From then on the hooks
+copy autograd's fresh gradients into the views (or autograd accumulates in place) and, once
+every gradient of a bucket is final (after ``backward_passes_per_step`` passes), one in-place
+allreduce of the whole bucket starts. A gradient of 4 MiB or more has a bucket of its own and
+skips the hook's copy: its allreduce reads the fresh gradient and writes the view.
 Sparse gradients, compression and a disabled bucket knob keep the per-gradient path.
 ``step()`` only waits for what is still outstanding, then runs the wrapped optimizer. The hooks
 sit on the parameters, so models compiled with ``torch.compile`` work the same way.
@@ -23,8 +25,8 @@ from horovod.common.util import split_list
 from horovod.torch import _buckets
 from horovod.torch.compression import Compression
 from horovod.torch.functions import broadcast_object
-from horovod.torch.mpi_ops import (Adasum, Average, Max, allreduce_, allreduce_async_,
-                                   grouped_allreduce_async_, rocm_built, size,
+from horovod.torch.mpi_ops import (Adasum, Average, Max, _allreduce_into_async, allreduce_,
+                                   allreduce_async_, grouped_allreduce_async_, rocm_built, size,
                                    sparse_allreduce_async, synchronize)
 
 
@@ -304,8 +306,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 "backward_passes_per_step times before call "
                 "to step(). Increase backward_passes_per_step to "
                 "accumulate gradients locally.")
-        if p.grad is not view:
-            self._adopt(p, view)
+        if p.grad is not view and not bucket.solo:
+            self._adopt(p, view)  # a solo bucket reads the gradient where it is (_launch_bucket)
         self._bucket_busy = True
         self._allreduce_delay[p] = delay - 1
         if delay == 1:
@@ -314,10 +316,24 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 self._launch_bucket(bucket)
 
     def _launch_bucket(self, bucket):
+        """Starts the bucket's allreduce. A solo bucket's gradient goes from wherever autograd
+        left it straight into the view (synchronize() then makes the view ``p.grad``); any other
+        gradient not in its view yet is copied there first."""
         prescale, postscale = self._scale_factors()
-        bucket.handle = allreduce_async_(bucket.flat, name=bucket.name, op=self.op,
-                                         prescale_factor=prescale, postscale_factor=postscale,
-                                         process_set=self.process_set)
+        kwargs = dict(name=bucket.name, op=self.op, prescale_factor=prescale,
+                      postscale_factor=postscale, process_set=self.process_set)
+        if bucket.solo:
+            p, view = bucket.params[0], bucket.views[0]
+            g = p.grad
+            if g is not None and g is not view and _buckets.can_reduce_from(g, view):
+                bucket.source = g  # alive until the allreduce has read it
+                bucket.handle = _allreduce_into_async(g.detach(), view, **kwargs)
+                return
+        for p, view in zip(bucket.params, bucket.views):
+            if p.grad is not view:
+                self._adopt(p, view)
+        # A solo bucket is reduced as its view either way: every rank names the same shape.
+        bucket.handle = allreduce_async_(bucket.views[0] if bucket.solo else bucket.flat, **kwargs)
 
     def _root_rank(self):
         ranks = self.process_set.ranks
@@ -384,9 +400,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         # passes) start now, with what they hold: ranks match operations by name.
         for bucket in self._buckets or ():
             if bucket.handle is None:
-                for p, view in zip(bucket.params, bucket.views):
-                    if p.grad is not view:
-                        self._adopt(p, view)
                 self._launch_bucket(bucket)
 
         completed = set()
@@ -449,7 +462,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
         for bucket in self._buckets or ():
             handle, bucket.handle = bucket.handle, None
-            synchronize(handle)  # in place: the views hold the result
+            source, bucket.source = bucket.source, None
+            synchronize(handle)  # the views hold the result
+            if source is not None:
+                bucket.params[0].grad = bucket.views[0]
         if self._buckets:
             self._reset_delays()
         elif self._buckets is None and self._bucket_cap:
