@@ -67,8 +67,9 @@ if python3 -c "import torch" 2>/dev/null; then
     check "py_latency_bench np2" "$RUN" -np 2 python3 "$HERE/py_latency_bench.py" --smoke
     check "torch_e2e cnn" python3 "$HERE/torch_e2e.py" --smoke --models cnn --build-dir "$BUILD" \
       --horovodrun "$RUN"
+    check "torch_phases cnn np2" "$RUN" -np 2 python3 "$HERE/torch_phases.py" --model cnn --warmup 1 --steps 2
   else
-    skip "py_latency_bench/torch_e2e (horovod with its _core extension not importable)"
+    skip "py_latency_bench/torch_e2e/torch_phases (horovod with its _core extension not importable)"
   fi
 else
   skip "torch benchmarks (torch not installed)"
