@@ -9,7 +9,7 @@
 //  1-2. map every member's buffer (engine/member_buffers.h: publish a descriptor in the set's
 //     SharedSpace, map the peers' segments, agree; two barriers, one in the steady state); if
 //     any member cannot, every member returns false and the caller runs the staged path
-//     (nothing has been written);
+//     (nothing has been written but step 0's copy into the own output, which that path rewrites);
 //  3. member i reduces slice i over all members' buffers in rank order 0..n-1 (its own part read
 //     from its input), in L1-sized tiles (prescale applied per input, postscale and Average to
 //     the result), and writes the result into slice i of EVERY member's buffer; barrier.
@@ -29,9 +29,9 @@
 namespace hvd::engine {
 
 // Runs the single-tensor allreduce `r` into entries[0]->output. Returns false (on every
-// member alike, before touching any buffer) when it cannot run here: no usable SharedSpace, a
-// set of one, or some member could not map a peer's buffer; the caller then takes the staged
-// path. Throws PeerLost/Timeout/Aborted like the collectives.
+// member alike, having written nothing but step 0's copy into its own output) when it cannot
+// run here: no usable SharedSpace, a set of one, or some member could not map a peer's buffer;
+// the caller then takes the staged path. Throws PeerLost/Timeout/Aborted like the collectives.
 bool sharedInPlaceAllreduce(const Response& r, Communicator& comm, const std::vector<Entry*>& entries);
 
 // Operations that ran the shared in-place path in this process (tests, benchmarks).

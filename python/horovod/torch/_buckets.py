@@ -23,8 +23,7 @@ from horovod.common.util import env_bool, env_int
 
 # DDP's default too: large enough that the per-operation cost (~tens of us here) is amortized
 # over >= 1 ms of reduction, small enough that the first buckets of a large model are reduced
-# while backward still computes the rest. A bucket closes once it reaches the cap, so a
-# parameter larger than the cap shares its bucket only with the smaller ones before it.
+# while backward still computes the rest. A bucket closes once it reaches the cap.
 kDefaultCapMb = 25
 # A gradient this large gets a bucket of its own (a solo bucket): its allreduce reads autograd's
 # fresh gradient directly and writes the bucket, so the copy into the bucket is the engine's (in

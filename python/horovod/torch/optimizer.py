@@ -500,7 +500,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def zero_grad(self, set_to_none=True):
         """As the wrapped optimizer's. Gradients living in buckets: ``set_to_none`` (the
         default) sets them to None, and the next backward's hooks copy the fresh gradients into
-        their views; otherwise the views are zeroed in place and stay ``p.grad``."""
+        their views (a solo bucket's is reduced from where it is); otherwise the views are
+        zeroed in place and stay ``p.grad``."""
         if self._handles or self._bucket_busy:
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() "
                                  "but before optimizer.step() or optimizer.synchronize(). "
