@@ -175,13 +175,8 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
         _adasum_checks(op, process_set)
     # preserve_format (the default, cheaper to call) differs from contiguous_format only for
     # inputs that are not contiguous, which the core refuses anyway.
-    output = torch.empty_like(tensor)
-    try:
-        return _allreduce_h(_to_dlpack(tensor), _to_dlpack(output), output, name, op,
-                            prescale_factor, postscale_factor, process_set.process_set_id)
-    except Exception:
-        _enqueue_failed((tensor, output), process_set)
-        raise
+    return _allreduce_into_async(tensor, torch.empty_like(tensor), name, op, prescale_factor,
+                                 postscale_factor, process_set)
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -199,13 +194,11 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
         raise
 
 
-def _allreduce_into_async(tensor, output, name=None, op=Average, prescale_factor=1.0,
-                          postscale_factor=1.0, process_set=global_process_set):
-    """Asynchronous allreduce of ``tensor`` into ``output`` (same shape and dtype; may be
-    ``tensor`` itself); synchronize() returns ``output``. Not Horovod API: an output in a
-    shared buffer (DistributedOptimizer's buckets) takes the core's shared in-place path."""
-    if op == Adasum:
-        _adasum_checks(op, process_set)
+def _allreduce_into_async(tensor, output, name, op, prescale_factor, postscale_factor,
+                          process_set):
+    """Asynchronous allreduce of ``tensor`` into ``output`` (same shape and dtype); synchronize()
+    returns ``output``. ``op`` as checked by the public callers. An output in a shared buffer
+    (DistributedOptimizer's solo buckets) takes the core's shared in-place path."""
     try:
         return _allreduce_h(_to_dlpack(tensor), _to_dlpack(output), output, name, op,
                             prescale_factor, postscale_factor, process_set.process_set_id)

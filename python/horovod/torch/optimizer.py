@@ -322,7 +322,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         prescale, postscale = self._scale_factors()
         kwargs = dict(name=bucket.name, op=self.op, prescale_factor=prescale,
                       postscale_factor=postscale, process_set=self.process_set)
-        if bucket.solo:
+        if bucket.solo and self.op != Adasum:
             p, view = bucket.params[0], bucket.views[0]
             g = p.grad
             if g is not None and g is not view and _buckets.can_reduce_from(g, view):
