@@ -102,7 +102,7 @@ bool sharedInPlaceAllreduce(const Response& r, Communicator& comm, const std::ve
   }
 
   // 3. Reduce my slice over every member's buffer, write it into every member's buffer.
-  reduceSlice(r, count, n, me, members.buffers(), input != mine ? input : mine);
+  reduceSlice(r, count, n, me, members.buffers(), input);  // input == mine when in place
   space->barrier(comm.deadline());
   members.release();
   if (completed.fetch_add(1, std::memory_order_relaxed) == 0) {
