@@ -15,8 +15,13 @@ Systems (--systems): `horovod` (DistributedOptimizer as configured by the enviro
 buckets by default), `horovod-nobuckets` (the same with HOROVOD_DISABLE_GRADIENT_BUCKETS=1, the
 per-gradient path), `horovod-unshared` (buckets in ordinary memory, HOROVOD_DISABLE_SHARED_BUCKETS=1),
 `horovod-bgthread` (HOROVOD_CALLER_PROGRESS_US=0: the background thread runs every operation, no
-waiting thread drives the engine) and `ddp-gloo`; `nocomm` is the roof: the same ranks training
-with the plain optimizer, no gradient communication at all. Each horovod variant gets a ratio against ddp-gloo.
+waiting thread drives the engine), `horovod-nohugepages` (HOROVOD_MALLOC_HUGEPAGES=0: horovodrun
+leaves glibc's malloc as it is, see below) and `ddp-gloo`; `nocomm` is the roof: the same ranks
+training under horovodrun with the plain optimizer, no gradient communication at all.
+`ddp-gloo-hugepages` is DDP given what horovodrun gives its workers by default,
+GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (huge pages for large malloc blocks: autograd's fresh
+gradient tensors fault once per 2 MiB instead of once per 4 KiB). Each horovod variant gets a
+ratio against each DDP system run.
 
 --malloc-tuned gives every rank of every system (DDP's too) glibc's MALLOC_MMAP_MAX_=0 and a huge
 MALLOC_TRIM_THRESHOLD_: freed large blocks are reused instead of unmapped and mapped again, so
@@ -147,8 +152,10 @@ def find_horovodrun(args):
 HOROVOD_SYSTEMS = {"horovod": {}, "horovod-nobuckets": {"HOROVOD_DISABLE_GRADIENT_BUCKETS": "1"},
                    "horovod-unshared": {"HOROVOD_DISABLE_SHARED_BUCKETS": "1"},
                    "horovod-bgthread": {"HOROVOD_CALLER_PROGRESS_US": "0"},
+                   "horovod-nohugepages": {"HOROVOD_MALLOC_HUGEPAGES": "0"},
                    "nocomm": {"HVD_E2E_NOCOMM": "1"}}
-PEER = "ddp-gloo"
+# DDP as a user starts it (glibc's defaults), and with the malloc tunable horovodrun sets.
+PEERS = {"ddp-gloo": {}, "ddp-gloo-hugepages": {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}}
 MALLOC_TUNED_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "68719476736"}
 
 
@@ -166,6 +173,7 @@ def run_system(system, model, args):
             raise SystemExit("torch_e2e: horovodrun not found (--horovodrun PATH)")
         argv = [run, "-np", str(args.np), sys.executable, me, "--worker", "horovod"] + common
     else:
+        env.update(PEERS[system])
         argv = [sys.executable, me, "--worker", "ddp"] + common
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=args.timeout, env=env)
     for line in (proc.stdout + proc.stderr).splitlines():
@@ -182,8 +190,8 @@ def main():
     p.add_argument("--np", type=int, default=2)
     p.add_argument("--models", default="cnn,mlp")
     p.add_argument("--systems", default="horovod,ddp-gloo",
-                   help="comma list of horovod, horovod-nobuckets, horovod-unshared, ddp-gloo "
-                        "(run in this order)")
+                   help="comma list of " + ", ".join(list(HOROVOD_SYSTEMS) + list(PEERS)) +
+                        " (run in this order)")
     p.add_argument("--model", default="cnn", help=argparse.SUPPRESS)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--steps", type=int, default=30)
@@ -207,7 +215,7 @@ def main():
         args.steps, args.warmup, args.reps, args.batch = 2, 1, 1, 4
     systems = args.systems.split(",")
     for system in systems:
-        if system not in HOROVOD_SYSTEMS and system != PEER:
+        if system not in HOROVOD_SYSTEMS and system not in PEERS:
             raise SystemExit(f"torch_e2e: unknown system {system!r}")
     results = {}
     failed = False
@@ -221,8 +229,10 @@ def main():
                 if rate is not None:
                     results.setdefault((model, system), []).append(rate)
     ours = [s for s in systems if s in HOROVOD_SYSTEMS]
+    peers = [s for s in systems if s in PEERS]
+    pairs = [(s, peer) for peer in peers for s in ours]
     header = "| model | " + " | ".join(f"{s} samples/s" for s in systems)
-    header += "".join(f" | {s} / ddp" for s in ours if PEER in systems) + " |"
+    header += "".join(f" | {s} / {peer}" for s, peer in pairs) + " |"
     lines = [f"# torch end-to-end, {args.np} ranks x {args.threads} thread, batch {args.batch} per rank, "
              f"{args.steps} steps, median of {args.reps} interleaved runs", "",
              "Command: `python3 bench/torch_e2e.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]) + "`", "",
@@ -234,9 +244,8 @@ def main():
             r = results.get((model, s))
             med[s] = statistics.median(r) if r else None
             cells.append(f"{med[s]:.1f} ({', '.join(f'{x:.0f}' for x in r)})" if r else "-")
-        if PEER in systems:
-            for s in ours:
-                cells.append(f"{med[s] / med[PEER]:.2f}x" if med[s] and med[PEER] else "-")
+        for s, peer in pairs:
+            cells.append(f"{med[s] / med[peer]:.2f}x" if med[s] and med[peer] else "-")
         lines.append(f"| {model} | " + " | ".join(cells) + " |")
     lines += ["", "Cells: median (each run, in run order)." +
               (" Every rank ran with " + " ".join(f"{k}={v}" for k, v in MALLOC_TUNED_ENV.items()) + "."

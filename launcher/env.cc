@@ -9,6 +9,8 @@
 #include <cstring>
 
 #include "common/check.h"
+#include "common/params.h"
+#include "options.h"
 
 extern char** environ;
 
@@ -20,6 +22,13 @@ bool endsWith(const std::string& s, const std::string& suffix) {
 }
 
 std::string boolText(bool v) { return v ? "1" : "0"; }
+
+const Param<bool> kMallocHugepages(
+    "HOROVOD_MALLOC_HUGEPAGES", true,
+    "horovodrun: add glibc.malloc.hugetlb=1 to the workers' GLIBC_TUNABLES (huge pages for large "
+    "malloc blocks such as CPU tensors; 0 keeps glibc's default)");
+
+constexpr const char* kHugetlbTunable = "glibc.malloc.hugetlb";
 
 }  // namespace
 
@@ -102,6 +111,31 @@ EnvMap jobEnvironment(const NetworkChoice& network, int rendezvousPort) {
   }
   env["PYTHONUNBUFFERED"] = "1";
   return env;
+}
+
+EnvMap mallocEnvironment(const EnvMap& inherited) {
+  std::vector<std::pair<std::string, std::string>> knob;
+  if (auto it = inherited.find(kMallocHugepages.name()); it != inherited.end()) knob.emplace_back(*it);
+  bool wanted;
+  try {
+    wanted = kMallocHugepages.get(mapEnvironment(knob));
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+  if (!wanted) return {};
+  auto given = inherited.find("GLIBC_TUNABLES");
+  const std::string tunables = given == inherited.end() ? "" : given->second;
+  // GLIBC_TUNABLES is a colon-separated list of name=value.
+  size_t start = 0;
+  while (start <= tunables.size()) {
+    size_t end = tunables.find(':', start);
+    if (end == std::string::npos) end = tunables.size();
+    const std::string item = tunables.substr(start, end - start);
+    if (item.rfind(std::string(kHugetlbTunable) + "=", 0) == 0) return {};
+    start = end + 1;
+  }
+  const std::string ours = std::string(kHugetlbTunable) + "=1";
+  return {{"GLIBC_TUNABLES", tunables.empty() ? ours : tunables + ":" + ours}};
 }
 
 EnvMap slotEnvironment(const SlotInfo& slot) {

@@ -122,7 +122,8 @@ int runGlooJob(const Options& options, const std::vector<HostSlots>& hosts, int 
   EnvMap inherited = inheritedEnvironment();
   EnvMap knobs = knobEnvironment(options);
   EnvMap jobVars = jobEnvironment(network, rendezvous.port());
-  for (const EnvMap* layer : {&inherited, &knobs, &jobVars}) {
+  EnvMap malloc = mallocEnvironment(inherited);
+  for (const EnvMap* layer : {&inherited, &malloc, &knobs, &jobVars}) {
     for (const auto& [k, v] : *layer) job.environment[k] = v;
   }
 

@@ -106,6 +106,7 @@ int runMpiJob(const Options& o, const std::vector<HostSlots>& hosts, int signalF
   job.runningAsRoot = geteuid() == 0;
   EnvMap knobs = knobEnvironment(o);
   job.environment = inheritedEnvironment();
+  for (const auto& [k, v] : mallocEnvironment(job.environment)) job.environment[k] = v;
   for (const auto& [k, v] : knobs) job.environment[k] = v;
   job.environment["HOROVOD_GLOO_RENDEZVOUS_ADDR"] = network.driverAddress;
   job.environment["HOROVOD_GLOO_RENDEZVOUS_PORT"] = std::to_string(rendezvous.port());

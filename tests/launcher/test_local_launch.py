@@ -2,6 +2,7 @@
 
 import os
 import re
+import sys
 
 import pytest
 
@@ -123,6 +124,68 @@ def test_preexisting_knob_passes_through_when_flag_absent(run):
     r = run('-np', 1, '--fusion-threshold-mb', 1, 'sh', '-c', 'echo $HOROVOD_FUSION_THRESHOLD',
             extra_env={'HOROVOD_FUSION_THRESHOLD': '12345'})
     assert r.stdout.strip() == '[0]<stdout>:1048576'
+
+
+def test_malloc_hugepages_tunable(run):
+    """Workers get glibc.malloc.hugetlb=1 added to GLIBC_TUNABLES unless the user set that
+    tunable or HOROVOD_MALLOC_HUGEPAGES=0; a malformed knob is a usage error."""
+    probe = ('sh', '-c', 'echo "[$GLIBC_TUNABLES]"')
+    cases = [({'GLIBC_TUNABLES': ''}, '[glibc.malloc.hugetlb=1]'),
+             ({'GLIBC_TUNABLES': 'glibc.malloc.check=0'}, '[glibc.malloc.check=0:glibc.malloc.hugetlb=1]'),
+             ({'GLIBC_TUNABLES': 'glibc.malloc.check=0:glibc.malloc.hugetlb=0'},
+              '[glibc.malloc.check=0:glibc.malloc.hugetlb=0]'),
+             ({'GLIBC_TUNABLES': '', 'HOROVOD_MALLOC_HUGEPAGES': '0'}, '[]'),
+             ({'GLIBC_TUNABLES': 'glibc.malloc.check=0', 'HOROVOD_MALLOC_HUGEPAGES': 'off'},
+              '[glibc.malloc.check=0]')]
+    for extra, expected in cases:
+        r = run('-np', 1, *probe, extra_env=extra)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip() == '[0]<stdout>:' + expected, extra
+    r = run('-np', 1, *probe, extra_env={'HOROVOD_MALLOC_HUGEPAGES': 'maybe'})
+    assert r.returncode == 2
+    assert "HOROVOD_MALLOC_HUGEPAGES='maybe'" in r.stderr and 'docs/env-vars.md' in r.stderr
+
+
+# A worker's view of one large malloc block: the kB of it backed by transparent huge pages.
+THP_PROBE = r"""
+import ctypes
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+n = 64 << 20
+p = libc.malloc(n)
+ctypes.memset(p, 1, n)
+huge = None
+with open('/proc/self/smaps') as f:
+    for line in f:
+        head = line.split()
+        if '-' in head[0] and len(head) >= 5 and not head[0].endswith(':'):
+            lo, hi = (int(x, 16) for x in head[0].split('-'))
+            inside = lo <= p < hi
+        elif inside and head[0] == 'AnonHugePages:':
+            huge = int(head[1])
+print('huge_kb', huge)
+"""
+
+
+def thp_mode():
+    try:
+        with open('/sys/kernel/mm/transparent_hugepage/enabled') as f:
+            return f.read().split('[')[1].split(']')[0]
+    except (OSError, IndexError):
+        return 'never'
+
+
+@pytest.mark.skipif(thp_mode() == 'never', reason='transparent huge pages are off on this kernel')
+def test_malloc_hugepages_take_effect(run):
+    """What the tunable is for: a large malloc block in a worker is backed by huge pages."""
+    r = run('-np', 1, sys.executable, '-c', THP_PROBE, extra_env={'GLIBC_TUNABLES': ''})
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout.split()[-1]) > 0, r.stdout
+    if thp_mode() == 'madvise':  # only asked-for regions get them: opting out shows
+        r = run('-np', 1, sys.executable, '-c', THP_PROBE,
+                extra_env={'GLIBC_TUNABLES': '', 'HOROVOD_MALLOC_HUGEPAGES': '0'})
+        assert r.returncode == 0, r.stderr
+        assert int(r.stdout.split()[-1]) == 0, r.stdout
 
 
 def test_worker_cwd_is_launcher_cwd(run, tmp_path):

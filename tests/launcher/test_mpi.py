@@ -15,13 +15,15 @@ def is_open_mpi():
 
 def test_mpi_runs_ranks_with_tagged_output(run):
     r = run('--mpi', '-np', '2', '--fusion-threshold-mb', '2', 'sh', '-c',
-            'echo ${OMPI_COMM_WORLD_RANK:-$PMI_RANK} $HOROVOD_FUSION_THRESHOLD ${#HOROVOD_SECRET_KEY}', timeout=120)
+            'echo ${OMPI_COMM_WORLD_RANK:-$PMI_RANK} $HOROVOD_FUSION_THRESHOLD ${#HOROVOD_SECRET_KEY} '
+            '$GLIBC_TUNABLES', timeout=120, extra_env={'GLIBC_TUNABLES': ''})
     assert r.returncode == 0, r.stdout + r.stderr
     lines = sorted(r.stdout.splitlines())
+    tail = ' 2097152 64 glibc.malloc.hugetlb=1'
     if is_open_mpi():
-        assert lines == ['[1,0]<stdout>:0 2097152 64', '[1,1]<stdout>:1 2097152 64']
+        assert lines == ['[1,0]<stdout>:0' + tail, '[1,1]<stdout>:1' + tail]
     else:
-        assert len(lines) == 2 and all(l.endswith(' 2097152 64') for l in lines)
+        assert len(lines) == 2 and all(l.endswith(tail) for l in lines)
 
 
 def test_mpi_exit_status_is_mpiruns(run):
