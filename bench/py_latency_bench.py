@@ -21,7 +21,8 @@ Reports, as the maximum over ranks of each iteration, then p50/p99 over iteratio
                          Python + binding cost of synchronize alone
   grouped_100x1KiB       engine-only reference: the same 100 tensors as one
                          hvd.grouped_allreduce_async_ call + one synchronize (one Python call
-                         each way; the engine negotiates them as one group)
+                         each way; the engine negotiates them as one group), steps back to back
+                         like step_100x1KiB
 and, derived from the p50s, the Python-side cost of one allreduce_async_ + synchronize pair
 (enqueue_per_call + sync_ready_per_call). Every result is checked.
 """
@@ -104,11 +105,6 @@ def main():
             hvd.synchronize(h)
         return time.perf_counter() - start
 
-    def step_grouped(ts):
-        start = time.perf_counter()
-        hvd.synchronize(hvd.grouped_allreduce_async_(ts, name="grouped", op=hvd.Sum))
-        return time.perf_counter() - start
-
     tri = n * (n + 1) / 2
 
     def check(work):
@@ -117,8 +113,7 @@ def main():
     for _ in range(min(args.steps, 20)):
         step([t.clone() for t in tensors])
         step_ready([t.clone() for t in tensors])
-        step_grouped([t.clone() for t in tensors])
-    steps, enq, sync, ready, grouped = [], [], [], [], []
+    steps, enq, sync, ready = [], [], [], []
     for _ in range(args.steps):
         work = [t.clone() for t in tensors]  # allreduce_async_ is in place; start from fresh inputs
         start, enqueued, done = step(work)
@@ -128,9 +123,6 @@ def main():
         bad += check(work)
         work = [t.clone() for t in tensors]
         ready.append(step_ready(work) / args.tensors)
-        bad += check(work)
-        work = [t.clone() for t in tensors]
-        grouped.append(step_grouped(work))
         bad += check(work)
 
     # Back to back, as a training loop runs them and as the C++ harness times allreduce_batch
@@ -145,22 +137,30 @@ def main():
         for h in handles:
             hvd.synchronize(h)
 
-    for _ in range(min(args.steps, 20)):
-        step_average()
-    back_to_back = []
-    t0 = time.perf_counter()
-    for _ in range(args.steps):
-        step_average()
-        t1 = time.perf_counter()
-        back_to_back.append(t1 - t0)
-        t0 = t1
+    def step_grouped():
+        hvd.synchronize(hvd.grouped_allreduce_async_(work, name="grouped", op=hvd.Average))
+
+    def back_to_back(one_step):
+        for _ in range(min(args.steps, 20)):
+            one_step()
+        times = []
+        t0 = time.perf_counter()
+        for _ in range(args.steps):
+            one_step()
+            t1 = time.perf_counter()
+            times.append(t1 - t0)
+            t0 = t1
+        return times
+
+    b2b = back_to_back(step_average)
+    grouped = back_to_back(step_grouped)
     mean = (n + 1) / 2
     bad += sum(int(((t - (mean + j % 3)).abs() > 1e-5).sum()) for j, t in enumerate(work))
 
     lat = max_over_ranks(lat, "stats.lat")
     unnamed = max_over_ranks(unnamed, "stats.unnamed")
     fresh = max_over_ranks(fresh, "stats.fresh")
-    back_to_back = max_over_ranks(back_to_back, "stats.b2b")
+    b2b = max_over_ranks(b2b, "stats.b2b")
     steps = max_over_ranks(steps, "stats.steps")
     enq = max_over_ranks(enq, "stats.enq")
     sync = max_over_ranks(sync, "stats.sync")
@@ -172,7 +172,7 @@ def main():
               f"torch={torch.__version__}" + (" smoke=1" if args.smoke else ""))
         print("#%23s %12s %12s" % ("metric", "p50_us", "p99_us"))
         for name, v in (("sync_allreduce_8B", lat), ("sync_8B_unnamed", unnamed),
-                        ("sync_8B_fresh_names", fresh), (f"step_{args.tensors}x1KiB", back_to_back),
+                        ("sync_8B_fresh_names", fresh), (f"step_{args.tensors}x1KiB", b2b),
                         (f"step_{args.tensors}x1KiB_fresh", steps),
                         ("enqueue_per_call", enq), ("synchronize_per_call", sync),
                         ("sync_ready_per_call", ready), (f"grouped_{args.tensors}x1KiB", grouped)):

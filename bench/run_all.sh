@@ -51,8 +51,10 @@ part "Python small-message latency"
   | tee "$OUT/py_latency_np2.txt"
 
 part "end to end"
-# nocomm (the same loop without gradient exchange) is the roof no system can pass.
-python3 "$HERE/torch_e2e.py" --np 2 --models cnn,mlp --reps "$REPS" --systems horovod,nocomm,ddp-gloo \
+# nocomm (the same loop without gradient exchange) is the roof no system can pass. DDP runs as
+# users start it and with the malloc tunable horovodrun gives its workers (ddp-gloo-hugepages).
+python3 "$HERE/torch_e2e.py" --np 2 --models cnn,mlp --reps "$REPS" \
+  --systems horovod,nocomm,ddp-gloo,ddp-gloo-hugepages \
   --build-dir "$BUILD" --horovodrun "$RUN" --out "$OUT/torch_e2e_np2.md"
 
 part "4 shaped hosts"
