@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
+#include <sstream>
 
 #include "common/check.h"
 #include "common/params.h"
@@ -125,14 +126,9 @@ EnvMap mallocEnvironment(const EnvMap& inherited) {
   if (!wanted) return {};
   auto given = inherited.find("GLIBC_TUNABLES");
   const std::string tunables = given == inherited.end() ? "" : given->second;
-  // GLIBC_TUNABLES is a colon-separated list of name=value.
-  size_t start = 0;
-  while (start <= tunables.size()) {
-    size_t end = tunables.find(':', start);
-    if (end == std::string::npos) end = tunables.size();
-    const std::string item = tunables.substr(start, end - start);
+  std::stringstream items(tunables);  // name=value[:name=value...]
+  for (std::string item; std::getline(items, item, ':');) {
     if (item.rfind(std::string(kHugetlbTunable) + "=", 0) == 0) return {};
-    start = end + 1;
   }
   const std::string ours = std::string(kHugetlbTunable) + "=1";
   return {{"GLIBC_TUNABLES", tunables.empty() ? ours : tunables + ":" + ours}};
