@@ -66,6 +66,9 @@ int runGlooJob(const Options& options, const std::vector<HostSlots>& hosts, int 
   std::vector<SlotInfo> slots = assignSlots(hosts, np);
   Deadline startDeadline =
       Deadline::after(std::chrono::milliseconds(static_cast<int64_t>(startTimeoutSeconds(options) * 1000)));
+  // Before any ssh check or process: a malformed HOROVOD_MALLOC_HUGEPAGES is a usage error.
+  EnvMap inherited = inheritedEnvironment();
+  EnvMap malloc = mallocEnvironment(inherited);
 
   // Which hosts are this machine (workers forked here) and which need ssh.
   std::map<std::string, bool> local;
@@ -119,10 +122,8 @@ int runGlooJob(const Options& options, const std::vector<HostSlots>& hosts, int 
   Rendezvous rendezvous(remoteHosts.empty() ? network.driverAddress : "0.0.0.0", job.secret);
   if (options.verbose) say("horovodrun: rendezvous server listening on port " + std::to_string(rendezvous.port()) + "\n");
 
-  EnvMap inherited = inheritedEnvironment();
   EnvMap knobs = knobEnvironment(options);
   EnvMap jobVars = jobEnvironment(network, rendezvous.port());
-  EnvMap malloc = mallocEnvironment(inherited);
   for (const EnvMap* layer : {&inherited, &malloc, &knobs, &jobVars}) {
     for (const auto& [k, v] : *layer) job.environment[k] = v;
   }
