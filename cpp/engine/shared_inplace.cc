@@ -7,6 +7,7 @@
 #include "collectives/partition.h"
 #include "collectives/reduce.h"
 #include "collectives/reduce_kernels.h"
+#include "collectives/stream_copy.h"
 #include "common/check.h"
 #include "common/logging.h"
 #include "engine/member_buffers.h"
@@ -31,18 +32,27 @@ Slice sliceOf(size_t count, size_t elem, int n, int me) {
   return {begin, std::min(count, begin + sliceElems)};
 }
 
+// Whether a buffer of `bytes` is written with streaming stores (collectives/stream_copy.h): a
+// large one is not read again before it has left the cache, and ordinary stores would first
+// read every line they write (read-for-ownership).
+bool streams(size_t bytes) { return bytes >= collectives::kStreamOutputBytes; }
+
 // Before step 1, for an input outside the shared buffer: copies every slice but mine from the
 // input into my buffer, where the members reducing them read it. My own slice stays in the
-// input and is read from there (step 3).
+// input and is read from there (step 3). Large copies stream, fenced before step 1's barrier.
 void stageOthersSlices(const uint8_t* input, uint8_t* mine, size_t count, size_t elem, int n, int me) {
   const Slice own = sliceOf(count, elem, n, me);
-  std::memcpy(mine, input, own.begin * elem);
-  std::memcpy(mine + own.end * elem, input + own.end * elem, (count - own.end) * elem);
+  const bool stream = streams(count * elem);
+  collectives::streamOrCopy(mine, input, own.begin * elem, stream);
+  collectives::streamOrCopy(mine + own.end * elem, input + own.end * elem, (count - own.end) * elem, stream);
+  if (stream) collectives::streamFence();
 }
 
 // Step 3 of the protocol (steps 1-2: member_buffers.h): member `me` of `n` reduces its slice of the `count` elements over the
 // members' buffers `out` (rank order), reading its own contribution from `ownInput` (its buffer,
-// or the input it was staged from), and writes the result into every member's buffer.
+// or the input it was staged from), and writes the result into every member's buffer. The
+// other buffers' lines of the slice were just read, so they are written with ordinary stores;
+// my own buffer's were not when my input is elsewhere, and a large one is streamed into.
 void reduceSlice(const Response& r, size_t count, int n, int me, uint8_t* const* out, const uint8_t* ownInput) {
   const DataType dtype = r.dtype;
   const size_t elem = dataTypeSize(dtype);
@@ -55,6 +65,7 @@ void reduceSlice(const Response& r, size_t count, int n, int me, uint8_t* const*
   alignas(64) uint8_t tile[kTileBytes];
   alignas(64) uint8_t scaled[kTileBytes];
   auto in = [&](int j) -> const uint8_t* { return j == me ? ownInput : out[j]; };
+  const bool streamMine = ownInput != out[me] && streams(count * elem);
   for (size_t t = slice.begin; t < slice.end; t += tileElems) {
     const size_t len = std::min(tileElems, slice.end - t);
     const size_t at = t * elem;
@@ -72,8 +83,9 @@ void reduceSlice(const Response& r, size_t count, int n, int me, uint8_t* const*
       }
     }
     if (post != 1.0) scaleBuffer(tile, len, dtype, post);
-    for (int j = 0; j < n; ++j) std::memcpy(out[j] + at, tile, len * elem);
+    for (int j = 0; j < n; ++j) collectives::streamOrCopy(out[j] + at, tile, len * elem, streamMine && j == me);
   }
+  if (streamMine) collectives::streamFence();  // before the barrier that publishes the result
 }
 
 }  // namespace

@@ -199,12 +199,13 @@ TEST(SharedInPlace, MatchesStagedPathAcrossDtypesOpsSizes) {
 
 // Into a shared buffer from an input elsewhere (DistributedOptimizer's fresh gradients): the
 // shared path, the input untouched, the result bitwise the staged path's; also with one rank in
-// place and the other not, with a prescale, and at sizes that leave slices empty.
+// place and the other not, with a prescale, at sizes that leave slices empty, and at one large
+// enough (>= 8 MiB) that the staging and the own slice's result are written with streaming stores.
 TEST(SharedInPlace, IntoSharedOutputFromAnyInput) {
   auto codes = runRanks(3, [](int rank) {
     init();
-    const std::vector<size_t> counts = {1, 5, 17, 4099, 65537, (size_t(1) << 20) + 3};
-    OwnedTensor shared = allocateShared(DataType::kFloat32, {int64_t((size_t(1) << 20) + 64)});
+    const std::vector<size_t> counts = {1, 5, 17, 4099, 65537, (size_t(1) << 20) + 3, (size_t(2) << 20) + 5};
+    OwnedTensor shared = allocateShared(DataType::kFloat32, {int64_t((size_t(2) << 20) + 64)});
     float* out = static_cast<float*>(shared.view.data) + 8 * rank;  // offsets differ between ranks
     int id = 0;
     for (size_t count : counts) {
