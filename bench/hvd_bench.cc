@@ -93,6 +93,11 @@ class HvdComm : public BenchComm {
     o.op = ReduceOp::kAverage;
     hvd::allreduce(view(buf, count, type), view(buf, count, type), o);
   }
+  void allreduceAverageInto(const void* in, void* out, size_t count, ElemType type) override {
+    Options o = named("bench.allreduce_into_shared");
+    o.op = ReduceOp::kAverage;
+    hvd::allreduce(view(in, count, type), view(out, count, type), o);
+  }
   size_t fusionBufferBytes() override {
     auto runtime = hvd::api::runtimeForOps();
     return runtime ? runtime->stats().fusionBufferBytes : 0;

@@ -29,6 +29,10 @@ part "gradient path: allreduce in place over shared buffers (hvd::allocateShared
 "$HERE/compare" --np 2 --ops allreduce_shared -b 64K -e 256M --reps "$REPS" \
   --systems horovod,horovod-staged,openmpi-tuned --build-dir "$BUILD" --horovodrun "$RUN" --out "$OUT"
 
+part "gradient path, large gradients: allreduce from ordinary memory into shared buffers, 2 ranks"
+"$HERE/compare" --np 2 --ops allreduce_into_shared -b 4M -e 256M --reps "$REPS" \
+  --systems horovod,horovod-staged,openmpi-tuned --build-dir "$BUILD" --horovodrun "$RUN" --out "$OUT"
+
 part "8-byte allreduce latency and 100 x 1 KiB async step (C++ vs MPI)"
 "$HERE/compare" --np 2 --ops allreduce -b 8 -e 8 --reps "$REPS" --systems horovod,openmpi,openmpi-tuned,torch-gloo \
   --build-dir "$BUILD" --horovodrun "$RUN" --out "$OUT" --name latency8B_np2

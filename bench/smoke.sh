@@ -41,12 +41,15 @@ skip() {
 check "memcpy_roof" "$B/memcpy_roof" -p 2 -t 0.05
 
 if [[ -x "$B/hvd_bench" && -n "$RUN" ]]; then
-  for op in allreduce allgather broadcast alltoall reducescatter allreduce_batch allreduce_shared allreduce_average; do
+  for op in allreduce allgather broadcast alltoall reducescatter allreduce_batch allreduce_shared allreduce_average \
+            allreduce_into_shared; do
     check "hvd_bench $op np2" "$RUN" -np 2 "$B/hvd_bench" --smoke -o "$op" -k 4 -r 1
   done
   check "hvd_bench allreduce bfloat16 np3" "$RUN" -np 3 "$B/hvd_bench" --smoke -d bfloat16
   check "hvd_bench allreduce_shared staged np3" env HOROVOD_SHARED_INPLACE=0 "$RUN" -np 3 "$B/hvd_bench" --smoke \
     -o allreduce_shared -e 1M
+  check "hvd_bench allreduce_into_shared np3 (streamed sizes)" "$RUN" -np 3 "$B/hvd_bench" -o allreduce_into_shared \
+    -b 16M -e 16M -n 3 -w 1
   check "coord_bench np2" "$RUN" -np 2 "$B/coord_bench" --smoke --tensors 16
 else
   skip "hvd_bench/coord_bench (not built or no horovodrun)"

@@ -63,6 +63,12 @@ class BenchComm {
     throw std::runtime_error(systemName() + " does not implement allreduce_shared");
   }
 
+  // out = average over ranks of in, `out` from allocateShared (allreduce_into_shared rows).
+  virtual void allreduceAverageInto(const void* in, void* out, size_t count, ElemType type) {
+    (void)in, (void)out, (void)count, (void)type;
+    throw std::runtime_error(systemName() + " does not implement allreduce_into_shared");
+  }
+
   // For the memory report: bytes of the system's persistent staging buffer that the run has
   // grown to use (Horovod: the fusion buffer); 0 when the system has none or does not tell.
   virtual size_t fusionBufferBytes() { return 0; }

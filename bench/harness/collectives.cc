@@ -221,6 +221,22 @@ RowShape sharedShape(size_t bytes, size_t elem, int ranks, int batch) {
   return s;
 }
 
+// ---- allreduce_into_shared: Average from the harness's memory into system-allocated memory
+// (DistributedOptimizer's path for a large gradient: autograd's fresh tensor into its bucket) ---
+
+void intoSharedFill(RowContext& row) {
+  const size_t bytes = row.count * elemSize(row.type);
+  if (!row.out[0].adopted()) {
+    if (auto memory = row.comm->allocateShared(bytes)) row.out[0] = Buffer(std::move(memory), bytes);
+  }
+  averageFill(row);
+  zero(row.out[0]);
+}
+void intoSharedRun(RowContext& row) {
+  row.comm->allreduceAverageInto(row.in[0].data(), row.out[0].data(), row.count, row.type);
+  row.result = row.out[0].data();
+}
+
 double allreduceBus(int n) { return n > 1 ? 2.0 * (n - 1) / n : 0.0; }
 double gatherBus(int n) { return n > 1 ? double(n - 1) / n : 0.0; }
 double oneBus(int) { return 1.0; }
@@ -238,6 +254,7 @@ const std::vector<Collective>& allCollectives() {
       {"allreduce_batch", allreduceBus, batchShape, batchFill, batchRun, batchCheck},
       {"allreduce_shared", allreduceBus, sharedShape, sharedFill, sharedRun, sharedCheck},
       {"allreduce_average", allreduceBus, sharedShape, averageFill, sharedRun, sharedCheck},
+      {"allreduce_into_shared", allreduceBus, allreduceShape, intoSharedFill, intoSharedRun, sharedCheck},
   };
   return kAll;
 }
