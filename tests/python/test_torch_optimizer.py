@@ -507,10 +507,12 @@ def test_solo_bucket_reduces_the_fresh_gradient():
     for step in range(5):
         set_to_none = step < 2 or hvd.rank() == 0
         opt.zero_grad(set_to_none=set_to_none)
+        # Read before backward: its hooks start the buckets' allreduces, which may be done by
+        # the time backward returns.
+        before = basics._core.shared_inplace_count()
         x, y = shard(80 + step, hvd.rank())
         F.cross_entropy(model(x), y).backward()
         fresh = big.grad
-        before = basics._core.shared_inplace_count()
         opt.synchronize()
         if step > 0:
             bucket, view = opt._bucket_of[big]
