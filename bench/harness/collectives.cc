@@ -200,11 +200,16 @@ void averageFill(RowContext& row) {
 
 // ---- allreduce_shared: the same in system-allocated memory (the gradient path) -------------
 
-void sharedFill(RowContext& row) {
+// Replaces `buffer` (once per row) by `count` elements of memory from the system under test,
+// when it offers any (BenchComm::allocateShared); otherwise the harness's buffer stays.
+void adoptShared(RowContext& row, Buffer& buffer) {
   const size_t bytes = row.count * elemSize(row.type);
-  if (!row.in[0].adopted()) {
-    if (auto memory = row.comm->allocateShared(bytes)) row.in[0] = Buffer(std::move(memory), bytes);
-  }
+  if (buffer.adopted()) return;
+  if (auto memory = row.comm->allocateShared(bytes)) buffer = Buffer(std::move(memory), bytes);
+}
+
+void sharedFill(RowContext& row) {
+  adoptShared(row, row.in[0]);
   averageFill(row);
 }
 void sharedRun(RowContext& row) {
@@ -225,10 +230,7 @@ RowShape sharedShape(size_t bytes, size_t elem, int ranks, int batch) {
 // (DistributedOptimizer's path for a large gradient: autograd's fresh tensor into its bucket) ---
 
 void intoSharedFill(RowContext& row) {
-  const size_t bytes = row.count * elemSize(row.type);
-  if (!row.out[0].adopted()) {
-    if (auto memory = row.comm->allocateShared(bytes)) row.out[0] = Buffer(std::move(memory), bytes);
-  }
+  adoptShared(row, row.out[0]);
   averageFill(row);
   zero(row.out[0]);
 }
@@ -245,16 +247,17 @@ double oneBus(int) { return 1.0; }
 
 const std::vector<Collective>& allCollectives() {
   static const std::vector<Collective> kAll = {
-      {"allreduce", allreduceBus, allreduceShape, allreduceFill, allreduceRun, allreduceCheck},
-      {"allgather", gatherBus, gatherShape, allgatherFill, allgatherRun, allgatherCheck},
-      {"broadcast", oneBus, broadcastShape, broadcastFill, broadcastRun, broadcastCheck},
-      {"alltoall", gatherBus, alltoallShape, alltoallFill, alltoallRun, alltoallCheck},
-      {"reducescatter", gatherBus, reducescatterShape, reducescatterFill, reducescatterRun,
+      {"allreduce", "sum", allreduceBus, allreduceShape, allreduceFill, allreduceRun, allreduceCheck},
+      {"allgather", "none", gatherBus, gatherShape, allgatherFill, allgatherRun, allgatherCheck},
+      {"broadcast", "none", oneBus, broadcastShape, broadcastFill, broadcastRun, broadcastCheck},
+      {"alltoall", "none", gatherBus, alltoallShape, alltoallFill, alltoallRun, alltoallCheck},
+      {"reducescatter", "sum", gatherBus, reducescatterShape, reducescatterFill, reducescatterRun,
        reducescatterCheck},
-      {"allreduce_batch", allreduceBus, batchShape, batchFill, batchRun, batchCheck},
-      {"allreduce_shared", allreduceBus, sharedShape, sharedFill, sharedRun, sharedCheck},
-      {"allreduce_average", allreduceBus, sharedShape, averageFill, sharedRun, sharedCheck},
-      {"allreduce_into_shared", allreduceBus, allreduceShape, intoSharedFill, intoSharedRun, sharedCheck},
+      {"allreduce_batch", "sum", allreduceBus, batchShape, batchFill, batchRun, batchCheck},
+      {"allreduce_shared", "avg", allreduceBus, sharedShape, sharedFill, sharedRun, sharedCheck},
+      {"allreduce_average", "avg", allreduceBus, sharedShape, averageFill, sharedRun, sharedCheck},
+      {"allreduce_into_shared", "avg", allreduceBus, allreduceShape, intoSharedFill, intoSharedRun,
+       sharedCheck},
   };
   return kAll;
 }

@@ -53,6 +53,7 @@ struct RowShape {
 
 struct Collective {
   std::string_view name;
+  std::string_view redop;  // the row's redop column: "sum", "avg" or "none"
   double (*busFactor)(int ranks);
   RowShape (*shape)(size_t bytes, size_t elemBytes, int ranks, int batch);
   void (*fill)(RowContext& row);

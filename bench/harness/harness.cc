@@ -179,11 +179,7 @@ int runBenchmark(BenchComm& comm, const BenchOptions& options, std::ostream& out
   }
   const int n = comm.size();
   const size_t elem = elemSize(options.type);
-  const bool average = options.op == "allreduce_shared" || options.op == "allreduce_average" ||
-                       options.op == "allreduce_into_shared";
-  const std::string redop = average                                         ? "avg"
-                            : options.op.find("reduce") != std::string::npos ? "sum"
-                                                                             : "none";
+  const std::string_view redop = coll->redop;
   if (lead) {
     out << "# system=" << comm.systemName() << " op=" << options.op << " dtype=" << elemName(options.type)
         << " ranks=" << n << " warmup=" << options.warmup << " iters="
