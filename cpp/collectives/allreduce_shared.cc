@@ -72,7 +72,6 @@ void allreduceSharedSlices(const AllreduceArgs& args) {
   // Slices are whole cache lines so ranks never write the same line.
   const size_t lineElems = 64 / elem;
   const size_t tileElems = kTileBytes / elem;
-  alignas(64) uint8_t tile[kTileBytes];
   const MessageIo contiguous(args.in, args.buf, elem);
   const MessageIo& io = args.io != nullptr ? *args.io : contiguous;
 
@@ -122,17 +121,19 @@ void allreduceSharedSlices(const AllreduceArgs& args) {
     space.barrier(comm.deadline());
     if (havePrevious) copyOut(previous);
 
+    // My slice's result goes where the peers copy it from (my buffer, `mine`) and into my output
+    // in the same pass: the last fold writes both from registers (ReduceKernel::toAndCopy).
     for (size_t t = own.begin, len = 0; t < ownEnd; t += len) {
       len = std::min(tileElems, ownEnd - t);
       const uint8_t* myInput = io.inputRun(c.offset + t, len);  // cut at the end of a piece
+      uint8_t* myOutput = io.outputRun(c.offset + t, len);      // pieces end at the same element
       auto input = [&](int j) -> const uint8_t* {
         return j == me ? myInput : sharedHalf(space, j, c.phase) + t * elem;
       };
-      args.kernel.to(tile, input(0), input(1), len);
-      for (int j = 2; j < n; ++j) args.kernel.into(tile, input(j), len);
-      scaleBuffer(tile, len, args.dtype, args.postscale);  // peers copy the scaled result
-      io.write(c.offset + t, tile, len, stream);
-      std::memcpy(mine + t * elem, tile, len * elem);
+      uint8_t* result = mine + t * elem;
+      const uint8_t* left = input(0);
+      for (int j = 1; j < n - 1; ++j, left = result) args.kernel.to(result, left, input(j), len);
+      args.kernel.toAndCopy(result, myOutput, left, input(n - 1), len, args.postscale, stream);
     }
     previous = c;
     havePrevious = true;

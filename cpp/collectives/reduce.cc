@@ -105,40 +105,44 @@ int opIndex(ReduceOp op) {
   }
 }
 
-template <typename T, typename Op>
+template <DataType D, typename T, typename Op>
 ReduceKernel nativeKernel() {
-  return {&nativeToFn<T, Op>, &nativeIntoFn<T, Op>, &nativeIntoLeftFn<T, Op>, sizeof(T)};
+  return {&nativeToFn<T, Op>, &nativeIntoFn<T, Op>, &nativeIntoLeftFn<T, Op>,
+          &blockToAndCopy<D, sizeof(T), &nativeToFn<T, Op>>, sizeof(T)};
 }
-template <typename Cvt, typename Op>
+template <DataType D, typename Cvt, typename Op>
 ReduceKernel halfKernel() {
-  return {&halfToFn<Cvt, Op>, &halfIntoFn<Cvt, Op>, &halfIntoLeftFn<Cvt, Op>, 2};
+  return {&halfToFn<Cvt, Op>, &halfIntoFn<Cvt, Op>, &halfIntoLeftFn<Cvt, Op>, &blockToAndCopy<D, 2, &halfToFn<Cvt, Op>>, 2};
 }
-template <typename T>
+template <DataType D, typename T>
 std::array<ReduceKernel, 4> nativeKernels() {
-  return {nativeKernel<T, SumOp>(), nativeKernel<T, MinOp>(), nativeKernel<T, MaxOp>(), nativeKernel<T, ProductOp>()};
+  return {nativeKernel<D, T, SumOp>(), nativeKernel<D, T, MinOp>(), nativeKernel<D, T, MaxOp>(),
+          nativeKernel<D, T, ProductOp>()};
 }
-template <typename Cvt>
+template <DataType D, typename Cvt>
 std::array<ReduceKernel, 4> halfKernels() {
-  return {halfKernel<Cvt, SumOp>(), halfKernel<Cvt, MinOp>(), halfKernel<Cvt, MaxOp>(), halfKernel<Cvt, ProductOp>()};
+  return {halfKernel<D, Cvt, SumOp>(), halfKernel<D, Cvt, MinOp>(), halfKernel<D, Cvt, MaxOp>(),
+          halfKernel<D, Cvt, ProductOp>()};
 }
 
 using KernelTable = std::array<std::array<ReduceKernel, 4>, kNumDataTypes>;
 
 KernelTable buildTable() {
   KernelTable t{};
-  t[static_cast<int>(DataType::kUInt8)] = nativeKernels<uint8_t>();
-  t[static_cast<int>(DataType::kInt8)] = nativeKernels<int8_t>();
-  t[static_cast<int>(DataType::kUInt16)] = nativeKernels<uint16_t>();
-  t[static_cast<int>(DataType::kInt16)] = nativeKernels<int16_t>();
-  t[static_cast<int>(DataType::kInt32)] = nativeKernels<int32_t>();
-  t[static_cast<int>(DataType::kInt64)] = nativeKernels<int64_t>();
-  t[static_cast<int>(DataType::kFloat16)] = halfKernels<HalfCvt>();
-  t[static_cast<int>(DataType::kBFloat16)] = halfKernels<Bf16Cvt>();
-  t[static_cast<int>(DataType::kFloat32)] = nativeKernels<float>();
-  t[static_cast<int>(DataType::kFloat64)] = nativeKernels<double>();
+  using enum DataType;
+  t[static_cast<int>(kUInt8)] = nativeKernels<kUInt8, uint8_t>();
+  t[static_cast<int>(kInt8)] = nativeKernels<kInt8, int8_t>();
+  t[static_cast<int>(kUInt16)] = nativeKernels<kUInt16, uint16_t>();
+  t[static_cast<int>(kInt16)] = nativeKernels<kInt16, int16_t>();
+  t[static_cast<int>(kInt32)] = nativeKernels<kInt32, int32_t>();
+  t[static_cast<int>(kInt64)] = nativeKernels<kInt64, int64_t>();
+  t[static_cast<int>(kFloat16)] = halfKernels<kFloat16, HalfCvt>();
+  t[static_cast<int>(kBFloat16)] = halfKernels<kBFloat16, Bf16Cvt>();
+  t[static_cast<int>(kFloat32)] = nativeKernels<kFloat32, float>();
+  t[static_cast<int>(kFloat64)] = nativeKernels<kFloat64, double>();
   // bool: Sum/Max = or, Min/Product = and.
-  auto orKernel = nativeKernel<uint8_t, OrOp>();
-  auto andKernel = nativeKernel<uint8_t, AndOp>();
+  auto orKernel = nativeKernel<kBool, uint8_t, OrOp>();
+  auto andKernel = nativeKernel<kBool, uint8_t, AndOp>();
   t[static_cast<int>(DataType::kBool)] = {orKernel, andKernel, orKernel, andKernel};
   return t;
 }
@@ -194,6 +198,7 @@ const ReduceKernel& reduceKernel(DataType dtype, ReduceOp op) {
       for (DataType type : {DataType::kFloat16, DataType::kBFloat16}) {
         for (int op = 0; op < 4; ++op) t[static_cast<int>(type)][op] = avx2HalfKernel(type, op);
       }
+      for (int op = 0; op < 4; ++op) t[static_cast<int>(DataType::kFloat32)][op].toAndCopy = avx2Float32ToAndCopy(op);
     }
     return t;
   }();

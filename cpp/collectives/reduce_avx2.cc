@@ -2,7 +2,8 @@
 // a time are widened to float32 in registers, combined, and narrowed back: float16 with the F16C
 // instructions, bfloat16 with integer shifts. Both round to nearest even and quiet NaNs exactly
 // like the portable conversions in half.h, so every machine computes the same bits (up to which
-// NaN payload a NaN result carries); the portable conversions handle the tails.
+// NaN payload a NaN result carries); the portable conversions handle the tails. Also float32's
+// toAndCopy, which needs streaming stores straight from the registers that hold the result.
 #include "collectives/reduce_ops.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -20,6 +21,7 @@ namespace {
 using Float8 = float __attribute__((vector_size(32)));
 
 struct Fp16 {
+  static constexpr DataType kType = DataType::kFloat16;
   HVD_AVX2_TARGET static Float8 load(const uint16_t* p) {
     return reinterpret_cast<Float8>(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
   }
@@ -32,6 +34,7 @@ struct Fp16 {
 };
 
 struct Bf16 {
+  static constexpr DataType kType = DataType::kBFloat16;
   HVD_AVX2_TARGET static Float8 load(const uint16_t* p) {
     __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     return reinterpret_cast<Float8>(_mm256_castsi256_ps(_mm256_slli_epi32(wide, 16)));
@@ -96,13 +99,62 @@ void intoLeftFn(void* dst, const void* src, size_t n) {
   toFn<Fmt, Op>(dst, src, dst, n);
 }
 
+template <typename Fmt, typename Op>
+ReduceKernel halfKernel() {
+  return {&toFn<Fmt, Op>, &intoFn<Fmt, Op>, &intoLeftFn<Fmt, Op>, &blockToAndCopy<Fmt::kType, 2, &toFn<Fmt, Op>>, 2};
+}
+
 template <typename Fmt>
 ReduceKernel kernelFor(int opIndex) {
   switch (opIndex) {
-    case 0: return {&toFn<Fmt, VSum>, &intoFn<Fmt, VSum>, &intoLeftFn<Fmt, VSum>, 2};
-    case 1: return {&toFn<Fmt, VMin>, &intoFn<Fmt, VMin>, &intoLeftFn<Fmt, VMin>, 2};
-    case 2: return {&toFn<Fmt, VMax>, &intoFn<Fmt, VMax>, &intoLeftFn<Fmt, VMax>, 2};
-    default: return {&toFn<Fmt, VProduct>, &intoFn<Fmt, VProduct>, &intoLeftFn<Fmt, VProduct>, 2};
+    case 0: return halfKernel<Fmt, VSum>();
+    case 1: return halfKernel<Fmt, VMin>();
+    case 2: return halfKernel<Fmt, VMax>();
+    default: return halfKernel<Fmt, VProduct>();
+  }
+}
+
+// float32 toAndCopy: each group of 8 is combined (and scaled) in a register and stored from
+// there to both destinations; elements before `copy` reaches 32-byte alignment (streaming stores
+// need it) and the tail go one at a time through the scalar operator (the same bits).
+template <typename Op, bool kScale, bool kStream>
+HVD_AVX2_TARGET void floatToAndCopy(float* dst, float* copy, const float* a, const float* b, size_t n,
+                                    float factor) {
+  const Float8 f = {factor, factor, factor, factor, factor, factor, factor, factor};
+  auto scalar = [&](size_t i) {
+    float v = Op::Scalar::apply(a[i], b[i]);
+    if constexpr (kScale) v *= factor;
+    dst[i] = v;
+    copy[i] = v;
+  };
+  size_t i = 0;
+  if constexpr (kStream) {
+    for (; i < n && (reinterpret_cast<uintptr_t>(copy + i) & 31) != 0; ++i) scalar(i);
+  }
+  for (; i + 8 <= n; i += 8) {
+    Float8 v = Op::apply(reinterpret_cast<Float8>(_mm256_loadu_ps(a + i)), reinterpret_cast<Float8>(_mm256_loadu_ps(b + i)));
+    if constexpr (kScale) v = v * f;
+    _mm256_storeu_ps(dst + i, reinterpret_cast<__m256>(v));
+    if constexpr (kStream) {
+      _mm256_stream_ps(copy + i, reinterpret_cast<__m256>(v));
+    } else {
+      _mm256_storeu_ps(copy + i, reinterpret_cast<__m256>(v));
+    }
+  }
+  for (; i < n; ++i) scalar(i);
+}
+
+template <typename Op>
+void floatToAndCopyFn(void* dst, void* copy, const void* a, const void* b, size_t n, double factor, bool stream) {
+  auto* d = static_cast<float*>(dst);
+  auto* c = static_cast<float*>(copy);
+  const auto* x = static_cast<const float*>(a);
+  const auto* y = static_cast<const float*>(b);
+  const float f = static_cast<float>(factor);  // as scaleBuffer scales float32
+  if (factor == 1.0) {
+    stream ? floatToAndCopy<Op, false, true>(d, c, x, y, n, f) : floatToAndCopy<Op, false, false>(d, c, x, y, n, f);
+  } else {
+    stream ? floatToAndCopy<Op, true, true>(d, c, x, y, n, f) : floatToAndCopy<Op, true, false>(d, c, x, y, n, f);
   }
 }
 
@@ -125,6 +177,15 @@ ReduceKernel avx2HalfKernel(DataType dtype, int opIndex) {
   return dtype == DataType::kFloat16 ? kernelFor<Fp16>(opIndex) : kernelFor<Bf16>(opIndex);
 }
 
+ToAndCopyFn avx2Float32ToAndCopy(int opIndex) {
+  switch (opIndex) {
+    case 0: return &floatToAndCopyFn<VSum>;
+    case 1: return &floatToAndCopyFn<VMin>;
+    case 2: return &floatToAndCopyFn<VMax>;
+    default: return &floatToAndCopyFn<VProduct>;
+  }
+}
+
 void avx2ScaleHalf(DataType dtype, uint16_t* buf, size_t n, float factor) {
   if (dtype == DataType::kFloat16) {
     scale<Fp16>(buf, n, factor);
@@ -137,6 +198,7 @@ void avx2ScaleHalf(DataType dtype, uint16_t* buf, size_t n, float factor) {
 
 bool cpuHasAvx2F16c() { return false; }
 ReduceKernel avx2HalfKernel(DataType, int) { return {}; }
+ToAndCopyFn avx2Float32ToAndCopy(int) { return nullptr; }
 void avx2ScaleHalf(DataType, uint16_t*, size_t, float) {}
 
 #endif

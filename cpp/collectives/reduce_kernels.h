@@ -19,6 +19,15 @@ struct ReduceKernel {
   void (*into)(void* dst, const void* src, size_t count) = nullptr;
   // dst = src OP dst (src is the left operand); no overlap.
   void (*intoLeft)(void* dst, const void* src, size_t count) = nullptr;
+  // dst = (a OP b) scaled by `factor` as scaleBuffer() scales (1 = not at all), and the same
+  // values written to `copy`, in one pass: for an algorithm that keeps a result where its peers
+  // read it and also delivers it to an output (a second pass over the result would cost a read
+  // and a write per element and stall the stream of inputs). Streaming stores into `copy` when
+  // `stream`; the caller fences (streamFence()) before publishing. dst and copy may each alias
+  // a or b exactly; they must not overlap each other. Throws scaleBuffer's error for a factor
+  // the type cannot take.
+  void (*toAndCopy)(void* dst, void* copy, const void* a, const void* b, size_t count, double factor,
+                    bool stream) = nullptr;
   size_t elementSize = 0;
 };
 

@@ -2,12 +2,16 @@
 // collectives/). apply(a, b): a is the left (lower-rank) operand.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "collectives/half.h"
+#include "collectives/reduce.h"
 #include "collectives/reduce_kernels.h"
+#include "collectives/stream_copy.h"
 
 namespace hvd::detail {
 
@@ -73,10 +77,35 @@ struct Bf16Cvt {
 // Elements converted to float32 per block (on the stack).
 constexpr size_t kHalfBlock = 256;
 
+// ReduceKernel::toAndCopy for any kernel: `To` into a block on the stack, scaled there, then
+// copied to both destinations. Blocks are read whole before either destination is written, so
+// dst and copy may alias a or b exactly.
+template <DataType D, size_t Elem, void (*To)(void*, const void*, const void*, size_t)>
+void blockToAndCopy(void* dst, void* copy, const void* a, const void* b, size_t count, double factor,
+                    bool stream) {
+  constexpr size_t kBlockBytes = 2048;
+  constexpr size_t perBlock = kBlockBytes / Elem;
+  alignas(64) uint8_t block[kBlockBytes];
+  auto* d = static_cast<uint8_t*>(dst);
+  auto* c = static_cast<uint8_t*>(copy);
+  const auto* pa = static_cast<const uint8_t*>(a);
+  const auto* pb = static_cast<const uint8_t*>(b);
+  for (size_t base = 0; base < count; base += perBlock) {
+    const size_t m = std::min(perBlock, count - base), at = base * Elem;
+    To(block, pa + at, pb + at, m);
+    scaleBuffer(block, m, D, factor);
+    std::memcpy(d + at, block, m * Elem);
+    collectives::streamOrCopy(c + at, block, m * Elem, stream);
+  }
+}
+
 // float16/bfloat16 kernels for CPUs with AVX2 and F16C (see reduce_avx2.cc): conversions in
 // registers, bitwise the same results as the portable kernels (NaN payloads aside).
 bool cpuHasAvx2F16c();
 ReduceKernel avx2HalfKernel(DataType dtype, int opIndex);  // float16 or bfloat16; 0 Sum, 1 Min, 2 Max, 3 Product
 void avx2ScaleHalf(DataType dtype, uint16_t* buf, size_t n, float factor);
+// float32 toAndCopy computed in AVX registers and stored from there to both destinations.
+using ToAndCopyFn = void (*)(void*, void*, const void*, const void*, size_t, double, bool);
+ToAndCopyFn avx2Float32ToAndCopy(int opIndex);
 
 }  // namespace hvd::detail

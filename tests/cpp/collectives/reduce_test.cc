@@ -9,6 +9,7 @@
 
 #include "collectives/reduce.h"
 #include "collectives/reduce_kernels.h"
+#include "collectives/stream_copy.h"
 #include "horovod/errors.h"
 #include "test_data.h"
 
@@ -215,6 +216,99 @@ TEST(ReduceKernels, DispatchedHalfKernelsMatchPortable) {
         portable.intoLeft(l2.data(), a.data(), n);
         ASSERT_EQ("", same(l1, l2));
         ASSERT_EQ("", same(l1, x));
+      }
+    }
+  }
+}
+
+// toAndCopy = to + scaleBuffer, written to two places: the same bits as those two calls, with
+// and without streaming stores, unscaled and scaled, for destinations at any alignment and
+// aliasing an operand exactly (in place: the copy is the caller's input), and every count
+// around the vector and block sizes.
+TEST(ReduceKernels, ToAndCopyIsToThenScaleWrittenTwice) {
+  for (DataType t : allDataTypes()) {
+    for (ReduceOp op : allReduceOps()) {
+      const ReduceKernel& kernel = reduceKernel(t, op);
+      const size_t elem = dataTypeSize(t);
+      const bool scalable = t != DataType::kUInt16 && t != DataType::kInt16 && t != DataType::kBool;
+      for (double factor : {1.0, 0.5}) {
+        for (bool stream : {false, true}) {
+          for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(9), size_t(255), size_t(1023), size_t(1025),
+                               size_t(5000)}) {
+            for (size_t shift : {size_t(0), size_t(1), size_t(3)}) {  // elements: moves the copy off alignment
+              SCOPED_TRACE(std::string(dataTypeName(t)) + " " + opName(op) + " factor " + std::to_string(factor) +
+                           (stream ? " streamed" : "") + " count " + std::to_string(count) + " shift " +
+                           std::to_string(shift));
+              const std::vector<uint8_t> a = makeInput(t, op, 0, count, 5), b = makeInput(t, op, 1, count, 5);
+              const size_t bytes = count * elem;
+              if (!scalable && factor != 1.0) {
+                if (count == 0) continue;
+                std::vector<uint8_t> dst(bytes), copy(bytes);
+                EXPECT_THROW(kernel.toAndCopy(dst.data(), copy.data(), a.data(), b.data(), count, factor, stream),
+                             Error);
+                continue;
+              }
+              std::vector<uint8_t> expected(bytes + 1);
+              reduceTo(expected.data(), a.data(), b.data(), count, t, op);
+              scaleBuffer(expected.data(), count, t, factor);
+              std::vector<uint8_t> dst(bytes + 1, 0xee), copyBuf((count + shift) * elem + 1, 0xee);
+              uint8_t* copy = copyBuf.data() + shift * elem;
+              kernel.toAndCopy(dst.data(), copy, a.data(), b.data(), count, factor, stream);
+              collectives::streamFence();
+              ASSERT_EQ(0, std::memcmp(dst.data(), expected.data(), bytes));
+              ASSERT_EQ(0, std::memcmp(copy, expected.data(), bytes));
+              ASSERT_EQ(dst[bytes], 0xee);  // nothing past the end
+              ASSERT_EQ(copyBuf[(count + shift) * elem], 0xee);
+              // In place: dst over a, copy over b (each aliasing an operand exactly).
+              std::vector<uint8_t> overA = a, overB = b;
+              kernel.toAndCopy(overA.data(), overB.data(), overA.data(), overB.data(), count, factor, stream);
+              collectives::streamFence();
+              ASSERT_EQ(0, std::memcmp(overA.data(), expected.data(), bytes));
+              ASSERT_EQ(0, std::memcmp(overB.data(), expected.data(), bytes));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The float32 toAndCopy computed in AVX registers (where the CPU has them) gives the portable
+// kernel's bits, NaN, Inf, signed zeros and subnormals included.
+TEST(ReduceKernels, DispatchedFloatToAndCopyMatchesPortable) {
+  std::mt19937 rng(5);
+  const size_t count = 4099;
+  std::vector<float> a(count), b(count);
+  for (size_t i = 0; i < count; ++i) {
+    a[i] = std::bit_cast<float>(static_cast<uint32_t>(rng()));
+    b[i] = std::bit_cast<float>(static_cast<uint32_t>(rng()));
+  }
+  const float specials[] = {0.0f, -0.0f, 1e-45f, -1e-45f, 1.0f, std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
+                            std::numeric_limits<float>::max(), 3.0f};
+  for (size_t i = 0; i < count; i += 3) a[i] = specials[(i / 3) % std::size(specials)];
+  for (size_t i = 0; i < count; i += 5) b[i] = specials[(i / 5 + 4) % std::size(specials)];
+  auto sameBits = [](const float* u, const float* v, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      if (std::isnan(u[i]) && std::isnan(v[i])) continue;  // which NaN payload may differ
+      if (std::bit_cast<uint32_t>(u[i]) != std::bit_cast<uint32_t>(v[i])) return "element " + std::to_string(i);
+    }
+    return std::string();
+  };
+  for (ReduceOp op : allReduceOps()) {
+    const ReduceKernel& fast = reduceKernel(DataType::kFloat32, op);
+    const ReduceKernel& portable = portableReduceKernel(DataType::kFloat32, op);
+    for (double factor : {1.0, 1.0 / 3.0}) {
+      for (bool stream : {false, true}) {
+        for (size_t n : {size_t(1), size_t(8), size_t(13), count}) {
+          std::vector<float> d1(n), c1(n + 1), d2(n), c2(n);
+          fast.toAndCopy(d1.data(), c1.data() + 1, a.data(), b.data(), n, factor, stream);
+          portable.toAndCopy(d2.data(), c2.data(), a.data(), b.data(), n, factor, stream);
+          collectives::streamFence();
+          ASSERT_EQ("", sameBits(d1.data(), d2.data(), n)) << opName(op) << " n=" << n;
+          ASSERT_EQ("", sameBits(c1.data() + 1, d2.data(), n)) << opName(op) << " n=" << n;
+          ASSERT_EQ("", sameBits(c2.data(), d2.data(), n));
+        }
       }
     }
   }

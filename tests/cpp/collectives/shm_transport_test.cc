@@ -12,6 +12,7 @@
 
 #include "collectives/collectives.h"
 #include "collectives/reduce.h"
+#include "collectives/stream_copy.h"
 #include "store/memory_store.h"
 #include "test_data.h"
 #include "transport/shm/shm_transport.h"
@@ -136,38 +137,49 @@ TEST(ShmTransportCollectives, AllreducePiecesMatchesConcatenation) {
 
 // A postscale (Average = Sum with 1/n) gives bitwise what scaleBuffer() makes of the sum, whether
 // the algorithm folds it into its reduction (the shared-memory ones) or the dispatcher scales
-// afterwards; contiguous, in place and over pieces. A dtype that cannot be scaled fails on every
+// afterwards; contiguous, in place and over pieces; and for outputs large enough to be written
+// with streaming stores (collectives/stream_copy.h). A dtype that cannot be scaled fails on every
 // rank before anything is sent: the next allreduce still works.
 TEST(ShmTransportCollectives, AllreducePostscaleEqualsScaledSum) {
-  const size_t count = 70001;  // several chunks and tiles of the 128 KiB shared half
   const double post = 1.0 / 3.0;
+  auto check = [&](const char* algo, DataType t, int n, size_t count) {
+    SCOPED_TRACE(std::string(algo) + " " + std::string(dataTypeName(t)) + " n=" + std::to_string(n) +
+                 " count=" + std::to_string(count));
+    const size_t bytes = count * dataTypeSize(t);
+    std::vector<std::vector<uint8_t>> inputs;
+    for (int r = 0; r < n; ++r) inputs.push_back(makeInput(t, ReduceOp::kSum, r, count, 5));
+    std::vector<std::string> failures(n);
+    runShmRanks(n, algo, [&](Communicator& comm) {
+      const int r = comm.rank();
+      std::vector<uint8_t> expected(bytes), out(bytes), inPlace(inputs[r].begin(), inputs[r].begin() + bytes);
+      collectives::allreduce(comm, inputs[r].data(), expected.data(), count, t, ReduceOp::kSum);
+      scaleBuffer(expected.data(), count, t, post);
+      collectives::allreduce(comm, inputs[r].data(), out.data(), count, t, ReduceOp::kSum, post);
+      collectives::allreduce(comm, inPlace.data(), count, t, ReduceOp::kSum, post);
+      std::vector<uint8_t> viaPieces(bytes);
+      const size_t cut = count / 3 + 1;
+      std::vector<collectives::Piece> pieces = {
+          {inputs[r].data(), viaPieces.data(), cut},
+          {inputs[r].data() + cut * dataTypeSize(t), viaPieces.data() + cut * dataTypeSize(t), count - cut}};
+      const bool ran = collectives::allreducePieces(comm, pieces, t, ReduceOp::kSum, post);
+      if (out != expected) failures[r] += " out-of-place";
+      if (inPlace != expected) failures[r] += " in-place";
+      if (ran && viaPieces != expected) failures[r] += " pieces";
+    });
+    for (int r = 0; r < n; ++r) ASSERT_EQ(failures[r], "") << "rank " << r << " differs from scaleBuffer(sum)";
+  };
   for (const char* algo : {"shm_direct", "shm_slices", "recursive_doubling", "ring"}) {
     for (DataType t : {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16, DataType::kInt32,
                        DataType::kFloat64}) {
-      const int n = 3;
-      SCOPED_TRACE(std::string(algo) + " " + std::string(dataTypeName(t)));
-      const size_t bytes = count * dataTypeSize(t);
-      std::vector<std::vector<uint8_t>> inputs;
-      for (int r = 0; r < n; ++r) inputs.push_back(makeInput(t, ReduceOp::kSum, r, count, 5));
-      std::vector<std::string> failures(n);
-      runShmRanks(n, algo, [&](Communicator& comm) {
-        const int r = comm.rank();
-        std::vector<uint8_t> expected(bytes), out(bytes), inPlace(inputs[r].begin(), inputs[r].begin() + bytes);
-        collectives::allreduce(comm, inputs[r].data(), expected.data(), count, t, ReduceOp::kSum);
-        scaleBuffer(expected.data(), count, t, post);
-        collectives::allreduce(comm, inputs[r].data(), out.data(), count, t, ReduceOp::kSum, post);
-        collectives::allreduce(comm, inPlace.data(), count, t, ReduceOp::kSum, post);
-        std::vector<uint8_t> viaPieces(bytes);
-        const size_t cut = count / 3 + 1;
-        std::vector<collectives::Piece> pieces = {
-            {inputs[r].data(), viaPieces.data(), cut},
-            {inputs[r].data() + cut * dataTypeSize(t), viaPieces.data() + cut * dataTypeSize(t), count - cut}};
-        const bool ran = collectives::allreducePieces(comm, pieces, t, ReduceOp::kSum, post);
-        if (out != expected) failures[r] += " out-of-place";
-        if (inPlace != expected) failures[r] += " in-place";
-        if (ran && viaPieces != expected) failures[r] += " pieces";
-      });
-      for (int r = 0; r < n; ++r) ASSERT_EQ(failures[r], "") << "rank " << r << " differs from scaleBuffer(sum)";
+      check(algo, t, 3, 70001);  // several chunks and tiles of the 128 KiB shared half
+      if (HasFatalFailure()) return;
+    }
+  }
+  // Streamed outputs (>= 8 MiB), an odd count so the last slice ends off a vector boundary.
+  for (int n : {2, 3}) {
+    for (DataType t : {DataType::kFloat32, DataType::kBFloat16}) {
+      check("shm_slices", t, n, collectives::kStreamOutputBytes / dataTypeSize(t) + 4099);
+      if (HasFatalFailure()) return;
     }
   }
   runShmRanks(2, "", [&](Communicator& comm) {
