@@ -2,8 +2,8 @@
 // a time are widened to float32 in registers, combined, and narrowed back: float16 with the F16C
 // instructions, bfloat16 with integer shifts. Both round to nearest even and quiet NaNs exactly
 // like the portable conversions in half.h, so every machine computes the same bits (up to which
-// NaN payload a NaN result carries); the portable conversions handle the tails. Also float32's
-// toAndCopy, which needs streaming stores straight from the registers that hold the result.
+// NaN payload a NaN result carries); the portable conversions handle the tails. toAndCopy for
+// these and for float32 stores the result from the registers that hold it, streaming or not.
 #include "collectives/reduce_ops.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -20,26 +20,37 @@ namespace {
 
 using Float8 = float __attribute__((vector_size(32)));
 
+// The formats toAndCopy and the 16-bit kernels work in: eight elements widened to float32 in a
+// register (widen/load) and narrowed back (narrow/store), stored plain or streaming.
 struct Fp16 {
   static constexpr DataType kType = DataType::kFloat16;
-  HVD_AVX2_TARGET static Float8 load(const uint16_t* p) {
-    return reinterpret_cast<Float8>(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  using Elem = uint16_t;
+  using Packed = __m128i;
+  HVD_AVX2_TARGET static Float8 widen(__m128i h) { return reinterpret_cast<Float8>(_mm256_cvtph_ps(h)); }
+  HVD_AVX2_TARGET static __m128i narrow(Float8 v) {
+    return _mm256_cvtps_ph(reinterpret_cast<__m256>(v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   }
-  HVD_AVX2_TARGET static void store(uint16_t* p, Float8 v) {
-    __m128i h = _mm256_cvtps_ph(reinterpret_cast<__m256>(v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h);
+  HVD_AVX2_TARGET static Float8 load(const uint16_t* p) { return widen(loadPacked(p)); }
+  HVD_AVX2_TARGET static void store(uint16_t* p, Float8 v) { storePacked(p, narrow(v)); }
+  HVD_AVX2_TARGET static __m128i loadPacked(const uint16_t* p) {
+    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   }
+  HVD_AVX2_TARGET static void storePacked(uint16_t* p, __m128i h) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h); }
+  HVD_AVX2_TARGET static void streamPacked(uint16_t* p, __m128i h) { _mm_stream_si128(reinterpret_cast<__m128i*>(p), h); }
+  static constexpr uintptr_t kStreamAlign = 16;
   static float toFloat(uint16_t v) { return halfBitsToFloat(v); }
   static uint16_t fromFloat(float v) { return floatToHalfBits(v); }
 };
 
 struct Bf16 {
   static constexpr DataType kType = DataType::kBFloat16;
-  HVD_AVX2_TARGET static Float8 load(const uint16_t* p) {
-    __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  using Elem = uint16_t;
+  using Packed = __m128i;
+  HVD_AVX2_TARGET static Float8 widen(__m128i h) {
+    __m256i wide = _mm256_cvtepu16_epi32(h);
     return reinterpret_cast<Float8>(_mm256_castsi256_ps(_mm256_slli_epi32(wide, 16)));
   }
-  HVD_AVX2_TARGET static void store(uint16_t* p, Float8 v) {
+  HVD_AVX2_TARGET static __m128i narrow(Float8 v) {
     __m256i x = _mm256_castps_si256(reinterpret_cast<__m256>(v));
     __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
     __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), lsb), 16);
@@ -48,10 +59,30 @@ struct Bf16 {
                                        _mm256_set1_epi32(0x7f800000));
     __m256i bits = _mm256_blendv_epi8(rounded, nan, isNan);  // every lane is <= 0xffff
     __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(bits, bits), 0x08);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
+    return _mm256_castsi256_si128(packed);
   }
+  HVD_AVX2_TARGET static Float8 load(const uint16_t* p) { return widen(Fp16::loadPacked(p)); }
+  HVD_AVX2_TARGET static void store(uint16_t* p, Float8 v) { Fp16::storePacked(p, narrow(v)); }
+  HVD_AVX2_TARGET static void storePacked(uint16_t* p, __m128i h) { Fp16::storePacked(p, h); }
+  HVD_AVX2_TARGET static void streamPacked(uint16_t* p, __m128i h) { Fp16::streamPacked(p, h); }
+  static constexpr uintptr_t kStreamAlign = 16;
   static float toFloat(uint16_t v) { return bfloat16BitsToFloat(v); }
   static uint16_t fromFloat(float v) { return floatToBfloat16Bits(v); }
+};
+
+// float32 itself: widening and narrowing are nothing.
+struct Fp32 {
+  static constexpr DataType kType = DataType::kFloat32;
+  using Elem = float;
+  using Packed = __m256;
+  HVD_AVX2_TARGET static Float8 widen(__m256 v) { return reinterpret_cast<Float8>(v); }
+  HVD_AVX2_TARGET static __m256 narrow(Float8 v) { return reinterpret_cast<__m256>(v); }
+  HVD_AVX2_TARGET static Float8 load(const float* p) { return widen(_mm256_loadu_ps(p)); }
+  HVD_AVX2_TARGET static void storePacked(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
+  HVD_AVX2_TARGET static void streamPacked(float* p, __m256 v) { _mm256_stream_ps(p, v); }
+  static constexpr uintptr_t kStreamAlign = 32;
+  static float toFloat(float v) { return v; }
+  static float fromFloat(float v) { return v; }
 };
 
 // Vector forms of the operators in reduce_ops.h (same operand order and NaN rules).
@@ -99,9 +130,55 @@ void intoLeftFn(void* dst, const void* src, size_t n) {
   toFn<Fmt, Op>(dst, src, dst, n);
 }
 
+// toAndCopy: each group of 8 is combined (and scaled) in a register and stored from there to
+// both destinations; elements before `copy` reaches the alignment streaming stores need, and the
+// tail, go one at a time through the scalar operator. Scaling narrows first, as scaleBuffer()
+// scales the stored result: the same bits as to() then scaleBuffer().
+template <typename Fmt, typename Op, bool kScale, bool kStream>
+HVD_AVX2_TARGET void toAndCopy8(typename Fmt::Elem* dst, typename Fmt::Elem* copy, const typename Fmt::Elem* a,
+                                const typename Fmt::Elem* b, size_t n, float factor) {
+  const Float8 f = {factor, factor, factor, factor, factor, factor, factor, factor};
+  auto scalar = [&](size_t i) {
+    auto v = Fmt::fromFloat(Op::Scalar::apply(Fmt::toFloat(a[i]), Fmt::toFloat(b[i])));
+    if constexpr (kScale) v = Fmt::fromFloat(Fmt::toFloat(v) * factor);
+    dst[i] = v;
+    copy[i] = v;
+  };
+  size_t i = 0;
+  if constexpr (kStream) {
+    for (; i < n && (reinterpret_cast<uintptr_t>(copy + i) % Fmt::kStreamAlign) != 0; ++i) scalar(i);
+  }
+  for (; i + 8 <= n; i += 8) {
+    typename Fmt::Packed p = Fmt::narrow(Op::apply(Fmt::load(a + i), Fmt::load(b + i)));
+    if constexpr (kScale) p = Fmt::narrow(Fmt::widen(p) * f);
+    Fmt::storePacked(dst + i, p);
+    if constexpr (kStream) {
+      Fmt::streamPacked(copy + i, p);
+    } else {
+      Fmt::storePacked(copy + i, p);
+    }
+  }
+  for (; i < n; ++i) scalar(i);
+}
+
+template <typename Fmt, typename Op>
+void toAndCopyFn(void* dst, void* copy, const void* a, const void* b, size_t n, double factor, bool stream) {
+  using E = typename Fmt::Elem;
+  auto* d = static_cast<E*>(dst);
+  auto* c = static_cast<E*>(copy);
+  const auto* x = static_cast<const E*>(a);
+  const auto* y = static_cast<const E*>(b);
+  const float f = static_cast<float>(factor);  // as scaleBuffer scales float32 and 16-bit floats
+  if (factor == 1.0) {
+    stream ? toAndCopy8<Fmt, Op, false, true>(d, c, x, y, n, f) : toAndCopy8<Fmt, Op, false, false>(d, c, x, y, n, f);
+  } else {
+    stream ? toAndCopy8<Fmt, Op, true, true>(d, c, x, y, n, f) : toAndCopy8<Fmt, Op, true, false>(d, c, x, y, n, f);
+  }
+}
+
 template <typename Fmt, typename Op>
 ReduceKernel halfKernel() {
-  return {&toFn<Fmt, Op>, &intoFn<Fmt, Op>, &intoLeftFn<Fmt, Op>, &blockToAndCopy<Fmt::kType, 2, &toFn<Fmt, Op>>, 2};
+  return {&toFn<Fmt, Op>, &intoFn<Fmt, Op>, &intoLeftFn<Fmt, Op>, &toAndCopyFn<Fmt, Op>, 2};
 }
 
 template <typename Fmt>
@@ -111,50 +188,6 @@ ReduceKernel kernelFor(int opIndex) {
     case 1: return halfKernel<Fmt, VMin>();
     case 2: return halfKernel<Fmt, VMax>();
     default: return halfKernel<Fmt, VProduct>();
-  }
-}
-
-// float32 toAndCopy: each group of 8 is combined (and scaled) in a register and stored from
-// there to both destinations; elements before `copy` reaches 32-byte alignment (streaming stores
-// need it) and the tail go one at a time through the scalar operator (the same bits).
-template <typename Op, bool kScale, bool kStream>
-HVD_AVX2_TARGET void floatToAndCopy(float* dst, float* copy, const float* a, const float* b, size_t n,
-                                    float factor) {
-  const Float8 f = {factor, factor, factor, factor, factor, factor, factor, factor};
-  auto scalar = [&](size_t i) {
-    float v = Op::Scalar::apply(a[i], b[i]);
-    if constexpr (kScale) v *= factor;
-    dst[i] = v;
-    copy[i] = v;
-  };
-  size_t i = 0;
-  if constexpr (kStream) {
-    for (; i < n && (reinterpret_cast<uintptr_t>(copy + i) & 31) != 0; ++i) scalar(i);
-  }
-  for (; i + 8 <= n; i += 8) {
-    Float8 v = Op::apply(reinterpret_cast<Float8>(_mm256_loadu_ps(a + i)), reinterpret_cast<Float8>(_mm256_loadu_ps(b + i)));
-    if constexpr (kScale) v = v * f;
-    _mm256_storeu_ps(dst + i, reinterpret_cast<__m256>(v));
-    if constexpr (kStream) {
-      _mm256_stream_ps(copy + i, reinterpret_cast<__m256>(v));
-    } else {
-      _mm256_storeu_ps(copy + i, reinterpret_cast<__m256>(v));
-    }
-  }
-  for (; i < n; ++i) scalar(i);
-}
-
-template <typename Op>
-void floatToAndCopyFn(void* dst, void* copy, const void* a, const void* b, size_t n, double factor, bool stream) {
-  auto* d = static_cast<float*>(dst);
-  auto* c = static_cast<float*>(copy);
-  const auto* x = static_cast<const float*>(a);
-  const auto* y = static_cast<const float*>(b);
-  const float f = static_cast<float>(factor);  // as scaleBuffer scales float32
-  if (factor == 1.0) {
-    stream ? floatToAndCopy<Op, false, true>(d, c, x, y, n, f) : floatToAndCopy<Op, false, false>(d, c, x, y, n, f);
-  } else {
-    stream ? floatToAndCopy<Op, true, true>(d, c, x, y, n, f) : floatToAndCopy<Op, true, false>(d, c, x, y, n, f);
   }
 }
 
@@ -179,10 +212,10 @@ ReduceKernel avx2HalfKernel(DataType dtype, int opIndex) {
 
 ToAndCopyFn avx2Float32ToAndCopy(int opIndex) {
   switch (opIndex) {
-    case 0: return &floatToAndCopyFn<VSum>;
-    case 1: return &floatToAndCopyFn<VMin>;
-    case 2: return &floatToAndCopyFn<VMax>;
-    default: return &floatToAndCopyFn<VProduct>;
+    case 0: return &toAndCopyFn<Fp32, VSum>;
+    case 1: return &toAndCopyFn<Fp32, VMin>;
+    case 2: return &toAndCopyFn<Fp32, VMax>;
+    default: return &toAndCopyFn<Fp32, VProduct>;
   }
 }
 

@@ -177,7 +177,7 @@ TEST(ReduceKernels, AllTypesOpsAndForms) {
 }
 
 // The CPU-specific 16-bit float kernels (F16C / AVX2) must give exactly the portable bits,
-// including NaN, Inf, subnormals, signed zeros and every tail length.
+// including NaN, Inf, subnormals, signed zeros and every tail length; toAndCopy too.
 TEST(ReduceKernels, DispatchedHalfKernelsMatchPortable) {
   std::mt19937 rng(11);
   const size_t count = 4099;
@@ -216,6 +216,18 @@ TEST(ReduceKernels, DispatchedHalfKernelsMatchPortable) {
         portable.intoLeft(l2.data(), a.data(), n);
         ASSERT_EQ("", same(l1, l2));
         ASSERT_EQ("", same(l1, x));
+        // toAndCopy (scaled or not, streamed or not; the copy one element off alignment).
+        for (double factor : {1.0, 1.0 / 3.0}) {
+          for (bool stream : {false, true}) {
+            std::vector<uint16_t> d1(n), c1(n + 1), d2(n), c2(n);
+            fast.toAndCopy(d1.data(), c1.data() + 1, a.data(), b.data(), n, factor, stream);
+            portable.toAndCopy(d2.data(), c2.data(), a.data(), b.data(), n, factor, stream);
+            collectives::streamFence();
+            ASSERT_EQ("", same(d1, d2)) << "toAndCopy factor " << factor << (stream ? " streamed" : "");
+            ASSERT_EQ("", same(std::vector<uint16_t>(c1.begin() + 1, c1.end()), d2));
+            ASSERT_EQ("", same(c2, d2));
+          }
+        }
       }
     }
   }
