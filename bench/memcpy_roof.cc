@@ -1,7 +1,11 @@
 // memcpy_roof: the machine's roof for a collective between processes on one host. N processes
 // (fork) each copy a 64 MiB buffer into another, all at once, for a fixed time; the report is
 // the bandwidth each one sustains (bytes copied per second, GB = 1e9 B): an intra-host
-// collective cannot move data faster than its processes can copy it.
+// collective cannot move data faster than its processes can copy it. Two copies are timed:
+// glibc's memcpy (ordinary stores below its non-temporal threshold, so every destination line is
+// read before it is written) and a copy with streaming stores (no such read): the second is the
+// floor for a collective that reads its input once and streams its output once, as the shared
+// allreduce does for large messages.
 //
 //   memcpy_roof -p 2 [-s 64M] [-t 1.0]      (-p accepts a list: -p 1,2,4)
 #include <sys/wait.h>
@@ -15,6 +19,10 @@
 #include <string>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+
 #include "harness/collectives.h"
 #include "harness/harness.h"
 
@@ -22,9 +30,22 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Copies with 16-byte streaming stores (SSE2: every x86-64), then fences; memcpy elsewhere.
+void streamingCopy(void* dst, const void* src, size_t bytes) {
+#if defined(__x86_64__)
+  auto* d = static_cast<__m128i*>(dst);
+  const auto* s = static_cast<const __m128i*>(src);
+  for (size_t i = 0; i < bytes / 16; ++i) _mm_stream_si128(d + i, _mm_load_si128(s + i));
+  std::memcpy(static_cast<char*>(dst) + bytes / 16 * 16, static_cast<const char*>(src) + bytes / 16 * 16, bytes % 16);
+  _mm_sfence();
+#else
+  std::memcpy(dst, src, bytes);
+#endif
+}
+
 // Runs in a child: waits for the start byte, copies for `seconds`, writes its GB/s to `out`.
-void copier(int startFd, int outFd, size_t bytes, double seconds) {
-  hvd::bench::Buffer src(bytes), dst(bytes);
+void copier(int startFd, int outFd, size_t bytes, double seconds, bool streaming) {
+  hvd::bench::Buffer src(bytes), dst(bytes);  // page-aligned
   std::memset(src.data(), 1, bytes);
   std::memset(dst.data(), 2, bytes);
   char go;
@@ -33,7 +54,11 @@ void copier(int startFd, int outFd, size_t bytes, double seconds) {
   auto start = Clock::now();
   double elapsed = 0;
   do {
-    std::memcpy(dst.data(), src.data(), bytes);
+    if (streaming) {
+      streamingCopy(dst.data(), src.data(), bytes);
+    } else {
+      std::memcpy(dst.data(), src.data(), bytes);
+    }
     ++copies;
     elapsed = std::chrono::duration<double>(Clock::now() - start).count();
   } while (elapsed < seconds);
@@ -42,7 +67,7 @@ void copier(int startFd, int outFd, size_t bytes, double seconds) {
   _exit(0);
 }
 
-double measure(int procs, size_t bytes, double seconds, double* aggregate) {
+double measure(int procs, size_t bytes, double seconds, bool streaming, double* aggregate) {
   int start[2], results[2];
   if (pipe(start) != 0 || pipe(results) != 0) {
     std::perror("pipe");
@@ -54,7 +79,7 @@ double measure(int procs, size_t bytes, double seconds, double* aggregate) {
     if (pid == 0) {
       close(start[1]);
       close(results[0]);
-      copier(start[0], results[1], bytes, seconds);
+      copier(start[0], results[1], bytes, seconds, streaming);
     }
     children.push_back(pid);
   }
@@ -98,11 +123,13 @@ int main(int argc, char** argv) {
   }
   std::printf("# memcpy_roof buffer_bytes=%zu seconds=%.2f (GB = 1e9 B, bytes copied per second)\n", bytes,
               seconds);
-  std::printf("#%5s %16s %16s\n", "procs", "per_proc_GBps", "aggregate_GBps");
+  std::printf("#%5s %16s %16s %23s %23s\n", "procs", "per_proc_GBps", "aggregate_GBps", "streaming_per_proc_GBps",
+              "streaming_aggregate_GBps");
   for (int p : procs) {
-    double aggregate = 0;
-    double perProc = measure(p, bytes, seconds, &aggregate);
-    std::printf("%6d %16.3f %16.3f\n", p, perProc, aggregate);
+    double aggregate = 0, streamingAggregate = 0;
+    const double perProc = measure(p, bytes, seconds, false, &aggregate);
+    const double streamingPerProc = measure(p, bytes, seconds, true, &streamingAggregate);
+    std::printf("%6d %16.3f %16.3f %23.3f %23.3f\n", p, perProc, aggregate, streamingPerProc, streamingAggregate);
     std::fflush(stdout);
   }
   return 0;
