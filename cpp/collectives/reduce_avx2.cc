@@ -23,7 +23,6 @@ using Float8 = float __attribute__((vector_size(32)));
 // The formats toAndCopy and the 16-bit kernels work in: eight elements widened to float32 in a
 // register (widen/load) and narrowed back (narrow/store), stored plain or streaming.
 struct Fp16 {
-  static constexpr DataType kType = DataType::kFloat16;
   using Elem = uint16_t;
   using Packed = __m128i;
   HVD_AVX2_TARGET static Float8 widen(__m128i h) { return reinterpret_cast<Float8>(_mm256_cvtph_ps(h)); }
@@ -43,7 +42,6 @@ struct Fp16 {
 };
 
 struct Bf16 {
-  static constexpr DataType kType = DataType::kBFloat16;
   using Elem = uint16_t;
   using Packed = __m128i;
   HVD_AVX2_TARGET static Float8 widen(__m128i h) {
@@ -72,7 +70,6 @@ struct Bf16 {
 
 // float32 itself: widening and narrowing are nothing.
 struct Fp32 {
-  static constexpr DataType kType = DataType::kFloat32;
   using Elem = float;
   using Packed = __m256;
   HVD_AVX2_TARGET static Float8 widen(__m256 v) { return reinterpret_cast<Float8>(v); }

@@ -30,6 +30,20 @@ double decodeHalf(uint16_t h) {
   return sign ? -v : v;
 }
 
+// "" when the first n elements of u and v have the same bits or are both NaN (which payload a
+// NaN result carries may differ: the compiler may swap the operands of a commutative add or
+// multiply), else the first element that differs.
+std::string sameBitsButNaNPayload(DataType t, const void* u, const void* v, size_t n) {
+  const size_t e = dataTypeSize(t);
+  for (size_t i = 0; i < n; ++i) {
+    if (std::isnan(loadFloat(t, u, i)) && std::isnan(loadFloat(t, v, i))) continue;
+    if (std::memcmp(static_cast<const uint8_t*>(u) + i * e, static_cast<const uint8_t*>(v) + i * e, e) != 0) {
+      return "element " + std::to_string(i);
+    }
+  }
+  return "";
+}
+
 TEST(HalfConversion, DecodesEveryValue) {
   for (uint32_t h = 0; h < 65536; ++h) {
     float f = halfToFloat(static_cast<uint16_t>(h));
@@ -196,16 +210,8 @@ TEST(ReduceKernels, DispatchedHalfKernelsMatchPortable) {
       const ReduceKernel& fast = reduceKernel(t, op);
       const ReduceKernel& portable = portableReduceKernel(t, op);
       for (size_t n : {size_t(1), size_t(7), size_t(8), size_t(9), size_t(255), size_t(256), size_t(257), count}) {
-        // Bitwise equal, except that which NaN payload a NaN result carries may differ (the
-        // compiler may swap the operands of a commutative add or multiply).
         auto same = [&](const std::vector<uint16_t>& u, const std::vector<uint16_t>& v) {
-          for (size_t i = 0; i < n; ++i) {
-            float fu = t == DataType::kFloat16 ? halfToFloat(u[i]) : bfloat16ToFloat(u[i]);
-            float fv = t == DataType::kFloat16 ? halfToFloat(v[i]) : bfloat16ToFloat(v[i]);
-            if (std::isnan(fu) && std::isnan(fv)) continue;
-            if (u[i] != v[i]) return "element " + std::to_string(i) + ": " + std::to_string(u[i]) + " vs " + std::to_string(v[i]);
-          }
-          return std::string();
+          return sameBitsButNaNPayload(t, u.data(), v.data(), n);
         };
         std::vector<uint16_t> x(n), y(n);
         fast.to(x.data(), a.data(), b.data(), n);
@@ -301,11 +307,7 @@ TEST(ReduceKernels, DispatchedFloatToAndCopyMatchesPortable) {
   for (size_t i = 0; i < count; i += 3) a[i] = specials[(i / 3) % std::size(specials)];
   for (size_t i = 0; i < count; i += 5) b[i] = specials[(i / 5 + 4) % std::size(specials)];
   auto sameBits = [](const float* u, const float* v, size_t n) {
-    for (size_t i = 0; i < n; ++i) {
-      if (std::isnan(u[i]) && std::isnan(v[i])) continue;  // which NaN payload may differ
-      if (std::bit_cast<uint32_t>(u[i]) != std::bit_cast<uint32_t>(v[i])) return "element " + std::to_string(i);
-    }
-    return std::string();
+    return sameBitsButNaNPayload(DataType::kFloat32, u, v, n);
   };
   for (ReduceOp op : allReduceOps()) {
     const ReduceKernel& fast = reduceKernel(DataType::kFloat32, op);
