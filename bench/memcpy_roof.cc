@@ -19,29 +19,13 @@
 #include <string>
 #include <vector>
 
-#if defined(__x86_64__)
-#include <emmintrin.h>
-#endif
-
+#include "collectives/stream_copy.h"  // the copy the collectives stream their outputs with
 #include "harness/collectives.h"
 #include "harness/harness.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Copies with 16-byte streaming stores (SSE2: every x86-64), then fences; memcpy elsewhere.
-void streamingCopy(void* dst, const void* src, size_t bytes) {
-#if defined(__x86_64__)
-  auto* d = static_cast<__m128i*>(dst);
-  const auto* s = static_cast<const __m128i*>(src);
-  for (size_t i = 0; i < bytes / 16; ++i) _mm_stream_si128(d + i, _mm_load_si128(s + i));
-  std::memcpy(static_cast<char*>(dst) + bytes / 16 * 16, static_cast<const char*>(src) + bytes / 16 * 16, bytes % 16);
-  _mm_sfence();
-#else
-  std::memcpy(dst, src, bytes);
-#endif
-}
 
 // Runs in a child: waits for the start byte, copies for `seconds`, writes its GB/s to `out`.
 void copier(int startFd, int outFd, size_t bytes, double seconds, bool streaming) {
@@ -55,7 +39,7 @@ void copier(int startFd, int outFd, size_t bytes, double seconds, bool streaming
   double elapsed = 0;
   do {
     if (streaming) {
-      streamingCopy(dst.data(), src.data(), bytes);
+      hvd::collectives::streamCopy(dst.data(), src.data(), bytes);  // fenced
     } else {
       std::memcpy(dst.data(), src.data(), bytes);
     }

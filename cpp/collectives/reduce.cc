@@ -143,7 +143,7 @@ KernelTable buildTable() {
   // bool: Sum/Max = or, Min/Product = and.
   auto orKernel = nativeKernel<kBool, uint8_t, OrOp>();
   auto andKernel = nativeKernel<kBool, uint8_t, AndOp>();
-  t[static_cast<int>(DataType::kBool)] = {orKernel, andKernel, orKernel, andKernel};
+  t[static_cast<int>(kBool)] = {orKernel, andKernel, orKernel, andKernel};
   return t;
 }
 

@@ -74,6 +74,7 @@ void reduceSlice(const Response& r, size_t count, int n, int me, uint8_t* const*
   auto in = [&](int j) -> const uint8_t* { return j == me ? ownInput : out[j]; };
   const bool inPlace = ownInput == out[me];
   const bool streamMine = !inPlace && streams(count * elem);
+  const bool fused = pre == 1.0 && !inPlace;  // the last fold also writes my buffer
   const int acc = me == 0 ? 1 : 0;
   alignas(64) uint8_t tile[kTileBytes];
   alignas(64) uint8_t scaled[kTileBytes];
@@ -81,13 +82,11 @@ void reduceSlice(const Response& r, size_t count, int n, int me, uint8_t* const*
     const size_t len = std::min(tileElems, slice.end - t);
     const size_t at = t * elem;
     uint8_t* result = out[acc] + at;
-    bool mineWritten = false;
     if (pre == 1.0) {
       const uint8_t* left = in(0) + at;
       for (int j = 1; j < n - 1; ++j, left = result) kernel.to(result, left, in(j) + at, len);
-      if (!inPlace) {
+      if (fused) {
         kernel.toAndCopy(result, out[me] + at, left, in(n - 1) + at, len, post, streamMine);
-        mineWritten = true;
       } else {
         kernel.to(result, left, in(n - 1) + at, len);
         scaleBuffer(result, len, dtype, post);
@@ -106,7 +105,7 @@ void reduceSlice(const Response& r, size_t count, int n, int me, uint8_t* const*
       std::memcpy(result, tile, len * elem);
     }
     for (int j = 0; j < n; ++j) {
-      if (j == acc || (j == me && mineWritten)) continue;
+      if (j == acc || (j == me && fused)) continue;
       collectives::streamOrCopy(out[j] + at, result, len * elem, streamMine && j == me);
     }
   }

@@ -306,9 +306,7 @@ TEST(ReduceKernels, DispatchedFloatToAndCopyMatchesPortable) {
                             std::numeric_limits<float>::max(), 3.0f};
   for (size_t i = 0; i < count; i += 3) a[i] = specials[(i / 3) % std::size(specials)];
   for (size_t i = 0; i < count; i += 5) b[i] = specials[(i / 5 + 4) % std::size(specials)];
-  auto sameBits = [](const float* u, const float* v, size_t n) {
-    return sameBitsButNaNPayload(DataType::kFloat32, u, v, n);
-  };
+  const DataType f32 = DataType::kFloat32;
   for (ReduceOp op : allReduceOps()) {
     const ReduceKernel& fast = reduceKernel(DataType::kFloat32, op);
     const ReduceKernel& portable = portableReduceKernel(DataType::kFloat32, op);
@@ -319,9 +317,9 @@ TEST(ReduceKernels, DispatchedFloatToAndCopyMatchesPortable) {
           fast.toAndCopy(d1.data(), c1.data() + 1, a.data(), b.data(), n, factor, stream);
           portable.toAndCopy(d2.data(), c2.data(), a.data(), b.data(), n, factor, stream);
           collectives::streamFence();
-          ASSERT_EQ("", sameBits(d1.data(), d2.data(), n)) << opName(op) << " n=" << n;
-          ASSERT_EQ("", sameBits(c1.data() + 1, d2.data(), n)) << opName(op) << " n=" << n;
-          ASSERT_EQ("", sameBits(c2.data(), d2.data(), n));
+          ASSERT_EQ("", sameBitsButNaNPayload(f32, d1.data(), d2.data(), n)) << opName(op) << " n=" << n;
+          ASSERT_EQ("", sameBitsButNaNPayload(f32, c1.data() + 1, d2.data(), n)) << opName(op) << " n=" << n;
+          ASSERT_EQ("", sameBitsButNaNPayload(f32, c2.data(), d2.data(), n));
         }
       }
     }
