@@ -9,6 +9,7 @@
 
 #include "collectives/reduce.h"
 #include "collectives/reduce_kernels.h"
+#include "collectives/reduce_ops.h"
 #include "collectives/stream_copy.h"
 #include "horovod/errors.h"
 #include "test_data.h"
@@ -193,6 +194,7 @@ TEST(ReduceKernels, AllTypesOpsAndForms) {
 // The CPU-specific 16-bit float kernels (F16C / AVX2) must give exactly the portable bits,
 // including NaN, Inf, subnormals, signed zeros and every tail length; toAndCopy too.
 TEST(ReduceKernels, DispatchedHalfKernelsMatchPortable) {
+  if (!detail::cpuHasAvx2F16c()) GTEST_SKIP() << "no AVX2/F16C here: the dispatched kernels are the portable ones";
   std::mt19937 rng(11);
   const size_t count = 4099;
   std::vector<uint16_t> a(count), b(count);
@@ -294,6 +296,7 @@ TEST(ReduceKernels, ToAndCopyIsToThenScaleWrittenTwice) {
 // The float32 toAndCopy computed in AVX registers (where the CPU has them) gives the portable
 // kernel's bits, NaN, Inf, signed zeros and subnormals included.
 TEST(ReduceKernels, DispatchedFloatToAndCopyMatchesPortable) {
+  if (!detail::cpuHasAvx2F16c()) GTEST_SKIP() << "no AVX2/F16C here: the dispatched kernels are the portable ones";
   std::mt19937 rng(5);
   const size_t count = 4099;
   std::vector<float> a(count), b(count);
