@@ -112,7 +112,8 @@ ReduceKernel nativeKernel() {
 }
 template <DataType D, typename Cvt, typename Op>
 ReduceKernel halfKernel() {
-  return {&halfToFn<Cvt, Op>, &halfIntoFn<Cvt, Op>, &halfIntoLeftFn<Cvt, Op>, &blockToAndCopy<D, 2, &halfToFn<Cvt, Op>>, 2};
+  return {&halfToFn<Cvt, Op>, &halfIntoFn<Cvt, Op>, &halfIntoLeftFn<Cvt, Op>,
+          &blockToAndCopy<D, 2, &halfToFn<Cvt, Op>>, 2};
 }
 template <DataType D, typename T>
 std::array<ReduceKernel, 4> nativeKernels() {

@@ -34,8 +34,12 @@ struct Fp16 {
   HVD_AVX2_TARGET static __m128i loadPacked(const uint16_t* p) {
     return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   }
-  HVD_AVX2_TARGET static void storePacked(uint16_t* p, __m128i h) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h); }
-  HVD_AVX2_TARGET static void streamPacked(uint16_t* p, __m128i h) { _mm_stream_si128(reinterpret_cast<__m128i*>(p), h); }
+  HVD_AVX2_TARGET static void storePacked(uint16_t* p, __m128i h) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h);
+  }
+  HVD_AVX2_TARGET static void streamPacked(uint16_t* p, __m128i h) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(p), h);
+  }
   static constexpr uintptr_t kStreamAlign = 16;
   static float toFloat(uint16_t v) { return halfBitsToFloat(v); }
   static uint16_t fromFloat(float v) { return floatToHalfBits(v); }

@@ -6,6 +6,7 @@
 #include <iterator>
 #include <limits>
 #include <random>
+#include <type_traits>
 
 #include "collectives/reduce.h"
 #include "collectives/reduce_kernels.h"
@@ -43,6 +44,18 @@ std::string sameBitsButNaNPayload(DataType t, const void* u, const void* v, size
     }
   }
   return "";
+}
+
+// `count` random bit patterns of T (16 or 32 bits), with the `specials` laid over every
+// `stride`-th element, starting from special number `first`.
+template <typename T, size_t K>
+std::vector<T> randomWithSpecials(std::mt19937& rng, size_t count, const T (&specials)[K], size_t stride,
+                                  size_t first) {
+  using Bits = std::conditional_t<sizeof(T) == 2, uint16_t, uint32_t>;
+  std::vector<T> v(count);
+  for (T& x : v) x = std::bit_cast<T>(static_cast<Bits>(rng()));
+  for (size_t i = 0; i < count; i += stride) v[i] = specials[(i / stride + first) % K];
+  return v;
 }
 
 TEST(HalfConversion, DecodesEveryValue) {
@@ -197,16 +210,11 @@ TEST(ReduceKernels, DispatchedHalfKernelsMatchPortable) {
   if (!detail::cpuHasAvx2F16c()) GTEST_SKIP() << "no AVX2/F16C here: the dispatched kernels are the portable ones";
   std::mt19937 rng(11);
   const size_t count = 4099;
-  std::vector<uint16_t> a(count), b(count);
-  for (size_t i = 0; i < count; ++i) {
-    a[i] = static_cast<uint16_t>(rng());
-    b[i] = static_cast<uint16_t>(rng());
-  }
   // Plenty of specials on both sides, and products/sums that overflow or go subnormal.
   const uint16_t specials[] = {0x0000, 0x8000, 0x0001, 0x03ff, 0x0400, 0x7bff, 0x7c00, 0xfc00, 0x7e00,
                                0x7c01, 0xfe01, 0x7f80, 0xff80, 0x7fc0, 0x7f81, 0x0080, 0x3c00, 0xbc00};
-  for (size_t i = 0; i < count; i += 3) a[i] = specials[(i / 3) % std::size(specials)];
-  for (size_t i = 0; i < count; i += 5) b[i] = specials[(i / 5 + 7) % std::size(specials)];
+  const std::vector<uint16_t> a = randomWithSpecials(rng, count, specials, 3, 0);
+  const std::vector<uint16_t> b = randomWithSpecials(rng, count, specials, 5, 7);
   for (DataType t : {DataType::kFloat16, DataType::kBFloat16}) {
     for (ReduceOp op : allReduceOps()) {
       const ReduceKernel& fast = reduceKernel(t, op);
@@ -299,16 +307,11 @@ TEST(ReduceKernels, DispatchedFloatToAndCopyMatchesPortable) {
   if (!detail::cpuHasAvx2F16c()) GTEST_SKIP() << "no AVX2/F16C here: the dispatched kernels are the portable ones";
   std::mt19937 rng(5);
   const size_t count = 4099;
-  std::vector<float> a(count), b(count);
-  for (size_t i = 0; i < count; ++i) {
-    a[i] = std::bit_cast<float>(static_cast<uint32_t>(rng()));
-    b[i] = std::bit_cast<float>(static_cast<uint32_t>(rng()));
-  }
   const float specials[] = {0.0f, -0.0f, 1e-45f, -1e-45f, 1.0f, std::numeric_limits<float>::infinity(),
                             -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
                             std::numeric_limits<float>::max(), 3.0f};
-  for (size_t i = 0; i < count; i += 3) a[i] = specials[(i / 3) % std::size(specials)];
-  for (size_t i = 0; i < count; i += 5) b[i] = specials[(i / 5 + 4) % std::size(specials)];
+  const std::vector<float> a = randomWithSpecials(rng, count, specials, 3, 0);
+  const std::vector<float> b = randomWithSpecials(rng, count, specials, 5, 4);
   const DataType f32 = DataType::kFloat32;
   for (ReduceOp op : allReduceOps()) {
     const ReduceKernel& fast = reduceKernel(DataType::kFloat32, op);
