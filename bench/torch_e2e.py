@@ -18,6 +18,12 @@ per-gradient path), `horovod-unshared` (buckets in ordinary memory, HOROVOD_DISA
 waiting thread drives the engine), `horovod-nohugepages` (HOROVOD_MALLOC_HUGEPAGES=0: horovodrun
 leaves glibc's malloc as it is, see below) and `ddp-gloo`; `nocomm` is the roof: the same ranks
 training under horovodrun with the plain optimizer, no gradient communication at all.
+`nocomm-copy` is `nocomm` plus work of the size of the least that a synchronous 2-rank allreduce
+adds, done on the training thread: every gradient copied once with torch (such an allreduce reads each input
+and writes each output at least once, one copy's memory traffic a rank) and the ranks aligned
+before the optimizer step (an 8-byte allreduce: no rank steps before every gradient is final).
+It is a reference, not a strict bound: torch's copy writes through the caches, where the
+engine's reduction streams its stores.
 `ddp-gloo-hugepages` is DDP given what horovodrun gives its workers by default,
 GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (huge pages for large malloc blocks: autograd's fresh
 gradient tensors fault once per 2 MiB instead of once per 4 KiB). Each horovod variant gets a
@@ -66,7 +72,7 @@ def batch_for(name, batch):
     return torch.randn(batch, 2048, generator=g), torch.randint(0, 2048, (batch,), generator=g)
 
 
-def train_loop(model, optimizer, data, target, warmup, steps, sync):
+def train_loop(model, optimizer, data, target, warmup, steps, sync, before_step=None):
     """Returns seconds for `steps` steps after `warmup` steps."""
     import torch.nn.functional as F
 
@@ -74,6 +80,8 @@ def train_loop(model, optimizer, data, target, warmup, steps, sync):
         optimizer.zero_grad()
         loss = F.cross_entropy(model(data), target)
         loss.backward()
+        if before_step:
+            before_step()
         optimizer.step()
 
     for _ in range(warmup):
@@ -94,16 +102,34 @@ def worker_horovod(args):
     torch.manual_seed(1234)
     model = build_model(args.model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01 * hvd.size())
-    if os.environ.get("HVD_E2E_NOCOMM") != "1":
+    nocomm = os.environ.get("HVD_E2E_NOCOMM")
+    before_step = None
+    if nocomm is None:
         optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+    elif nocomm == "copy":
+        before_step = copy_roof_hooks(model, hvd)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     data, target = batch_for(args.model, args.batch)
     elapsed = train_loop(model, optimizer, data, target, args.warmup, args.steps,
-                         lambda: hvd.allreduce(torch.zeros(1), name="e2e.sync"))
+                         lambda: hvd.allreduce(torch.zeros(1), name="e2e.sync"), before_step)
     elapsed = hvd.allreduce(torch.tensor([elapsed]), name="e2e.elapsed", op=hvd.Max).item()
     report("horovod", args, hvd.rank(), hvd.size(), elapsed)
     hvd.shutdown()
+
+
+def copy_roof_hooks(model, hvd):
+    """`nocomm-copy`: each gradient is copied into a buffer of its own as soon as it is final (on
+    the training thread, like the hook's work in a real system), and the returned callable
+    aligns the ranks before the optimizer step."""
+    import torch
+    def hook(p, buf):
+        buf.copy_(p.grad)
+
+    for p in model.parameters():
+        p.register_post_accumulate_grad_hook(lambda p, buf=torch.empty_like(p): hook(p, buf))
+    align = torch.zeros(2)
+    return lambda: hvd.allreduce_(align, name="e2e.align")
 
 
 def ddp_rank(rank, args, port):
@@ -153,7 +179,7 @@ HOROVOD_SYSTEMS = {"horovod": {}, "horovod-nobuckets": {"HOROVOD_DISABLE_GRADIEN
                    "horovod-unshared": {"HOROVOD_DISABLE_SHARED_BUCKETS": "1"},
                    "horovod-bgthread": {"HOROVOD_CALLER_PROGRESS_US": "0"},
                    "horovod-nohugepages": {"HOROVOD_MALLOC_HUGEPAGES": "0"},
-                   "nocomm": {"HVD_E2E_NOCOMM": "1"}}
+                   "nocomm": {"HVD_E2E_NOCOMM": "1"}, "nocomm-copy": {"HVD_E2E_NOCOMM": "copy"}}
 # DDP as a user starts it (glibc's defaults), and with the malloc tunable horovodrun sets.
 PEERS = {"ddp-gloo": {}, "ddp-gloo-hugepages": {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}}
 MALLOC_TUNED_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "68719476736"}

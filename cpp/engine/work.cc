@@ -48,7 +48,9 @@ void WorkImpl::finish() {
 
 bool WorkImpl::driveOrSpin(Deadline deadline) {
   // Drive the engine when it is free (that usually completes the work); otherwise poll, trying
-  // the gate again, for kSpin. Returns whether the work completed.
+  // the gate again, for kSpin. Returns whether the work completed. A work already completed
+  // (the rest of a step's batch, once one wait drove it) returns before reading the clock.
+  if (isCompleted()) return true;
   auto spinUntil = std::chrono::steady_clock::now() + kSpin;
   while (!isCompleted()) {
     if (gate_ && gate_->tryDrive(*this, deadline)) {
