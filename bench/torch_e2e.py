@@ -18,12 +18,12 @@ per-gradient path), `horovod-unshared` (buckets in ordinary memory, HOROVOD_DISA
 waiting thread drives the engine), `horovod-nohugepages` (HOROVOD_MALLOC_HUGEPAGES=0: horovodrun
 leaves glibc's malloc as it is, see below) and `ddp-gloo`; `nocomm` is the roof: the same ranks
 training under horovodrun with the plain optimizer, no gradient communication at all.
-`nocomm-copy` is `nocomm` plus work of the size of the least that a synchronous 2-rank allreduce
-adds, done on the training thread: every gradient copied once with torch (such an allreduce reads each input
-and writes each output at least once, one copy's memory traffic a rank) and the ranks aligned
-before the optimizer step (an 8-byte allreduce: no rank steps before every gradient is final).
-It is a reference, not a strict bound: torch's copy writes through the caches, where the
-engine's reduction streams its stores.
+`nocomm-copy` is `nocomm` plus work of the size of the least that a synchronous 2-rank
+allreduce adds, done on the training thread: every gradient copied once with torch (such an
+allreduce reads each input and writes each output at least once, one copy's memory traffic a
+rank) and the ranks aligned before the optimizer step (an 8-byte allreduce: no rank steps
+before every gradient is final). It is a reference, not a strict bound: torch's copy writes
+through the caches, where the engine's reduction streams its stores.
 `ddp-gloo-hugepages` is DDP given what horovodrun gives its workers by default,
 GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (huge pages for large malloc blocks: autograd's fresh
 gradient tensors fault once per 2 MiB instead of once per 4 KiB). Each horovod variant gets a
@@ -107,7 +107,7 @@ def worker_horovod(args):
     if nocomm is None:
         optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
     elif nocomm == "copy":
-        before_step = copy_roof_hooks(model, hvd)
+        before_step = copy_reference_hooks(model, hvd)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     data, target = batch_for(args.model, args.batch)
@@ -118,11 +118,12 @@ def worker_horovod(args):
     hvd.shutdown()
 
 
-def copy_roof_hooks(model, hvd):
+def copy_reference_hooks(model, hvd):
     """`nocomm-copy`: each gradient is copied into a buffer of its own as soon as it is final (on
     the training thread, like the hook's work in a real system), and the returned callable
     aligns the ranks before the optimizer step."""
     import torch
+
     def hook(p, buf):
         buf.copy_(p.grad)
 
