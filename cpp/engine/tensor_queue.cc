@@ -16,6 +16,7 @@ NameSlot* TensorQueue::intern(const Request& r) {
   if (it != slots_.end()) return it->second.get();
   auto slot = std::make_unique<NameSlot>();
   slot->key = NameKey{r.processSet, r.name};
+  slot->fresh = true;
   NameSlot* raw = slot.get();
   slots_.emplace(NameKeyRef{raw->key.processSet, raw->key.name}, std::move(slot));
   return raw;
@@ -24,18 +25,25 @@ NameSlot* TensorQueue::intern(const Request& r) {
 void TensorQueue::push(std::vector<EntryPtr>& entries) {
   std::lock_guard<SpinLock> lock(mu_);
   if (closedWith_) std::rethrow_exception(closedWith_);
+  // Marks the names pending one by one (one hash lookup each): a name found pending is a
+  // duplicate of an earlier push or of this batch. Then the marks made here are undone, the
+  // slots interned here dropped, and nothing is added.
   for (size_t i = 0; i < entries.size(); ++i) {
-    const Request& r = entries[i]->request;
-    auto it = slots_.find(NameKeyRef{r.processSet, r.name});
-    bool duplicate = it != slots_.end() && it->second->pending;
-    for (size_t j = 0; j < i && !duplicate; ++j) {
-      duplicate = entries[j]->request.processSet == r.processSet && entries[j]->request.name == r.name;
+    NameSlot* slot = intern(entries[i]->request);
+    if (slot->pending) {
+      for (size_t j = 0; j < i; ++j) {
+        NameSlot* marked = entries[j]->slot;
+        entries[j]->slot = nullptr;
+        marked->pending = false;
+        if (marked->fresh) slots_.erase(NameKeyRef{marked->key.processSet, marked->key.name});
+      }
+      throw InvalidArgument(kDuplicateName);
     }
-    if (duplicate) throw InvalidArgument(kDuplicateName);
+    slot->pending = true;
+    entries[i]->slot = slot;
   }
   for (auto& e : entries) {
-    e->slot = intern(e->request);
-    e->slot->pending = true;
+    e->slot->fresh = false;
     queue_.push_back(std::move(e));
   }
   pushes_.fetch_add(entries.size(), std::memory_order_release);
@@ -48,6 +56,7 @@ void TensorQueue::push(EntryPtr& entry) {
   NameSlot* slot = intern(entry->request);
   if (slot->pending) throw InvalidArgument(kDuplicateName);
   slot->pending = true;
+  slot->fresh = false;
   entry->slot = slot;
   queue_.push_back(std::move(entry));
   pushes_.fetch_add(1, std::memory_order_release);

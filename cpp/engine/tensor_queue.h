@@ -34,6 +34,7 @@ using EntryPtr = std::unique_ptr<Entry>;
 struct NameSlot {
   NameKey key;
   bool pending = false;  // guarded by the queue's lock
+  bool fresh = false;    // guarded by the queue's lock: interned by the push in progress
   // Engine thread only:
   uint32_t cacheId = kNoCacheId;  // the name's id in the cache replica when last seen (a hint)
   EntryPtr entry;                 // the pending entry, once drained (the runtime owns it here)
