@@ -18,6 +18,9 @@ per-gradient path), `horovod-unshared` (buckets in ordinary memory, HOROVOD_DISA
 waiting thread drives the engine), `horovod-nohugepages` (HOROVOD_MALLOC_HUGEPAGES=0: horovodrun
 leaves glibc's malloc as it is, see below) and `ddp-gloo`; `nocomm` is the roof: the same ranks
 training under horovodrun with the plain optimizer, no gradient communication at all.
+`nocomm-align` is `nocomm` with the ranks aligned before each optimizer step (an 8-byte
+allreduce: no rank steps before every rank's gradients are final), the synchronisation that any
+synchronous data-parallel step pays, with no gradient moved: the roof of synchronous training.
 `nocomm-copy` is `nocomm` plus work of the size of the least that a synchronous 2-rank
 allreduce adds, done on the training thread: every gradient copied once with torch (such an
 allreduce reads each input and writes each output at least once, one copy's memory traffic a
@@ -73,7 +76,7 @@ def batch_for(name, batch):
 
 
 def train_loop(model, optimizer, data, target, warmup, steps, sync, before_step=None):
-    """Returns seconds for `steps` steps after `warmup` steps."""
+    """Returns (seconds, CPU seconds of the whole process) for `steps` steps after `warmup`."""
     import torch.nn.functional as F
 
     def one():
@@ -87,11 +90,11 @@ def train_loop(model, optimizer, data, target, warmup, steps, sync, before_step=
     for _ in range(warmup):
         one()
     sync()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for _ in range(steps):
         one()
     sync()
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 def worker_horovod(args):
@@ -108,13 +111,16 @@ def worker_horovod(args):
         optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
     elif nocomm == "copy":
         before_step = copy_reference_hooks(model, hvd)
+    elif nocomm == "align":
+        before_step = alignment(hvd)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     data, target = batch_for(args.model, args.batch)
-    elapsed = train_loop(model, optimizer, data, target, args.warmup, args.steps,
-                         lambda: hvd.allreduce(torch.zeros(1), name="e2e.sync"), before_step)
+    elapsed, cpu = train_loop(model, optimizer, data, target, args.warmup, args.steps,
+                              lambda: hvd.allreduce(torch.zeros(1), name="e2e.sync"), before_step)
     elapsed = hvd.allreduce(torch.tensor([elapsed]), name="e2e.elapsed", op=hvd.Max).item()
-    report("horovod", args, hvd.rank(), hvd.size(), elapsed)
+    cpu = hvd.allreduce(torch.tensor([cpu]), name="e2e.cpu", op=hvd.Average).item()
+    report("horovod", args, hvd.rank(), hvd.size(), elapsed, cpu)
     hvd.shutdown()
 
 
@@ -129,6 +135,12 @@ def copy_reference_hooks(model, hvd):
 
     for p in model.parameters():
         p.register_post_accumulate_grad_hook(lambda p, buf=torch.empty_like(p): hook(p, buf))
+    return alignment(hvd)
+
+
+def alignment(hvd):
+    """A callable that returns once every rank has called it (an 8-byte allreduce)."""
+    import torch
     align = torch.zeros(2)
     return lambda: hvd.allreduce_(align, name="e2e.align")
 
@@ -144,18 +156,22 @@ def ddp_rank(rank, args, port):
     model = torch.nn.parallel.DistributedDataParallel(build_model(args.model))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01 * args.np)
     data, target = batch_for(args.model, args.batch)
-    elapsed = train_loop(model, optimizer, data, target, args.warmup, args.steps, dist.barrier)
+    elapsed, cpu = train_loop(model, optimizer, data, target, args.warmup, args.steps, dist.barrier)
     t = torch.tensor([elapsed])
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    report("ddp-gloo", args, rank, args.np, t.item())
+    c = torch.tensor([cpu])
+    dist.all_reduce(c)
+    report("ddp-gloo", args, rank, args.np, t.item(), c.item() / args.np)
     dist.destroy_process_group()
 
 
-def report(system, args, rank, size, elapsed):
+def report(system, args, rank, size, elapsed, cpu):
+    """`cpu`: CPU seconds of one rank's process over the timed steps (the mean over ranks)."""
     if rank == 0:
         rate = args.batch * size * args.steps / elapsed
         print(f"RESULT {system} {args.model} {rate:.3f} samples/s ranks={size} batch={args.batch} "
-              f"steps={args.steps} threads={args.threads}", flush=True)
+              f"steps={args.steps} threads={args.threads} cpu_ms_per_step={cpu * 1e3 / args.steps:.2f}",
+              flush=True)
 
 
 def worker_ddp(args):
@@ -180,7 +196,8 @@ HOROVOD_SYSTEMS = {"horovod": {}, "horovod-nobuckets": {"HOROVOD_DISABLE_GRADIEN
                    "horovod-unshared": {"HOROVOD_DISABLE_SHARED_BUCKETS": "1"},
                    "horovod-bgthread": {"HOROVOD_CALLER_PROGRESS_US": "0"},
                    "horovod-nohugepages": {"HOROVOD_MALLOC_HUGEPAGES": "0"},
-                   "nocomm": {"HVD_E2E_NOCOMM": "1"}, "nocomm-copy": {"HVD_E2E_NOCOMM": "copy"}}
+                   "nocomm": {"HVD_E2E_NOCOMM": "1"}, "nocomm-align": {"HVD_E2E_NOCOMM": "align"},
+                   "nocomm-copy": {"HVD_E2E_NOCOMM": "copy"}}
 # DDP as a user starts it (glibc's defaults), and with the malloc tunable horovodrun sets.
 PEERS = {"ddp-gloo": {}, "ddp-gloo-hugepages": {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}}
 MALLOC_TUNED_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "68719476736"}
@@ -206,10 +223,10 @@ def run_system(system, model, args):
     for line in (proc.stdout + proc.stderr).splitlines():
         if "RESULT " in line:
             parts = line[line.index("RESULT "):].split()
-            return float(parts[3])
+            return float(parts[3]), float(parts[-1].split("=")[1])
     sys.stderr.write(f"torch_e2e: {system} {model} failed (exit {proc.returncode}):\n$ "
                      + " ".join(shlex.quote(a) for a in argv) + "\n" + proc.stdout[-3000:] + proc.stderr[-3000:])
-    return None
+    return None, None
 
 
 def main():
@@ -244,17 +261,18 @@ def main():
     for system in systems:
         if system not in HOROVOD_SYSTEMS and system not in PEERS:
             raise SystemExit(f"torch_e2e: unknown system {system!r}")
-    results = {}
+    results, cpu_ms = {}, {}
     failed = False
     for model in args.models.split(","):
         for rep in range(args.reps):
             for system in systems:
-                rate = run_system(system, model, args)
-                print(f"[{model} rep {rep + 1}/{args.reps}] {system}: {rate} samples/s",
-                      file=sys.stderr, flush=True)
+                rate, cpu = run_system(system, model, args)
+                print(f"[{model} rep {rep + 1}/{args.reps}] {system}: {rate} samples/s, "
+                      f"{cpu} CPU ms a step a rank", file=sys.stderr, flush=True)
                 failed |= rate is None
                 if rate is not None:
                     results.setdefault((model, system), []).append(rate)
+                    cpu_ms.setdefault((model, system), []).append(cpu)
     ours = [s for s in systems if s in HOROVOD_SYSTEMS]
     peers = [s for s in systems if s in PEERS]
     pairs = [(s, peer) for peer in peers for s in ours]
@@ -274,7 +292,15 @@ def main():
         for s, peer in pairs:
             cells.append(f"{med[s] / med[peer]:.2f}x" if med[s] and med[peer] else "-")
         lines.append(f"| {model} | " + " | ".join(cells) + " |")
-    lines += ["", "Cells: median (each run, in run order)." +
+    # Where the time goes on a host whose CPUs are all busy: a system's CPU time per step beyond
+    # nocomm-align's is what its exchange costs (the engine's threads, gloo's, the hooks).
+    header = "| model | " + " | ".join(f"{s} CPU ms" for s in systems) + " |"
+    lines += ["", "CPU time per step per rank (process CPU over the timed steps, mean over ranks):", "",
+              header, "|" + "---|" * (header.count("|") - 1)]
+    for model in args.models.split(","):
+        cells = [f"{statistics.median(c):.1f}" if (c := cpu_ms.get((model, s))) else "-" for s in systems]
+        lines.append(f"| {model} | " + " | ".join(cells) + " |")
+    lines += ["", "Cells: median (each run, in run order); CPU: median." +
               (" Every rank ran with " + " ".join(f"{k}={v}" for k, v in MALLOC_TUNED_ENV.items()) + "."
                if args.malloc_tuned else ""),
               f"Load average (1 min) at the end: {os.getloadavg()[0]:.1f}."]
