@@ -35,7 +35,7 @@ void TensorQueue::push(std::vector<EntryPtr>& entries) {
         NameSlot* marked = entries[j]->slot;
         entries[j]->slot = nullptr;
         marked->pending = false;
-        if (marked->fresh) slots_.erase(NameKeyRef{marked->key.processSet, marked->key.name});
+        if (marked->fresh) slots_.erase(slots_.find(NameKeyRef{marked->key.processSet, marked->key.name}));
       }
       throw InvalidArgument(kDuplicateName);
     }
