@@ -21,12 +21,11 @@ training under horovodrun with the plain optimizer, no gradient communication at
 `nocomm-align` is `nocomm` with the ranks aligned before each optimizer step (an 8-byte
 allreduce: no rank steps before every rank's gradients are final), the synchronisation that any
 synchronous data-parallel step pays, with no gradient moved: the roof of synchronous training.
-`nocomm-copy` is `nocomm` plus work of the size of the least that a synchronous 2-rank
+`nocomm-copy` is `nocomm-align` plus work of the size of the least that a synchronous 2-rank
 allreduce adds, done on the training thread: every gradient copied once with torch (such an
 allreduce reads each input and writes each output at least once, one copy's memory traffic a
-rank) and the ranks aligned before the optimizer step (an 8-byte allreduce: no rank steps
-before every gradient is final). It is a reference, not a strict bound: torch's copy writes
-through the caches, where the engine's reduction streams its stores.
+rank). It is a reference, not a strict bound: torch's copy writes through the caches, where
+the engine's reduction streams its stores.
 `ddp-gloo-hugepages` is DDP given what horovodrun gives its workers by default,
 GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (huge pages for large malloc blocks: autograd's fresh
 gradient tensors fault once per 2 MiB instead of once per 4 KiB). Each horovod variant gets a
@@ -223,7 +222,8 @@ def run_system(system, model, args):
     for line in (proc.stdout + proc.stderr).splitlines():
         if "RESULT " in line:
             parts = line[line.index("RESULT "):].split()
-            return float(parts[3]), float(parts[-1].split("=")[1])
+            fields = dict(p.split("=", 1) for p in parts if "=" in p)
+            return float(parts[3]), float(fields["cpu_ms_per_step"])
     sys.stderr.write(f"torch_e2e: {system} {model} failed (exit {proc.returncode}):\n$ "
                      + " ".join(shlex.quote(a) for a in argv) + "\n" + proc.stdout[-3000:] + proc.stderr[-3000:])
     return None, None
