@@ -79,8 +79,15 @@ else
 fi
 
 if [[ -x "$B/hvd_bench" && -n "$RUN" ]]; then
+  CMP_OUT="$(mktemp -d)"
   check "compare (parse + table)" python3 "$HERE/compare" --smoke --systems horovod,openmpi --ops allreduce \
-    --build-dir "$BUILD" --horovodrun "$RUN" --out "$(mktemp -d)"
+    --build-dir "$BUILD" --horovodrun "$RUN" --out "$CMP_OUT"
+  # Rebuilt from raw/ alone, with no build to find, the table must come out the same.
+  cp "$CMP_OUT/allreduce_np2.md" "$CMP_OUT/first.md"
+  check "compare --from-raw (same table, nothing run)" bash -c "python3 '$HERE/compare' --smoke --from-raw \
+    --systems horovod,openmpi --ops allreduce --build-dir /nonexistent --out '$CMP_OUT' >/dev/null \
+    && diff '$CMP_OUT/first.md' '$CMP_OUT/allreduce_np2.md'"
+  rm -rf "$CMP_OUT"
 fi
 
 if [[ $(id -u) -eq 0 && -x "$B/hvd_bench" && -x "$B/rendezvous_server" ]] && command -v tc >/dev/null \
