@@ -39,6 +39,7 @@ skip() {
 }
 
 check "memcpy_roof" "$B/memcpy_roof" -p 2 -t 0.05
+check "memcpy_roof -x (cross-CPU reads)" "$B/memcpy_roof" -x -t 0.05
 
 if [[ -x "$B/hvd_bench" && -n "$RUN" ]]; then
   for op in allreduce allgather broadcast alltoall reducescatter allreduce_batch allreduce_shared allreduce_average \
