@@ -66,8 +66,8 @@ const Param<int64_t> kCallerProgressUs(
     "HOROVOD_CALLER_PROGRESS_US", 200,
     "Microseconds the background thread leaves newly enqueued work to the application's threads: a "
     "thread that waits for an operation within that window runs the negotiation and the collectives "
-    "itself (one busy thread per rank instead of two); after it, the background thread does. 0 = the "
-    "background thread always does.");
+    "itself (one busy thread per rank instead of two); after it, the background thread does (while "
+    "callers keep driving, its parks grow up to 1 ms). 0 = the background thread always does.");
 const Param<int64_t> kCacheCapacity("HOROVOD_CACHE_CAPACITY", 1024,
                                     "Response-cache entries per process set; 0 disables caching.");
 const Param<bool> kDynamicProcessSets("HOROVOD_DYNAMIC_PROCESS_SETS", false,

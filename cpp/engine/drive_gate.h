@@ -7,6 +7,7 @@
 // runtime.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -43,6 +44,20 @@ class DriveGate {
   // unpark() (true; an unpark() while nobody is parked ends the next park at once).
   bool park(std::chrono::microseconds timeout);
   void unpark();
+
+  // How long the background thread's next park for callers lasts, after one of `current`:
+  // doubled while callers keep running the engine (`callersDrove`), up to
+  // max(window, kLongestPark); else back to `window` (HOROVOD_CALLER_PROGRESS_US). Every end of a
+  // park wakes the background thread on a CPU that a driving caller is using: with 200 us parks
+  // that cost ~20% of a 1 MiB allreduce on 2 vCPUs (bench/results/session19.md). Longer parks
+  // delay only work that nobody waits for right after callers drove, by at most twice
+  // kLongestPark (one park to notice that nobody drives, one to leave the work to callers).
+  static constexpr std::chrono::microseconds kLongestPark{1000};
+  static std::chrono::microseconds nextPark(std::chrono::microseconds current, std::chrono::microseconds window,
+                                            bool callersDrove) {
+    if (!callersDrove) return window;
+    return std::min(current * 2, std::max(window, kLongestPark));
+  }
 
   // No thread drives after this (the runtime's loop ended). Call with the token held.
   void close() { runtime_ = nullptr; }

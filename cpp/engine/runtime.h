@@ -31,6 +31,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -164,8 +165,8 @@ class Runtime {
   bool awaitWork(Deadline deadline);
   // Whether the background thread should leave the queued work to a waiting caller now.
   bool leaveToCallers() const;
-  // Releases the token for up to HOROVOD_CALLER_PROGRESS_US, then takes it back; returns
-  // whether a caller ran the engine meanwhile.
+  // Releases the token for HOROVOD_CALLER_PROGRESS_US (longer while callers keep driving, see
+  // DriveGate::nextPark), then takes it back; returns whether a caller ran the engine meanwhile.
   bool parkForCallers(std::unique_lock<std::mutex>& token);
   bool step();  // returns true when the loop must end (shutdown processed)
   void collectRequests(RequestList& out);
@@ -215,6 +216,7 @@ class Runtime {
   RequestList outgoing_;  // collected, not yet sent (or, on rank 0, ingested)
   bool callerDriving_ = false;
   uint64_t drives_ = 0;  // drives by callers so far
+  std::chrono::microseconds parkWait_{0};  // the background thread's next park (0: the window)
   uint64_t lastSeq_ = 0;
   bool shutdownSent_ = false;
   // A caller's drive that ended the engine, for the background thread to finish the job.

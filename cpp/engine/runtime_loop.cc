@@ -151,14 +151,20 @@ bool Runtime::parkForCallers(std::unique_lock<std::mutex>& token) {
   }
   const uint64_t drivesBefore = drives_;
   const auto window = std::chrono::microseconds(config_.callerProgressUs);
+  auto wait = parkWait_.count() > 0 ? parkWait_ : window;
   token.unlock();
-  // A token still held when the window ends belongs to a driving caller (or, briefly, to an
-  // enqueue): park again rather than queue up behind it. An unpark (a caller handing over the
-  // engine's end, a waiter that blocks, shutdown) takes the token whatever it costs.
-  bool unparked = gate_->park(window);
-  while (!unparked && !token.try_lock()) unparked = gate_->park(window);
+  // A token still held when the park ends belongs to a driving caller (or, briefly, to an
+  // enqueue): park again, longer, rather than queue up behind it. An unpark (a caller handing
+  // over the engine's end, a waiter that blocks, shutdown) takes the token whatever it costs.
+  bool unparked = gate_->park(wait);
+  while (!unparked && !token.try_lock()) {
+    wait = DriveGate::nextPark(wait, window, true);
+    unparked = gate_->park(wait);
+  }
   if (!token.owns_lock()) token.lock();
-  return drives_ != drivesBefore;
+  const bool drove = drives_ != drivesBefore;
+  parkWait_ = DriveGate::nextPark(wait, window, drove && !unparked);
+  return drove;
 }
 
 bool Runtime::drive(const WorkImpl& work, Deadline deadline) {

@@ -72,6 +72,45 @@ TEST(CallerProgress, WorkNobodyWaitsForStillCompletes) {
   });
 }
 
+// After a phase in which callers drove every operation, the background thread's parks are long
+// (DriveGate::nextPark); work nobody waits for must still be taken over.
+TEST(CallerProgress, WorkNobodyWaitsForAfterCallersDroveStillCompletes) {
+  Cluster cluster(2);
+  cluster.run([&](int rank, engine::Runtime& rt) {
+    for (int i = 0; i < 300; ++i) {
+      std::vector<int32_t> in(2, rank + i), out(2);
+      rt.allreduce(view(in, DataType::kInt32), view(out, DataType::kInt32), named("driven"))->wait();
+      ASSERT_EQ(out, std::vector<int32_t>(2, 1 + 2 * i));
+    }
+    const uint64_t drives = rt.stats().callerDrives;
+    EXPECT_GT(drives, 0u);
+    std::vector<float> in(4, static_cast<float>(rank + 1)), out(4);
+    WorkPtr work = rt.allreduce(view(in, DataType::kFloat32), view(out, DataType::kFloat32), named("unwatched"));
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!work->isCompleted() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    ASSERT_TRUE(work->isCompleted());
+    EXPECT_EQ(out, std::vector<float>(4, 3.0f));
+    EXPECT_EQ(rt.stats().callerDrives, drives);
+  });
+}
+
+TEST(CallerProgress, ParksGrowWhileCallersDriveAndFallBackOtherwise) {
+  using std::chrono::microseconds;
+  using engine::DriveGate;
+  const microseconds window(200);
+  microseconds wait = window;
+  std::vector<int64_t> seen;
+  for (int i = 0; i < 5; ++i) seen.push_back((wait = DriveGate::nextPark(wait, window, true)).count());
+  EXPECT_EQ(seen, (std::vector<int64_t>{400, 800, 1000, 1000, 1000}));  // capped at kLongestPark
+  EXPECT_EQ(DriveGate::nextPark(wait, window, false), window);
+  // A window longer than kLongestPark is never shortened nor lengthened.
+  const microseconds wide(100000);
+  EXPECT_EQ(DriveGate::nextPark(wide, wide, true), wide);
+  EXPECT_EQ(DriveGate::nextPark(wide, wide, false), wide);
+}
+
 TEST(CallerProgress, SeveralThreadsPerRankEnqueueAndWaitAtOnce) {
   constexpr int kThreads = 4;
   Cluster cluster(2);
