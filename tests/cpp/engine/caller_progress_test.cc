@@ -56,18 +56,23 @@ TEST(CallerProgress, ResultsDoNotDependOnWhichThreadRunsTheEngine) {
   }
 }
 
+// An allreduce (2 ranks) that no thread waits for, only polls: the background thread must run
+// it after its park. Checks the result.
+void allreduceNobodyWaitsFor(engine::Runtime& rt, int rank) {
+  std::vector<float> in(4, static_cast<float>(rank + 1)), out(4);
+  WorkPtr work = rt.allreduce(view(in, DataType::kFloat32), view(out, DataType::kFloat32), named("unwatched"));
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!work->isCompleted() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  ASSERT_TRUE(work->isCompleted());
+  EXPECT_EQ(out, std::vector<float>(4, 3.0f));
+}
+
 TEST(CallerProgress, WorkNobodyWaitsForStillCompletes) {
   Cluster cluster(2);
   cluster.run([&](int rank, engine::Runtime& rt) {
-    std::vector<float> in(4, static_cast<float>(rank + 1)), out(4);
-    WorkPtr work = rt.allreduce(view(in, DataType::kFloat32), view(out, DataType::kFloat32), named("unwatched"));
-    // Poll only: no thread waits, so the background thread must run the step after its window.
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!work->isCompleted() && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
-    ASSERT_TRUE(work->isCompleted());
-    EXPECT_EQ(out, std::vector<float>(4, 3.0f));
+    allreduceNobodyWaitsFor(rt, rank);
     EXPECT_EQ(rt.stats().callerDrives, 0u);
   });
 }
@@ -84,14 +89,7 @@ TEST(CallerProgress, WorkNobodyWaitsForAfterCallersDroveStillCompletes) {
     }
     const uint64_t drives = rt.stats().callerDrives;
     EXPECT_GT(drives, 0u);
-    std::vector<float> in(4, static_cast<float>(rank + 1)), out(4);
-    WorkPtr work = rt.allreduce(view(in, DataType::kFloat32), view(out, DataType::kFloat32), named("unwatched"));
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!work->isCompleted() && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
-    ASSERT_TRUE(work->isCompleted());
-    EXPECT_EQ(out, std::vector<float>(4, 3.0f));
+    allreduceNobodyWaitsFor(rt, rank);
     EXPECT_EQ(rt.stats().callerDrives, drives);
   });
 }
