@@ -5,9 +5,9 @@
 #
 #   bench/run_all.sh [BUILD_DIR] [REPS]      (defaults: $HVD_BUILD_DIR or build; 3)
 #
-# The 2-rank collectives take max(REPS, 5) repetitions: this machine has windows in which some
-# runs of a 2-rank collective (ours and Open MPI's alike) fall 3-4x for a while, and a median of
-# 3 taken in one is bimodal (bench/results/session18.md).
+# The 2-rank collectives take max(REPS, 5) repetitions: on the development VM some runs of a
+# 2-rank collective (ours and Open MPI's alike) fall 2-4x while the host places the two vCPUs
+# apart, and a median of 3 taken while that flips is bimodal (bench/results/session19.md).
 #
 # Writes bench/results/*.md, *.png and *.txt; raw outputs in bench/results/raw/ (not committed).
 set -euo pipefail
