@@ -12,7 +12,7 @@
 // turns writing a 1 MiB chunk of shared memory and reading the chunk the other wrote, one load per
 // cache line; GB/s of the reads). On the development VM it reads ~50 GB/s while the two vCPUs
 // share a last-level cache on the host and ~11 GB/s while they do not, a placement that changes
-// by itself every few tens of seconds and leaves the memcpy figures unchanged
+// by itself every few seconds to minutes and leaves the memcpy figures unchanged
 // (bench/results/session19.md).
 //
 //   memcpy_roof -p 2 [-s 64M] [-t 1.0]      (-p accepts a list: -p 1,2,4)
