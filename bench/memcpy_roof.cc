@@ -133,7 +133,8 @@ void pinTo(int cpu) {
   sched_setaffinity(0, sizeof set, &set);
 }
 
-// GB/s at which a process reads what the other (on another CPU) wrote; -1 with fewer than 2 CPUs.
+// GB/s at which a process reads what the other (on another CPU) wrote; -1 with fewer than 2 CPUs
+// (or when the shared mapping or the second process cannot be made).
 double crossCore(double seconds) {
   cpu_set_t allowed;
   if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return -1;
@@ -148,9 +149,16 @@ double crossCore(double seconds) {
   auto* turn = new (map) std::atomic<int64_t>(0);
   auto* chunks = static_cast<uint8_t*>(map) + 4096;
   std::memset(chunks, 0, 2 * kCrossChunk);
-  int results[2];
-  if (pipe(results) != 0) return -1;
-  pid_t pid = fork();
+  int results[2] = {-1, -1};
+  // Without the second process the turns would never come back: no fork, no run.
+  pid_t pid = pipe(results) == 0 ? fork() : -1;
+  if (pid < 0) {
+    for (int fd : results) {
+      if (fd >= 0) close(fd);
+    }
+    munmap(map, length);
+    return -1;
+  }
   if (pid == 0) {
     pinTo(cpus[1]);
     double rate = crossTurns(turn, chunks, 1, seconds);
@@ -204,7 +212,7 @@ int main(int argc, char** argv) {
     std::printf("#%21s\n", "cross_cpu_read_GBps");
     const double rate = crossCore(seconds);
     if (rate < 0) {
-      std::printf("%22s\n", "n/a");  // one usable CPU
+      std::printf("%22s\n", "n/a");  // one usable CPU, or no second process
     } else {
       std::printf("%22.2f\n", rate);
     }

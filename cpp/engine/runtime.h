@@ -216,7 +216,7 @@ class Runtime {
   RequestList outgoing_;  // collected, not yet sent (or, on rank 0, ingested)
   bool callerDriving_ = false;
   uint64_t drives_ = 0;  // drives by callers so far
-  std::chrono::microseconds parkWait_{0};  // the background thread's next park (0: the window)
+  std::chrono::microseconds parkWait_{0};  // the background thread's next park, if above the window
   uint64_t lastSeq_ = 0;
   bool shutdownSent_ = false;
   // A caller's drive that ended the engine, for the background thread to finish the job.

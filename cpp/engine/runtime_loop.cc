@@ -151,7 +151,7 @@ bool Runtime::parkForCallers(std::unique_lock<std::mutex>& token) {
   }
   const uint64_t drivesBefore = drives_;
   const auto window = std::chrono::microseconds(config_.callerProgressUs);
-  auto wait = parkWait_.count() > 0 ? parkWait_ : window;
+  auto wait = std::max(parkWait_, window);  // nextPark never goes below the window
   token.unlock();
   // A token still held when the park ends belongs to a driving caller (or, briefly, to an
   // enqueue): park again, longer, rather than queue up behind it. An unpark (a caller handing
