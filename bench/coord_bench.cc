@@ -5,7 +5,10 @@
 //
 // A step enqueues 160 gradient-like tensors (sizes log-uniform from 1 KiB to 1 MiB, ~24 MB in
 // all, like ResNet-50's gradient list) with allreduceAsync and waits for all of them;
-// --tensor-bytes 16 makes every tensor tiny, which leaves little but the coordination itself.
+// --tensor-bytes 16 makes every tensor tiny, which leaves little but the coordination itself;
+// --late-rank-us N makes the last rank start each step's enqueues N us after the others (busy,
+// like a rank whose backward pass runs longer), so the others wait for it: what their waking up
+// costs shows in the figures (see docs/performance.md, HOROVOD_SHM_SPIN_US).
 //
 // The ranks share one host clock (steady_clock is CLOCK_MONOTONIC), and the engine records when
 // its background thread starts executing a data response (engine::RuntimeStats::lastDataStartNs,
@@ -91,6 +94,7 @@ struct Args {
   int tensors = 160;
   int latencyIters = 2000;
   int tensorBytes = 0;  // > 0: every tensor this size (isolates coordination from data movement)
+  int lateRankUs = 0;   // > 0: the last rank starts each step this much later, busy
   bool smoke = false;
 };
 
@@ -104,10 +108,12 @@ Args parseArgs(int argc, char** argv) {
     else if (f == "--tensors") a.tensors = std::max(1, next());
     else if (f == "--latency-iters") a.latencyIters = next();
     else if (f == "--tensor-bytes") a.tensorBytes = next();
+    else if (f == "--late-rank-us") a.lateRankUs = std::max(0, next());
     else if (f == "--smoke") a.smoke = true;
     else {
       std::cerr << "usage: " << argv[0]
-                << " [--steps N] [--warmup N] [--tensors N] [--tensor-bytes B] [--latency-iters N] [--smoke]\n";
+                << " [--steps N] [--warmup N] [--tensors N] [--tensor-bytes B] [--late-rank-us N]"
+                   " [--latency-iters N] [--smoke]\n";
       std::exit(2);
     }
   }
@@ -151,7 +157,13 @@ int main(int argc, char** argv) try {
     return Probe{st.lastRequestsSentNs * 1e-9, st.lastListBuiltNs * 1e-9, st.lastListStartNs * 1e-9,
                  st.lastDataStartNs * 1e-9};
   };
+  const double lateBy = rank == n - 1 && n > 1 ? args.lateRankUs * 1e-6 : 0.0;
   auto step = [&](double* lastEnqueue, double* done) {
+    if (lateBy > 0) {
+      const double until = nowSeconds() + lateBy;
+      while (nowSeconds() < until) {
+      }
+    }
     for (size_t i = 0; i < counts.size(); ++i) {
       hvd::Options o;
       o.name = names[i];
@@ -260,8 +272,8 @@ int main(int argc, char** argv) try {
     }
     double flatMed = percentile(flatTime, 50);
     for (double t : tail) overhead.push_back(t - flatMed);
-    std::printf("# coord_bench ranks=%d tensors=%zu total_bytes=%zu steps=%d warmup=%d%s\n", n, counts.size(),
-                total * 4, args.steps, args.warmup, args.smoke ? " smoke=1" : "");
+    std::printf("# coord_bench ranks=%d tensors=%zu total_bytes=%zu steps=%d warmup=%d late_rank_us=%d%s\n", n,
+                counts.size(), total * 4, args.steps, args.warmup, args.lateRankUs, args.smoke ? " smoke=1" : "");
     std::printf("#%23s %12s %12s\n", "metric", "p50_us", "p99_us");
     auto row = [](const char* name, const std::vector<double>& v) {
       std::printf("%24s %12.2f %12.2f\n", name, percentile(v, 50) * 1e6, percentile(v, 99) * 1e6);

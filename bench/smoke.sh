@@ -52,6 +52,7 @@ if [[ -x "$B/hvd_bench" && -n "$RUN" ]]; then
   check "hvd_bench allreduce_into_shared np3 (streamed sizes)" "$RUN" -np 3 "$B/hvd_bench" -o allreduce_into_shared \
     -b 16M -e 16M -n 3 -w 1
   check "coord_bench np2" "$RUN" -np 2 "$B/coord_bench" --smoke --tensors 16
+  check "coord_bench np3, a late rank" "$RUN" -np 3 "$B/coord_bench" --smoke --tensors 16 --late-rank-us 200
 else
   skip "hvd_bench/coord_bench (not built or no horovodrun)"
 fi
