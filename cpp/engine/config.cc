@@ -68,6 +68,12 @@ const Param<int64_t> kCallerProgressUs(
     "thread that waits for an operation within that window runs the negotiation and the collectives "
     "itself (one busy thread per rank instead of two); after it, the background thread does (while "
     "callers keep driving, its parks grow up to 1 ms). 0 = the background thread always does.");
+const Param<int64_t> kCallerSpinUs(
+    "HOROVOD_CALLER_SPIN_US", 1000,
+    "Microseconds that a thread waiting for its operation polls for its peers before it sleeps, while "
+    "it runs the engine itself (see HOROVOD_CALLER_PROGRESS_US): a peer that answers later than that "
+    "finds it asleep, and waking it costs tens of microseconds on a VM. At least HOROVOD_SHM_SPIN_US; "
+    "the background thread's waits use only that. 0 = the transport's own spin.");
 const Param<int64_t> kCacheCapacity("HOROVOD_CACHE_CAPACITY", 1024,
                                     "Response-cache entries per process set; 0 disables caching.");
 const Param<bool> kDynamicProcessSets("HOROVOD_DYNAMIC_PROCESS_SETS", false,
@@ -220,6 +226,10 @@ Config Config::fromEnvironment(const EnvLookup& env) {
   if (c.callerProgressUs < 0 || c.callerProgressUs > 100000) {
     throw InvalidArgument("HOROVOD_CALLER_PROGRESS_US='" + std::to_string(c.callerProgressUs) +
                           "' must be in [0, 100000]");
+  }
+  c.callerSpinUs = kCallerSpinUs.get(env);
+  if (c.callerSpinUs < 0 || c.callerSpinUs > 1000000) {
+    throw InvalidArgument("HOROVOD_CALLER_SPIN_US='" + std::to_string(c.callerSpinUs) + "' must be in [0, 1000000]");
   }
   c.cacheCapacity = kCacheCapacity.get(env);
   if (c.cacheCapacity < 0) {

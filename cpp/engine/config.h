@@ -40,6 +40,7 @@ struct Config {
   int64_t cacheCapacity = 1024;         // response-cache entries per process set; 0 = off
   int64_t burstQuietUs = 2;             // HOROVOD_BURST_QUIET_US: request batching window; 0 = off
   int64_t callerProgressUs = 200;       // HOROVOD_CALLER_PROGRESS_US: waiters may drive; 0 = off
+  int64_t callerSpinUs = 1000;          // HOROVOD_CALLER_SPIN_US: a driving waiter polls this long
   bool dynamicProcessSets = false;
   bool disableGroupFusion = false;
   std::chrono::milliseconds timeout{30000};  // HOROVOD_GLOO_TIMEOUT_SECONDS: rendezvous + data plane

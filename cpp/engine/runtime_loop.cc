@@ -9,6 +9,7 @@
 #include "common/cpu_relax.h"
 #include "common/logging.h"
 #include "engine/runtime.h"
+#include "transport/poll_patience.h"
 
 namespace hvd::engine {
 namespace {
@@ -169,6 +170,8 @@ bool Runtime::parkForCallers(std::unique_lock<std::mutex>& token) {
 
 bool Runtime::drive(const WorkImpl& work, Deadline deadline) {
   if (callerStopped_ || callerFailure_) return false;
+  // This thread only waits for its peers now: it polls longer before it sleeps (poll_patience.h).
+  PollPatience::Scope patience(std::chrono::microseconds(config_.callerSpinUs));
   ++drives_;
   {
     std::lock_guard<std::mutex> lock(statsMu_);

@@ -24,6 +24,7 @@
 
 #include "common/cpu_relax.h"
 #include "common/deadline.h"
+#include "transport/poll_patience.h"
 #include "transport/shm/layout.h"
 
 namespace hvd::shm {
@@ -49,12 +50,14 @@ class Waiter {
 
   // Waits until ready() returns true (true) or the deadline passes (false). ready() is called
   // repeatedly from this thread and may make progress itself. Throws the latched failure
-  // (PeerLost, Aborted, ...) when one exists or is detected while waiting.
+  // (PeerLost, Aborted, ...) when one exists or is detected while waiting. Polls for the spin,
+  // or for this thread's PollPatience if longer, before it sleeps.
   template <typename Ready>
   bool wait(Ready&& ready, Deadline deadline, const PeerFilter& needs = {}) {
     if (ready()) return true;
     throwIfFailed();
-    if (spin_.count() > 0) {
+    const std::chrono::microseconds spin = std::max(spin_, PollPatience::current());
+    if (spin.count() > 0) {
       // Busy-wait first (a peer running on another CPU answers within ~1 us), then keep
       // polling but yield the CPU between polls, so that a peer or any other thread waiting
       // for this CPU runs (2 ranks on 2 vCPUs), while this thread stays runnable and skips the
@@ -71,7 +74,7 @@ class Waiter {
         if (yielding || (i & 15) == 0) {
           throwIfFailed();
           auto spun = std::chrono::steady_clock::now() - start;
-          if (spun >= spin_ || std::chrono::steady_clock::now() >= deadline.at()) break;
+          if (spun >= spin || std::chrono::steady_clock::now() >= deadline.at()) break;
           yielding = spun >= busySpin_;
         }
       }

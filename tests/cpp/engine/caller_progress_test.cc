@@ -201,5 +201,13 @@ TEST(CallerProgress, WindowIsValidated) {
   EXPECT_EQ(engine::Config::fromEnvironment(mapEnvironment({})).callerProgressUs, 200);
 }
 
+TEST(CallerProgress, CallerSpinIsValidated) {
+  EXPECT_THROW(engine::Config::fromEnvironment(mapEnvironment({{"HOROVOD_CALLER_SPIN_US", "-1"}})), InvalidArgument);
+  EXPECT_THROW(engine::Config::fromEnvironment(mapEnvironment({{"HOROVOD_CALLER_SPIN_US", "1000001"}})),
+               InvalidArgument);
+  EXPECT_EQ(engine::Config::fromEnvironment(mapEnvironment({})).callerSpinUs, 1000);
+  EXPECT_EQ(engine::Config::fromEnvironment(mapEnvironment({{"HOROVOD_CALLER_SPIN_US", "0"}})).callerSpinUs, 0);
+}
+
 }  // namespace
 }  // namespace hvd::test
