@@ -8,7 +8,7 @@
 // --tensor-bytes 16 makes every tensor tiny, which leaves little but the coordination itself;
 // --late-rank-us N makes the last rank start each step's enqueues N us after the others (busy,
 // like a rank whose backward pass runs longer), so the others wait for it: what their waking up
-// costs shows in the figures (see docs/performance.md, HOROVOD_SHM_SPIN_US).
+// costs shows in the figures (see docs/performance.md, HOROVOD_CALLER_SPIN_US).
 //
 // The ranks share one host clock (steady_clock is CLOCK_MONOTONIC), and the engine records when
 // its background thread starts executing a data response (engine::RuntimeStats::lastDataStartNs,

@@ -32,33 +32,32 @@ TEST(PollPatience, ScopesRaiseTheFloorAndRestoreIt) {
   EXPECT_EQ(PollPatience::current(), 0us);
 }
 
-// One wait for a flag that another thread sets after 60 ms; `patience` on the waiting thread.
-// Returns whether the waiter was asleep on its bell 30 ms into the wait.
-bool asleepDuringWait(microseconds patience) {
+// Waits on another thread, with `patience`, for a flag set only after `observe`: returns whether
+// the waiter went to sleep on its bell meanwhile (it stops looking once it has).
+bool sleepsWithin(microseconds patience, milliseconds observe) {
   SegmentHeader header{};
   Waiter waiter(0, &header, 0us, 0us);  // the transport's own spin: none
   std::atomic<bool> flag{false};
-  std::atomic<bool> done{false};
   std::thread waiting([&] {
     PollPatience::Scope scope(patience);
-    EXPECT_TRUE(waiter.wait([&] { return flag.load(); }, Deadline::after(10s)));
-    done = true;
+    EXPECT_TRUE(waiter.wait([&] { return flag.load(); }, Deadline::after(60s)));
   });
-  std::this_thread::sleep_for(30ms);
-  const bool asleep = header.sleepers.load() > 0;
-  std::this_thread::sleep_for(30ms);
+  bool slept = false;
+  for (auto end = steady_clock::now() + observe; !slept && steady_clock::now() < end;) {
+    slept = header.sleepers.load() > 0;
+    std::this_thread::sleep_for(1ms);
+  }
   flag = true;
   Waiter::notify(&header);
   waiting.join();
-  EXPECT_TRUE(done.load());
-  return asleep;
+  return slept;
 }
 
-TEST(Waiter, WithoutSpinOrPatienceItSleepsAtOnce) { EXPECT_TRUE(asleepDuringWait(0us)); }
+TEST(Waiter, WithoutSpinOrPatienceItSleepsAtOnce) { EXPECT_TRUE(sleepsWithin(0us, 5000ms)); }
 
 TEST(Waiter, PatienceKeepsItPollingInsteadOfSleeping) {
-  // 10 s of patience: still polling at 30 ms, and the flag is seen without a wake-up.
-  EXPECT_FALSE(asleepDuringWait(10s));
+  // 60 s of patience: still polling after 100 ms, and the flag is seen without a wake-up.
+  EXPECT_FALSE(sleepsWithin(60s, 100ms));
 }
 
 }  // namespace
