@@ -166,6 +166,23 @@ void validateIgnoredKnobs(const EnvLookup& env) {
 
 int toInt(const Param<int64_t>& param, const EnvLookup& env) { return static_cast<int>(param.get(env)); }
 
+// The parameter's value; InvalidArgument naming it unless lo <= value <= hi.
+int64_t inRange(const Param<int64_t>& param, const EnvLookup& env, int64_t lo, int64_t hi) {
+  const int64_t value = param.get(env);
+  if (value < lo || value > hi) {
+    throw InvalidArgument(std::string(param.name()) + "='" + std::to_string(value) + "' must be in [" +
+                          std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  }
+  return value;
+}
+
+// The same for a lower bound of 0 only.
+int64_t nonNegative(const Param<int64_t>& param, const EnvLookup& env) {
+  const int64_t value = param.get(env);
+  if (value < 0) throw InvalidArgument(std::string(param.name()) + "='" + std::to_string(value) + "' must be >= 0");
+  return value;
+}
+
 }  // namespace
 
 Config Config::fromEnvironment(const EnvLookup& env) {
@@ -213,28 +230,12 @@ Config Config::fromEnvironment(const EnvLookup& env) {
                           "' is not a valid port (HOROVOD_GLOO_RENDEZVOUS_ADDR is set)");
   }
 
-  c.fusionThreshold = kFusionThreshold.get(env);
-  if (c.fusionThreshold < 0) {
-    throw InvalidArgument("HOROVOD_FUSION_THRESHOLD='" + std::to_string(c.fusionThreshold) + "' must be >= 0");
-  }
+  c.fusionThreshold = nonNegative(kFusionThreshold, env);
   c.cycleTimeMs = kCycleTime.get(env);
-  c.burstQuietUs = kBurstQuietUs.get(env);
-  if (c.burstQuietUs < 0 || c.burstQuietUs > 1000) {
-    throw InvalidArgument("HOROVOD_BURST_QUIET_US='" + std::to_string(c.burstQuietUs) + "' must be in [0, 1000]");
-  }
-  c.callerProgressUs = kCallerProgressUs.get(env);
-  if (c.callerProgressUs < 0 || c.callerProgressUs > 100000) {
-    throw InvalidArgument("HOROVOD_CALLER_PROGRESS_US='" + std::to_string(c.callerProgressUs) +
-                          "' must be in [0, 100000]");
-  }
-  c.callerSpinUs = kCallerSpinUs.get(env);
-  if (c.callerSpinUs < 0 || c.callerSpinUs > 1000000) {
-    throw InvalidArgument("HOROVOD_CALLER_SPIN_US='" + std::to_string(c.callerSpinUs) + "' must be in [0, 1000000]");
-  }
-  c.cacheCapacity = kCacheCapacity.get(env);
-  if (c.cacheCapacity < 0) {
-    throw InvalidArgument("HOROVOD_CACHE_CAPACITY='" + std::to_string(c.cacheCapacity) + "' must be >= 0");
-  }
+  c.burstQuietUs = inRange(kBurstQuietUs, env, 0, 1000);
+  c.callerProgressUs = inRange(kCallerProgressUs, env, 0, 100000);
+  c.callerSpinUs = inRange(kCallerSpinUs, env, 0, 1000000);
+  c.cacheCapacity = nonNegative(kCacheCapacity, env);
   c.dynamicProcessSets = kDynamicProcessSets.get(env);
   c.disableGroupFusion = kDisableGroupFusion.get(env);
   int64_t timeoutSeconds = kTimeoutSeconds.get(env);
