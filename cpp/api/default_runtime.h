@@ -12,8 +12,8 @@ namespace hvd::api {
 
 // The current default runtime (may be null or shut down).
 std::shared_ptr<engine::Runtime> defaultRuntime();
-// The initialized default runtime; throws hvd::Error "Horovod has not been initialized; use
-// hvd.init()." otherwise (what operations raise).
+// The initialized default runtime; throws hvd::Error(kNotInitializedMessage) otherwise (what
+// operations raise).
 std::shared_ptr<engine::Runtime> runtimeForOps();
 // Same, but throws InvalidArgument (what topology getters raise: ValueError in Python).
 std::shared_ptr<engine::Runtime> runtimeForQueries();

@@ -8,6 +8,7 @@
 
 #include "api/default_runtime.h"
 #include "common/logging.h"
+#include "common/messages.h"
 #include "engine/runtime.h"
 #include "engine/shared_buffers.h"
 #include "horovod/horovod.h"
@@ -34,13 +35,13 @@ std::shared_ptr<engine::Runtime> defaultRuntime() {
 
 std::shared_ptr<engine::Runtime> runtimeForOps() {
   auto runtime = defaultRuntime();
-  if (!runtime || !runtime->initialized()) throw Error(engine::kNotInitializedMessage);
+  if (!runtime || !runtime->initialized()) throw Error(kNotInitializedMessage);
   return runtime;
 }
 
 std::shared_ptr<engine::Runtime> runtimeForQueries() {
   auto runtime = defaultRuntime();
-  if (!runtime || !runtime->initialized()) throw InvalidArgument(engine::kNotInitializedMessage);
+  if (!runtime || !runtime->initialized()) throw InvalidArgument(kNotInitializedMessage);
   return runtime;
 }
 

@@ -40,6 +40,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/messages.h"
 #include "engine/config.h"
 #include "engine/coordinator.h"
 #include "engine/drive_gate.h"
@@ -53,11 +54,6 @@
 #include "transport/transport.h"
 
 namespace hvd::engine {
-
-// Horovod's message for operations on a shut-down engine (python-api.md §0.4).
-extern const char kShutdownMessage[];
-// Thrown by operations before init (and getters raise it as InvalidArgument).
-extern const char kNotInitializedMessage[];
 
 struct Topology {
   int rank = 0;

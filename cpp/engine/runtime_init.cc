@@ -17,12 +17,6 @@
 
 namespace hvd::engine {
 
-const char kShutdownMessage[] =
-    "Horovod has been shut down. This was caused by an exception on one of the ranks or an attempt to "
-    "allreduce, allgather or broadcast a tensor after one of the ranks finished execution. If the shutdown was "
-    "caused by an exception, you should see the exception in the log before the first shutdown message.";
-const char kNotInitializedMessage[] = "Horovod has not been initialized; use hvd.init().";
-
 namespace {
 
 // How long a shutting-down rank waits for the others to reach shutdown too before it closes its

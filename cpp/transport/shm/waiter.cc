@@ -11,6 +11,7 @@
 #include <climits>
 #include <ctime>
 
+#include "common/messages.h"
 #include "horovod/errors.h"
 
 namespace hvd::shm {
@@ -141,7 +142,7 @@ void Waiter::latch(std::exception_ptr error) {
 }
 
 void Waiter::abort(const std::string& reason) {
-  latch(std::make_exception_ptr(Aborted(reason.empty() ? std::string("Horovod has been shut down") : reason)));
+  latch(std::make_exception_ptr(Aborted(reason.empty() ? std::string(kShutdownMessage) : reason)));
 }
 
 void Waiter::fail(std::exception_ptr error) {

@@ -14,7 +14,7 @@
 namespace hvd::test {
 namespace {
 
-const std::string kShutdown = engine::kShutdownMessage;
+const std::string kShutdown = kShutdownMessage;
 
 TEST(Lifecycle, ShutdownOnOneRankFailsPendingOpsEverywhere) {
   Cluster cluster(3);
