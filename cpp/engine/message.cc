@@ -2,17 +2,19 @@
 
 #include <algorithm>
 
-#include "engine/wire.h"
+#include "common/byte_codec.h"
 #include "horovod/errors.h"
 
 namespace hvd::engine {
 namespace {
 
+constexpr const char* kFormat = "engine message";  // names the input in DecodeErrors
+
 // A request's flags byte.
 constexpr uint8_t kSharedInPlaceFlag = 1;
 constexpr uint8_t kOneOffNameFlag = 2;
 
-void writeRequest(WireWriter& w, const Request& r) {
+void writeRequest(ByteWriter& w, const Request& r) {
   w.u8(static_cast<uint8_t>(r.kind));
   w.svarint(r.processSet);
   w.str(r.name);
@@ -29,7 +31,7 @@ void writeRequest(WireWriter& w, const Request& r) {
   w.u8((r.sharedInPlace ? kSharedInPlaceFlag : 0) | (r.oneOffName ? kOneOffNameFlag : 0));
 }
 
-Request readRequest(WireReader& in) {
+Request readRequest(ByteReader& in) {
   Request r;
   r.kind = static_cast<Kind>(in.u8());
   r.processSet = static_cast<int32_t>(in.svarint());
@@ -54,7 +56,7 @@ Request readRequest(WireReader& in) {
 // delta-coded varints, whichever is smaller; the steady state (the ids of one training step,
 // mostly contiguous) takes the bit vector: about one bit per tensor plus a few header bytes.
 // Decoding yields the ids ascending.
-void writeIds(WireWriter& w, const std::vector<uint32_t>& ids) {
+void writeIds(ByteWriter& w, const std::vector<uint32_t>& ids) {
   w.varint(ids.size());
   if (ids.empty()) return;
   auto [minIt, maxIt] = std::minmax_element(ids.begin(), ids.end());
@@ -75,7 +77,7 @@ void writeIds(WireWriter& w, const std::vector<uint32_t>& ids) {
   }
 }
 
-void readIds(WireReader& in, std::vector<uint32_t>& ids) {
+void readIds(ByteReader& in, std::vector<uint32_t>& ids) {
   // Not count(): a bit vector packs eight ids per byte.
   uint64_t n = in.varint();
   ids.clear();
@@ -83,20 +85,20 @@ void readIds(WireReader& in, std::vector<uint32_t>& ids) {
   uint32_t lo = static_cast<uint32_t>(in.varint());
   if (in.u8() == 1) {
     uint64_t span = in.varint();
-    if (n > span + 1) throw Error("engine wire: bit vector shorter than its count");
+    if (n > span + 1) throw DecodeError("engine message: bit vector shorter than its count");
     const uint8_t* bits = in.raw(static_cast<size_t>((span + 8) / 8));
     ids.reserve(static_cast<size_t>(n));
     for (uint64_t i = 0; i <= span; ++i) {
       if (bits[i / 8] & (1u << (i % 8))) ids.push_back(lo + static_cast<uint32_t>(i));
     }
-    if (ids.size() != n) throw Error("engine wire: bit vector does not match its count");
+    if (ids.size() != n) throw DecodeError("engine message: bit vector does not match its count");
   } else {
     ids.push_back(lo);
     for (uint64_t i = 1; i < n; ++i) ids.push_back(ids.back() + static_cast<uint32_t>(in.varint()));
   }
 }
 
-void writeTensor(WireWriter& w, const TensorInfo& t) {
+void writeTensor(ByteWriter& w, const TensorInfo& t) {
   const TensorInfo& d = t.data();
   w.str(d.name);
   w.varint(t.cacheId == kNoCacheId ? 0 : uint64_t(t.cacheId) + 1);
@@ -108,7 +110,7 @@ void writeTensor(WireWriter& w, const TensorInfo& t) {
   w.svarint(d.groupSize);
 }
 
-TensorInfo readTensor(WireReader& in) {
+TensorInfo readTensor(ByteReader& in) {
   TensorInfo t;
   t.name = in.str();
   uint64_t id = in.varint();
@@ -122,7 +124,7 @@ TensorInfo readTensor(WireReader& in) {
   return t;
 }
 
-void writeResponse(WireWriter& w, const Response& r) {
+void writeResponse(ByteWriter& w, const Response& r) {
   w.u8(static_cast<uint8_t>(r.kind));
   if (r.cachedForm || r.kind == Kind::kEvict) {
     // Everything else is in the receiver's cache replica.
@@ -153,7 +155,7 @@ void writeResponse(WireWriter& w, const Response& r) {
   w.svarints(r.setRanks);
 }
 
-Response readResponse(WireReader& in) {
+Response readResponse(ByteReader& in) {
   Response r;
   r.kind = static_cast<Kind>(in.u8());
   if (in.u8() == 1) {
@@ -271,7 +273,7 @@ std::exception_ptr ErrorInfo::toException() const {
 
 void encode(const RequestList& list, std::vector<uint8_t>& out) {
   out.clear();
-  WireWriter w(out);
+  ByteWriter w(out);
   w.u8(static_cast<uint8_t>(MessageType::kRequests));
   w.varint(list.lastSeq);
   w.u8(list.shutdown ? 1 : 0);
@@ -282,7 +284,7 @@ void encode(const RequestList& list, std::vector<uint8_t>& out) {
 
 void encode(const ResponseList& list, std::vector<uint8_t>& out) {
   out.clear();
-  WireWriter w(out);
+  ByteWriter w(out);
   w.u8(static_cast<uint8_t>(MessageType::kResponses));
   w.varint(list.seq);
   w.u8(list.shutdown ? 1 : 0);
@@ -293,7 +295,7 @@ void encode(const ResponseList& list, std::vector<uint8_t>& out) {
 
 void encode(const ErrorInfo& info, std::vector<uint8_t>& out) {
   out.clear();
-  WireWriter w(out);
+  ByteWriter w(out);
   w.u8(static_cast<uint8_t>(MessageType::kAbort));
   w.u8(static_cast<uint8_t>(info.kind));
   w.svarint(info.rank);
@@ -301,12 +303,12 @@ void encode(const ErrorInfo& info, std::vector<uint8_t>& out) {
 }
 
 MessageType messageType(const std::vector<uint8_t>& bytes) {
-  if (bytes.empty()) throw Error("engine wire: empty control message");
+  if (bytes.empty()) throw DecodeError("engine message: empty");
   return static_cast<MessageType>(bytes[0]);
 }
 
 RequestList decodeRequestList(const std::vector<uint8_t>& bytes) {
-  WireReader in(bytes.data(), bytes.size());
+  ByteReader in(bytes.data(), bytes.size(), kFormat);
   in.u8();
   RequestList list;
   list.lastSeq = in.varint();
@@ -319,7 +321,7 @@ RequestList decodeRequestList(const std::vector<uint8_t>& bytes) {
 }
 
 ResponseList decodeResponseList(const std::vector<uint8_t>& bytes) {
-  WireReader in(bytes.data(), bytes.size());
+  ByteReader in(bytes.data(), bytes.size(), kFormat);
   in.u8();
   ResponseList list;
   list.seq = in.varint();
@@ -332,7 +334,7 @@ ResponseList decodeResponseList(const std::vector<uint8_t>& bytes) {
 }
 
 ErrorInfo decodeErrorInfo(const std::vector<uint8_t>& bytes) {
-  WireReader in(bytes.data(), bytes.size());
+  ByteReader in(bytes.data(), bytes.size(), kFormat);
   in.u8();
   ErrorInfo info;
   info.kind = static_cast<ErrorKind>(in.u8());

@@ -7,10 +7,10 @@
 #include <set>
 #include <sstream>
 
+#include "common/byte_codec.h"
 #include "common/check.h"
 #include "common/logging.h"
 #include "engine/runtime.h"
-#include "engine/wire.h"
 #include "store/file_store.h"
 #include "store/memory_store.h"
 #include "store/tcp_store.h"
@@ -42,7 +42,7 @@ struct RankInfo {
 
 Bytes encodeRankInfo(const RankInfo& info) {
   Bytes out;
-  WireWriter w(out);
+  ByteWriter w(out);
   w.str(info.hostname);
   w.svarint(info.pid);
   w.varint(info.processSets.size());
@@ -51,7 +51,7 @@ Bytes encodeRankInfo(const RankInfo& info) {
 }
 
 RankInfo decodeRankInfo(const Bytes& bytes) {
-  WireReader in(bytes.data(), bytes.size());
+  ByteReader in(bytes.data(), bytes.size(), "rank info");
   RankInfo info;
   info.hostname = in.str();
   info.pid = in.svarint();
@@ -201,7 +201,7 @@ void Runtime::bootstrap(const InitOptions& options) {
   // options, rank 0's (the coordinator's), even if the environment differs between ranks.
   if (rank == 0) {
     Bytes fusion;
-    WireWriter w(fusion);
+    ByteWriter w(fusion);
     w.svarint(fusionThreshold_);
     w.u8(config_.disableGroupFusion ? 1 : 0);
     roundStore_->set("fusion", fusion, deadline);
@@ -209,7 +209,7 @@ void Runtime::bootstrap(const InitOptions& options) {
     fusion_.disableGroupFusion = config_.disableGroupFusion;
   } else {
     Bytes fusion = roundStore_->get("fusion", deadline);
-    WireReader in(fusion.data(), fusion.size());
+    ByteReader in(fusion.data(), fusion.size(), "fusion options");
     fusion_.threshold = in.svarint();
     fusion_.disableGroupFusion = in.u8() != 0;
   }

@@ -92,16 +92,20 @@ std::vector<uint8_t> TcpStore::roundTrip(const std::vector<uint8_t>& request, De
 namespace {
 
 // Interprets a non-OK response; returns a reader positioned after the status when OK.
-store_wire::Reader checkStatus(const std::vector<uint8_t>& body, const std::string& op, const std::string& where) {
-  store_wire::Reader r(body.data(), body.size());
-  auto status = static_cast<Status>(r.u8());
-  if (status == Status::kOk) return r;
-  if (status == Status::kTimeout) {
-    std::vector<std::string> missing(r.u32());
-    for (auto& k : missing) k = r.str();
-    throw Timeout(store_detail::timeoutMessage(op, missing, "rendezvous server at " + where));
+ByteReader checkStatus(const std::vector<uint8_t>& body, const std::string& op, const std::string& where) {
+  ByteReader r = store_wire::reader(body.data(), body.size());
+  try {
+    auto status = static_cast<Status>(r.u8());
+    if (status == Status::kOk) return r;
+    if (status == Status::kTimeout) {
+      std::vector<std::string> missing;
+      for (uint32_t n = r.u32(); n > 0; --n) missing.push_back(r.str32());
+      throw Timeout(store_detail::timeoutMessage(op, missing, "rendezvous server at " + where));
+    }
+    if (status == Status::kError) throw StoreError("rendezvous server at " + where + ": " + r.str32());
+  } catch (const DecodeError&) {
+    throw StoreError("malformed " + op + " response from rendezvous server at " + where);
   }
-  if (status == Status::kError) throw StoreError("rendezvous server at " + where + ": " + r.str());
   throw StoreError("rendezvous server at " + where + " sent an unknown status");
 }
 
@@ -109,35 +113,40 @@ store_wire::Reader checkStatus(const std::vector<uint8_t>& body, const std::stri
 
 void TcpStore::set(const std::string& key, const Bytes& value, Deadline deadline) {
   store_wire::Writer w;
-  w.u8(static_cast<uint8_t>(Op::kSet)).str(key).str(value.data(), value.size());
+  w.body().u8(static_cast<uint8_t>(Op::kSet)).str32(key).str32(value.data(), value.size());
   auto body = roundTrip(w.finish(), deadline, "set('" + key + "')");
   checkStatus(body, "set", serverAddress());
 }
 
 Bytes TcpStore::get(const std::string& key, Deadline deadline) {
   store_wire::Writer w;
-  w.u8(static_cast<uint8_t>(Op::kGet)).u64(timeoutMs(deadline)).str(key);
+  w.body().u8(static_cast<uint8_t>(Op::kGet)).u64(timeoutMs(deadline)).str32(key);
   auto body = roundTrip(w.finish(), deadline, "get('" + key + "')");
   auto r = checkStatus(body, "get", serverAddress());
-  Bytes value = r.bytes();
-  if (!r.ok()) throw StoreError("malformed get response from rendezvous server at " + serverAddress());
-  return value;
+  try {
+    return r.bytes32();
+  } catch (const DecodeError&) {
+    throw StoreError("malformed get response from rendezvous server at " + serverAddress());
+  }
 }
 
 int64_t TcpStore::add(const std::string& key, int64_t delta, Deadline deadline) {
   store_wire::Writer w;
-  w.u8(static_cast<uint8_t>(Op::kAdd)).str(key).i64(delta);
+  w.body().u8(static_cast<uint8_t>(Op::kAdd)).str32(key).i64(delta);
   auto body = roundTrip(w.finish(), deadline, "add('" + key + "')");
   auto r = checkStatus(body, "add", serverAddress());
-  int64_t value = r.i64();
-  if (!r.ok()) throw StoreError("malformed add response from rendezvous server at " + serverAddress());
-  return value;
+  try {
+    return r.i64();
+  } catch (const DecodeError&) {
+    throw StoreError("malformed add response from rendezvous server at " + serverAddress());
+  }
 }
 
 void TcpStore::wait(const std::vector<std::string>& keys, Deadline deadline) {
   store_wire::Writer w;
-  w.u8(static_cast<uint8_t>(Op::kWait)).u64(timeoutMs(deadline)).u32(static_cast<uint32_t>(keys.size()));
-  for (const auto& k : keys) w.str(k);
+  w.body().u8(static_cast<uint8_t>(Op::kWait)).u64(timeoutMs(deadline));
+  w.body().u32(static_cast<uint32_t>(keys.size()));
+  for (const auto& k : keys) w.body().str32(k);
   auto body = roundTrip(w.finish(), deadline, "wait(" + store_detail::quoteKeys(keys) + ")");
   checkStatus(body, "wait", serverAddress());
 }

@@ -162,8 +162,8 @@ void TcpStoreServer::Impl::run() {
         c.waiting = false;
         store_wire::Writer w;
         auto absent = missing(c.waitKeys);
-        w.u8(static_cast<uint8_t>(Status::kTimeout)).u32(static_cast<uint32_t>(absent.size()));
-        for (const auto& k : absent) w.str(k);
+        w.body().u8(static_cast<uint8_t>(Status::kTimeout)).u32(static_cast<uint32_t>(absent.size()));
+        for (const auto& k : absent) w.body().str32(k);
         reply(c, w);
       }
     }
@@ -268,48 +268,51 @@ bool TcpStoreServer::Impl::process(Conn& c) {
 }
 
 void TcpStoreServer::Impl::handle(Conn& c, const uint8_t* body, size_t bytes) {
-  store_wire::Reader r(body, bytes);
-  auto op = static_cast<Op>(r.u8());
+  ByteReader r = store_wire::reader(body, bytes);
+  Op op{};
   store_wire::Writer w;
-  switch (op) {
-    case Op::kSet: {
-      std::string key = r.str();
-      Bytes value = r.bytes();
-      if (!r.ok()) return replyError(c, "malformed set request");
-      data[std::move(key)] = std::move(value);
-      w.u8(static_cast<uint8_t>(Status::kOk));
-      return reply(c, w);
-    }
-    case Op::kAdd: {
-      std::string key = r.str();
-      int64_t delta = r.i64();
-      if (!r.ok()) return replyError(c, "malformed add request");
-      int64_t value = 0;
-      auto it = data.find(key);
-      try {
-        if (it != data.end()) value = store_detail::parseCounter(key, it->second);
-      } catch (const StoreError& e) {
-        return replyError(c, e.what());
+  // Only the field reads throw DecodeError: a malformed request is answered with an error.
+  try {
+    op = static_cast<Op>(r.u8());
+    switch (op) {
+      case Op::kSet: {
+        std::string key = r.str32();
+        Bytes value = r.bytes32();
+        data[std::move(key)] = std::move(value);
+        w.body().u8(static_cast<uint8_t>(Status::kOk));
+        return reply(c, w);
       }
-      value += delta;
-      data[key] = store_detail::formatCounter(value);
-      w.u8(static_cast<uint8_t>(Status::kOk)).i64(value);
-      return reply(c, w);
+      case Op::kAdd: {
+        std::string key = r.str32();
+        int64_t delta = r.i64();
+        int64_t value = 0;
+        auto it = data.find(key);
+        try {
+          if (it != data.end()) value = store_detail::parseCounter(key, it->second);
+        } catch (const StoreError& e) {
+          return replyError(c, e.what());
+        }
+        value += delta;
+        data[key] = store_detail::formatCounter(value);
+        w.body().u8(static_cast<uint8_t>(Status::kOk)).i64(value);
+        return reply(c, w);
+      }
+      case Op::kGet: {
+        uint64_t timeoutMs = r.u64();
+        std::string key = r.str32();
+        return park(c, op, {std::move(key)}, timeoutMs);
+      }
+      case Op::kWait: {
+        uint64_t timeoutMs = r.u64();
+        std::vector<std::string> keys;
+        for (uint32_t n = r.u32(); n > 0; --n) keys.push_back(r.str32());
+        return park(c, op, std::move(keys), timeoutMs);
+      }
     }
-    case Op::kGet: {
-      uint64_t timeoutMs = r.u64();
-      std::string key = r.str();
-      if (!r.ok()) return replyError(c, "malformed get request");
-      return park(c, op, {std::move(key)}, timeoutMs);
-    }
-    case Op::kWait: {
-      uint64_t timeoutMs = r.u64();
-      uint32_t n = r.u32();
-      std::vector<std::string> keys;
-      for (uint32_t i = 0; i < n && r.ok(); ++i) keys.push_back(r.str());
-      if (!r.ok()) return replyError(c, "malformed wait request");
-      return park(c, op, std::move(keys), timeoutMs);
-    }
+  } catch (const DecodeError&) {
+    static constexpr const char* kNames[] = {"", "set", "get", "add", "wait"};
+    const auto i = static_cast<size_t>(op);
+    return replyError(c, std::string("malformed ") + (i < std::size(kNames) ? kNames[i] : "") + " request");
   }
   replyError(c, "unknown request " + std::to_string(static_cast<int>(op)));
 }
@@ -328,10 +331,10 @@ bool TcpStoreServer::Impl::tryComplete(Conn& c) {
   if (!missing(c.waitKeys).empty()) return false;
   c.waiting = false;
   store_wire::Writer w;
-  w.u8(static_cast<uint8_t>(Status::kOk));
+  w.body().u8(static_cast<uint8_t>(Status::kOk));
   if (c.waitOp == Op::kGet) {
     const Bytes& value = data[c.waitKeys.front()];
-    w.str(value.data(), value.size());
+    w.body().str32(value.data(), value.size());
   }
   reply(c, w);
   return true;
@@ -353,7 +356,7 @@ void TcpStoreServer::Impl::reply(Conn& c, store_wire::Writer& w) {
 
 void TcpStoreServer::Impl::replyError(Conn& c, const std::string& message) {
   store_wire::Writer w;
-  w.u8(static_cast<uint8_t>(Status::kError)).str(message);
+  w.body().u8(static_cast<uint8_t>(Status::kError)).str32(message);
   reply(c, w);
 }
 

@@ -54,7 +54,7 @@ TEST(TcpStore, UnauthenticatedRequestsAreNeverApplied) {
   // Speak the request protocol without the handshake: a raw set frame in place of the proof.
   Socket raw = connectTcp("127.0.0.1", server.port(), Deadline::after(5s), false);
   store_wire::Writer w;
-  w.u8(static_cast<uint8_t>(store_wire::Op::kSet)).str("injected").str("evil");
+  w.body().u8(static_cast<uint8_t>(store_wire::Op::kSet)).str32("injected").str32("evil");
   auto frame = w.finish();
   frame.resize(frame.size() + 512, 0);  // enough bytes to be read as a (bogus) proof
   testing::internal::CaptureStderr();
