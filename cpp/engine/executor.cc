@@ -50,7 +50,7 @@ void Executor::run(const Response& r, ProcessSet& set, const std::vector<Entry*>
     case Kind::kBarrier: collectives::barrier(comm); return;
     default: break;
   }
-  throw Error(std::string("Executor: no data operation for response kind ") + kindName(r.kind));
+  throw Error("Executor: no data operation for response kind " + std::string(kindName(r.kind)));
 }
 
 void Executor::allreduce(const Response& r, Communicator& comm, const std::vector<Entry*>& entries) {

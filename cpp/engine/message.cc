@@ -185,22 +185,15 @@ Response readResponse(ByteReader& in) {
 
 }  // namespace
 
-const char* kindName(Kind kind) {
+std::string_view kindName(Kind kind) {
+  if (isOpKind(kind)) return opTypeName(opOf(kind));
   switch (kind) {
-    case Kind::kAllreduce: return "ALLREDUCE";
-    case Kind::kAllgather: return "ALLGATHER";
-    case Kind::kBroadcast: return "BROADCAST";
-    case Kind::kJoin: return "JOIN";
-    case Kind::kAdasum: return "ADASUM";
-    case Kind::kAlltoall: return "ALLTOALL";
-    case Kind::kBarrier: return "BARRIER";
-    case Kind::kReducescatter: return "REDUCESCATTER";
     case Kind::kAddProcessSet: return "ADD_PROCESS_SET";
     case Kind::kRemoveProcessSet: return "REMOVE_PROCESS_SET";
     case Kind::kError: return "ERROR";
     case Kind::kEvict: return "EVICT";
+    default: return "UNKNOWN";
   }
-  return "UNKNOWN";
 }
 
 int64_t TensorInfo::rowElements() const {

@@ -7,29 +7,40 @@
 #include <exception>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "horovod/types.h"
 
 namespace hvd::engine {
 
-// Request kinds: the public OpType values, plus engine-internal collective kinds.
+// Request kinds. A collective's kind is its public OpType value itself, so kindOf() and opOf()
+// convert without a table and a new OpType is a valid Kind (named by opTypeName) with no entry
+// here; the aliases below are shorthands for engine code. The engine's own kinds start at
+// kFirstInternalKind.
+constexpr uint8_t kFirstInternalKind = 16;
+static_assert(kNumOpTypes <= kFirstInternalKind, "OpType values must stay below the engine's own kinds");
+constexpr uint8_t opKindValue(OpType t) { return static_cast<uint8_t>(t); }
 enum class Kind : uint8_t {
-  kAllreduce = 0,
-  kAllgather = 1,
-  kBroadcast = 2,
-  kJoin = 3,
-  kAdasum = 4,
-  kAlltoall = 5,
-  kBarrier = 6,
-  kReducescatter = 7,
-  kAddProcessSet = 16,
-  kRemoveProcessSet = 17,
+  kAllreduce = opKindValue(OpType::kAllreduce),
+  kAllgather = opKindValue(OpType::kAllgather),
+  kBroadcast = opKindValue(OpType::kBroadcast),
+  kJoin = opKindValue(OpType::kJoin),
+  kAdasum = opKindValue(OpType::kAdasum),
+  kAlltoall = opKindValue(OpType::kAlltoall),
+  kBarrier = opKindValue(OpType::kBarrier),
+  kReducescatter = opKindValue(OpType::kReducescatter),
+  kAddProcessSet = kFirstInternalKind,
+  kRemoveProcessSet = kFirstInternalKind + 1,
   kError = 32,  // response only
   kEvict = 33,  // response-list item only: drop cache ids on every rank
 };
-const char* kindName(Kind kind);  // "ALLREDUCE", ... as Horovod's RequestType_Name
-inline Kind kindOf(OpType t) { return static_cast<Kind>(static_cast<uint8_t>(t)); }
+constexpr Kind kindOf(OpType t) { return static_cast<Kind>(opKindValue(t)); }
+// Whether `kind` is a public collective (an OpType), and which.
+constexpr bool isOpKind(Kind kind) { return static_cast<uint8_t>(kind) < kNumOpTypes; }
+constexpr OpType opOf(Kind kind) { return static_cast<OpType>(static_cast<uint8_t>(kind)); }
+// "ALLREDUCE", ... as Horovod's RequestType_Name (opTypeName for collectives).
+std::string_view kindName(Kind kind);
 
 constexpr uint32_t kNoCacheId = std::numeric_limits<uint32_t>::max();
 constexpr int kCpuDevice = -1;

@@ -51,6 +51,7 @@ enum class OpType : uint8_t {
   kBarrier = 6,
   kReducescatter = 7,
 };
+constexpr int kNumOpTypes = 8;  // values are 0 .. kNumOpTypes - 1
 std::string_view opTypeName(OpType type);
 
 }  // namespace hvd
