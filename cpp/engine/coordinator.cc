@@ -14,9 +14,7 @@ constexpr size_t kHitLogSlack = 4096;
 bool cacheable(Kind k) { return k == Kind::kAllreduce || k == Kind::kAllgather || k == Kind::kAlltoall; }
 
 bool sameEntry(const CacheEntry& a, const CacheEntry& b) {
-  return a.kind == b.kind && a.processSet == b.processSet && a.dtype == b.dtype && a.op == b.op &&
-         a.prescale == b.prescale && a.postscale == b.postscale && a.root == b.root && a.device == b.device &&
-         a.sharedInPlace == b.sharedInPlace && a.tensor.name == b.tensor.name && a.tensor.shape == b.tensor.shape &&
+  return a.params == b.params && a.tensor.name == b.tensor.name && a.tensor.shape == b.tensor.shape &&
          a.tensor.firstDims == b.tensor.firstDims && a.tensor.splits == b.tensor.splits &&
          a.tensor.group == b.tensor.group && a.tensor.groupSize == b.tensor.groupSize;
 }
@@ -70,7 +68,7 @@ void Coordinator::addHit(int rank, uint32_t id) {
   if (ranks == nullptr) return;  // the set was removed; the rank fails the op itself
   auto negotiating = [&] {
     const CacheEntry* entry = cache_.find(id, nullptr);
-    return pending_.find(NameKeyRef{entry->processSet, entry->tensor.name}) != pending_.end();
+    return pending_.find(NameKeyRef{entry->params.processSet, entry->tensor.name}) != pending_.end();
   };
   if (meta->live && (pending_.empty() || !negotiating())) {
     const int32_t processSet = meta->processSet;
@@ -136,18 +134,18 @@ std::vector<int32_t> Coordinator::takeHits(uint32_t id) {
 }
 
 void Coordinator::addRequest(Request request) {
-  if (request.kind == Kind::kJoin) {
+  if (request.params.kind == Kind::kJoin) {
     join(request.rank);
     return;
   }
-  const auto* ranks = setRanks(request.processSet);
+  const auto* ranks = setRanks(request.params.processSet);
   if (ranks == nullptr) return;  // removed set; the requester fails it when it learns
-  NameKey key{request.processSet, request.name};
+  NameKey key{request.params.processSet, request.name};
   auto [it, inserted] = pending_.try_emplace(key);
   if (inserted) {
     // Ranks that already sent a hit for this name: turn their hits into requests (they arrived
     // first, so they come first).
-    uint32_t id = cache_.liveId(request.processSet, request.name);
+    uint32_t id = cache_.liveId(request.params.processSet, request.name);
     if (id != kNoCacheId) {
       const CacheEntry* entry = cache_.find(id, nullptr);
       for (int r : takeHits(id)) it->second.requests.push_back(entry->requestFor(setIndexOf(*ranks, r), r));
@@ -159,7 +157,7 @@ void Coordinator::addRequest(Request request) {
 
 void Coordinator::maybeReady(const NameKey& key, Pending& pending) {
   const Request& first = pending.requests.front();
-  if (static_cast<int>(pending.requests.size()) != required(key.processSet, first.kind)) return;
+  if (static_cast<int>(pending.requests.size()) != required(key.processSet, first.params.kind)) return;
   ReadyItem item;
   item.key = key;
   markReady(std::move(item), first.group, first.groupSize, key.processSet);
@@ -204,7 +202,8 @@ void Coordinator::recheckAfterJoin() {
     bool alreadyReady = std::any_of(ready_.begin(), ready_.end(), [&](const ReadyItem& r) {
       return r.hitId == kNoCacheId && r.key == key;
     });
-    if (!alreadyReady && static_cast<int>(it->second.requests.size()) >= required(0, it->second.requests[0].kind)) {
+    const auto& requests = it->second.requests;
+    if (!alreadyReady && static_cast<int>(requests.size()) >= required(0, requests[0].params.kind)) {
       ReadyItem item;
       item.key = key;
       markReady(std::move(item), it->second.requests[0].group, it->second.requests[0].groupSize, 0);
@@ -214,7 +213,8 @@ void Coordinator::recheckAfterJoin() {
   hitCounts_.forEach([&](uint32_t id, uint32_t count) {
     if (count == 0) return;
     const CacheEntry* entry = cache_.find(id, nullptr);
-    if (entry != nullptr && entry->processSet == 0 && static_cast<int>(count) >= required(0, entry->kind)) {
+    if (entry != nullptr && entry->params.processSet == 0 &&
+        static_cast<int>(count) >= required(0, entry->params.kind)) {
       ids.push_back(id);
     }
   });
@@ -231,8 +231,8 @@ void Coordinator::recheckAfterJoin() {
 Response Coordinator::fullFromCache(uint32_t id, const CacheEntry& entry) {
   // A joined rank has no buffer: send the full form with the shared in-place flag off.
   Response r;
-  copyOpParams(entry, r);
-  r.sharedInPlace = false;
+  r.params = entry.params;
+  r.params.sharedInPlace = false;
   TensorInfo t = entry.tensor;
   t.cacheId = id;
   r.tensors.push_back(std::move(t));
@@ -251,15 +251,16 @@ Response Coordinator::negotiate(const NameKey& key) {
   ctx.fusionThreshold = options_.fusion.threshold;
   Response r = constructResponse(requests, ctx);
   // Shared in place only when every member asked for it and none has joined.
-  r.sharedInPlace = r.kind == Kind::kAllreduce && ranks != nullptr && requests.size() == ranks->size() &&
-                    ctx.joinedCount == 0 &&
-                    std::all_of(requests.begin(), requests.end(), [](const Request& q) { return q.sharedInPlace; });
+  r.params.sharedInPlace =
+      r.params.kind == Kind::kAllreduce && ranks != nullptr && requests.size() == ranks->size() &&
+      ctx.joinedCount == 0 &&
+      std::all_of(requests.begin(), requests.end(), [](const Request& q) { return q.params.sharedInPlace; });
 
-  if (r.kind == Kind::kAddProcessSet) {
+  if (r.params.kind == Kind::kAddProcessSet) {
     std::vector<int> newRanks(r.setRanks.begin(), r.setRanks.end());
     for (const auto& [id, existing] : sets_) {
       if (existing == newRanks) {
-        r.kind = Kind::kError;
+        r.params.kind = Kind::kError;
         r.error = "Attempted to add a duplicate process set: " +
                   shapeString(std::vector<int64_t>(newRanks.begin(), newRanks.end()));
         return r;
@@ -269,9 +270,9 @@ Response Coordinator::negotiate(const NameKey& key) {
     sets_[r.setId] = std::move(newRanks);
     return r;
   }
-  if (r.kind == Kind::kRemoveProcessSet) {
+  if (r.params.kind == Kind::kRemoveProcessSet) {
     if (r.setId == 0 || sets_.find(r.setId) == sets_.end()) {
-      r.kind = Kind::kError;
+      r.params.kind = Kind::kError;
       r.error = "Process set " + std::to_string(r.setId) + " does not exist or is the global set.";
       return r;
     }
@@ -286,7 +287,7 @@ Response Coordinator::negotiate(const NameKey& key) {
   bool allTookPart = ranks != nullptr && requests.size() == ranks->size() && ctx.joinedCount == 0;
   bool recurs =
       std::none_of(requests.begin(), requests.end(), [](const Request& q) { return q.oneOffName; });
-  if (r.kind != Kind::kError && cacheable(r.kind) && cache_.enabled() && allTookPart && recurs) {
+  if (r.params.kind != Kind::kError && cacheable(r.params.kind) && cache_.enabled() && allTookPart && recurs) {
     CacheEntry entry = CacheEntry::fromResponse(r, r.tensors[0]);
     const CacheEntry* existing = old != kNoCacheId ? cache_.find(old, nullptr) : nullptr;
     if (existing != nullptr && sameEntry(*existing, entry)) {
@@ -303,7 +304,7 @@ Response Coordinator::negotiate(const NameKey& key) {
     }
   } else if (old != kNoCacheId) {
     const CacheEntry* existing = cache_.find(old, nullptr);
-    if (r.kind == Kind::kError || existing == nullptr ||
+    if (r.params.kind == Kind::kError || existing == nullptr ||
         !sameEntry(*existing, CacheEntry::fromResponse(r, r.tensors[0]))) {
       cache_.evict(old, seq_);
       evicted_.push_back(old);
@@ -321,7 +322,7 @@ void Coordinator::takeReady(std::vector<uint32_t>& hits, std::vector<Response>& 
   hits.reserve(readyHits_.size() + ready_.size());
   auto addHit = [&](uint32_t id) {
     const CacheEntry* entry = joinedCount_ > 0 ? cache_.find(id, nullptr) : nullptr;
-    if (entry != nullptr && entry->sharedInPlace && entry->processSet == 0) {
+    if (entry != nullptr && entry->params.sharedInPlace && entry->params.processSet == 0) {
       singles.push_back(fullFromCache(id, *entry));
     } else {
       hits.push_back(id);  // every rank derives these responses from its replica
@@ -357,7 +358,7 @@ void Coordinator::renegotiateHitsOfEvicted() {
     std::vector<int32_t> hitRanks = takeHits(id);
     hitCounts_.erase(id);
     const CacheEntry* entry = cache_.find(id, nullptr);
-    const auto* ranks = entry ? setRanks(entry->processSet) : nullptr;
+    const auto* ranks = entry ? setRanks(entry->params.processSet) : nullptr;
     if (ranks == nullptr) continue;
     for (int r : hitRanks) addRequest(entry->requestFor(setIndexOf(*ranks, r), r));
   }
@@ -392,8 +393,8 @@ ResponseList Coordinator::build() {
   out.items = fuseResponses(std::move(singles), options_.fusion);
   if (joinDone_) {
     Response join;
-    join.kind = Kind::kJoin;
-    join.processSet = 0;
+    join.params.kind = Kind::kJoin;
+    join.params.processSet = 0;
     join.lastJoined = lastJoined_;
     out.items.push_back(std::move(join));
     joinDone_ = false;
@@ -404,7 +405,7 @@ ResponseList Coordinator::build() {
   if (!evicted_.empty()) {
     // Last in the list: earlier items may still refer to these ids.
     Response evict;
-    evict.kind = Kind::kEvict;
+    evict.params.kind = Kind::kEvict;
     for (uint32_t id : evicted_) {
       TensorInfo t;
       t.cacheId = id;

@@ -41,7 +41,7 @@ OwnedTensor allocateTensor(DataType dtype, std::vector<int64_t> shape, bool shar
 void Executor::run(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries) {
   HVD_CHECK(set.comm != nullptr) << "executing a response of process set " << set.id << " on a non-member";
   Communicator& comm = *set.comm;
-  switch (r.kind) {
+  switch (r.params.kind) {
     case Kind::kAllreduce: allreduce(r, comm, entries); return;
     case Kind::kAllgather: allgather(r, comm, entries); return;
     case Kind::kBroadcast: broadcast(r, set, entries); return;
@@ -50,16 +50,16 @@ void Executor::run(const Response& r, ProcessSet& set, const std::vector<Entry*>
     case Kind::kBarrier: collectives::barrier(comm); return;
     default: break;
   }
-  throw Error("Executor: no data operation for response kind " + std::string(kindName(r.kind)));
+  throw Error("Executor: no data operation for response kind " + std::string(kindName(r.params.kind)));
 }
 
 void Executor::allreduce(const Response& r, Communicator& comm, const std::vector<Entry*>& entries) {
-  const DataType dtype = r.dtype;
+  const DataType dtype = r.params.dtype;
   const size_t esize = dataTypeSize(dtype);
-  const ReduceOp op = r.op == ReduceOp::kAverage ? ReduceOp::kSum : r.op;
-  const double post = r.op == ReduceOp::kAverage ? r.postscale / comm.size() : r.postscale;
+  const ReduceOp op = r.params.op == ReduceOp::kAverage ? ReduceOp::kSum : r.params.op;
+  const double post = r.params.op == ReduceOp::kAverage ? r.params.postscale / comm.size() : r.params.postscale;
   // Zero-copy path for tensors in shared buffers (engine/shared_inplace.h); false = staged path.
-  if (r.sharedInPlace && sharedInPlaceAllreduce(r, comm, entries)) return;
+  if (r.params.sharedInPlace && sharedInPlaceAllreduce(r, comm, entries)) return;
 
   if (r.tensors.size() == 1) {
     // Into the caller's output. Without a prescale the collective reads the input directly
@@ -69,7 +69,7 @@ void Executor::allreduce(const Response& r, Communicator& comm, const std::vecto
     void* buf;
     if (Entry* e = entries[0]) {
       buf = e->output;
-      if (r.prescale == 1.0) {
+      if (r.params.prescale == 1.0) {
         collectives::allreduce(comm, e->input, buf, count, dtype, op, post);
         return;
       }
@@ -78,7 +78,7 @@ void Executor::allreduce(const Response& r, Communicator& comm, const std::vecto
       buf = fusion_.reserve(count * esize);
       std::memset(buf, 0, count * esize);
     }
-    scale(buf, count, dtype, r.prescale);
+    scale(buf, count, dtype, r.params.prescale);
     collectives::allreduce(comm, buf, count, dtype, op, post);
     return;
   }
@@ -86,7 +86,8 @@ void Executor::allreduce(const Response& r, Communicator& comm, const std::vecto
   // Fused: over the tensors where they lie when the algorithm can (collectives/pieces.h), else
   // through the fusion buffer. With a prescale, or on a rank lacking a tensor (joined), the buffer
   // is used; the other ranks need not follow: the algorithm and the exchange are the same.
-  if (r.prescale == 1.0 && std::all_of(entries.begin(), entries.end(), [](const Entry* e) { return e != nullptr; })) {
+  if (r.params.prescale == 1.0 &&
+      std::all_of(entries.begin(), entries.end(), [](const Entry* e) { return e != nullptr; })) {
     pieces_.clear();
     for (size_t i = 0; i < r.tensors.size(); ++i) {
       pieces_.push_back({entries[i]->input, entries[i]->output, static_cast<size_t>(r.tensors[i].numElements())});
@@ -107,7 +108,7 @@ void Executor::allreduce(const Response& r, Communicator& comm, const std::vecto
     offset += bytes;
   }
   const size_t count = total / esize;
-  scale(buf, count, dtype, r.prescale);
+  scale(buf, count, dtype, r.params.prescale);
   collectives::allreduce(comm, buf, count, dtype, op, post);
   offset = 0;
   for (size_t i = 0; i < r.tensors.size(); ++i) {
@@ -118,7 +119,7 @@ void Executor::allreduce(const Response& r, Communicator& comm, const std::vecto
 }
 
 void Executor::allgather(const Response& r, Communicator& comm, const std::vector<Entry*>& entries) {
-  const size_t esize = dataTypeSize(r.dtype);
+  const size_t esize = dataTypeSize(r.params.dtype);
   const int n = comm.size();
   const int me = comm.rank();
 
@@ -144,7 +145,7 @@ void Executor::allgather(const Response& r, Communicator& comm, const std::vecto
       for (auto d : t.firstDims) rows += d;
       shape[0] = rows;
       OwnedTensor& out = e->work->output(e->member);
-      out = allocateTensor(r.dtype, std::move(shape), sharedOutput);
+      out = allocateTensor(r.params.dtype, std::move(shape), sharedOutput);
       outputs[i] = &out;
     }
   }
@@ -199,9 +200,9 @@ void Executor::allgather(const Response& r, Communicator& comm, const std::vecto
 
 void Executor::broadcast(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries) {
   const TensorInfo& t = r.tensors[0].data();
-  const size_t bytes = tensorBytes(t, r.dtype);
-  int root = setIndexOf(set.ranks, r.root);
-  HVD_CHECK(root >= 0) << "broadcast root " << r.root << " is not in process set " << set.id;
+  const size_t bytes = tensorBytes(t, r.params.dtype);
+  int root = setIndexOf(set.ranks, r.params.root);
+  HVD_CHECK(root >= 0) << "broadcast root " << r.params.root << " is not in process set " << set.id;
   void* buf;
   if (entries[0] != nullptr) {
     buf = entries[0]->input;
@@ -215,7 +216,7 @@ void Executor::alltoall(const Response& r, Communicator& comm, const std::vector
   const TensorInfo& t = r.tensors[0].data();
   const int n = comm.size();
   const int me = comm.rank();
-  const size_t rowBytes = static_cast<size_t>(t.rowElements()) * dataTypeSize(r.dtype);
+  const size_t rowBytes = static_cast<size_t>(t.rowElements()) * dataTypeSize(r.params.dtype);
   std::vector<size_t> sendBytes(n), recvBytes(n);
   std::vector<int32_t> received(n);
   int64_t rows = 0;
@@ -227,7 +228,7 @@ void Executor::alltoall(const Response& r, Communicator& comm, const std::vector
   }
   std::vector<int64_t> shape = t.shape;
   shape[0] = rows;
-  OwnedTensor out = allocateTensor(r.dtype, std::move(shape));
+  OwnedTensor out = allocateTensor(r.params.dtype, std::move(shape));
   static const uint8_t kNothing = 0;
   const void* in = entries[0] ? entries[0]->input : &kNothing;
   collectives::alltoallv(comm, in, sendBytes, out.view.data, recvBytes);
@@ -238,19 +239,19 @@ void Executor::alltoall(const Response& r, Communicator& comm, const std::vector
 }
 
 void Executor::reducescatter(const Response& r, Communicator& comm, const std::vector<Entry*>& entries) {
-  const DataType dtype = r.dtype;
+  const DataType dtype = r.params.dtype;
   const size_t esize = dataTypeSize(dtype);
   const int n = comm.size();
   const int me = comm.rank();
   // Average was folded into postscale at enqueue; the collective always sums.
   const ReduceOp op = ReduceOp::kSum;
 
-  if (r.tensors.size() == 1 && r.prescale == 1.0 && entries[0] != nullptr) {
+  if (r.tensors.size() == 1 && r.params.prescale == 1.0 && entries[0] != nullptr) {
     const TensorInfo& t = r.tensors[0].data();
     std::vector<size_t> counts(n);
     for (int p = 0; p < n; ++p) counts[p] = static_cast<size_t>(reducescatterRows(t.shape[0], n, p) * t.rowElements());
     collectives::reducescatter(comm, entries[0]->input, entries[0]->output, counts, dtype, op);
-    scale(entries[0]->output, counts[me], dtype, r.postscale);
+    scale(entries[0]->output, counts[me], dtype, r.params.postscale);
     return;
   }
 
@@ -280,9 +281,9 @@ void Executor::reducescatter(const Response& r, Communicator& comm, const std::v
       offset += bytes;
     }
   }
-  scale(buf, total, dtype, r.prescale);
+  scale(buf, total, dtype, r.params.prescale);
   collectives::reducescatter(comm, buf, result, counts, dtype, op);
-  scale(result, counts[me], dtype, r.postscale);
+  scale(result, counts[me], dtype, r.params.postscale);
   offset = 0;
   for (size_t i = 0; i < r.tensors.size(); ++i) {
     const TensorInfo& t = r.tensors[i].data();

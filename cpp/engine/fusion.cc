@@ -11,18 +11,19 @@ namespace hvd::engine {
 namespace {
 
 bool fusableKind(Kind k) { return k == Kind::kAllreduce || k == Kind::kReducescatter || k == Kind::kAllgather; }
-bool fusable(const Response& r) { return fusableKind(r.kind); }
+bool fusable(const Response& r) { return fusableKind(r.params.kind); }
 
 const std::string& groupOf(const Response& r) { return r.tensors.front().data().group; }
 const std::string& groupOf(const CacheEntry& e) { return e.tensor.group; }
 
-// A and B: Response or CacheEntry (the same op-parameter fields).
+// A and B: Response or CacheEntry.
 template <typename A, typename B>
 bool compatible(const A& a, const B& b, const FusionOptions& options) {
-  if (a.kind != b.kind || a.processSet != b.processSet || a.dtype != b.dtype || a.device != b.device) return false;
-  if (a.sharedInPlace || b.sharedInPlace) return false;  // runs in the callers' shared buffers
-  if (a.kind != Kind::kAllgather &&
-      (a.op != b.op || a.prescale != b.prescale || a.postscale != b.postscale)) {
+  const OpParams& p = a.params;
+  const OpParams& q = b.params;
+  if (p.kind != q.kind || p.processSet != q.processSet || p.dtype != q.dtype || p.device != q.device) return false;
+  if (p.sharedInPlace || q.sharedInPlace) return false;  // runs in the callers' shared buffers
+  if (p.kind != Kind::kAllgather && (p.op != q.op || p.prescale != q.prescale || p.postscale != q.postscale)) {
     return false;
   }
   if (options.disableGroupFusion) {
@@ -100,12 +101,12 @@ void cachedResponses(const std::vector<uint32_t>& ids, const CacheReplica& repli
   }
   planFusion(
       entries.size(), options.threshold,
-      [&](size_t i) { return fusionBytes(entries[i]->kind, entries[i]->dtype, entries[i]->tensor); },
-      [&](size_t i) { return fusableKind(entries[i]->kind); },
+      [&](size_t i) { return fusionBytes(entries[i]->params.kind, entries[i]->params.dtype, entries[i]->tensor); },
+      [&](size_t i) { return fusableKind(entries[i]->params.kind); },
       [&](size_t a, size_t b) { return compatible(*entries[a], *entries[b], options); },
       [&](const std::vector<size_t>& members) {
         Response r;
-        copyOpParams(*entries[members.front()], r);
+        r.params = entries[members.front()]->params;
         r.cachedForm = true;
         r.tensors.reserve(members.size());
         for (size_t m : members) {

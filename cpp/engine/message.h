@@ -45,24 +45,36 @@ std::string_view kindName(Kind kind);
 constexpr uint32_t kNoCacheId = std::numeric_limits<uint32_t>::max();
 constexpr int kCpuDevice = -1;
 
-// One tensor's request, as a rank submits it.
-struct Request {
+// What defines an operation besides its tensors: everything the ranks of a set must agree on.
+// Request, Response and CacheEntry each carry one, compared and copied as a unit. Ordered to pack
+// into 32 bytes.
+struct OpParams {
   Kind kind = Kind::kAllreduce;
-  int32_t processSet = 0;
-  std::string name;
   DataType dtype = DataType::kFloat32;
-  std::vector<int64_t> shape;
   ReduceOp op = ReduceOp::kSum;
+  // Request: an allreduce whose output lies inside one of this rank's shared buffers
+  // (engine/shared_buffers.h; in place or not), set on a single host: eligible for the shared
+  // in-place algorithm. Response and cache entry: every member flagged its request so and none
+  // has joined: run that algorithm (engine/shared_inplace.h); such responses are never fused.
+  bool sharedInPlace = false;
+  int32_t processSet = 0;
+  int32_t root = -1;  // broadcast: global rank
+  int32_t device = kCpuDevice;
   double prescale = 1.0;
   double postscale = 1.0;  // reducescatter Average: already multiplied by 1/size
-  int32_t root = -1;       // broadcast: global rank
+
+  bool operator==(const OpParams&) const = default;
+};
+static_assert(sizeof(OpParams) == 32);
+
+// One tensor's request, as a rank submits it.
+struct Request {
+  OpParams params;
+  std::string name;
+  std::vector<int64_t> shape;
   std::vector<int32_t> splits;  // alltoall: rows per set rank (normalized); add-set: ranks
   std::string group;            // grouped ops: the group's base name ("" = not grouped)
   int32_t groupSize = 0;
-  int32_t device = kCpuDevice;
-  // Allreduce whose output lies inside one of this rank's shared buffers (engine/shared_buffers.h;
-  // in place or not), set on a single host: eligible for the shared in-place algorithm.
-  bool sharedInPlace = false;
   bool oneOffName = false;  // never cached (Options::oneOffName)
   int32_t rank = -1;  // global rank of the requester (filled in by the coordinator)
 };
@@ -90,17 +102,7 @@ struct TensorInfo {
 };
 
 struct Response {
-  Kind kind = Kind::kAllreduce;
-  int32_t processSet = 0;
-  DataType dtype = DataType::kFloat32;
-  ReduceOp op = ReduceOp::kSum;
-  double prescale = 1.0;
-  double postscale = 1.0;
-  int32_t root = -1;
-  int32_t device = kCpuDevice;
-  // Every member flagged its request sharedInPlace, none has joined: run the shared in-place
-  // algorithm (engine/shared_inplace.h). Such responses are never fused.
-  bool sharedInPlace = false;
+  OpParams params;
   std::vector<TensorInfo> tensors;
   std::string error;               // kError
   int32_t lastJoined = -1;         // kJoin
@@ -110,21 +112,6 @@ struct Response {
 };
 
 // Worker -> coordinator. `hits` are cache ids of requests identical to their cached response.
-// Copies the parameters that define an operation (everything ranks must agree on besides the
-// tensors) between Request, Response and CacheEntry, which all carry these fields.
-template <typename From, typename To>
-void copyOpParams(const From& from, To& to) {
-  to.kind = from.kind;
-  to.processSet = from.processSet;
-  to.dtype = from.dtype;
-  to.op = from.op;
-  to.prescale = from.prescale;
-  to.postscale = from.postscale;
-  to.root = from.root;
-  to.device = from.device;
-  to.sharedInPlace = from.sharedInPlace;
-}
-
 struct RequestList {
   uint64_t lastSeq = 0;  // seq of the last ResponseList the sender processed
   bool shutdown = false;

@@ -13,9 +13,9 @@ bool scalable(DataType t) { return t != DataType::kUInt16 && t != DataType::kInt
 
 Response errorResponse(const Request& first, std::string message) {
   Response r;
-  r.kind = Kind::kError;
-  r.processSet = first.processSet;
-  r.dtype = first.dtype;
+  r.params.kind = Kind::kError;
+  r.params.processSet = first.params.processSet;
+  r.params.dtype = first.params.dtype;
   TensorInfo t;
   t.name = first.name;
   r.tensors.push_back(std::move(t));
@@ -30,20 +30,20 @@ std::string validate(const std::vector<Request>& requests, const NegotiationCont
   const size_t n = requests.size();
 
   for (size_t i = 1; i < n; ++i) {
-    if (requests[i].dtype != first.dtype) {
-      msg << "Mismatched data types: One rank had type " << dataTypeName(first.dtype)
-          << ", but another rank had type " << dataTypeName(requests[i].dtype) << ".";
+    if (requests[i].params.dtype != first.params.dtype) {
+      msg << "Mismatched data types: One rank had type " << dataTypeName(first.params.dtype)
+          << ", but another rank had type " << dataTypeName(requests[i].params.dtype) << ".";
       return msg.str();
     }
   }
   for (size_t i = 1; i < n; ++i) {
-    if (requests[i].kind != first.kind) {
-      msg << "Mismatched operations: One rank did an " << kindName(first.kind) << ", but another rank did an "
-          << kindName(requests[i].kind) << ".";
+    if (requests[i].params.kind != first.params.kind) {
+      msg << "Mismatched operations: One rank did an " << kindName(first.params.kind) << ", but another rank did an "
+          << kindName(requests[i].params.kind) << ".";
       return msg.str();
     }
   }
-  const Kind kind = first.kind;
+  const Kind kind = first.params.kind;
   if (isReduction(kind) || kind == Kind::kBroadcast) {
     for (size_t i = 1; i < n; ++i) {
       if (requests[i].shape != first.shape) {
@@ -56,19 +56,20 @@ std::string validate(const std::vector<Request>& requests, const NegotiationCont
   }
   if (isReduction(kind)) {
     for (size_t i = 1; i < n; ++i) {
-      if (requests[i].prescale != first.prescale || requests[i].postscale != first.postscale) {
-        msg << "Mismatched prescale and/or postscale factors: One rank sent factors (" << first.prescale << ", "
-            << first.postscale << "), but another rank sent factors (" << requests[i].prescale << ", "
-            << requests[i].postscale << ").";
+      const OpParams& other = requests[i].params;
+      if (other.prescale != first.params.prescale || other.postscale != first.params.postscale) {
+        msg << "Mismatched prescale and/or postscale factors: One rank sent factors (" << first.params.prescale << ", "
+            << first.params.postscale << "), but another rank sent factors (" << other.prescale << ", "
+            << other.postscale << ").";
         return msg.str();
       }
     }
   }
   if (kind == Kind::kAllreduce) {
     for (size_t i = 1; i < n; ++i) {
-      if (requests[i].op != first.op) {
-        msg << "Mismatched reduction operation: One rank sent reduction op " << static_cast<int>(first.op)
-            << ", but another rank sent reduction op " << static_cast<int>(requests[i].op) << ".";
+      if (requests[i].params.op != first.params.op) {
+        msg << "Mismatched reduction operation: One rank sent reduction op " << static_cast<int>(first.params.op)
+            << ", but another rank sent reduction op " << static_cast<int>(requests[i].params.op) << ".";
         return msg.str();
       }
     }
@@ -108,9 +109,9 @@ std::string validate(const std::vector<Request>& requests, const NegotiationCont
     }
     int64_t elements = 1;
     for (auto d : first.shape) elements *= d;
-    int64_t bytes = elements * static_cast<int64_t>(dataTypeSize(first.dtype));
-    if (first.prescale != 1.0 && bytes > ctx.fusionThreshold) {
-      msg << "Reducescatter with prescale_factor == " << first.prescale
+    int64_t bytes = elements * static_cast<int64_t>(dataTypeSize(first.params.dtype));
+    if (first.params.prescale != 1.0 && bytes > ctx.fusionThreshold) {
+      msg << "Reducescatter with prescale_factor == " << first.params.prescale
           << " != 1.0: The fusion buffer is not large enough to hold the input tensor (" << bytes
           << " bytes); increase HOROVOD_FUSION_THRESHOLD.";
       return msg.str();
@@ -119,16 +120,16 @@ std::string validate(const std::vector<Request>& requests, const NegotiationCont
   if (kind == Kind::kBroadcast) {
     if (ctx.joinedCount > 0) return "Broadcast is not supported with Join at this time.";
     for (size_t i = 1; i < n; ++i) {
-      if (requests[i].root != first.root) {
-        msg << "Mismatched " << kindName(kind) << " root ranks: One rank specified root rank " << first.root
-            << ", but another rank specified root rank " << requests[i].root << ".";
+      if (requests[i].params.root != first.params.root) {
+        msg << "Mismatched " << kindName(kind) << " root ranks: One rank specified root rank " << first.params.root
+            << ", but another rank specified root rank " << requests[i].params.root << ".";
         return msg.str();
       }
     }
   }
-  bool firstCpu = first.device == kCpuDevice;
+  bool firstCpu = first.params.device == kCpuDevice;
   for (size_t i = 1; i < n; ++i) {
-    bool cpu = requests[i].device == kCpuDevice;
+    bool cpu = requests[i].params.device == kCpuDevice;
     if (cpu != firstCpu) {
       msg << "Mismatched " << kindName(kind) << " CPU/GPU device selection: One rank specified device "
           << (firstCpu ? "CPU" : "GPU") << ", but another rank specified device " << (cpu ? "CPU" : "GPU") << ".";
@@ -146,9 +147,9 @@ std::string validate(const std::vector<Request>& requests, const NegotiationCont
   }
   // Beyond Horovod's table: checks whose failure would otherwise surface only at execution.
   if (kind == Kind::kAdasum) return "Adasum is not supported yet";
-  if (isReduction(kind) && !scalable(first.dtype) &&
-      (first.prescale != 1.0 || first.postscale != 1.0 || first.op == ReduceOp::kAverage)) {
-    msg << "Type " << dataTypeName(first.dtype) << " not supported by ScaleBufferCPUImpl.";
+  if (isReduction(kind) && !scalable(first.params.dtype) &&
+      (first.params.prescale != 1.0 || first.params.postscale != 1.0 || first.params.op == ReduceOp::kAverage)) {
+    msg << "Type " << dataTypeName(first.params.dtype) << " not supported by ScaleBufferCPUImpl.";
     return msg.str();
   }
   if (kind == Kind::kAlltoall) {
@@ -174,7 +175,7 @@ Response constructResponse(const std::vector<Request>& requests, const Negotiati
   if (!error.empty()) return errorResponse(first, std::move(error));
 
   Response r;
-  copyOpParams(first, r);
+  r.params = first.params;
   TensorInfo t;
   t.name = first.name;
   t.shape = first.shape;
@@ -182,20 +183,20 @@ Response constructResponse(const std::vector<Request>& requests, const Negotiati
   t.groupSize = first.groupSize;
   const std::vector<int>& setRanks = *ctx.setRanks;
   const size_t setSize = setRanks.size();
-  if (r.kind == Kind::kAllgather || r.kind == Kind::kAlltoall) {
+  if (r.params.kind == Kind::kAllgather || r.params.kind == Kind::kAlltoall) {
     t.firstDims.assign(setSize, 0);
-    if (r.kind == Kind::kAlltoall) t.splits.assign(setSize * setSize, 0);
+    if (r.params.kind == Kind::kAlltoall) t.splits.assign(setSize * setSize, 0);
     for (const auto& req : requests) {
       int idx = setIndexOf(setRanks, req.rank);
       if (idx < 0) continue;
       t.firstDims[idx] = req.shape.empty() ? 0 : req.shape[0];
-      if (r.kind == Kind::kAlltoall) {
+      if (r.params.kind == Kind::kAlltoall) {
         std::copy(req.splits.begin(), req.splits.end(), t.splits.begin() + static_cast<ptrdiff_t>(idx * setSize));
       }
     }
-  } else if (r.kind == Kind::kAddProcessSet) {
+  } else if (r.params.kind == Kind::kAddProcessSet) {
     r.setRanks = first.splits;
-  } else if (r.kind == Kind::kRemoveProcessSet) {
+  } else if (r.params.kind == Kind::kRemoveProcessSet) {
     r.setId = first.splits.empty() ? -1 : first.splits[0];
   }
   r.tensors.push_back(std::move(t));
@@ -214,7 +215,7 @@ int64_t fusionBytes(Kind kind, DataType dtype, const TensorInfo& t) {
 
 int64_t fusionBytes(const Response& response) {
   int64_t total = 0;
-  for (const auto& t : response.tensors) total += fusionBytes(response.kind, response.dtype, t);
+  for (const auto& t : response.tensors) total += fusionBytes(response.params.kind, response.params.dtype, t);
   return total;
 }
 

@@ -14,7 +14,7 @@ bool perRankShape(Kind k) { return k == Kind::kAllgather || k == Kind::kAlltoall
 
 CacheEntry CacheEntry::fromResponse(const Response& response, const TensorInfo& tensor) {
   CacheEntry e;
-  copyOpParams(response, e);
+  e.params = response.params;
   e.tensor = tensor.data();
   e.tensor.cacheId = tensor.cacheId;
   e.tensor.cacheInsert = false;
@@ -23,17 +23,15 @@ CacheEntry CacheEntry::fromResponse(const Response& response, const TensorInfo& 
 }
 
 bool CacheEntry::matches(const Request& r, int setIndex) const {
-  if (r.kind != kind || r.processSet != processSet || r.dtype != dtype || r.op != op ||
-      r.prescale != prescale || r.postscale != postscale || r.root != root || r.device != device || r.sharedInPlace != sharedInPlace ||
-      r.group != tensor.group || r.groupSize != tensor.groupSize || r.name != tensor.name) {
+  if (r.params != params || r.group != tensor.group || r.groupSize != tensor.groupSize || r.name != tensor.name) {
     return false;
   }
-  if (!perRankShape(kind)) return r.shape == tensor.shape;
+  if (!perRankShape(params.kind)) return r.shape == tensor.shape;
   if (setIndex < 0 || static_cast<size_t>(setIndex) >= tensor.firstDims.size()) return false;
   if (r.shape.size() != tensor.shape.size() || r.shape.empty()) return false;
   if (r.shape[0] != tensor.firstDims[setIndex]) return false;
   if (!std::equal(r.shape.begin() + 1, r.shape.end(), tensor.shape.begin() + 1)) return false;
-  if (kind == Kind::kAlltoall) {
+  if (params.kind == Kind::kAlltoall) {
     size_t n = tensor.firstDims.size();
     if (r.splits.size() != n) return false;
     return std::equal(r.splits.begin(), r.splits.end(), tensor.splits.begin() + static_cast<ptrdiff_t>(setIndex * n));
@@ -43,23 +41,15 @@ bool CacheEntry::matches(const Request& r, int setIndex) const {
 
 Request CacheEntry::requestFor(int setIndex, int globalRank) const {
   Request r;
-  r.kind = kind;
-  r.processSet = processSet;
+  r.params = params;
   r.name = tensor.name;
-  r.dtype = dtype;
   r.shape = tensor.shape;
-  r.op = op;
-  r.prescale = prescale;
-  r.postscale = postscale;
-  r.root = root;
   r.group = tensor.group;
   r.groupSize = tensor.groupSize;
-  r.device = device;
-  r.sharedInPlace = sharedInPlace;
   r.rank = globalRank;
-  if (perRankShape(kind) && setIndex >= 0 && static_cast<size_t>(setIndex) < tensor.firstDims.size()) {
+  if (perRankShape(params.kind) && setIndex >= 0 && static_cast<size_t>(setIndex) < tensor.firstDims.size()) {
     r.shape[0] = tensor.firstDims[setIndex];
-    if (kind == Kind::kAlltoall) {
+    if (params.kind == Kind::kAlltoall) {
       size_t n = tensor.firstDims.size();
       auto row = tensor.splits.begin() + static_cast<ptrdiff_t>(setIndex * n);
       r.splits.assign(row, row + static_cast<ptrdiff_t>(n));
@@ -72,7 +62,7 @@ Request CacheEntry::requestFor(int setIndex, int globalRank) const {
 
 uint32_t CacheReplica::lookup(const Request& request, int setIndex) const {
   if (byName_.empty()) return kNoCacheId;
-  auto it = byName_.find(NameKeyRef{request.processSet, request.name});
+  auto it = byName_.find(NameKeyRef{request.params.processSet, request.name});
   if (it == byName_.end()) return kNoCacheId;
   const CacheEntry* e = entries_.find(it->second);
   if (e == nullptr || !e->matches(request, setIndex)) return kNoCacheId;
@@ -84,7 +74,7 @@ const CacheEntry* CacheReplica::get(uint32_t id) const { return entries_.find(id
 void CacheReplica::insert(uint32_t id, CacheEntry entry) {
   entry.tensor.cacheId = id;
   ++version_;
-  byName_[NameKey{entry.processSet, entry.tensor.name}] = id;
+  byName_[NameKey{entry.params.processSet, entry.tensor.name}] = id;
   entries_.assign(id, std::move(entry));
 }
 
@@ -92,7 +82,7 @@ void CacheReplica::erase(uint32_t id) {
   const CacheEntry* entry = entries_.find(id);
   if (entry == nullptr) return;
   ++version_;
-  auto name = byName_.find(NameKeyRef{entry->processSet, entry->tensor.name});
+  auto name = byName_.find(NameKeyRef{entry->params.processSet, entry->tensor.name});
   if (name != byName_.end() && name->second == id) byName_.erase(name);
   entries_.erase(id);
 }
@@ -136,7 +126,7 @@ uint32_t CoordinatorCache::leastRecentlyUsed(SetState& set) {
 }
 
 uint32_t CoordinatorCache::insert(CacheEntry entry, uint64_t seq, std::vector<uint32_t>& evicted) {
-  const int32_t ps = entry.processSet;
+  const int32_t ps = entry.params.processSet;
   SetState& set = sets_[ps];
   if (set.live >= capacity_) {
     uint32_t victim = leastRecentlyUsed(set);
@@ -181,8 +171,8 @@ void CoordinatorCache::evict(uint32_t id, uint64_t seq) {
   Slot& slot = *found;
   meta->live = false;
   slot.evictedAt = seq;
-  sets_[slot.entry.processSet].live--;
-  auto name = byName_.find(NameKeyRef{slot.entry.processSet, slot.entry.tensor.name});
+  sets_[slot.entry.params.processSet].live--;
+  auto name = byName_.find(NameKeyRef{slot.entry.params.processSet, slot.entry.tensor.name});
   if (name != byName_.end() && name->second == id) byName_.erase(name);
   tombstones_.push_back(id);
 }

@@ -26,15 +26,7 @@
 namespace hvd::engine {
 
 struct CacheEntry {
-  Kind kind = Kind::kAllreduce;
-  int32_t processSet = 0;
-  DataType dtype = DataType::kFloat32;
-  ReduceOp op = ReduceOp::kSum;
-  double prescale = 1.0;
-  double postscale = 1.0;
-  int32_t root = -1;
-  int32_t device = kCpuDevice;
-  bool sharedInPlace = false;  // a hit implies the same flag (the request's equals the entry's)
+  OpParams params;  // a hit implies the same sharedInPlace (the request's params equal these)
   TensorInfo tensor;  // cacheInsert false, cacheId = the entry's id
 
   static CacheEntry fromResponse(const Response& response, const TensorInfo& tensor);

@@ -69,14 +69,14 @@ EntryPtr Runtime::makeEntry(Kind kind, const char* opName, const TensorView& in,
                             const Options& options, const std::string& name, const ProcessSetInfo& set) {
   EntryPtr e = queue_.acquire();  // a recycled entry: assigning name and shape reuses its buffers
   Request& r = e->request;
-  r.kind = kind;
-  r.processSet = options.processSet;
+  r.params.kind = kind;
+  r.params.processSet = options.processSet;
   r.name.assign(name);
-  r.dtype = in.dtype;
+  r.params.dtype = in.dtype;
   r.shape.assign(in.shape.begin(), in.shape.end());
-  r.op = options.op;
-  r.prescale = options.prescale;
-  r.postscale = options.postscale;
+  r.params.op = options.op;
+  r.params.prescale = options.prescale;
+  r.params.postscale = options.postscale;
   r.oneOffName = options.oneOffName || options.name.empty();
   e->input = in.data;
   e->output = out.data;
@@ -86,12 +86,12 @@ EntryPtr Runtime::makeEntry(Kind kind, const char* opName, const TensorView& in,
   if (in.data == nullptr && in.numElements() > 0) {
     throw InvalidArgument(std::string(opName) + ": tensor data is null");
   }
-  if (kind == Kind::kAllreduce && options.op == ReduceOp::kAdasum) r.kind = Kind::kAdasum;
-  if (r.kind == Kind::kAllreduce && out.data != nullptr && findSharedBuffer(out.data, out.bytes())) {
+  if (kind == Kind::kAllreduce && options.op == ReduceOp::kAdasum) r.params.kind = Kind::kAdasum;
+  if (r.params.kind == Kind::kAllreduce && out.data != nullptr && findSharedBuffer(out.data, out.bytes())) {
     // Into a shared buffer (in place, or from any input): ask for the shared in-place path
     // (engine/shared_inplace.h) if the whole set shares memory.
     auto ranks = sets_.ranks(options.processSet);
-    r.sharedInPlace = ranks && sharedInPlaceUsable(*transport_, topology_.hostOf, *ranks);
+    r.params.sharedInPlace = ranks && sharedInPlaceUsable(*transport_, topology_.hostOf, *ranks);
   }
   if (kind == Kind::kAllreduce || kind == Kind::kReducescatter) {
     if (out.data == nullptr && out.numElements() > 0) {
@@ -174,8 +174,8 @@ WorkPtr Runtime::groupedAllgather(const std::vector<TensorView>& in, const Optio
   for (size_t i = 0; i < in.size(); ++i) {
     std::string name = grouped ? base + "_" + std::to_string(i + 1) + "of" + std::to_string(in.size()) : base;
     auto e = makeEntry(Kind::kAllgather, "Allgather", in[i], TensorView{}, options, name, set);
-    e->request.op = ReduceOp::kSum;
-    e->request.prescale = e->request.postscale = 1.0;
+    e->request.params.op = ReduceOp::kSum;
+    e->request.params.prescale = e->request.params.postscale = 1.0;
     if (grouped) {
       e->request.group = base;
       e->request.groupSize = static_cast<int32_t>(in.size());
@@ -195,9 +195,9 @@ WorkPtr Runtime::broadcast(const TensorView& tensor, const Options& options) {
                           " for provided process set");
   }
   auto e = makeEntry(Kind::kBroadcast, "Broadcast", tensor, tensor, options, autoName(options.name), set);
-  e->request.root = options.root;
-  e->request.op = ReduceOp::kSum;
-  e->request.prescale = e->request.postscale = 1.0;
+  e->request.params.root = options.root;
+  e->request.params.op = ReduceOp::kSum;
+  e->request.params.prescale = e->request.params.postscale = 1.0;
   std::vector<EntryPtr> entries;
   entries.push_back(std::move(e));
   return enqueue(std::move(entries), newWork(1));
@@ -233,8 +233,8 @@ WorkPtr Runtime::alltoall(const TensorView& in, const Options& options) {
   }
   auto e = makeEntry(Kind::kAlltoall, "Alltoall", in, TensorView{}, options, autoName(options.name), set);
   e->request.splits = std::move(splits);
-  e->request.op = ReduceOp::kSum;
-  e->request.prescale = e->request.postscale = 1.0;
+  e->request.params.op = ReduceOp::kSum;
+  e->request.params.prescale = e->request.params.postscale = 1.0;
   std::vector<EntryPtr> entries;
   entries.push_back(std::move(e));
   return enqueue(std::move(entries), newWork(1));
@@ -273,7 +273,7 @@ WorkPtr Runtime::groupedReducescatter(const std::vector<TensorView>& in, const s
     std::string name = grouped ? base + "_" + std::to_string(i + 1) + "of" + std::to_string(in.size()) : base;
     auto e = makeEntry(Kind::kReducescatter, "Reducescatter", in[i], out[i], options, name, set);
     // Average = Sum * (postscale / n): folded here, so negotiation compares folded factors.
-    if (options.op == ReduceOp::kAverage) e->request.postscale = options.postscale / set.size;
+    if (options.op == ReduceOp::kAverage) e->request.params.postscale = options.postscale / set.size;
     if (grouped) {
       e->request.group = base;
       e->request.groupSize = static_cast<int32_t>(in.size());
@@ -294,7 +294,7 @@ WorkPtr Runtime::barrier(int processSet) {
   none.dtype = DataType::kUInt8;
   none.shape = {0};
   auto e = makeEntry(Kind::kBarrier, "Barrier", none, none, options, "barrier.noname", set);
-  e->request.dtype = DataType::kUInt8;
+  e->request.params.dtype = DataType::kUInt8;
   std::vector<EntryPtr> entries;
   entries.push_back(std::move(e));
   return enqueue(std::move(entries), newWork(1));
@@ -303,10 +303,10 @@ WorkPtr Runtime::barrier(int processSet) {
 WorkPtr Runtime::join() {
   checkRunning();
   auto e = std::make_unique<Entry>();
-  e->request.kind = Kind::kJoin;
-  e->request.processSet = 0;
+  e->request.params.kind = Kind::kJoin;
+  e->request.params.processSet = 0;
   e->request.name = "join.noname";
-  e->request.dtype = DataType::kUInt8;
+  e->request.params.dtype = DataType::kUInt8;
   std::vector<EntryPtr> entries;
   entries.push_back(std::move(e));
   return enqueue(std::move(entries), newWork(1));
@@ -328,9 +328,9 @@ int Runtime::addProcessSet(std::vector<int> ranks) {
   }
   if (sets_.find(ranks) >= 0) throw InvalidArgument("Attempted to add a duplicate process set: " + ranksText(ranks));
   auto e = std::make_unique<Entry>();
-  e->request.kind = Kind::kAddProcessSet;
+  e->request.params.kind = Kind::kAddProcessSet;
   e->request.name = "process_set.add";
-  e->request.dtype = DataType::kUInt8;
+  e->request.params.dtype = DataType::kUInt8;
   e->request.splits.assign(ranks.begin(), ranks.end());
   std::vector<EntryPtr> entries;
   entries.push_back(std::move(e));
@@ -347,9 +347,9 @@ bool Runtime::removeProcessSet(int processSetId) {
   }
   if (processSetId == 0 || !sets_.lookup(processSetId)) return false;
   auto e = std::make_unique<Entry>();
-  e->request.kind = Kind::kRemoveProcessSet;
+  e->request.params.kind = Kind::kRemoveProcessSet;
   e->request.name = "process_set.remove";
-  e->request.dtype = DataType::kUInt8;
+  e->request.params.dtype = DataType::kUInt8;
   e->request.splits = {processSetId};
   std::vector<EntryPtr> entries;
   entries.push_back(std::move(e));

@@ -272,8 +272,8 @@ void Runtime::collectRequests(RequestList& out) {
   for (auto& e : drained_) {
     Request& r = e->request;
     NameSlot* slot = e->slot;
-    if (r.kind == Kind::kAllreduce || r.kind == Kind::kAllgather || r.kind == Kind::kAlltoall) {
-      ProcessSet* set = sets_.get(r.processSet);
+    if (r.params.kind == Kind::kAllreduce || r.params.kind == Kind::kAllgather || r.params.kind == Kind::kAlltoall) {
+      ProcessSet* set = sets_.get(r.params.processSet);
       uint32_t id = kNoCacheId;
       if (set != nullptr) {
         // The name's last cache id first (no name lookup), then the replica's index by name.
@@ -403,7 +403,7 @@ void Runtime::expandCached(Response& r) {
     const CacheEntry* entry = replica_.get(t.cacheId);
     if (entry == nullptr) throw Error("Response cache out of sync: unknown cache id " + std::to_string(t.cacheId));
     if (r.cachedForm && i == 0) {
-      copyOpParams(*entry, r);
+      r.params = entry->params;
     }
     t.ref = &entry->tensor;
   }
@@ -414,7 +414,7 @@ Entry* Runtime::findEntry(const Response& response, const TensorInfo& tensor) {
     Entry** slot = byCacheId_.find(tensor.cacheId);
     if (slot != nullptr && *slot != nullptr) return *slot;
   }
-  return pendingEntry(response.processSet, tensor.data().name);
+  return pendingEntry(response.params.processSet, tensor.data().name);
 }
 
 Entry* Runtime::pendingEntry(int32_t processSet, std::string_view name) {
@@ -447,10 +447,10 @@ void Runtime::completeEntry(Entry* entry, std::exception_ptr error) {
 }
 
 void Runtime::processResponse(Response& r) {
-  switch (r.kind) {
+  switch (r.params.kind) {
     case Kind::kEvict:
       for (const auto& t : r.tensors) {
-        if (const CacheEntry* gone = replica_.get(t.cacheId)) queue_.forget(gone->processSet, gone->tensor.name);
+        if (const CacheEntry* gone = replica_.get(t.cacheId)) queue_.forget(gone->params.processSet, gone->tensor.name);
         replica_.erase(t.cacheId);
         Entry** slot = byCacheId_.find(t.cacheId);
         if (slot != nullptr && *slot == nullptr) byCacheId_.erase(t.cacheId);
@@ -482,7 +482,7 @@ void Runtime::processResponse(Response& r) {
         completeEntry(e, std::make_exception_ptr(Error("Process set " + std::to_string(r.setId) +
                                                        " was removed while this operation was pending.")));
       }
-      byCacheId_.eraseIf([&](uint32_t, Entry* e) { return e == nullptr || e->request.processSet == r.setId; });
+      byCacheId_.eraseIf([&](uint32_t, Entry* e) { return e == nullptr || e->request.params.processSet == r.setId; });
       sets_.remove(r.setId);
       if (Entry* e = pendingEntry(0, "process_set.remove")) {
         e->work->setJoinResult(1);
@@ -505,7 +505,7 @@ void Runtime::runData(Response& r) {
   for (const auto& t : r.tensors) {
     if (t.cacheInsert) replica_.insert(t.cacheId, CacheEntry::fromResponse(r, t));
   }
-  ProcessSet* set = sets_.get(r.processSet);
+  ProcessSet* set = sets_.get(r.params.processSet);
   if (set == nullptr || set->myIndex < 0) return;  // not ours: only the cache bookkeeping above
 
   entriesScratch_.clear();

@@ -63,11 +63,11 @@ void stageOthersSlices(const uint8_t* input, uint8_t* mine, size_t count, size_t
 // 16-240 MiB), so the accumulator's tile is finished first and copied while it is in L1, like
 // any other member's.
 void reduceSlice(const Response& r, size_t count, int n, int me, uint8_t* const* out, const uint8_t* ownInput) {
-  const DataType dtype = r.dtype;
+  const DataType dtype = r.params.dtype;
   const size_t elem = dataTypeSize(dtype);
-  const ReduceOp op = r.op == ReduceOp::kAverage ? ReduceOp::kSum : r.op;
-  const double pre = r.prescale;
-  const double post = r.op == ReduceOp::kAverage ? r.postscale / n : r.postscale;
+  const ReduceOp op = r.params.op == ReduceOp::kAverage ? ReduceOp::kSum : r.params.op;
+  const double pre = r.params.prescale;
+  const double post = r.params.op == ReduceOp::kAverage ? r.params.postscale / n : r.params.postscale;
   const ReduceKernel& kernel = reduceKernel(dtype, op);
   const Slice slice = sliceOf(count, elem, n, me);
   const size_t tileElems = kTileBytes / elem;
@@ -125,7 +125,7 @@ bool sharedInPlaceAllreduce(const Response& r, Communicator& comm, const std::ve
     return false;
   }
   const size_t count = static_cast<size_t>(r.tensors[0].numElements());
-  const size_t elem = dataTypeSize(r.dtype);
+  const size_t elem = dataTypeSize(r.params.dtype);
   Entry* entry = entries.empty() ? nullptr : entries[0];
   uint8_t* mine = entry != nullptr ? static_cast<uint8_t*>(entry->output) : nullptr;
   const uint8_t* input = entry != nullptr ? static_cast<const uint8_t*>(entry->input) : nullptr;
@@ -142,7 +142,7 @@ bool sharedInPlaceAllreduce(const Response& r, Communicator& comm, const std::ve
   space->barrier(comm.deadline());
   members.release();
   if (completed.fetch_add(1, std::memory_order_relaxed) == 0) {
-    HVD_LOG(Debug) << "shared in-place allreduce in use (first: " << count << " x " << dataTypeName(r.dtype)
+    HVD_LOG(Debug) << "shared in-place allreduce in use (first: " << count << " x " << dataTypeName(r.params.dtype)
                    << " over " << n << " ranks)";
   }
   return true;

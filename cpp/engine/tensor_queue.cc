@@ -12,10 +12,10 @@ const char kDuplicateName[] =
 }  // namespace
 
 NameSlot* TensorQueue::intern(const Request& r) {
-  auto it = slots_.find(NameKeyRef{r.processSet, r.name});
+  auto it = slots_.find(NameKeyRef{r.params.processSet, r.name});
   if (it != slots_.end()) return it->second.get();
   auto slot = std::make_unique<NameSlot>();
-  slot->key = NameKey{r.processSet, r.name};
+  slot->key = NameKey{r.params.processSet, r.name};
   slot->fresh = true;
   NameSlot* raw = slot.get();
   slots_.emplace(NameKeyRef{raw->key.processSet, raw->key.name}, std::move(slot));

@@ -142,7 +142,7 @@ TEST(CoordinatorCacheLru, EvictsTheLeastRecentlyUsed) {
   std::vector<uint32_t> evicted;
   auto insert = [&](const std::string& name, int32_t processSet = 0) {
     engine::CacheEntry e;
-    e.processSet = processSet;
+    e.params.processSet = processSet;
     e.tensor.name = name;
     return cache.insert(std::move(e), 1, evicted);
   };

@@ -26,10 +26,10 @@ using engine::ResponseList;
 
 Request request(const std::string& name, int processSet, DataType dtype, int64_t elements) {
   Request r;
-  r.kind = Kind::kAllreduce;
-  r.processSet = processSet;
+  r.params.kind = Kind::kAllreduce;
+  r.params.processSet = processSet;
   r.name = name;
-  r.dtype = dtype;
+  r.params.dtype = dtype;
   r.shape = {elements};
   return r;
 }
@@ -40,7 +40,7 @@ void applyInserts(const ResponseList& list, CacheReplica& replica) {
     for (const auto& t : r.tensors) {
       if (t.cacheInsert) replica.insert(t.cacheId, CacheEntry::fromResponse(r, t));
     }
-    if (r.kind == Kind::kEvict) {
+    if (r.params.kind == Kind::kEvict) {
       for (const auto& t : r.tensors) replica.erase(t.cacheId);
     }
   }
@@ -156,9 +156,9 @@ TEST(ControlPlane, CoordinatorAnswersHitsWithIdsAndRanksDeriveSameFusion) {
         EXPECT_EQ(names, (std::vector<std::string>{"c"}));
       } else {
         EXPECT_EQ(names, (std::vector<std::string>{"d"}));
-        EXPECT_EQ(x.processSet, 1);
+        EXPECT_EQ(x.params.processSet, 1);
       }
-      EXPECT_EQ(x.dtype, derived[0][i].dtype);
+      EXPECT_EQ(x.params.dtype, derived[0][i].params.dtype);
       EXPECT_EQ(x.tensors.size(), derived[0][i].tensors.size());
     }
   }
@@ -208,7 +208,7 @@ TEST(ControlPlane, LongPendingHitSurvivesManySteps) {
   coordinator.ingest(1, full);
   ResponseList last = roundTrip(coordinator.build());
   ASSERT_EQ(last.items.size(), 1u) << "rank 0's pending hit on x was lost";
-  ASSERT_EQ(last.items[0].kind, Kind::kAllreduce);
+  ASSERT_EQ(last.items[0].params.kind, Kind::kAllreduce);
   ASSERT_EQ(last.items[0].tensors.size(), 1u);
   EXPECT_EQ(last.items[0].tensors[0].name, "x");
 }

@@ -12,9 +12,9 @@ namespace {
 
 Request req(Kind kind, DataType dtype, std::vector<int64_t> shape, int rank) {
   Request r;
-  r.kind = kind;
+  r.params.kind = kind;
   r.name = "t";
-  r.dtype = dtype;
+  r.params.dtype = dtype;
   r.shape = std::move(shape);
   r.rank = rank;
   return r;
@@ -27,7 +27,7 @@ std::string negotiate(const std::vector<Request>& requests, int joined = 0, int6
   ctx.joinedCount = joined;
   ctx.fusionThreshold = threshold;
   Response r = constructResponse(requests, ctx);
-  return r.kind == Kind::kError ? r.error : "";
+  return r.params.kind == Kind::kError ? r.error : "";
 }
 
 TEST(Negotiation, DataTypes) {
@@ -48,7 +48,7 @@ TEST(Negotiation, Shapes) {
   EXPECT_EQ(negotiate({a, b}),
             "Mismatched ALLREDUCE tensor shapes: One rank sent a tensor of shape [2, 3], but another rank sent a "
             "tensor of shape [3, 2].");
-  a.kind = b.kind = Kind::kBroadcast;
+  a.params.kind = b.params.kind = Kind::kBroadcast;
   EXPECT_EQ(negotiate({a, b}).rfind("Mismatched BROADCAST tensor shapes", 0), 0u);
 }
 
@@ -56,7 +56,7 @@ TEST(Negotiation, ScaleFactors) {
   auto a = req(Kind::kAllreduce, DataType::kFloat32, {4}, 0);
   auto b = a;
   b.rank = 1;
-  b.postscale = 0.5;
+  b.params.postscale = 0.5;
   EXPECT_EQ(negotiate({a, b}),
             "Mismatched prescale and/or postscale factors: One rank sent factors (1, 1), but another rank sent "
             "factors (1, 0.5).");
@@ -65,8 +65,8 @@ TEST(Negotiation, ScaleFactors) {
 TEST(Negotiation, ReduceOp) {
   auto a = req(Kind::kAllreduce, DataType::kFloat32, {4}, 0);
   auto b = a;
-  b.op = ReduceOp::kMax;
-  a.op = ReduceOp::kSum;
+  b.params.op = ReduceOp::kMax;
+  a.params.op = ReduceOp::kSum;
   EXPECT_EQ(negotiate({a, b}),
             "Mismatched reduction operation: One rank sent reduction op 1, but another rank sent reduction op 4.");
 }
@@ -100,7 +100,7 @@ TEST(Negotiation, AllgatherCollectsFirstDims) {
                                   req(Kind::kAllgather, DataType::kInt8, {0, 2}, 1),
                                   req(Kind::kAllgather, DataType::kInt8, {5, 2}, 4)},
                                  ctx);
-  ASSERT_EQ(r.kind, Kind::kAllgather);
+  ASSERT_EQ(r.params.kind, Kind::kAllgather);
   EXPECT_EQ(r.tensors[0].firstDims, (std::vector<int64_t>{0, 5, 3}));
   EXPECT_EQ(fusionBytes(r), 16);
 }
@@ -110,7 +110,7 @@ TEST(Negotiation, ReducescatterChecks) {
   EXPECT_EQ(negotiate({a}, 1), "Reducescatter is not supported with Join at this time.");
   auto s = req(Kind::kReducescatter, DataType::kFloat32, {}, 0);
   EXPECT_EQ(negotiate({s}), "Process-set rank zero tried to REDUCESCATTER a rank-zero tensor.");
-  a.prescale = 2.0;
+  a.params.prescale = 2.0;
   EXPECT_EQ(negotiate({a}, 0, 16),
             "Reducescatter with prescale_factor == 2 != 1.0: The fusion buffer is not large enough to hold the "
             "input tensor (32 bytes); increase HOROVOD_FUSION_THRESHOLD.");
@@ -119,10 +119,10 @@ TEST(Negotiation, ReducescatterChecks) {
 
 TEST(Negotiation, BroadcastChecks) {
   auto a = req(Kind::kBroadcast, DataType::kFloat32, {4}, 0);
-  a.root = 0;
+  a.params.root = 0;
   auto b = a;
   b.rank = 1;
-  b.root = 2;
+  b.params.root = 2;
   EXPECT_EQ(negotiate({a}, 1), "Broadcast is not supported with Join at this time.");
   EXPECT_EQ(negotiate({a, b}),
             "Mismatched BROADCAST root ranks: One rank specified root rank 0, but another rank specified root rank 2.");
@@ -131,7 +131,7 @@ TEST(Negotiation, BroadcastChecks) {
 TEST(Negotiation, DevicePlacement) {
   auto a = req(Kind::kAllreduce, DataType::kFloat32, {4}, 0);
   auto b = a;
-  b.device = 0;
+  b.params.device = 0;
   EXPECT_EQ(negotiate({a, b}),
             "Mismatched ALLREDUCE CPU/GPU device selection: One rank specified device CPU, but another rank "
             "specified device GPU.");
@@ -147,16 +147,16 @@ TEST(Negotiation, FirstMismatchWinsInCheckOrder) {
 
 TEST(Negotiation, UnsupportedScaling) {
   auto a = req(Kind::kAllreduce, DataType::kInt16, {4}, 0);
-  a.op = ReduceOp::kAverage;
+  a.params.op = ReduceOp::kAverage;
   EXPECT_EQ(negotiate({a}), "Type int16 not supported by ScaleBufferCPUImpl.");
-  a.kind = Kind::kAdasum;
+  a.params.kind = Kind::kAdasum;
   EXPECT_EQ(negotiate({a}), "Adasum is not supported yet");
 }
 
 Response single(Kind kind, DataType dtype, int64_t elements, const std::string& name) {
   Response r;
-  r.kind = kind;
-  r.dtype = dtype;
+  r.params.kind = kind;
+  r.params.dtype = dtype;
   TensorInfo t;
   t.name = name;
   t.shape = {elements};
@@ -179,7 +179,7 @@ TEST(Fusion, GreedyWithLookAhead) {
   EXPECT_EQ(out[0].tensors[1].name, "c");
   EXPECT_EQ(out[0].tensors[2].name, "e");
   EXPECT_EQ(out[1].tensors[0].name, "b");
-  EXPECT_EQ(out[2].kind, Kind::kBroadcast);
+  EXPECT_EQ(out[2].params.kind, Kind::kBroadcast);
 }
 
 TEST(Fusion, ThresholdAndSkipBudget) {
@@ -195,10 +195,10 @@ TEST(Fusion, ThresholdAndSkipBudget) {
   options.threshold = 1000;
   std::vector<Response> same = {single(Kind::kAllreduce, DataType::kFloat32, 4, "a"),
                                 single(Kind::kAllreduce, DataType::kFloat32, 4, "b")};
-  same[1].op = ReduceOp::kMax;
+  same[1].params.op = ReduceOp::kMax;
   EXPECT_EQ(fuseResponses(same, options).size(), 2u);
-  same[1].op = ReduceOp::kSum;
-  same[1].processSet = 1;
+  same[1].params.op = ReduceOp::kSum;
+  same[1].params.processSet = 1;
   EXPECT_EQ(fuseResponses(same, options).size(), 2u);
 }
 
@@ -216,6 +216,19 @@ TEST(Fusion, GroupFusionDisabled) {
   EXPECT_EQ(out[1].tensors[0].name, "x");
 }
 
+TEST(Kinds, OpKindsAreOpTypes) {
+  for (int i = 0; i < kNumOpTypes; ++i) {
+    const auto type = static_cast<OpType>(i);
+    EXPECT_TRUE(isOpKind(kindOf(type)));
+    EXPECT_EQ(opOf(kindOf(type)), type);
+    EXPECT_EQ(kindName(kindOf(type)), opTypeName(type));
+  }
+  EXPECT_EQ(kindOf(OpType::kReducescatter), Kind::kReducescatter);
+  EXPECT_FALSE(isOpKind(Kind::kAddProcessSet));
+  EXPECT_EQ(kindName(Kind::kRemoveProcessSet), "REMOVE_PROCESS_SET");
+  EXPECT_EQ(kindName(Kind::kEvict), "EVICT");
+}
+
 TEST(Wire, RoundTrip) {
   RequestList rl;
   rl.lastSeq = 77;
@@ -223,13 +236,13 @@ TEST(Wire, RoundTrip) {
   rl.hits = {5, 6, 7, 9, 200};
   Request r = req(Kind::kAlltoall, DataType::kBFloat16, {6, 2}, 3);
   r.splits = {1, 2, 3};
-  r.prescale = 0.25;
+  r.params.prescale = 0.25;
   r.group = "grp";
   r.groupSize = 3;
   r.oneOffName = true;
   rl.requests.push_back(r);
   r.oneOffName = false;
-  r.sharedInPlace = true;
+  r.params.sharedInPlace = true;
   rl.requests.push_back(r);
   std::vector<uint8_t> bytes;
   encode(rl, bytes);
@@ -240,12 +253,13 @@ TEST(Wire, RoundTrip) {
   EXPECT_EQ(back.hits, rl.hits);
   ASSERT_EQ(back.requests.size(), 2u);
   EXPECT_TRUE(back.requests[0].oneOffName);
-  EXPECT_FALSE(back.requests[0].sharedInPlace);
+  EXPECT_FALSE(back.requests[0].params.sharedInPlace);
   EXPECT_FALSE(back.requests[1].oneOffName);
-  EXPECT_TRUE(back.requests[1].sharedInPlace);
+  EXPECT_TRUE(back.requests[1].params.sharedInPlace);
   EXPECT_EQ(back.requests[0].splits, r.splits);
   EXPECT_EQ(back.requests[0].shape, r.shape);
-  EXPECT_EQ(back.requests[0].prescale, 0.25);
+  EXPECT_EQ(back.requests[0].params, rl.requests[0].params);
+  EXPECT_EQ(back.requests[1].params, rl.requests[1].params);
   EXPECT_EQ(back.requests[0].group, "grp");
 
   // A dense hit vector of 160 ids costs about 20 bytes.
@@ -260,8 +274,11 @@ TEST(Wire, RoundTrip) {
   Response full = single(Kind::kAllgather, DataType::kInt8, 3, "ag");
   full.tensors[0].cacheId = 4;
   full.tensors[0].cacheInsert = true;
+  full.params.processSet = 2;
+  full.params.root = 1;
+  full.params.postscale = 0.5;  // scale factors travel only when not 1.0
   Response cached;
-  cached.kind = Kind::kAllreduce;
+  cached.params.kind = Kind::kAllreduce;
   cached.cachedForm = true;
   for (uint32_t id : {3u, 1u, 2u}) {
     TensorInfo t;
@@ -269,13 +286,14 @@ TEST(Wire, RoundTrip) {
     cached.tensors.push_back(t);
   }
   Response error;
-  error.kind = Kind::kError;
+  error.params.kind = Kind::kError;
   error.error = "boom";
   error.tensors.push_back(TensorInfo{});
   list.items = {full, cached, error};
   encode(list, bytes);
   ResponseList lb = decodeResponseList(bytes);
   ASSERT_EQ(lb.items.size(), 3u);
+  EXPECT_EQ(lb.items[0].params, full.params);
   EXPECT_EQ(lb.items[0].tensors[0].name, "ag");
   EXPECT_EQ(lb.items[0].tensors[0].cacheId, 4u);
   EXPECT_TRUE(lb.items[0].tensors[0].cacheInsert);

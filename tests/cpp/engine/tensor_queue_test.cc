@@ -54,7 +54,7 @@ TEST(TensorQueue, NamePendingFromAnEarlierPushRejectsTheBatch) {
   EXPECT_EQ(drained(q), 1u);
   // The same name in another process set is another name.
   auto other = batch(q, {"x"});
-  other[0]->request.processSet = 1;
+  other[0]->request.params.processSet = 1;
   q.push(other);
   EXPECT_EQ(drained(q), 1u);
 }

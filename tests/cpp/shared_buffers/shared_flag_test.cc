@@ -11,17 +11,17 @@ namespace {
 
 Request request(const std::string& name, bool shared) {
   Request r;
-  r.kind = Kind::kAllreduce;
+  r.params.kind = Kind::kAllreduce;
   r.name = name;
-  r.dtype = DataType::kFloat32;
+  r.params.dtype = DataType::kFloat32;
   r.shape = {16};
-  r.sharedInPlace = shared;
+  r.params.sharedInPlace = shared;
   return r;
 }
 
 Response response(const std::string& name, bool shared) {
   Response r;
-  copyOpParams(request(name, shared), r);
+  r.params = request(name, shared).params;
   TensorInfo t;
   t.name = name;
   t.shape = {16};
@@ -36,8 +36,8 @@ TEST(SharedFlag, SurvivesTheWire) {
   encode(requests, bytes);
   RequestList back = decodeRequestList(bytes);
   ASSERT_EQ(back.requests.size(), 2u);
-  EXPECT_TRUE(back.requests[0].sharedInPlace);
-  EXPECT_FALSE(back.requests[1].sharedInPlace);
+  EXPECT_TRUE(back.requests[0].params.sharedInPlace);
+  EXPECT_FALSE(back.requests[1].params.sharedInPlace);
 
   ResponseList responses;
   responses.seq = 1;
@@ -45,17 +45,17 @@ TEST(SharedFlag, SurvivesTheWire) {
   encode(responses, bytes);
   ResponseList out = decodeResponseList(bytes);
   ASSERT_EQ(out.items.size(), 2u);
-  EXPECT_TRUE(out.items[0].sharedInPlace);
-  EXPECT_FALSE(out.items[1].sharedInPlace);
+  EXPECT_TRUE(out.items[0].params.sharedInPlace);
+  EXPECT_FALSE(out.items[1].params.sharedInPlace);
 }
 
 TEST(SharedFlag, CacheHitImpliesTheSameFlag) {
   Response flagged = response("a", true);
   CacheEntry entry = CacheEntry::fromResponse(flagged, flagged.tensors[0]);
-  EXPECT_TRUE(entry.sharedInPlace);
+  EXPECT_TRUE(entry.params.sharedInPlace);
   EXPECT_TRUE(entry.matches(request("a", true), 0));
   EXPECT_FALSE(entry.matches(request("a", false), 0));
-  EXPECT_TRUE(entry.requestFor(1, 1).sharedInPlace);
+  EXPECT_TRUE(entry.requestFor(1, 1).params.sharedInPlace);
   Response plain = response("a", false);
   CacheEntry other = CacheEntry::fromResponse(plain, plain.tensors[0]);
   EXPECT_FALSE(other.matches(request("a", true), 0));
@@ -71,7 +71,7 @@ TEST(SharedFlag, FlaggedResponsesAreNeverFused) {
   ASSERT_EQ(out.size(), 3u);
   size_t alone = 0;
   for (const auto& r : out) {
-    if (r.sharedInPlace) {
+    if (r.params.sharedInPlace) {
       EXPECT_EQ(r.tensors.size(), 1u);
       ++alone;
     } else {
