@@ -1,19 +1,18 @@
-// Test harness: runs N ranks as threads, each with its own LocalTransport over one fresh job id
-// and a Communicator over all ranks. Exceptions from any rank are rethrown on the test thread
-// (the first one by rank); every blocking call has the communicator's deadline, so a hang fails.
+// Test harness: runs N ranks as threads (support/rank_threads.h), each with its own LocalTransport
+// over one fresh job id and a Communicator over all ranks. Exceptions from any rank are rethrown
+// on the test thread (the first one by rank); every blocking call has the communicator's
+// deadline, so a hang fails.
 #pragma once
 
 #include <atomic>
 #include <chrono>
-#include <exception>
 #include <functional>
-#include <memory>
 #include <numeric>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "collectives/communicator.h"
+#include "support/rank_threads.h"
 #include "transport/local/local_transport.h"
 
 namespace hvd::test {
@@ -25,6 +24,9 @@ struct RankOptions {
   std::chrono::milliseconds timeout{20000};
 };
 
+// Longer than any grid of ranks takes here; only a hang reaches it.
+constexpr std::chrono::seconds kRankThreadsLimit{240};
+
 inline std::string freshJobId() {
   static std::atomic<int> counter{0};
   return "coll-test-" + std::to_string(counter++);
@@ -32,11 +34,9 @@ inline std::string freshJobId() {
 
 inline void runRanks(int n, const RankOptions& options, const std::function<void(Communicator&)>& body) {
   std::string job = freshJobId();
-  std::vector<std::exception_ptr> errors(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
+  runRankThreads(
+      n,
+      [&](int r) {
         LocalTransportOptions transportOptions;
         transportOptions.sharedMemory = options.shared;
         transportOptions.sharedCapacity = options.sharedCapacity;
@@ -46,15 +46,8 @@ inline void runRanks(int n, const RankOptions& options, const std::function<void
         Communicator comm(transport, members, options.timeout);
         comm.setAllreduceAlgorithm(options.algorithm);
         body(comm);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
+      },
+      kRankThreadsLimit);
 }
 
 }  // namespace hvd::test

@@ -1,6 +1,5 @@
-// Test harness for the engine: N ranks as threads of this process, each with its own Runtime
-// over one shared MemoryStore and the "local" transport. A watchdog aborts the process if a
-// test body hangs, so a deadlock fails fast instead of blocking the suite.
+// Test harness for the engine: N ranks as threads of this process (support/rank_threads.h),
+// each with its own Runtime over one shared MemoryStore and the "local" transport.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -21,6 +20,7 @@
 
 #include "engine/runtime.h"
 #include "store/memory_store.h"
+#include "support/rank_threads.h"
 
 namespace hvd::test {
 
@@ -45,48 +45,13 @@ inline Env rankEnv(int rank, int size, const Env& extra) {
   return env;
 }
 
-// Runs fn(rank) on n threads and rethrows the first failure (by rank). Aborts the process after
-// `limit` (a hang).
-inline void runThreads(int n, const std::function<void(int)>& fn,
-                       std::chrono::seconds limit = std::chrono::seconds(60)) {
-  std::vector<std::exception_ptr> errors(n);
-  std::vector<std::thread> threads;
-  std::mutex mu;
-  std::condition_variable cv;
-  int finished = 0;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        fn(r);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-      std::lock_guard<std::mutex> lock(mu);
-      ++finished;
-      cv.notify_all();
-    });
-  }
-  {
-    std::unique_lock<std::mutex> lock(mu);
-    if (!cv.wait_for(lock, limit, [&] { return finished == n; })) {
-      std::cerr << "test hang: " << (n - finished) << " of " << n << " rank threads still running after "
-                << limit.count() << " s; aborting" << std::endl;
-      std::abort();
-    }
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-}
-
 // N initialized runtimes. run() executes a body per rank concurrently.
 class Cluster {
  public:
   explicit Cluster(int n, Env extra = {}, InitOptions options = {},
                    std::shared_ptr<Store> store = std::make_shared<MemoryStore>())
       : n_(n), store_(std::move(store)), runtimes_(static_cast<size_t>(n)) {
-    runThreads(n, [&](int r) {
+    runRankThreads(n, [&](int r) {
       auto config = engine::Config::fromEnvironment(mapEnvironment(rankEnv(r, n, extra)));
       runtimes_[r] = std::make_unique<engine::Runtime>(config, store_);
       runtimes_[r]->init(options);
@@ -99,10 +64,10 @@ class Cluster {
   const std::shared_ptr<Store>& store() const { return store_; }
 
   void run(const std::function<void(int, engine::Runtime&)>& body) {
-    runThreads(n_, [&](int r) { body(r, *runtimes_[r]); });
+    runRankThreads(n_, [&](int r) { body(r, *runtimes_[r]); });
   }
   void shutdown() {
-    runThreads(n_, [&](int r) {
+    runRankThreads(n_, [&](int r) {
       if (runtimes_[r]) runtimes_[r]->shutdown();
     });
   }

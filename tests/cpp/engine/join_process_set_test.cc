@@ -186,7 +186,7 @@ TEST(ProcessSets, DynamicRequiresOptIn) {
 TEST(ProcessSets, StaticSetsMustMatchAcrossRanks) {
   auto store = std::make_shared<MemoryStore>();
   std::vector<std::string> errors(2);
-  runThreads(2, [&](int r) {
+  runRankThreads(2, [&](int r) {
     auto config = engine::Config::fromEnvironment(mapEnvironment(rankEnv(r, 2, {})));
     engine::Runtime rt(config, store);
     InitOptions options;

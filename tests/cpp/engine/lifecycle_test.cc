@@ -77,7 +77,7 @@ TEST(Lifecycle, TopologyFromHostnames) {
   // Ranks 0,1 on host a; 2,3,4 on host b: not homogeneous; cross groups by local rank.
   auto store = std::make_shared<MemoryStore>();
   std::vector<engine::Topology> topo(5);
-  runThreads(5, [&](int r) {
+  runRankThreads(5, [&](int r) {
     auto config = engine::Config::fromEnvironment(
         mapEnvironment(rankEnv(r, 5, {{"HOROVOD_HOSTNAME", r < 2 ? "a" : "b"}})));
     engine::Runtime rt(config, store);
@@ -174,7 +174,7 @@ TEST(Lifecycle, MpirunWithoutRendezvousFailsClearly) {
 
 TEST(Lifecycle, SlurmWithFileStoreRendezvous) {
   std::string dir = (std::filesystem::temp_directory_path() / ("hvd-engine-fs-" + std::to_string(getpid()))).string();
-  runThreads(3, [&](int r) {
+  runRankThreads(3, [&](int r) {
     auto config = engine::Config::fromEnvironment(mapEnvironment({{"SLURM_PROCID", std::to_string(r)},
                                                                   {"SLURM_NTASKS", "3"},
                                                                   {"SLURM_LOCALID", std::to_string(r)},

@@ -7,6 +7,7 @@
 #include <functional>
 #include <thread>
 
+#include "support/rank_threads.h"
 #include "transport/local/local_transport.h"
 
 namespace hvd {
@@ -23,22 +24,10 @@ std::string freshJob() {
 void runRanks(int n, const std::function<void(LocalTransport&)>& body, LocalTransportOptions options = {},
               std::string job = "") {
   if (job.empty()) job = freshJob();
-  std::vector<std::exception_ptr> errors(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        LocalTransport transport(job, r, n, options);
-        body(transport);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
+  test::runRankThreads(n, [&](int r) {
+    LocalTransport transport(job, r, n, options);
+    body(transport);
+  });
 }
 
 Deadline soon() { return Deadline::after(10s); }

@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "shared_test_store.h"
+#include "support/rank_threads.h"
 #include "transport/shm/shm_transport.h"
 
 namespace hvd::shm::testing {
@@ -57,20 +58,19 @@ inline void runRanks(int size, const std::function<void(int, ShmTransport&)>& bo
   auto store = std::make_shared<SharedTestStore>();
   std::string jobId = uniqueJobId();
   std::barrier done(size);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      std::unique_ptr<ShmTransport> transport;
-      try {
-        transport = std::make_unique<ShmTransport>(makeContext(r, size, store, jobId), options);
-        body(r, *transport);
-      } catch (const std::exception& e) {
-        ADD_FAILURE() << "rank " << r << " threw: " << e.what();
-      }
-      done.arrive_and_wait();
-    });
-  }
-  for (auto& t : threads) t.join();
+  test::runRankThreads(
+      size,
+      [&](int r) {
+        std::unique_ptr<ShmTransport> transport;
+        try {
+          transport = std::make_unique<ShmTransport>(makeContext(r, size, store, jobId), options);
+          body(r, *transport);
+        } catch (const std::exception& e) {
+          ADD_FAILURE() << "rank " << r << " threw: " << e.what();
+        }
+        done.arrive_and_wait();
+      },
+      std::chrono::seconds(240));  // only a hang takes this long
 }
 
 // Names in /dev/shm that contain `needle`.

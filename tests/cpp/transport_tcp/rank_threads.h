@@ -1,14 +1,15 @@
-// Runs N ranks as threads of this process, each building a transport over one MemoryStore.
+// Runs N ranks as threads of this process (support/rank_threads.h), each building a transport
+// over one MemoryStore.
 #pragma once
 
-#include <exception>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "store/memory_store.h"
+#include "support/rank_threads.h"
 #include "transport/transport.h"
 
 namespace hvd::test {
@@ -36,23 +37,13 @@ inline std::vector<TransportContext> makeContexts(int size, std::vector<std::str
 // rank's thread. Rethrows the first failure after all threads finished.
 inline void runRanks(const std::string& transportName, const std::vector<TransportContext>& contexts,
                      const std::function<void(int, Transport&)>& body) {
-  int size = static_cast<int>(contexts.size());
-  std::vector<std::exception_ptr> errors(size);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      try {
+  runRankThreads(
+      static_cast<int>(contexts.size()),
+      [&](int r) {
         auto transport = makeTransport(transportName, contexts[r]);
         body(r, *transport);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
+      },
+      std::chrono::seconds(240));  // only a hang takes this long
 }
 
 inline void runRanks(const std::string& transportName, int size, const std::function<void(int, Transport&)>& body) {
