@@ -49,7 +49,7 @@ struct Request {
   std::string group;            // grouped ops: the group's base name ("" = not grouped)
   int32_t groupSize = 0;
   int32_t device = kCpuDevice;
-  // Allreduce whose output lies inside one of this rank's shared buffers (engine/shared_buffers.h;
+  // Allreduce whose output lies inside one of this rank's shared buffers (transport/peer_memory.h;
   // in place or not), set on a single host: eligible for the shared in-place algorithm.
   bool sharedInPlace = false;
   bool oneOffName = false;  // never cached (Options::oneOffName)
@@ -88,7 +88,7 @@ struct Response {
   int32_t root = -1;
   int32_t device = kCpuDevice;
   // Every member flagged its request sharedInPlace, none has joined: run the shared in-place
-  // algorithm (engine/shared_inplace.h). Such responses are never fused.
+  // algorithm (collectives.h: AllreduceOptions::sharedOutputs). Such responses are never fused.
   bool sharedInPlace = false;
   std::vector<TensorInfo> tensors;
   std::string error;               // kError
