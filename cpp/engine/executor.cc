@@ -8,8 +8,8 @@
 #include "collectives/collectives.h"
 #include "collectives/reduce.h"
 #include "common/check.h"
-#include "engine/negotiation.h"
 #include "common/logging.h"
+#include "engine/negotiation.h"
 #include "engine/output_pool.h"
 
 namespace hvd::engine {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <string>
 
 #include "common/check.h"
 #include "common/logging.h"
