@@ -10,8 +10,8 @@
 #include "common/logging.h"
 #include "common/messages.h"
 #include "engine/runtime.h"
-#include "engine/shared_buffers.h"
 #include "horovod/horovod.h"
+#include "transport/peer_memory.h"
 
 namespace hvd {
 namespace api {
@@ -87,7 +87,7 @@ OwnedTensor allocateShared(DataType dtype, std::vector<int64_t> shape) {
   for (auto d : t.view.shape) {
     if (d < 0) throw InvalidArgument("allocateShared: negative dimension in shape " + engine::shapeString(t.view.shape));
   }
-  t.storage = engine::allocateSharedBuffer(t.view.bytes());
+  t.storage = allocateSharedBuffer(t.view.bytes());
   t.view.data = t.storage.get();
   return t;
 }

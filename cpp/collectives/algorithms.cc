@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
-#include <limits>
 
 #include "collectives/collectives.h"
 #include "collectives/hierarchical.h"
+#include "collectives/member_buffers.h"
 #include "collectives/partition.h"
 #include "collectives/pieces.h"
 #include "collectives/reduce.h"
@@ -18,23 +18,45 @@ const Param<std::string> kAllreduceAlgo(
     "HOROVOD_ALLREDUCE_ALGO", "",
     "Force one CPU allreduce algorithm by name (shm_direct, shm_slices, hierarchical, recursive_doubling, "
     "ring); empty chooses by message size and placement. Shared-memory and hierarchical algorithms fall back "
-    "to the default rule when the placement does not allow them.");
-
-constexpr size_t kAny = std::numeric_limits<size_t>::max();
+    "to the default rule when the placement does not allow them. Allreduces into shared buffers on every "
+    "rank (shm_inplace, see HOROVOD_SHARED_INPLACE) are not affected.");
 
 // Preference order: the first entry whose rule matches runs.
 const std::vector<AllreduceAlgorithm> kTable = {
-    {"shm_direct", "shared memory, one barrier: every rank reduces all inputs in rank order", true,
-     size_t(64) << 10, true, &allreduceSharedDirect, false, true, true},
-    {"shm_slices", "shared memory reduce-scatter + gather, pipelined: one barrier per 1 MiB chunk", true, kAny,
-     false, &allreduceSharedSlices, false, true, true},
-    {"hierarchical",
-     "shared-memory reduce-scatter inside each host, allreduce of each slice across hosts, shared-memory gather",
-     false, kAny, false, &allreduceHierarchical, true, false, true},
-    {"recursive_doubling", "log2(n) full-buffer exchanges, fold for non-powers of two (latency-bound sizes)",
-     false, size_t(64) << 10, false, &allreduceRecursiveDoubling},
-    {"ring", "ring reduce-scatter + allgather in <= 1 MiB segments (bandwidth-bound sizes)", false, kAny, false,
-     &allreduceRing},
+    {.name = "shm_inplace",
+     .description = "zero-copy in the members' shared output buffers: each rank reduces its slice over all "
+                    "buffers and writes it into every one",
+     .needsShared = true,
+     .needsSharedOutputs = true,
+     .foldsPostscale = true,
+     .attempt = &allreduceSharedInPlace},
+    {.name = "shm_direct",
+     .description = "shared memory, one barrier: every rank reduces all inputs in rank order",
+     .needsShared = true,
+     .maxBytes = size_t(64) << 10,
+     .perPeer = true,
+     .takesPieces = true,
+     .foldsPostscale = true,
+     .run = &allreduceSharedDirect},
+    {.name = "shm_slices",
+     .description = "shared memory reduce-scatter + gather, pipelined: one barrier per 1 MiB chunk",
+     .needsShared = true,
+     .takesPieces = true,
+     .foldsPostscale = true,
+     .run = &allreduceSharedSlices},
+    {.name = "hierarchical",
+     .description =
+         "shared-memory reduce-scatter inside each host, allreduce of each slice across hosts, shared-memory gather",
+     .needsHosts = true,
+     .foldsPostscale = true,
+     .run = &allreduceHierarchical},
+    {.name = "recursive_doubling",
+     .description = "log2(n) full-buffer exchanges, fold for non-powers of two (latency-bound sizes)",
+     .maxBytes = size_t(64) << 10,
+     .run = &allreduceRecursiveDoubling},
+    {.name = "ring",
+     .description = "ring reduce-scatter + allgather in <= 1 MiB segments (bandwidth-bound sizes)",
+     .run = &allreduceRing},
 };
 
 }  // namespace
@@ -56,8 +78,8 @@ void checkAllreduceAlgorithmName(std::string_view name) {
 
 namespace {
 
-bool runnable(const AllreduceAlgorithm& algo, bool shared, bool hosts) {
-  return (shared || !algo.needsShared) && (hosts || !algo.needsHosts);
+bool runnable(const AllreduceAlgorithm& algo, bool shared, bool hosts, bool sharedOutputs = false) {
+  return (shared || !algo.needsShared) && (hosts || !algo.needsHosts) && (sharedOutputs || !algo.needsSharedOutputs);
 }
 
 // The table entry named `requested` when it can run without knowing more about the placement.
@@ -71,7 +93,12 @@ const AllreduceAlgorithm* honoured(std::string_view requested, bool shared) {
 }  // namespace
 
 const AllreduceAlgorithm& chooseAllreduce(std::string_view requested, size_t bytes, int n, bool shared,
-                                          bool hosts) {
+                                          bool hosts, bool sharedOutputs) {
+  if (sharedOutputs) {
+    for (const auto& algo : kTable) {
+      if (algo.needsSharedOutputs && runnable(algo, shared, hosts, sharedOutputs)) return algo;
+    }
+  }
   if (!requested.empty()) {
     for (const auto& algo : kTable) {
       if (requested == algo.name && runnable(algo, shared, hosts)) return algo;
@@ -94,7 +121,8 @@ struct Choice {
   SharedSpace* shared;
 };
 
-Choice choose(Communicator& comm, size_t bytes) {
+// `sharedOutputs`: the caller asked for the members' shared outputs (AllreduceOptions).
+Choice choose(Communicator& comm, size_t bytes, bool sharedOutputs = false) {
   SharedSpace* shared = comm.sharedSpace(comm.deadline());
   const bool useShared = sharedUsable(shared, comm.size());
   const std::string& requested = comm.allreduceAlgorithm();
@@ -102,7 +130,8 @@ Choice choose(Communicator& comm, size_t bytes) {
   // ask only when the answer matters (an explicit request for another algorithm does not).
   bool hosts = false;
   if (!useShared && honoured(requested, useShared) == nullptr) hosts = hierarchicalUsable(comm, true);
-  return Choice{&chooseAllreduce(requested, bytes, comm.size(), useShared, hosts), useShared ? shared : nullptr};
+  return Choice{&chooseAllreduce(requested, bytes, comm.size(), useShared, hosts, sharedOutputs),
+                useShared ? shared : nullptr};
 }
 
 }  // namespace
@@ -114,15 +143,35 @@ const AllreduceAlgorithm& allreduceChoice(Communicator& comm, size_t bytes) {
 
 void allreduce(Communicator& comm, const void* in, void* out, size_t count, DataType dtype, ReduceOp op,
                double postscale) {
-  const ReduceKernel& kernel = reduceKernel(dtype, op);  // validates op before anything is sent
+  allreduce(comm, in, out, count, dtype, AllreduceOptions{.op = op, .postscale = postscale});
+}
+
+bool allreduce(Communicator& comm, const void* in, void* out, size_t count, DataType dtype,
+               const AllreduceOptions& options) {
+  const ReduceKernel& kernel = reduceKernel(dtype, options.op);  // validates op before anything is sent
+  const double postscale = options.postscale;
+  checkScalable(dtype, options.prescale);
   checkScalable(dtype, postscale);
   const size_t bytes = count * kernel.elementSize;
+  auto prescaleIntoOutput = [&] {
+    if (options.prescale == 1.0) return;
+    if (in != out && bytes > 0) std::memcpy(out, in, bytes);
+    scaleBuffer(out, count, dtype, options.prescale);
+    in = out;
+  };
   if (comm.size() == 1 || count == 0) {
+    prescaleIntoOutput();
     if (in != out && bytes > 0) std::memcpy(out, in, bytes);
     scaleBuffer(out, count, dtype, postscale);
-    return;
+    return false;
   }
-  const Choice choice = choose(comm, bytes);
+  Choice choice = choose(comm, bytes, options.sharedOutputs);
+  if (choice.algo->attempt != nullptr) {
+    const AllreduceArgs args{comm, in, out, count, dtype, kernel, choice.shared, nullptr, postscale, options.prescale};
+    if (choice.algo->attempt(args)) return true;
+    choice = choose(comm, bytes);  // declined on every member alike
+  }
+  prescaleIntoOutput();
   const AllreduceAlgorithm& algo = *choice.algo;
   // Algorithms that read the input straight from `in` (shared memory) get it; the others work
   // in place.
@@ -132,6 +181,7 @@ void allreduce(Communicator& comm, const void* in, void* out, size_t count, Data
   }
   algo.run(AllreduceArgs{comm, in, out, count, dtype, kernel, choice.shared, nullptr, postscale});
   if (!algo.foldsPostscale) scaleBuffer(out, count, dtype, postscale);
+  return false;
 }
 
 bool allreducePieces(Communicator& comm, const std::vector<Piece>& pieces, DataType dtype, ReduceOp op,
@@ -160,6 +210,69 @@ bool allreducePieces(Communicator& comm, const std::vector<Piece>& pieces, DataT
 
 void allreduce(Communicator& comm, void* buf, size_t count, DataType dtype, ReduceOp op, double postscale) {
   allreduce(comm, buf, buf, count, dtype, op, postscale);
+}
+
+// ---- Allgather ---------------------------------------------------------------------------------
+
+namespace {
+
+// The output size from which shm_outputs is tried: below it the engine's outputs are not pooled,
+// hence never shared, and the attempt would cost a barrier for nothing.
+constexpr size_t kSharedOutputsMinBytes = size_t(256) << 10;
+
+// Preference order: the first entry that can run is chosen.
+const std::vector<AllgatherAlgorithm> kAllgatherTable = {
+    {.name = "shm_outputs",
+     .description = "each rank writes its block straight into every rank's shared output (one copy)",
+     .needsShared = true,
+     .needsSharedOutputs = true,
+     .minBytes = kSharedOutputsMinBytes,
+     .readsInput = true,
+     .attempt = &allgatherSharedOutputs},
+    {.name = "shm",
+     .description = "shared memory rounds: every rank publishes a chunk of its block, all copy every chunk out",
+     .needsShared = true,
+     .readsInput = true,
+     .run = &allgatherShared},
+    {.name = "hierarchical",
+     .description = "shared memory inside each host, ring across hosts",
+     .needsHosts = true,
+     .run = [](const AllgatherArgs& a) { allgatherHierarchical(a.comm, a.out, a.bytes, a.offsets); }},
+    {.name = "ring",
+     .description = "every block travels around the ring",
+     .run = [](const AllgatherArgs& a) { allgatherRing(a.comm, a.out, a.bytes, a.offsets); }},
+};
+
+}  // namespace
+
+const std::vector<AllgatherAlgorithm>& allgatherAlgorithms() { return kAllgatherTable; }
+
+const AllgatherAlgorithm& allgatherChoice(Communicator& comm, size_t total, bool sharedOutputs,
+                                          SharedSpace** shared) {
+  // Queried in this order (shared space, then hosts only without one) so that the collective
+  // first uses happen at the same point on every member.
+  SharedSpace* space = comm.sharedSpace(comm.deadline());
+  const bool useShared = sharedUsable(space, comm.size());
+  bool outputs = false;
+  if (useShared && sharedOutputs) {
+    PeerMemory* peers = nullptr;
+    outputs = sharedOutputsUsable(comm, &space, &peers);
+  }
+  const bool hosts = !useShared && hierarchicalUsable(comm, true);
+  *shared = useShared ? space : nullptr;
+  for (const auto& algo : kAllgatherTable) {
+    if ((useShared || !algo.needsShared) && (hosts || !algo.needsHosts) && (outputs || !algo.needsSharedOutputs) &&
+        total >= algo.minBytes) {
+      return algo;
+    }
+  }
+  return kAllgatherTable.back();
+}
+
+bool allgatherTriesSharedOutputs(Communicator& comm, size_t totalBytes) {
+  if (comm.size() < 2 || totalBytes == 0) return false;
+  SharedSpace* shared = nullptr;
+  return allgatherChoice(comm, totalBytes, true, &shared).needsSharedOutputs;
 }
 
 }  // namespace hvd::collectives

@@ -75,14 +75,6 @@ void allreduceSharedSlices(const AllreduceArgs& args) {
   const MessageIo contiguous(args.in, args.buf, elem);
   const MessageIo& io = args.io != nullptr ? *args.io : contiguous;
 
-  struct Chunk {
-    size_t offset = 0, count = 0, sliceElems = 0;
-    uint64_t phase = 0;
-    Block slice(int j) const {
-      size_t begin = std::min(count, sliceElems * j);
-      return Block{begin, std::min(count, begin + sliceElems) - begin};
-    }
-  };
   // One slice geometry for every chunk of the call (the last chunk is clipped), so a rank's
   // result region never moves into another rank's input region between chunks. Chunks are made
   // about equal so the last one does not leave most ranks idle.

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "collectives/communicator.h"
@@ -29,6 +30,32 @@ void allreduce(Communicator& comm, void* buf, size_t count, DataType dtype, Redu
 void allreduce(Communicator& comm, const void* in, void* out, size_t count, DataType dtype, ReduceOp op,
                double postscale = 1.0);
 
+// Per-call settings of the allreduce below.
+struct AllreduceOptions {
+  ReduceOp op = ReduceOp::kSum;  // as above (no Average)
+  double prescale = 1.0;         // every input element is multiplied by this first
+  double postscale = 1.0;
+  // The members agreed beforehand (the engine's negotiation) that every member's `out` lies in
+  // a shared buffer (transport/peer_memory.h): the "shm_inplace" algorithm reduces straight
+  // inside those buffers, without staging copies. It checks that it can (one barrier, more when
+  // buffers are new) and falls back to the other algorithms on every member alike if not. Must
+  // be equal on all members.
+  bool sharedOutputs = false;
+};
+// out = postscale * (OP over ranks of prescale * in), `in` unmodified (in == out: in place).
+// Returns true when it ran over the members' shared outputs (see sharedOutputs).
+bool allreduce(Communicator& comm, const void* in, void* out, size_t count, DataType dtype,
+               const AllreduceOptions& options);
+
+// HOROVOD_SHARED_INPLACE: whether callers may ask for the algorithms over shared outputs (the
+// shared in-place allreduce, the shared-output allgather) at all. Read once per process.
+bool sharedOutputsEnabled();
+// Whether the members `setRanks` (global ranks) can run the algorithms over shared outputs:
+// enabled, more than one member, all on this rank's host (`hostOf`: per global rank; empty = one
+// host) and a transport that maps peers' buffers (Transport::peerMemory). No communication.
+bool sharedOutputsPossible(Transport& transport, const std::vector<std::string>& hostOf,
+                           const std::vector<int>& setRanks);
+
 // One tensor of a fused allreduce: `count` elements read from `in`, results written to `out`
 // (in == out is in place; no other overlap, within or across pieces).
 struct Piece {
@@ -44,9 +71,22 @@ struct Piece {
 bool allreducePieces(Communicator& comm, const std::vector<Piece>& pieces, DataType dtype, ReduceOp op,
                      double postscale = 1.0);
 
+struct AllgatherOptions {
+  // Outputs may be shared buffers (transport/peer_memory.h) on the members: the "shm_outputs"
+  // algorithm then writes every block straight into every member's output. It checks that every
+  // member's output is one (one barrier) and falls back on every member alike if not. Must be
+  // equal on all members; whether this member's output really is shared need not be.
+  bool sharedOutputs = false;
+};
 // out = concatenation of every rank's `in` in set-rank order; bytesPerRank[r] is rank r's size.
-// `in` may point into `out` at this rank's offset (in-place allgather).
-void allgatherv(Communicator& comm, const void* in, void* out, const std::vector<size_t>& bytesPerRank);
+// `in` may point into `out` at this rank's offset (in-place allgather). Returns true when it ran
+// over the members' shared outputs.
+bool allgatherv(Communicator& comm, const void* in, void* out, const std::vector<size_t>& bytesPerRank,
+                const AllgatherOptions& options = {});
+// Whether allgatherv with sharedOutputs would try the members' shared outputs for an output of
+// `totalBytes` here (so the caller should allocate a shared one). Equal on all members;
+// collective the first time (it may create the SharedSpace), like allgatherv.
+bool allgatherTriesSharedOutputs(Communicator& comm, size_t totalBytes);
 
 // buf on every rank = buf on `root` (a set rank).
 void broadcast(Communicator& comm, void* buf, size_t bytes, int root);

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "collectives/algorithms.h"
+#include "collectives/member_buffers.h"
 
 namespace hvd {
 
@@ -84,6 +85,11 @@ Communicator& Communicator::subset(const std::vector<int>& setRanks) {
   Communicator& result = *sub;
   subsets_.emplace(setRanks, std::move(sub));
   return result;
+}
+
+collectives::MemberBuffers& Communicator::memberBuffers() {
+  if (!memberBuffers_) memberBuffers_ = std::make_unique<collectives::MemberBuffers>();
+  return *memberBuffers_;
 }
 
 void Communicator::AlignedFree::operator()(void* p) const { std::free(p); }

@@ -16,6 +16,10 @@
 
 namespace hvd {
 
+namespace collectives {
+class MemberBuffers;
+}
+
 class Communicator {
  public:
   // `members`: ascending global ranks; must contain transport.rank().
@@ -82,6 +86,9 @@ class Communicator {
   // Double-buffering phase of sharedSpace(): every shared-memory chunk takes the next phase
   // (SharedSpace::nextPhase, shared with other communicators over the same space).
   uint64_t nextSharedPhase() { return shared_ != nullptr ? shared_->nextPhase() : sharedPhase_++; }
+  // What the algorithms over the members' shared outputs keep between calls
+  // (collectives/member_buffers.h): which buffers the members mapped last. Created on first use.
+  collectives::MemberBuffers& memberBuffers();
   // Allreduce algorithm override by name ("" = choose by size); defaults to
   // HOROVOD_ALLREDUCE_ALGO. Must be equal on every member.
   const std::string& allreduceAlgorithm() const { return allreduceAlgorithm_; }
@@ -106,6 +113,7 @@ class Communicator {
   SharedSpace* hostShared_ = nullptr;
   std::map<std::vector<int>, std::unique_ptr<Communicator>> subsets_;
   std::optional<size_t> hierarchicalBytes_;
+  std::unique_ptr<collectives::MemberBuffers> memberBuffers_;
 };
 
 }  // namespace hvd

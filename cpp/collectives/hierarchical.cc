@@ -110,14 +110,6 @@ void allreduceHierarchical(const AllreduceArgs& args) {
   if (sliceElems * m > chunkElems) sliceElems = chunkElems / m / lineElems * lineElems;
   const size_t step = sliceElems * m;
 
-  struct Chunk {
-    size_t offset = 0, count = 0, sliceElems = 0;
-    uint64_t phase = 0;
-    Block slice(int j) const {
-      size_t begin = std::min(count, sliceElems * j);
-      return Block{begin, std::min(count, begin + sliceElems) - begin};
-    }
-  };
   auto copyOut = [&](const Chunk& c) {
     for (int j = 0; j < m; ++j) {
       if (j == me) continue;

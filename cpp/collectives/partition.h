@@ -20,6 +20,19 @@ inline Block evenBlock(size_t count, int n, int b) {
   return {ub * q + std::min(ub, rem), q + (ub < rem ? 1 : 0)};
 }
 
+// One chunk of a pipelined reduce-scatter + gather through shared memory: `count` elements at
+// `offset` of the message, cut into member slices of `sliceElems` (slice j starts at
+// j * sliceElems; the last ones are clipped or empty), passed through the shared halves of
+// `phase`.
+struct Chunk {
+  size_t offset = 0, count = 0, sliceElems = 0;
+  uint64_t phase = 0;
+  Block slice(int j) const {
+    size_t begin = std::min(count, sliceElems * static_cast<size_t>(j));
+    return Block{begin, std::min(count, begin + sliceElems) - begin};
+  }
+};
+
 inline int mod(int a, int n) { return ((a % n) + n) % n; }
 
 // Upper bound on bytes one step of a pipelined point-to-point algorithm sends, so a ring over a

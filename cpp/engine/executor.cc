@@ -8,11 +8,9 @@
 #include "collectives/collectives.h"
 #include "collectives/reduce.h"
 #include "common/check.h"
+#include "common/logging.h"
 #include "engine/negotiation.h"
 #include "engine/output_pool.h"
-#include "engine/shared_allgather.h"
-#include "engine/shared_buffers.h"
-#include "engine/shared_inplace.h"
 
 namespace hvd::engine {
 namespace {
@@ -29,14 +27,24 @@ uint8_t* bytesOf(void* p) { return static_cast<uint8_t*>(p); }
 
 }  // namespace
 
-OwnedTensor allocateTensor(DataType dtype, std::vector<int64_t> shape, bool shared) {
+OwnedTensor allocateTensor(OutputPool& pool, DataType dtype, std::vector<int64_t> shape, bool shared) {
   OwnedTensor t;
   t.view.dtype = dtype;
   t.view.shape = std::move(shape);
-  t.storage = OutputPool::instance().acquire(t.view.bytes(), shared);
+  t.storage = pool.acquire(t.view.bytes(), shared);
   t.view.data = t.storage.get();
   return t;
 }
+
+Executor::Executor()
+    : outputs_(std::make_shared<OutputPool>(
+          static_cast<size_t>(std::max<int64_t>(0, outputPoolBytesParam().get())))) {}
+
+Executor::~Executor() { outputs_->close(); }
+
+size_t Executor::outputBlocksMapped() const { return outputs_->blocksMapped(); }
+
+void Executor::releaseOutputs() { outputs_->close(); }
 
 void Executor::run(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries) {
   HVD_CHECK(set.comm != nullptr) << "executing a response of process set " << set.id << " on a non-member";
@@ -58,28 +66,26 @@ void Executor::allreduce(const Response& r, Communicator& comm, const std::vecto
   const size_t esize = dataTypeSize(dtype);
   const ReduceOp op = r.params.op == ReduceOp::kAverage ? ReduceOp::kSum : r.params.op;
   const double post = r.params.op == ReduceOp::kAverage ? r.params.postscale / comm.size() : r.params.postscale;
-  // Zero-copy path for tensors in shared buffers (engine/shared_inplace.h); false = staged path.
-  if (r.params.sharedInPlace && sharedInPlaceAllreduce(r, comm, entries)) return;
 
   if (r.tensors.size() == 1) {
-    // Into the caller's output. Without a prescale the collective reads the input directly
-    // (the shared-memory algorithms never write it; the others copy it to the output first);
-    // with one, the input is copied to the output and scaled there.
+    // Into the caller's output; the collective reads the input where it lies and applies the
+    // prescale. A response flagged sharedInPlace (every member's output in a shared buffer) runs
+    // zero-copy inside those buffers when the members can map each other's.
     const size_t count = static_cast<size_t>(r.tensors[0].numElements());
-    void* buf;
+    const collectives::AllreduceOptions options{
+        .op = op, .prescale = r.params.prescale, .postscale = post, .sharedOutputs = r.params.sharedInPlace};
+    bool sharedOutputs;
     if (Entry* e = entries[0]) {
-      buf = e->output;
-      if (r.params.prescale == 1.0) {
-        collectives::allreduce(comm, e->input, buf, count, dtype, op, post);
-        return;
-      }
-      if (e->input != buf && count > 0) std::memcpy(buf, e->input, count * esize);
+      sharedOutputs = collectives::allreduce(comm, e->input, e->output, count, dtype, options);
     } else {
-      buf = fusion_.reserve(count * esize);
+      void* buf = fusion_.reserve(count * esize);
       std::memset(buf, 0, count * esize);
+      sharedOutputs = collectives::allreduce(comm, buf, buf, count, dtype, options);
     }
-    scale(buf, count, dtype, r.params.prescale);
-    collectives::allreduce(comm, buf, count, dtype, op, post);
+    if (sharedOutputs && sharedInPlaceOps_.fetch_add(1, std::memory_order_relaxed) == 0) {
+      HVD_LOG(Debug) << "shared in-place allreduce in use (first: " << count << " x " << dataTypeName(dtype)
+                     << " over " << comm.size() << " ranks)";
+    }
     return;
   }
 
@@ -125,15 +131,15 @@ void Executor::allgather(const Response& r, Communicator& comm, const std::vecto
 
   // Outputs: [sum of first dims, rest...], allocated for the entries this rank has. A single
   // large tensor among members sharing a host gets a shared output, which the members write
-  // into directly (engine/shared_allgather.h).
+  // into directly (the allgather "shm_outputs").
   bool sharedTry = false;
   if (r.tensors.size() == 1) {
     const TensorInfo& t = r.tensors[0].data();
     int64_t rows = 0;
     for (auto d : t.firstDims) rows += d;
-    sharedTry = sharedAllgatherWanted(comm, static_cast<size_t>(rows * t.rowElements()) * esize);
+    sharedTry = collectives::allgatherTriesSharedOutputs(comm, static_cast<size_t>(rows * t.rowElements()) * esize);
   }
-  const bool sharedOutput = sharedTry && sharedPathsEnabled();
+  const bool sharedOutput = sharedTry && collectives::sharedOutputsEnabled();
   std::vector<OwnedTensor*> outputs(r.tensors.size(), nullptr);
   std::vector<size_t> rowBytes(r.tensors.size());
   for (size_t i = 0; i < r.tensors.size(); ++i) {
@@ -145,7 +151,7 @@ void Executor::allgather(const Response& r, Communicator& comm, const std::vecto
       for (auto d : t.firstDims) rows += d;
       shape[0] = rows;
       OwnedTensor& out = e->work->output(e->member);
-      out = allocateTensor(r.params.dtype, std::move(shape), sharedOutput);
+      out = allocateTensor(*outputs_, r.params.dtype, std::move(shape), sharedOutput);
       outputs[i] = &out;
     }
   }
@@ -158,8 +164,12 @@ void Executor::allgather(const Response& r, Communicator& comm, const std::vecto
     const void* in = entries[0] ? entries[0]->input : &kNothing;
     uint8_t scratch = 0;
     void* out = outputs[0] ? outputs[0]->view.data : &scratch;
-    if (sharedTry && sharedOutputAllgather(comm, in, out, bytesPerRank)) return;
-    collectives::allgatherv(comm, in, out, bytesPerRank);
+    if (collectives::allgatherv(comm, in, out, bytesPerRank, {.sharedOutputs = sharedTry}) &&
+        sharedAllgatherOps_.fetch_add(1, std::memory_order_relaxed) == 0) {
+      size_t total = 0;
+      for (size_t b : bytesPerRank) total += b;
+      HVD_LOG(Debug) << "shared-output allgather in use (first: " << total << " bytes over " << n << " ranks)";
+    }
     return;
   }
 
@@ -228,7 +238,7 @@ void Executor::alltoall(const Response& r, Communicator& comm, const std::vector
   }
   std::vector<int64_t> shape = t.shape;
   shape[0] = rows;
-  OwnedTensor out = allocateTensor(r.params.dtype, std::move(shape));
+  OwnedTensor out = allocateTensor(*outputs_, r.params.dtype, std::move(shape));
   static const uint8_t kNothing = 0;
   const void* in = entries[0] ? entries[0]->input : &kNothing;
   collectives::alltoallv(comm, in, sendBytes, out.view.data, recvBytes);

@@ -8,6 +8,8 @@
 // Engine thread only (whoever runs the engine: runtime.h). Transport/collective failures propagate as thrown hvd::Errors.
 #pragma once
 
+#include <atomic>
+#include <memory>
 #include <vector>
 
 #include "collectives/collectives.h"
@@ -18,9 +20,12 @@
 
 namespace hvd::engine {
 
+class OutputPool;
+
 class Executor {
  public:
-  Executor() = default;
+  Executor();
+  ~Executor();
 
   // Runs `response` (any data kind: allreduce, allgather, broadcast, alltoall, reducescatter,
   // barrier) on `set`, of which this rank is a member. entries[i] is this rank's entry for
@@ -30,6 +35,13 @@ class Executor {
   void run(const Response& response, ProcessSet& set, const std::vector<Entry*>& entries);
 
   size_t fusionBufferBytes() const { return fusion_.capacity(); }
+  // Operations that ran over the members' shared outputs (the allreduce "shm_inplace", the
+  // allgather "shm_outputs"), and blocks the output pool mapped so far. Any thread.
+  uint64_t sharedInPlaceOps() const { return sharedInPlaceOps_.load(std::memory_order_relaxed); }
+  uint64_t sharedAllgatherOps() const { return sharedAllgatherOps_.load(std::memory_order_relaxed); }
+  size_t outputBlocksMapped() const;
+  // At shutdown: gives the output pool's cached blocks back (outputs still held stay valid).
+  void releaseOutputs();
 
  private:
   void allreduce(const Response& r, Communicator& comm, const std::vector<Entry*>& entries);
@@ -40,13 +52,16 @@ class Executor {
 
   FusionBuffer fusion_;
   std::vector<collectives::Piece> pieces_;  // a fused allreduce's tensors (scratch)
+  std::shared_ptr<OutputPool> outputs_;      // allgather/alltoall outputs (engine/output_pool.h)
+  std::atomic<uint64_t> sharedInPlaceOps_{0};
+  std::atomic<uint64_t> sharedAllgatherOps_{0};
 };
 
 // Rows of dim 0 that set rank `r` of `n` gets in a reducescatter of `rows` rows (semantics §8.4).
 inline int64_t reducescatterRows(int64_t rows, int n, int r) { return rows / n + (r < rows % n ? 1 : 0); }
 
-// Engine-allocated tensor storage (64-byte aligned; at least one byte so data is never null).
-// `shared`: from the OutputPool's shared blocks when it can (OutputPool::acquire).
-OwnedTensor allocateTensor(DataType dtype, std::vector<int64_t> shape, bool shared = false);
+// Engine-allocated tensor storage from `pool` (64-byte aligned; at least one byte so data is
+// never null). `shared`: from the pool's shared blocks when it can (OutputPool::acquire).
+OwnedTensor allocateTensor(OutputPool& pool, DataType dtype, std::vector<int64_t> shape, bool shared = false);
 
 }  // namespace hvd::engine

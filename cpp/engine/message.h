@@ -53,9 +53,9 @@ struct OpParams {
   DataType dtype = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
   // Request: an allreduce whose output lies inside one of this rank's shared buffers
-  // (engine/shared_buffers.h; in place or not), set on a single host: eligible for the shared
+  // (transport/peer_memory.h; in place or not), set on a single host: eligible for the shared
   // in-place algorithm. Response and cache entry: every member flagged its request so and none
-  // has joined: run that algorithm (engine/shared_inplace.h); such responses are never fused.
+  // has joined: run that algorithm (AllreduceOptions::sharedOutputs); such responses are never fused.
   bool sharedInPlace = false;
   int32_t processSet = 0;
   int32_t root = -1;  // broadcast: global rank

@@ -8,7 +8,7 @@
 #include <new>
 #include <utility>
 
-#include "engine/shared_buffers.h"
+#include "transport/peer_memory.h"
 
 namespace hvd::engine {
 namespace {
@@ -34,18 +34,12 @@ const Param<int64_t>& outputPoolBytesParam() {
 }
 
 struct OutputPool::Release {
-  OutputPool* pool;
+  std::shared_ptr<OutputPool> pool;
   Block block;
   void operator()(void*) { pool->release(std::move(block)); }
 };
 
 OutputPool::~OutputPool() { trim(); }
-
-OutputPool& OutputPool::instance() {
-  // Never destroyed: deleters of outputs still held by the program may run during exit.
-  static OutputPool* pool = new OutputPool(static_cast<size_t>(std::max<int64_t>(0, outputPoolBytesParam().get())));
-  return *pool;
-}
 
 std::shared_ptr<void> OutputPool::acquire(size_t bytes, bool shared) {
   if (bytes < kMinPooledBytes) {
@@ -79,14 +73,14 @@ std::shared_ptr<void> OutputPool::acquire(size_t bytes, bool shared) {
   }
   // On failure the shared_ptr constructor itself calls the deleter (back into the pool).
   void* base = block.base;
-  return std::shared_ptr<void>(base, Release{this, std::move(block)});
+  return std::shared_ptr<void>(base, Release{shared_from_this(), std::move(block)});
 }
 
 void OutputPool::release(Block block) {
   std::vector<Block> evicted;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (block.capacity <= budget_) {
+    if (block.capacity <= budget_ && !closed_) {
       cachedBytes_ += block.capacity;
       cached_.push_back(std::move(block));
       while (cachedBytes_ > budget_) {
@@ -119,6 +113,14 @@ void OutputPool::trim() {
     cachedBytes_ = 0;
   }
   for (Block& b : all) unmapBlock(b);
+}
+
+void OutputPool::close() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    closed_ = true;
+  }
+  trim();
 }
 
 OutputPool::Block OutputPool::mapBlock(size_t capacity, bool shared) {

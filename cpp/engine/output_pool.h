@@ -15,17 +15,20 @@
 // Requests below kMinPooledBytes go to the C heap (glibc keeps small blocks cached itself).
 // Memory is not zeroed.
 //
-// Shared blocks (acquire(bytes, /*shared=*/true)) are shared buffers (engine/shared_buffers.h)
+// Shared blocks (acquire(bytes, /*shared=*/true)) are shared buffers (transport/peer_memory.h)
 // that the other ranks of the host can map, so that a collective can write its result straight
-// into every rank's output (engine/shared_allgather.h). They are cached like the others, apart
+// into every rank's output (the allgather "shm_outputs"). They are cached like the others, apart
 // from them, and only handed out when they fit the budget: a fresh shared block costs a page
 // fault per 4 KiB page (no huge pages for shared memory) in its owner and again in every peer
 // that maps it, so only a block that will be reused is worth it; others get a private block.
 //
+// Ownership: the Runtime's Executor holds one pool (made with std::make_shared). Every block it
+// hands out holds the pool too, so a block may be released after the engine is gone (user
+// threads, Python's GC, even during exit). close() at shutdown unmaps the cached blocks, and
+// blocks released later are unmapped at once: nothing stays cached past the runtime.
+//
 // Thread-safe: acquire() runs on the thread running the engine; the storage's deleter runs on
-// whichever thread drops the last reference (user threads, Python's GC, even after the engine
-// was shut down). The process-wide instance() is never destroyed, so a deleter may run at any
-// time, also during exit.
+// whichever thread drops the last reference.
 #pragma once
 
 #include <cstddef>
@@ -40,7 +43,7 @@ namespace hvd::engine {
 // HOROVOD_OUTPUT_POOL_BYTES: bytes of released outputs kept mapped for reuse (default 16 MiB).
 const Param<int64_t>& outputPoolBytesParam();
 
-class OutputPool {
+class OutputPool : public std::enable_shared_from_this<OutputPool> {
  public:
   static constexpr size_t kMinPooledBytes = size_t(256) << 10;
   static constexpr size_t kHugePage = size_t(2) << 20;
@@ -50,12 +53,10 @@ class OutputPool {
   OutputPool(const OutputPool&) = delete;
   OutputPool& operator=(const OutputPool&) = delete;
 
-  // The process-wide pool, budget from HOROVOD_OUTPUT_POOL_BYTES at first use.
-  static OutputPool& instance();
-
   // At least `bytes` bytes (at least 1), 64-byte aligned, not zeroed. The memory returns to the
-  // pool (or to the system) when the last copy of the returned pointer goes. This pool must
-  // outlive every block it handed out. `shared`: a shared buffer when the request is at least
+  // pool (or to the system) when the last copy of the returned pointer goes; pooled blocks keep
+  // the pool alive (it must be owned by a std::shared_ptr). `shared`: a shared buffer when the
+  // request is at least
   // kMinPooledBytes and its block fits the budget (else an ordinary block). Throws
   // std::bad_alloc.
   std::shared_ptr<void> acquire(size_t bytes, bool shared = false);
@@ -67,6 +68,8 @@ class OutputPool {
   size_t blocksMapped() const;
   // Unmaps every cached block.
   void trim();
+  // trim(), and from now on blocks released are unmapped instead of cached.
+  void close();
 
  private:
   struct Block {
@@ -84,6 +87,7 @@ class OutputPool {
   std::vector<Block> cached_;  // oldest first
   size_t cachedBytes_ = 0;
   size_t blocksMapped_ = 0;
+  bool closed_ = false;
 };
 
 }  // namespace hvd::engine

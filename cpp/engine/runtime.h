@@ -79,6 +79,9 @@ struct RuntimeStats {
   uint64_t parks = 0;         // times the background thread left fresh work to waiting callers
   uint64_t callerDrives = 0;  // waits that ran the engine on the waiting thread
   size_t fusionBufferBytes = 0;
+  uint64_t sharedInPlaceOps = 0;    // allreduces that ran in the members' shared buffers
+  uint64_t sharedAllgatherOps = 0;  // allgathers that wrote into the members' shared outputs
+  size_t outputBlocksMapped = 0;    // blocks the output pool mapped (reused ones count once)
   // Latency probes: std::chrono::steady_clock times in ns since its epoch (CLOCK_MONOTONIC, so
   // comparable between the processes of one host), of the latest such event on this rank's
   // engine's thread; 0 = never.

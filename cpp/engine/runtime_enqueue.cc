@@ -4,9 +4,10 @@
 #include <atomic>
 #include <numeric>
 
+#include "collectives/collectives.h"
 #include "common/check.h"
 #include "engine/runtime.h"
-#include "engine/shared_buffers.h"
+#include "transport/peer_memory.h"
 
 namespace hvd::engine {
 namespace {
@@ -88,10 +89,11 @@ EntryPtr Runtime::makeEntry(Kind kind, const char* opName, const TensorView& in,
   }
   if (kind == Kind::kAllreduce && options.op == ReduceOp::kAdasum) r.params.kind = Kind::kAdasum;
   if (r.params.kind == Kind::kAllreduce && out.data != nullptr && findSharedBuffer(out.data, out.bytes())) {
-    // Into a shared buffer (in place, or from any input): ask for the shared in-place path
-    // (engine/shared_inplace.h) if the whole set shares memory.
+    // Into a shared buffer (in place, or from any input): ask for the allreduce over the
+    // members' shared outputs (collectives.h: AllreduceOptions::sharedOutputs) if the whole set
+    // can map each other's memory.
     auto ranks = sets_.ranks(options.processSet);
-    r.params.sharedInPlace = ranks && sharedInPlaceUsable(*transport_, topology_.hostOf, *ranks);
+    r.params.sharedInPlace = ranks && collectives::sharedOutputsPossible(*transport_, topology_.hostOf, *ranks);
   }
   if (kind == Kind::kAllreduce || kind == Kind::kReducescatter) {
     if (out.data == nullptr && out.numElements() > 0) {

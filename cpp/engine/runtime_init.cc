@@ -291,6 +291,7 @@ void Runtime::shutdown() {
   sets_.clear();
   transport_.reset();
   coordinator_.reset();
+  executor_.releaseOutputs();
   initialized_ = false;
 }
 

@@ -574,7 +574,11 @@ void Runtime::failAll(const ErrorInfo& reason) {
 
 RuntimeStats Runtime::stats() const {
   std::lock_guard<std::mutex> lock(statsMu_);
-  return stats_;
+  RuntimeStats s = stats_;
+  s.sharedInPlaceOps = executor_.sharedInPlaceOps();
+  s.sharedAllgatherOps = executor_.sharedAllgatherOps();
+  s.outputBlocksMapped = executor_.outputBlocksMapped();
+  return s;
 }
 
 }  // namespace hvd::engine

@@ -19,7 +19,6 @@
 
 #include "api/default_runtime.h"
 #include "arrays.h"
-#include "engine/shared_inplace.h"
 #include "errors.h"
 #include "handles.h"
 #include "horovod/horovod.h"
@@ -318,9 +317,13 @@ NB_MODULE(_core, m) {
       "hvd::allocateShared). In-place allreduces inside it run zero-copy when every rank uses one. The "
       "array (and torch.from_dlpack views of it) keeps the memory alive.");
   m.def(
-      "shared_inplace_count", [] { return hvd::engine::sharedInPlaceCount(); },
-      "Allreduces of this process that ran the shared in-place path (engine/shared_inplace.h): "
-      "for tests and benchmarks.");
+      "shared_inplace_count",
+      [] {
+        auto runtime = hvd::api::defaultRuntime();
+        return runtime ? runtime->stats().sharedInPlaceOps : uint64_t{0};
+      },
+      "Allreduces of the current runtime that ran in place in the ranks' shared buffers (the "
+      "allreduce algorithm shm_inplace): for tests and benchmarks.");
   m.def("allreduce_async", &allreduceAsync, "tensor"_a, "output"_a.none(), "name"_a, "op"_a,
         "prescale"_a, "postscale"_a, "process_set"_a, "one_off"_a = false,
         "out = postscale * OP(prescale * tensor); output=None reduces in place.");

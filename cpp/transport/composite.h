@@ -12,7 +12,8 @@
 // helper thread while the calling thread receives, so a ring step that crosses hosts cannot
 // deadlock. The control plane (mailbox) is the remote sub-transport's, which connects every
 // pair of ranks; global rank numbers throughout. sharedSpace() is the local sub-transport's
-// when every requested rank is local.
+// when every requested rank is local; peerMemory() is the local sub-transport's (peers' buffers
+// can only be mapped on this host).
 //
 // Errors from the local sub-transport are rethrown with global rank numbers. The first
 // PeerLost is remembered: later calls fail with it. abort() aborts both sub-transports.
@@ -54,6 +55,7 @@ class CompositeTransport final : public Transport {
   void sendRecv(int to, const void* sendData, size_t sendBytes, int from, void* recvData, size_t recvBytes,
                 Deadline deadline) override;
   SharedSpace* sharedSpace(const std::vector<int>& ranks, Deadline deadline) override;
+  PeerMemory* peerMemory() override { return local_ ? local_->peerMemory() : nullptr; }
 
   void post(int peer, const void* data, size_t bytes) override;
   std::optional<MailboxMessage> poll() override;

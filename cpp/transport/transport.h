@@ -31,6 +31,8 @@
 
 namespace hvd {
 
+class PeerMemory;  // transport/peer_memory.h
+
 // Shared-memory capability of a group of ranks on one host (see Transport::sharedSpace).
 // Each member owns one buffer of capacity() bytes that every member can read and write.
 // Buffers persist for the transport's lifetime; no allocation per operation.
@@ -97,6 +99,12 @@ class Transport {
     (void)deadline;
     return nullptr;
   }
+
+  // Mapping of peers' shared buffers (transport/peer_memory.h), or nullptr when this transport
+  // cannot map them (its peers are not processes of this host, or it has no shared memory).
+  // Owned by the transport. This accessor may be called from any thread; the PeerMemory itself
+  // only by the data-plane thread.
+  virtual PeerMemory* peerMemory() { return nullptr; }
 
   // ---- Control plane ----------------------------------------------------------------------
   // Queues a message to `peer`; returns once it is handed to the transport (does not wait for

@@ -1,5 +1,7 @@
 #include "transport/local/local_transport.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <thread>
@@ -7,6 +9,7 @@
 
 #include "common/check.h"
 #include "transport/local/local_hub.h"
+#include "transport/peer_memory.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -242,6 +245,28 @@ void LocalTransport::sendRecv(int to, const void* sendData, size_t sendBytes, in
   // Streams are unbounded, so the send completes without the peer; then receive.
   send(to, sendData, sendBytes, deadline);
   recv(from, recvData, recvBytes, deadline);
+}
+
+namespace {
+
+// Peers are threads of this process: their buffers need no mapping.
+class SameProcessMemory final : public PeerMemory {
+ public:
+  uint8_t* map(const SharedBufferInfo& info, std::shared_ptr<void>& hold) override {
+    if (info.owner != static_cast<int64_t>(::getpid())) {
+      throw Error("local transport: a shared buffer of process " + std::to_string(info.owner) +
+                  " cannot be mapped here");
+    }
+    hold.reset();
+    return info.base;
+  }
+};
+
+}  // namespace
+
+PeerMemory* LocalTransport::peerMemory() {
+  static SameProcessMemory memory;  // stateless
+  return options_.sharedMemory ? &memory : nullptr;
 }
 
 SharedSpace* LocalTransport::sharedSpace(const std::vector<int>& ranks, Deadline deadline) {

@@ -5,7 +5,9 @@
 // keyed by jobId, created by the first rank to arrive and released when the last rank's
 // transport is destroyed. The hub holds one unbounded FIFO byte stream per ordered pair of ranks
 // (so send() never blocks and sendRecv() cannot deadlock), one mailbox per rank, and the shared
-// spaces (plain heap buffers + a barrier) requested through sharedSpace().
+// spaces (plain heap buffers + a barrier) requested through sharedSpace(). With shared memory on,
+// peerMemory() maps peers' shared buffers (transport/peer_memory.h) trivially: every rank is in
+// this process, so a buffer's address is the same for all.
 //
 // Failure model (mirrors real transports): abort() on a rank makes that rank's blocking calls
 // throw Aborted and makes its peers' blocking calls throw PeerLost(rank). Destroying a transport
@@ -52,6 +54,7 @@ class LocalTransport : public Transport {
   void sendRecv(int to, const void* sendData, size_t sendBytes, int from, void* recvData, size_t recvBytes,
                 Deadline deadline) override;
   SharedSpace* sharedSpace(const std::vector<int>& ranks, Deadline deadline) override;
+  PeerMemory* peerMemory() override;
 
   void post(int peer, const void* data, size_t bytes) override;
   std::optional<MailboxMessage> poll() override;

@@ -40,6 +40,7 @@
 
 #include "common/params.h"
 #include "horovod/errors.h"
+#include "transport/shm/peer_mappings.h"
 #include "transport/shm/ring.h"
 #include "transport/shm/segment.h"
 #include "transport/shm/waiter.h"
@@ -92,6 +93,7 @@ class ShmTransport final : public Transport {
   void sendRecv(int to, const void* sendData, size_t sendBytes, int from, void* recvData, size_t recvBytes,
                 Deadline deadline) override;
   SharedSpace* sharedSpace(const std::vector<int>& ranks, Deadline deadline) override;
+  PeerMemory* peerMemory() override { return &peerMappings_; }
 
   void post(int peer, const void* data, size_t bytes) override;
   std::optional<MailboxMessage> poll() override;
@@ -188,6 +190,8 @@ class ShmTransport final : public Transport {
 
   std::mutex spaceMutex_;
   std::map<std::vector<int>, std::unique_ptr<ShmSpace>> spaces_;
+  // Peers' shared buffers mapped so far (data-plane thread only).
+  PeerMappings peerMappings_;
 };
 
 }  // namespace hvd::shm

@@ -229,8 +229,19 @@ TEST(Allreduce, AlgorithmTable) {
   // A shared algorithm requested without shared memory falls back to the size rule.
   EXPECT_STREQ("ring", chooseAllreduce("shm_slices", 64 << 20, 2, false).name);
   EXPECT_THROW(chooseAllreduce("no_such_algo", 1, 2, true), InvalidArgument);
+  // Shared outputs the members agreed on go first, even over a requested name; without the
+  // agreement, or without shared memory, that algorithm is never chosen.
+  EXPECT_STREQ("shm_inplace", chooseAllreduce("", 1024, 2, true, false, true).name);
+  EXPECT_STREQ("shm_inplace", chooseAllreduce("ring", 64 << 20, 2, true, false, true).name);
+  EXPECT_STREQ("shm_slices", chooseAllreduce("shm_inplace", 64 << 20, 2, true).name);
+  EXPECT_STREQ("ring", chooseAllreduce("", 64 << 20, 2, false, false, true).name);
   for (const auto& algo : collectives::allreduceAlgorithms()) {
     EXPECT_GT(std::strlen(algo.description), 10u) << algo.name;
+    EXPECT_NE(algo.run == nullptr, algo.attempt == nullptr) << algo.name << ": run or attempt, not both";
+  }
+  for (const auto& algo : collectives::allgatherAlgorithms()) {
+    EXPECT_GT(std::strlen(algo.description), 10u) << algo.name;
+    EXPECT_NE(algo.run == nullptr, algo.attempt == nullptr) << algo.name << ": run or attempt, not both";
   }
   EXPECT_EQ(std::string("HOROVOD_ALLREDUCE_ALGO"), collectives::allreduceAlgorithmParam().name());
 }

@@ -12,7 +12,7 @@
 #include "cluster.h"
 #include "engine/executor.h"
 #include "engine/output_pool.h"
-#include "engine/shared_buffers.h"
+#include "transport/peer_memory.h"
 #include "typed.h"
 
 namespace hvd::test {
@@ -23,105 +23,124 @@ using engine::OutputPool;
 constexpr size_t kMiB = size_t(1) << 20;
 
 TEST(OutputPool, ReusesAReleasedBlock) {
-  OutputPool pool(16 * kMiB);
+  auto pool = std::make_shared<OutputPool>(16 * kMiB);
   void* first;
   {
-    auto a = pool.acquire(3 * kMiB + 5);
+    auto a = pool->acquire(3 * kMiB + 5);
     first = a.get();
     std::memset(a.get(), 1, 3 * kMiB + 5);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(first) % OutputPool::kHugePage, 0u) << "huge blocks are 2 MiB aligned";
-    EXPECT_EQ(pool.cachedBytes(), 0u);
+    EXPECT_EQ(pool->cachedBytes(), 0u);
   }
-  EXPECT_EQ(pool.cachedBytes(), 4 * kMiB) << "released block kept, rounded to huge pages";
-  auto b = pool.acquire(3 * kMiB);
+  EXPECT_EQ(pool->cachedBytes(), 4 * kMiB) << "released block kept, rounded to huge pages";
+  auto b = pool->acquire(3 * kMiB);
   EXPECT_EQ(b.get(), first) << "same size class: the cached block comes back";
-  EXPECT_EQ(pool.cachedBytes(), 0u);
-  EXPECT_EQ(pool.blocksMapped(), 1u);
+  EXPECT_EQ(pool->cachedBytes(), 0u);
+  EXPECT_EQ(pool->blocksMapped(), 1u);
 }
 
 TEST(OutputPool, SteadyLoopMapsTwoBlocks) {
   // The pattern of a training loop: the next output is allocated while the previous is held.
-  OutputPool pool(16 * kMiB);
+  auto pool = std::make_shared<OutputPool>(16 * kMiB);
   std::shared_ptr<void> held;
   for (int i = 0; i < 20; ++i) {
-    auto next = pool.acquire(8 * kMiB);
+    auto next = pool->acquire(8 * kMiB);
     std::memset(next.get(), i, 8 * kMiB);
     held = std::move(next);
   }
-  EXPECT_EQ(pool.blocksMapped(), 2u);
-  EXPECT_EQ(pool.cachedBytes(), 8 * kMiB);
+  EXPECT_EQ(pool->blocksMapped(), 2u);
+  EXPECT_EQ(pool->cachedBytes(), 8 * kMiB);
 }
 
 TEST(OutputPool, BudgetBoundsWhatIsKept) {
-  OutputPool pool(8 * kMiB);
-  { auto big = pool.acquire(10 * kMiB); }
-  EXPECT_EQ(pool.cachedBytes(), 0u) << "a block over the budget is unmapped at once";
+  auto pool = std::make_shared<OutputPool>(8 * kMiB);
+  { auto big = pool->acquire(10 * kMiB); }
+  EXPECT_EQ(pool->cachedBytes(), 0u) << "a block over the budget is unmapped at once";
   {
-    auto a = pool.acquire(4 * kMiB);
-    auto b = pool.acquire(4 * kMiB);
-    auto c = pool.acquire(2 * kMiB);
+    auto a = pool->acquire(4 * kMiB);
+    auto b = pool->acquire(4 * kMiB);
+    auto c = pool->acquire(2 * kMiB);
     void* pa = a.get();
     a.reset();
     b.reset();
-    EXPECT_EQ(pool.cachedBytes(), 8 * kMiB);
+    EXPECT_EQ(pool->cachedBytes(), 8 * kMiB);
     c.reset();  // over budget: the oldest (a) goes
-    EXPECT_EQ(pool.cachedBytes(), 6 * kMiB);
-    auto d = pool.acquire(4 * kMiB);
+    EXPECT_EQ(pool->cachedBytes(), 6 * kMiB);
+    auto d = pool->acquire(4 * kMiB);
     EXPECT_NE(d.get(), pa);
   }
-  OutputPool none(0);
-  { auto x = none.acquire(1 * kMiB); }
-  EXPECT_EQ(none.cachedBytes(), 0u);
-  pool.trim();
-  EXPECT_EQ(pool.cachedBytes(), 0u);
+  auto none = std::make_shared<OutputPool>(0);
+  { auto x = none->acquire(1 * kMiB); }
+  EXPECT_EQ(none->cachedBytes(), 0u);
+  pool->trim();
+  EXPECT_EQ(pool->cachedBytes(), 0u);
 }
 
 TEST(OutputPool, DoesNotHandOutAFarLargerBlock) {
-  OutputPool pool(64 * kMiB);
-  { auto big = pool.acquire(32 * kMiB); }
-  auto small = pool.acquire(1 * kMiB);
-  EXPECT_EQ(pool.cachedBytes(), 32 * kMiB) << "a 1 MiB request does not take the 32 MiB block";
-  EXPECT_EQ(pool.blocksMapped(), 2u);
+  auto pool = std::make_shared<OutputPool>(64 * kMiB);
+  { auto big = pool->acquire(32 * kMiB); }
+  auto small = pool->acquire(1 * kMiB);
+  EXPECT_EQ(pool->cachedBytes(), 32 * kMiB) << "a 1 MiB request does not take the 32 MiB block";
+  EXPECT_EQ(pool->blocksMapped(), 2u);
 }
 
 TEST(OutputPool, SharedBlocksAreSharedBuffersCachedApart) {
-  OutputPool pool(16 * kMiB);
+  auto pool = std::make_shared<OutputPool>(16 * kMiB);
   void* sharedBase;
   {
-    auto a = pool.acquire(3 * kMiB, /*shared=*/true);
+    auto a = pool->acquire(3 * kMiB, /*shared=*/true);
     sharedBase = a.get();
-    EXPECT_TRUE(engine::findSharedBuffer(a.get(), 3 * kMiB)) << "peers can map it";
+    EXPECT_TRUE(findSharedBuffer(a.get(), 3 * kMiB)) << "peers can map it";
     std::memset(a.get(), 1, 3 * kMiB);
   }
-  EXPECT_EQ(pool.cachedBytes(), 4 * kMiB);
+  EXPECT_EQ(pool->cachedBytes(), 4 * kMiB);
   {
-    auto priv = pool.acquire(3 * kMiB);
+    auto priv = pool->acquire(3 * kMiB);
     EXPECT_NE(priv.get(), sharedBase) << "a private request does not get the cached shared block";
-    EXPECT_FALSE(engine::findSharedBuffer(priv.get(), 3 * kMiB));
+    EXPECT_FALSE(findSharedBuffer(priv.get(), 3 * kMiB));
   }
-  auto again = pool.acquire(3 * kMiB, true);
+  auto again = pool->acquire(3 * kMiB, true);
   EXPECT_EQ(again.get(), sharedBase) << "the cached shared block comes back";
-  auto small = pool.acquire(4096, true);
-  EXPECT_FALSE(engine::findSharedBuffer(small.get(), 4096)) << "below kMinPooledBytes: the C heap";
-  auto big = pool.acquire(20 * kMiB, true);
-  EXPECT_FALSE(engine::findSharedBuffer(big.get(), 20 * kMiB)) << "over the budget: a private block";
+  auto small = pool->acquire(4096, true);
+  EXPECT_FALSE(findSharedBuffer(small.get(), 4096)) << "below kMinPooledBytes: the C heap";
+  auto big = pool->acquire(20 * kMiB, true);
+  EXPECT_FALSE(findSharedBuffer(big.get(), 20 * kMiB)) << "over the budget: a private block";
   again.reset();
-  pool.trim();
-  EXPECT_FALSE(engine::findSharedBuffer(sharedBase, 4096)) << "trimmed: the shared buffer is gone";
+  pool->trim();
+  EXPECT_FALSE(findSharedBuffer(sharedBase, 4096)) << "trimmed: the shared buffer is gone";
+}
+
+// Blocks keep the pool alive; once closed (the runtime shut down) it caches nothing.
+TEST(OutputPool, ClosedPoolCachesNothingAndOutlivesItsOwner) {
+  auto pool = std::make_shared<OutputPool>(16 * kMiB);
+  std::weak_ptr<OutputPool> watch = pool;
+  auto a = pool->acquire(3 * kMiB);
+  auto b = pool->acquire(3 * kMiB);
+  { auto c = pool->acquire(3 * kMiB); }
+  EXPECT_EQ(pool->cachedBytes(), 4 * kMiB);
+  pool->close();
+  EXPECT_EQ(pool->cachedBytes(), 0u) << "close() trims";
+  a.reset();
+  EXPECT_EQ(pool->cachedBytes(), 0u) << "released after close(): unmapped";
+  pool.reset();
+  EXPECT_FALSE(watch.expired()) << "a block still out holds the pool";
+  std::memset(b.get(), 1, 3 * kMiB);
+  b.reset();
+  EXPECT_TRUE(watch.expired());
 }
 
 TEST(OutputPool, SmallRequestsAndReleaseFromOtherThreads) {
-  OutputPool pool(16 * kMiB);
-  auto tiny = pool.acquire(0);
+  auto pool = std::make_shared<OutputPool>(16 * kMiB);
+  auto tiny = pool->acquire(0);
   ASSERT_NE(tiny.get(), nullptr);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(tiny.get()) % 64, 0u);
   std::shared_ptr<void> blocks[4];
-  for (auto& b : blocks) b = pool.acquire(kMiB);
+  for (auto& b : blocks) b = pool->acquire(kMiB);
   std::thread t([&] {
     for (auto& b : blocks) b.reset();
   });
   t.join();
-  EXPECT_EQ(pool.cachedBytes(), 4 * kMiB);
+  EXPECT_EQ(pool->cachedBytes(), 4 * kMiB);
 }
 
 // Outputs of engine allgathers stay valid after their Work and the engine are gone, and
@@ -138,7 +157,7 @@ TEST(OutputPoolEngine, AllgatherOutputsOutliveWorkAndEngine) {
       for (int64_t i = 0; i < rows; ++i) in.set(static_cast<size_t>(i), rank * 1000 + iter + i % 7);
       OwnedTensor out;
       {
-        auto work = rt.allgather(in.view(), named("pool.ag"));
+        auto work = rt.allgather(in.view(), named("pool->ag"));
         work->wait();
         out = work->outputs().at(0);
       }  // the Work is gone; `out` holds the storage

@@ -1,4 +1,4 @@
-// The shared-output allgather (engine/shared_allgather.h) over real processes: forked ranks on
+// The shared-output allgather (the allgather algorithm "shm_outputs") over real processes: forked ranks on
 // the shm transport run the public API. Checks every element against its expected value for
 // uneven per-rank sizes across the path's thresholds (pooled output, streaming stores, chunks),
 // that the path is taken where it should be and not below it, that a rank whose output is not
@@ -16,9 +16,8 @@
 #include <utility>
 #include <vector>
 
-#include "engine/output_pool.h"
-#include "engine/shared_allgather.h"
 #include "horovod/horovod.h"
+#include "shared_buffers/runtime_counts.h"
 #include "support/forked_ranks.h"
 
 namespace hvd {
@@ -55,9 +54,9 @@ int gatherAndCheck(int rank, int n, int64_t baseRows, int64_t cols, bool wantSha
   const TensorView view = viewOf(in.data(), DataType::kInt32, {mine, cols});
   Options o;
   o.name = name;
-  const uint64_t before = engine::sharedAllgatherCount();
+  const uint64_t before = test_support::sharedAllgatherCount();
   OwnedTensor out = allgather(view, o);
-  if ((engine::sharedAllgatherCount() == before + 1) != wantShared) {
+  if ((test_support::sharedAllgatherCount() == before + 1) != wantShared) {
     std::fprintf(stderr, "rank %d %s: shared-output path %s\n", rank, name.c_str(),
                  wantShared ? "not taken" : "taken unexpectedly");
     return kWrongPath;
@@ -133,15 +132,15 @@ TEST(SharedAllgather, SteadyLoopReusesTwoBlocks) {
     const TensorView view = viewOf(in.data(), DataType::kFloat32, {int64_t(in.size())});
     Options o;
     o.name = "loop";
-    const size_t mappedBefore = engine::OutputPool::instance().blocksMapped();
+    const size_t mappedBefore = test_support::outputBlocksMapped();
     for (int step = 0; step < 20; ++step) {
       OwnedTensor next = allgather(view, o);
       const float* f = static_cast<const float*>(next.view.data);
       if (f[0] != 0.0f || f[in.size()] != 1.0f) return kMismatch;
       held = std::move(next);  // the previous output goes back to the pool here
     }
-    if (engine::sharedAllgatherCount() != 20) return kWrongPath;
-    const size_t mapped = engine::OutputPool::instance().blocksMapped() - mappedBefore;
+    if (test_support::sharedAllgatherCount() != 20) return kWrongPath;
+    const size_t mapped = test_support::outputBlocksMapped() - mappedBefore;
     if (mapped != 2) {
       std::fprintf(stderr, "rank %d: %zu blocks mapped for 20 steps\n", rank, mapped);
       return kWrongPath;
@@ -162,7 +161,7 @@ TEST(SharedAllgather, KilledRankIsReportedAsPeerLost) {
     o.name = "kill";
     return test_support::runUntilPeerLost(
         rank, 2, [&] { allgather(view, o); },
-        [] { return engine::sharedAllgatherCount() < 30 ? kWrongPath : kOk; });
+        [] { return test_support::sharedAllgatherCount() < 30 ? kWrongPath : kOk; });
   });
   EXPECT_EQ(codes[0], kOk);
   EXPECT_EQ(codes[1], kOk);

@@ -18,10 +18,10 @@
 #include <vector>
 
 #include "collectives/reduce.h"
-#include "engine/shared_buffers.h"
-#include "engine/shared_inplace.h"
 #include "horovod/horovod.h"
+#include "shared_buffers/runtime_counts.h"
 #include "support/forked_ranks.h"
+#include "transport/peer_memory.h"
 
 namespace hvd {
 namespace {
@@ -94,16 +94,16 @@ TEST(SharedBuffers, AllocationIsZeroedAlignedAndRegistered) {
   EXPECT_EQ(reinterpret_cast<uintptr_t>(t.view.data) % 64, 0u);
   EXPECT_EQ(t.view.bytes(), 60u);
   for (int i = 0; i < 15; ++i) EXPECT_EQ(static_cast<float*>(t.view.data)[i], 0.0f);
-  engine::SharedBufferInfo info;
-  EXPECT_TRUE(engine::findSharedBuffer(static_cast<uint8_t*>(t.view.data) + 4, 56, &info));
+  SharedBufferInfo info;
+  EXPECT_TRUE(findSharedBuffer(static_cast<uint8_t*>(t.view.data) + 4, 56, &info));
   EXPECT_EQ(info.base, t.view.data);
   EXPECT_NE(info.id, 0u);
-  EXPECT_FALSE(engine::findSharedBuffer(t.view.data, info.bytes + 1));
+  EXPECT_FALSE(findSharedBuffer(t.view.data, info.bytes + 1));
   std::vector<float> ordinary(15);
-  EXPECT_FALSE(engine::findSharedBuffer(ordinary.data(), 60));
+  EXPECT_FALSE(findSharedBuffer(ordinary.data(), 60));
   void* data = t.view.data;
   t = OwnedTensor{};  // last reference: unregistered
-  EXPECT_FALSE(engine::findSharedBuffer(data, 4));
+  EXPECT_FALSE(findSharedBuffer(data, 4));
   OwnedTensor empty = allocateShared(DataType::kUInt8, {0});
   EXPECT_NE(empty.view.data, nullptr);
   EXPECT_THROW(allocateShared(DataType::kUInt8, {-1}), InvalidArgument);
@@ -150,9 +150,9 @@ TEST(SharedInPlace, MatchesStagedPathAcrossDtypesOpsSizes) {
         o.prescale = c.prescale;
         o.postscale = c.postscale;
         o.name = "shared." + std::to_string(id);
-        uint64_t before = engine::sharedInPlaceCount();
+        uint64_t before = test_support::sharedInPlaceCount();
         allreduce(viewOf(s, c.dtype, count), viewOf(s, c.dtype, count), o);
-        if (engine::sharedInPlaceCount() != before + 1) {
+        if (test_support::sharedInPlaceCount() != before + 1) {
           fprintf(stderr, "rank %d case %d: shared in-place path not taken\n", rank, id);
           return kWrongPath;
         }
@@ -181,7 +181,7 @@ TEST(SharedInPlace, MatchesStagedPathAcrossDtypesOpsSizes) {
       if (f[i] != float(want)) return kMismatch;
     }
     // Steady state: the same name again and again (response cache hits keep the flag).
-    uint64_t before = engine::sharedInPlaceCount();
+    uint64_t before = test_support::sharedInPlaceCount();
     for (int step = 0; step < 20; ++step) {
       for (size_t i = 0; i < 1001; ++i) f[i] = float(rank + step);
       allreduce(viewOf(f, DataType::kFloat32, 1001), viewOf(f, DataType::kFloat32, 1001), o);
@@ -189,7 +189,7 @@ TEST(SharedInPlace, MatchesStagedPathAcrossDtypesOpsSizes) {
         if (f[i] != float(3 * step + 3)) return kMismatch;
       }
     }
-    if (engine::sharedInPlaceCount() != before + 20) return kWrongPath;
+    if (test_support::sharedInPlaceCount() != before + 20) return kWrongPath;
     barrier();
     shutdown();
     return kOk;
@@ -223,10 +223,10 @@ TEST(SharedInPlace, IntoSharedOutputFromAnyInput) {
             o.op = ReduceOp::kAverage;
             o.prescale = prescale;
             o.name = "into." + std::to_string(id);
-            const uint64_t before = engine::sharedInPlaceCount();
+            const uint64_t before = test_support::sharedInPlaceCount();
             allreduce(viewOf(inPlace ? out : input.data(), DataType::kFloat32, count),
                       viewOf(out, DataType::kFloat32, count), o);
-            if (engine::sharedInPlaceCount() != before + 1) return kWrongPath;
+            if (test_support::sharedInPlaceCount() != before + 1) return kWrongPath;
             if (!inPlace && input != copy) {
               fprintf(stderr, "rank %d case %d: the input was written\n", rank, id);
               return kMismatch;
@@ -265,28 +265,28 @@ TEST(SharedInPlace, MixedRanksTakeTheStagedPath) {
     o.op = ReduceOp::kAverage;
     for (int step = 0; step < 3; ++step) {
       for (size_t i = 0; i < count; ++i) buf[i] = float(2 * (rank + 1) * (i % 9) + step);
-      uint64_t before = engine::sharedInPlaceCount();
+      uint64_t before = test_support::sharedInPlaceCount();
       allreduce(viewOf(buf, DataType::kFloat32, count), viewOf(buf, DataType::kFloat32, count), o);
-      if (engine::sharedInPlaceCount() != before) return kWrongPath;
+      if (test_support::sharedInPlaceCount() != before) return kWrongPath;
       for (size_t i = 0; i < count; ++i) {
         if (buf[i] != float(3 * (i % 9) + step)) return kMismatch;
       }
     }
     buf = static_cast<float*>(shared.view.data);
     for (size_t i = 0; i < count; ++i) buf[i] = float(rank);
-    uint64_t before = engine::sharedInPlaceCount();
+    uint64_t before = test_support::sharedInPlaceCount();
     o.op = ReduceOp::kSum;
     allreduce(viewOf(buf, DataType::kFloat32, count), viewOf(buf, DataType::kFloat32, count), o);
-    if (engine::sharedInPlaceCount() != before + 1) return kWrongPath;
+    if (test_support::sharedInPlaceCount() != before + 1) return kWrongPath;
     for (size_t i = 0; i < count; ++i) {
       if (buf[i] != 1.0f) return kMismatch;
     }
     // Out of place from a shared buffer is an ordinary allreduce.
     std::vector<float> out(count);
-    before = engine::sharedInPlaceCount();
+    before = test_support::sharedInPlaceCount();
     o.name = "outofplace";
     allreduce(viewOf(buf, DataType::kFloat32, count), viewOf(out.data(), DataType::kFloat32, count), o);
-    if (engine::sharedInPlaceCount() != before || out[5] != 2.0f) return kWrongPath;
+    if (test_support::sharedInPlaceCount() != before || out[5] != 2.0f) return kWrongPath;
     barrier();
     shutdown();
     return kOk;
@@ -304,7 +304,7 @@ TEST(SharedInPlace, TcpTransportTakesTheStagedPath) {
     Options o;
     o.name = "tcp";
     allreduce(viewOf(buf, DataType::kFloat32, 1000), viewOf(buf, DataType::kFloat32, 1000), o);
-    if (engine::sharedInPlaceCount() != 0) return kWrongPath;
+    if (test_support::sharedInPlaceCount() != 0) return kWrongPath;
     if (buf[999] != 3.0f) return kMismatch;
     shutdown();
     return kOk;
@@ -340,7 +340,7 @@ TEST(SharedInPlace, FreedBufferLeavesNoMemoryInPeers) {
       float* buf = static_cast<float*>(shared.view.data);
       for (size_t i = 0; i < count; ++i) buf[i] = float(rank);
       allreduce(viewOf(buf, DataType::kFloat32, count), viewOf(buf, DataType::kFloat32, count), o);
-      if (engine::sharedInPlaceCount() != 1) return kWrongPath;
+      if (test_support::sharedInPlaceCount() != 1) return kWrongPath;
       if (buf[count - 1] != 1.0f) return kMismatch;
       // Mine (32 MiB) and the peer's slice I reduced (16 MiB) are resident here.
       if (residentSharedKiB() - before < 40 << 10) return kWrongPath;
@@ -370,7 +370,7 @@ TEST(SharedInPlace, KilledRankIsReportedAsPeerLost) {
     o.op = ReduceOp::kAverage;
     return test_support::runUntilPeerLost(
         rank, 2, [&] { allreduce(viewOf(buf, DataType::kFloat32, count), viewOf(buf, DataType::kFloat32, count), o); },
-        [] { return engine::sharedInPlaceCount() < 30 ? kWrongPath : kOk; });
+        [] { return test_support::sharedInPlaceCount() < 30 ? kWrongPath : kOk; });
   });
   EXPECT_EQ(codes[0], kOk);
   EXPECT_EQ(codes[1], kOk);

@@ -1,24 +1,36 @@
-#include "engine/shared_inplace.h"
-
+// "shm_inplace": the zero-copy allreduce for outputs that lie inside a shared buffer
+// (transport/peer_memory.h) on every member, all members on one host. The reduction runs in place
+// across the members' outputs; a member's input is either its output itself or any other tensor
+// (e.g. a fresh gradient), staged into the output's other members' slices first.
+//
+// Protocol (every member, same point of the collective order; the dispatcher attempts it when the
+// caller says the members agreed on shared outputs, AllreduceOptions::sharedOutputs):
+//  0. an input other than the output: copy every slice but mine (step 3) into the output;
+//  1-2. map every member's buffer (member_buffers.h: publish a descriptor in the set's
+//     SharedSpace, map the peers' buffers, agree; two barriers, one in the steady state); if any
+//     member cannot, every member returns false and the dispatcher runs the next algorithm
+//     (nothing has been written but step 0's copy into the own output, which that one rewrites);
+//  3. member i reduces slice i over all members' buffers in rank order 0..n-1 (its own part read
+//     from its input), in L1-sized tiles (prescale applied per input, postscale to the result),
+//     and writes the result into slice i of EVERY member's buffer; barrier.
+// The result is bitwise identical on every member (each element is computed by one rank). No
+// allocation per call (the transport caches the mappings). Every wait is a SharedSpace barrier
+// with the communicator's deadline, which watches the peers: a dead peer gives PeerLost.
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 
+#include "collectives/algorithms.h"
+#include "collectives/member_buffers.h"
 #include "collectives/partition.h"
 #include "collectives/reduce.h"
-#include "collectives/reduce_kernels.h"
 #include "collectives/stream_copy.h"
-#include "common/check.h"
 #include "common/logging.h"
-#include "engine/member_buffers.h"
 
-namespace hvd::engine {
+namespace hvd::collectives {
 namespace {
 
 // Tiles stay in L1 while the n inputs are folded into them.
 constexpr size_t kTileBytes = 16 << 10;
-
-std::atomic<uint64_t> completed{0};
 
 // Member `me`'s slice of `count` elements of `elem` bytes: [begin, end), whole cache lines so
 // that no two members write the same line.
@@ -32,20 +44,20 @@ Slice sliceOf(size_t count, size_t elem, int n, int me) {
   return {begin, std::min(count, begin + sliceElems)};
 }
 
-// Whether a buffer of `bytes` is written with streaming stores (collectives/stream_copy.h): a
-// large one is not read again before it has left the cache, and ordinary stores would first
-// read every line they write (read-for-ownership).
-bool streams(size_t bytes) { return bytes >= collectives::kStreamOutputBytes; }
+// Whether a buffer of `bytes` is written with streaming stores (stream_copy.h): a large one is
+// not read again before it has left the cache, and ordinary stores would first read every line
+// they write (read-for-ownership).
+bool streams(size_t bytes) { return bytes >= kStreamOutputBytes; }
 
 // Before step 1, for an input outside the shared buffer: copies every slice but mine from the
-// input into my buffer, where the members reducing them read it. My own slice stays in the
-// input and is read from there (step 3). Large copies stream, fenced before step 1's barrier.
+// input into my buffer, where the members reducing them read it. My own slice stays in the input
+// and is read from there (step 3). Large copies stream, fenced before step 1's barrier.
 void stageOthersSlices(const uint8_t* input, uint8_t* mine, size_t count, size_t elem, int n, int me) {
   const Slice own = sliceOf(count, elem, n, me);
   const bool stream = streams(count * elem);
-  collectives::streamOrCopy(mine, input, own.begin * elem, stream);
-  collectives::streamOrCopy(mine + own.end * elem, input + own.end * elem, (count - own.end) * elem, stream);
-  if (stream) collectives::streamFence();
+  streamOrCopy(mine, input, own.begin * elem, stream);
+  streamOrCopy(mine + own.end * elem, input + own.end * elem, (count - own.end) * elem, stream);
+  if (stream) streamFence();
 }
 
 // Step 3 of the protocol (steps 1-2: member_buffers.h): member `me` of `n` reduces its slice of
@@ -62,13 +74,13 @@ void stageOthersSlices(const uint8_t* input, uint8_t* mine, size_t count, size_t
 // the tile-by-tile writes for 256 MiB buffers on the development VM (unexplained; 1.1-1.8x at
 // 16-240 MiB), so the accumulator's tile is finished first and copied while it is in L1, like
 // any other member's.
-void reduceSlice(const Response& r, size_t count, int n, int me, uint8_t* const* out, const uint8_t* ownInput) {
-  const DataType dtype = r.params.dtype;
-  const size_t elem = dataTypeSize(dtype);
-  const ReduceOp op = r.params.op == ReduceOp::kAverage ? ReduceOp::kSum : r.params.op;
-  const double pre = r.params.prescale;
-  const double post = r.params.op == ReduceOp::kAverage ? r.params.postscale / n : r.params.postscale;
-  const ReduceKernel& kernel = reduceKernel(dtype, op);
+void reduceSlice(const AllreduceArgs& args, int n, int me, uint8_t* const* out, const uint8_t* ownInput) {
+  const DataType dtype = args.dtype;
+  const size_t count = args.count;
+  const size_t elem = args.kernel.elementSize;
+  const double pre = args.prescale;
+  const double post = args.postscale;
+  const ReduceKernel& kernel = args.kernel;
   const Slice slice = sliceOf(count, elem, n, me);
   const size_t tileElems = kTileBytes / elem;
   auto in = [&](int j) -> const uint8_t* { return j == me ? ownInput : out[j]; };
@@ -106,46 +118,37 @@ void reduceSlice(const Response& r, size_t count, int n, int me, uint8_t* const*
     }
     for (int j = 0; j < n; ++j) {
       if (j == acc || (j == me && fused)) continue;
-      collectives::streamOrCopy(out[j] + at, result, len * elem, streamMine && j == me);
+      streamOrCopy(out[j] + at, result, len * elem, streamMine && j == me);
     }
   }
-  if (streamMine) collectives::streamFence();  // before the barrier that publishes the result
+  if (streamMine) streamFence();  // before the barrier that publishes the result
 }
 
 }  // namespace
 
-uint64_t sharedInPlaceCount() { return completed.load(std::memory_order_relaxed); }
-
-bool sharedInPlaceAllreduce(const Response& r, Communicator& comm, const std::vector<Entry*>& entries) {
+bool allreduceSharedInPlace(const AllreduceArgs& args) {
+  Communicator& comm = args.comm;
   const int n = comm.size(), me = comm.rank();
-  if (n < 2 || r.tensors.size() != 1) return false;
-  SharedSpace* space = comm.sharedSpace(comm.deadline());
-  if (!collectives::sharedUsable(space, n) ||
-      MemberBuffers::controlBytes(n) > collectives::sharedHalfBytes(*space)) {
-    return false;
-  }
-  const size_t count = static_cast<size_t>(r.tensors[0].numElements());
-  const size_t elem = dataTypeSize(r.params.dtype);
-  Entry* entry = entries.empty() ? nullptr : entries[0];
-  uint8_t* mine = entry != nullptr ? static_cast<uint8_t*>(entry->output) : nullptr;
-  const uint8_t* input = entry != nullptr ? static_cast<const uint8_t*>(entry->input) : nullptr;
+  SharedSpace* space = nullptr;
+  PeerMemory* peers = nullptr;
+  if (args.io != nullptr || !sharedOutputsUsable(comm, &space, &peers)) return false;
+  const size_t elem = args.kernel.elementSize;
+  auto* mine = static_cast<uint8_t*>(args.buf);
+  const auto* input = static_cast<const uint8_t*>(args.in);
   // Safe before step 1: the last operation on my buffer ended with a barrier, and step 1's
-  // barrier publishes these writes. Should map() decline, the staged path rewrites the output.
-  if (mine != nullptr && input != mine) stageOthersSlices(input, mine, count, elem, n, me);
-  thread_local MemberBuffers members;
-  if (!members.map(comm, *space, comm.nextSharedPhase(), mine, count * elem, "shared in-place allreduce")) {
+  // barrier publishes these writes. Should map() decline, the next algorithm rewrites the output.
+  if (input != mine) stageOthersSlices(input, mine, args.count, elem, n, me);
+  MemberBuffers& members = comm.memberBuffers();
+  if (!members.map(comm, *space, *peers, comm.nextSharedPhase(), mine, args.count * elem,
+                   "shared in-place allreduce")) {
     return false;
   }
 
   // 3. Reduce my slice over every member's buffer, write it into every member's buffer.
-  reduceSlice(r, count, n, me, members.buffers(), input);  // input == mine when in place
+  reduceSlice(args, n, me, members.buffers(), input);  // input == mine when in place
   space->barrier(comm.deadline());
   members.release();
-  if (completed.fetch_add(1, std::memory_order_relaxed) == 0) {
-    HVD_LOG(Debug) << "shared in-place allreduce in use (first: " << count << " x " << dataTypeName(r.params.dtype)
-                   << " over " << n << " ranks)";
-  }
   return true;
 }
 
-}  // namespace hvd::engine
+}  // namespace hvd::collectives

@@ -1,0 +1,23 @@
+// Counters of the default runtime (hvd::init) for the tests of the paths over shared buffers:
+// which path an operation took, and what the output pool mapped. Zero without a runtime.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "api/default_runtime.h"
+#include "engine/runtime.h"
+
+namespace hvd::test_support {
+
+inline engine::RuntimeStats defaultRuntimeStats() {
+  auto runtime = api::defaultRuntime();
+  return runtime ? runtime->stats() : engine::RuntimeStats{};
+}
+// Allreduces that ran in place in the ranks' shared buffers (shm_inplace).
+inline uint64_t sharedInPlaceCount() { return defaultRuntimeStats().sharedInPlaceOps; }
+// Allgathers that wrote straight into the ranks' shared outputs (shm_outputs).
+inline uint64_t sharedAllgatherCount() { return defaultRuntimeStats().sharedAllgatherOps; }
+inline size_t outputBlocksMapped() { return defaultRuntimeStats().outputBlocksMapped; }
+
+}  // namespace hvd::test_support
