@@ -1,6 +1,7 @@
 // The free functions of horovod.h, over one default Runtime per process (the only singleton of
 // the core). init() builds it from the process environment; shutdown() tears it down, after
 // which init() builds a fresh one.
+#include <atomic>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -10,6 +11,7 @@
 #include "common/logging.h"
 #include "engine/runtime.h"
 #include "engine/shared_buffers.h"
+#include "engine/shared_inplace.h"
 #include "horovod/horovod.h"
 
 namespace hvd {
@@ -24,6 +26,9 @@ std::shared_ptr<engine::Runtime>& runtimeSlot() {
   static std::shared_ptr<engine::Runtime> runtime;
   return runtime;
 }
+// Whether init() ever succeeded in this process: operations after a shutdown fail with the
+// shutdown message, not the "not initialized" one.
+std::atomic<bool> everInitialized{false};
 
 }  // namespace
 
@@ -34,7 +39,10 @@ std::shared_ptr<engine::Runtime> defaultRuntime() {
 
 std::shared_ptr<engine::Runtime> runtimeForOps() {
   auto runtime = defaultRuntime();
-  if (!runtime || !runtime->initialized()) throw Error(engine::kNotInitializedMessage);
+  if (!runtime || !runtime->initialized()) {
+    if (everInitialized.load(std::memory_order_relaxed)) throw Aborted(engine::kShutdownMessage);
+    throw Error(engine::kNotInitializedMessage);
+  }
   return runtime;
 }
 
@@ -63,6 +71,7 @@ void initDefault(const InitOptions& options, const EnvLookup& env) {
   auto runtime = std::make_shared<engine::Runtime>(engine::Config::fromEnvironment(env));
   runtime->init(options);
   slot = std::move(runtime);
+  everInitialized.store(true, std::memory_order_relaxed);
   std::call_once(atExit, [] { std::atexit(shutdownAtExit); });
 }
 
@@ -116,6 +125,15 @@ std::vector<int> processSetRanks(int processSetId) {
   return api::runtimeForQueries()->processSetRanks(processSetId);
 }
 std::vector<int> processSetIds() { return api::runtimeForQueries()->processSetIds(); }
+
+// ---- Introspection ---------------------------------------------------------------------------
+
+EngineCounters engineCounters() {
+  EngineCounters counters;
+  if (!isInitialized()) return counters;
+  counters.sharedInPlaceAllreduces = engine::sharedInPlaceCount();
+  return counters;
+}
 
 // ---- Collectives (asynchronous) ----------------------------------------------------------------
 

@@ -93,6 +93,9 @@ void init(const InitOptions& options = {});
 // Stops the engine on every rank; pending operations fail with Aborted. init() may follow.
 void shutdown();
 bool isInitialized();
+// Collectives issued before init() throw Error("Horovod has not been initialized; use
+// hvd.init()."); after shutdown() (until the next init()) they throw Aborted with Horovod's
+// shutdown message. Topology and process-set queries throw InvalidArgument in both cases.
 
 int rank();
 int size();
@@ -125,6 +128,14 @@ std::vector<int> processSetIds();
 // path, so callers never need two code paths. Works before init(); thread-safe.
 // Throws std::bad_alloc when memory is exhausted.
 OwnedTensor allocateShared(DataType dtype, std::vector<int64_t> shape);
+
+// ---- Introspection (tests, benchmarks) ----------------------------------------------------------
+
+// Counters of the process's engine since its last init(); all zero when it is not initialized.
+struct EngineCounters {
+  uint64_t sharedInPlaceAllreduces = 0;  // allreduces that ran zero-copy over shared buffers
+};
+EngineCounters engineCounters();
 
 // ---- Collectives (asynchronous) ----------------------------------------------------------------
 
