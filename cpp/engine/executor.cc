@@ -27,7 +27,29 @@ void scale(void* buf, size_t count, DataType dtype, double factor) {
 
 uint8_t* bytesOf(void* p) { return static_cast<uint8_t*>(p); }
 
+// The CPU backend serves host memory for every process set.
+const bool kRegistered = [] {
+  registerBackend(BackendFactory{
+      "cpu", {DeviceKind::kCpu},
+      [](const BackendContext& context) { return std::make_unique<Executor>(context.hostFusion); }});
+  return true;
+}();
+
 }  // namespace
+
+bool Executor::supports(Kind kind) const {
+  switch (kind) {
+    case Kind::kAllreduce:
+    case Kind::kAllgather:
+    case Kind::kBroadcast:
+    case Kind::kAlltoall:
+    case Kind::kReducescatter:
+    case Kind::kBarrier:
+      return true;
+    default:
+      return false;
+  }
+}
 
 OwnedTensor allocateTensor(DataType dtype, std::vector<int64_t> shape, bool shared) {
   OwnedTensor t;

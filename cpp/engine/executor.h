@@ -1,4 +1,6 @@
-// Executor: runs one agreed response on this rank through its process set's Communicator.
+// Executor: the CPU collective backend (engine/backend.h, registered as "cpu"): runs one agreed
+// response on host memory through its process set's Communicator (the shm/tcp algorithms of
+// collectives/).
 //
 // Copies are kept to the minimum: a single allreduce is reduced in place in the caller's output
 // buffer (one input->output copy when not in place); fused responses go through the persistent
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "collectives/collectives.h"
+#include "engine/backend.h"
 #include "engine/fusion.h"
 #include "engine/message.h"
 #include "engine/process_set_table.h"
@@ -18,18 +21,16 @@
 
 namespace hvd::engine {
 
-class Executor {
+class Executor : public CollectiveBackend {
  public:
-  Executor() = default;
+  // `fusion`: the Runtime's host fusion buffer, shared with the other process sets' executors
+  // (one operation runs at a time); must outlive this executor.
+  explicit Executor(FusionBuffer& fusion) : fusion_(fusion) {}
 
-  // Runs `response` (any data kind: allreduce, allgather, broadcast, alltoall, reducescatter,
-  // barrier) on `set`, of which this rank is a member. entries[i] is this rank's entry for
-  // response.tensors[i], or nullptr when this rank did not request it (a joined rank: it takes
-  // part with zeros). Engine-allocated outputs and received splits are stored in the entries'
-  // works; completing the works is the caller's job.
-  void run(const Response& response, ProcessSet& set, const std::vector<Entry*>& entries);
-
-  size_t fusionBufferBytes() const { return fusion_.capacity(); }
+  const char* name() const override { return "cpu"; }
+  // Any data kind: allreduce, allgather, broadcast, alltoall, reducescatter, barrier.
+  bool supports(Kind kind) const override;
+  void run(const Response& response, ProcessSet& set, const std::vector<Entry*>& entries) override;
 
  private:
   void allreduce(const Response& r, Communicator& comm, const std::vector<Entry*>& entries);
@@ -38,7 +39,7 @@ class Executor {
   void alltoall(const Response& r, Communicator& comm, const std::vector<Entry*>& entries);
   void reducescatter(const Response& r, Communicator& comm, const std::vector<Entry*>& entries);
 
-  FusionBuffer fusion_;
+  FusionBuffer& fusion_;
   std::vector<collectives::Piece> pieces_;  // a fused allreduce's tensors (scratch)
 };
 

@@ -294,6 +294,7 @@ void Runtime::shutdown() {
   } catch (const std::exception&) {
     // Other ranks left earlier or are gone; nothing to wait for.
   }
+  backends_.clear();
   sets_.clear();
   transport_.reset();
   coordinator_.reset();

@@ -22,12 +22,15 @@
 
 namespace hvd {
 
-// A host buffer with a dtype and a shape. Does not own its memory; the caller keeps it alive
-// until the operation that uses it has completed.
+// A buffer with a dtype, a shape and the device it lives on (host memory by default). Does not
+// own its memory; the caller keeps it alive until the operation that uses it has completed.
+// Collectives on a device other than the CPU need a collective backend for that device in this
+// build; without one they throw InvalidArgument naming the device.
 struct TensorView {
   void* data = nullptr;
   DataType dtype = DataType::kFloat32;
   std::vector<int64_t> shape;
+  Device device;
 
   int64_t numElements() const;
   size_t bytes() const { return static_cast<size_t>(numElements()) * dataTypeSize(dtype); }
