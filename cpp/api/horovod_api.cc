@@ -1,6 +1,7 @@
 // The free functions of horovod.h, over one default Runtime per process (the only singleton of
 // the core). init() builds it from the process environment; shutdown() tears it down, after
 // which init() builds a fresh one.
+#include <atomic>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -25,6 +26,9 @@ std::shared_ptr<engine::Runtime>& runtimeSlot() {
   static std::shared_ptr<engine::Runtime> runtime;
   return runtime;
 }
+// Whether init() ever succeeded in this process: operations after a shutdown fail with the
+// shutdown message, not the "not initialized" one.
+std::atomic<bool> everInitialized{false};
 
 }  // namespace
 
@@ -35,7 +39,10 @@ std::shared_ptr<engine::Runtime> defaultRuntime() {
 
 std::shared_ptr<engine::Runtime> runtimeForOps() {
   auto runtime = defaultRuntime();
-  if (!runtime || !runtime->initialized()) throw Error(kNotInitializedMessage);
+  if (!runtime || !runtime->initialized()) {
+    if (everInitialized.load(std::memory_order_relaxed)) throw Aborted(kShutdownMessage);
+    throw Error(kNotInitializedMessage);
+  }
   return runtime;
 }
 
@@ -64,6 +71,7 @@ void initDefault(const InitOptions& options, const EnvLookup& env) {
   auto runtime = std::make_shared<engine::Runtime>(engine::Config::fromEnvironment(env));
   runtime->init(options);
   slot = std::move(runtime);
+  everInitialized.store(true, std::memory_order_relaxed);
   std::call_once(atExit, [] { std::atexit(shutdownAtExit); });
 }
 
@@ -117,6 +125,18 @@ std::vector<int> processSetRanks(int processSetId) {
   return api::runtimeForQueries()->processSetRanks(processSetId);
 }
 std::vector<int> processSetIds() { return api::runtimeForQueries()->processSetIds(); }
+
+// ---- Introspection ---------------------------------------------------------------------------
+
+EngineCounters engineCounters() {
+  EngineCounters counters;
+  auto runtime = api::defaultRuntime();
+  if (!runtime || !runtime->initialized()) return counters;
+  const engine::RuntimeStats stats = runtime->stats();
+  counters.sharedInPlaceAllreduces = stats.sharedInPlaceOps;
+  counters.sharedOutputAllgathers = stats.sharedAllgatherOps;
+  return counters;
+}
 
 // ---- Collectives (asynchronous) ----------------------------------------------------------------
 

@@ -59,4 +59,13 @@ std::string_view opTypeName(OpType type) {
   return "UNKNOWN";
 }
 
+std::string deviceName(const Device& device) {
+  switch (device.kind) {
+    case DeviceKind::kCpu: return "cpu";
+    case DeviceKind::kCuda: return "cuda:" + std::to_string(device.index);
+    case DeviceKind::kRocm: return "rocm:" + std::to_string(device.index);
+  }
+  return "device(" + std::to_string(static_cast<int>(device.kind)) + "):" + std::to_string(device.index);
+}
+
 }  // namespace hvd

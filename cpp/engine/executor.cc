@@ -25,7 +25,29 @@ void scale(void* buf, size_t count, DataType dtype, double factor) {
 
 uint8_t* bytesOf(void* p) { return static_cast<uint8_t*>(p); }
 
+// The CPU backend serves host memory for every process set.
+const bool kRegistered = [] {
+  registerBackend(BackendFactory{
+      "cpu", {DeviceKind::kCpu},
+      [](const BackendContext& context) { return std::make_unique<Executor>(context.host); }});
+  return true;
+}();
+
 }  // namespace
+
+bool Executor::supports(Kind kind) const {
+  switch (kind) {
+    case Kind::kAllreduce:
+    case Kind::kAllgather:
+    case Kind::kBroadcast:
+    case Kind::kAlltoall:
+    case Kind::kReducescatter:
+    case Kind::kBarrier:
+      return true;
+    default:
+      return false;
+  }
+}
 
 OwnedTensor allocateTensor(OutputPool& pool, DataType dtype, std::vector<int64_t> shape, bool shared) {
   OwnedTensor t;
@@ -35,16 +57,6 @@ OwnedTensor allocateTensor(OutputPool& pool, DataType dtype, std::vector<int64_t
   t.view.data = t.storage.get();
   return t;
 }
-
-Executor::Executor()
-    : outputs_(std::make_shared<OutputPool>(
-          static_cast<size_t>(std::max<int64_t>(0, outputPoolBytesParam().get())))) {}
-
-Executor::~Executor() { outputs_->close(); }
-
-size_t Executor::outputBlocksMapped() const { return outputs_->blocksMapped(); }
-
-void Executor::releaseOutputs() { outputs_->close(); }
 
 void Executor::run(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries) {
   HVD_CHECK(set.comm != nullptr) << "executing a response of process set " << set.id << " on a non-member";
@@ -78,11 +90,11 @@ void Executor::allreduce(const Response& r, Communicator& comm, const std::vecto
     if (Entry* e = entries[0]) {
       sharedOutputs = collectives::allreduce(comm, e->input, e->output, count, dtype, options);
     } else {
-      void* buf = fusion_.reserve(count * esize);
+      void* buf = host_.fusion.reserve(count * esize);
       std::memset(buf, 0, count * esize);
       sharedOutputs = collectives::allreduce(comm, buf, buf, count, dtype, options);
     }
-    if (sharedOutputs && sharedInPlaceOps_.fetch_add(1, std::memory_order_relaxed) == 0) {
+    if (sharedOutputs && host_.sharedInPlaceOps.fetch_add(1, std::memory_order_relaxed) == 0) {
       HVD_LOG(Debug) << "shared in-place allreduce in use (first: " << count << " x " << dataTypeName(dtype)
                      << " over " << comm.size() << " ranks)";
     }
@@ -102,7 +114,7 @@ void Executor::allreduce(const Response& r, Communicator& comm, const std::vecto
   }
   size_t total = 0;
   for (const auto& t : r.tensors) total += tensorBytes(t, dtype);
-  uint8_t* buf = bytesOf(fusion_.reserve(total));
+  uint8_t* buf = bytesOf(host_.fusion.reserve(total));
   size_t offset = 0;
   for (size_t i = 0; i < r.tensors.size(); ++i) {
     size_t bytes = tensorBytes(r.tensors[i], dtype);
@@ -151,7 +163,7 @@ void Executor::allgather(const Response& r, Communicator& comm, const std::vecto
       for (auto d : t.firstDims) rows += d;
       shape[0] = rows;
       OwnedTensor& out = e->work->output(e->member);
-      out = allocateTensor(*outputs_, r.params.dtype, std::move(shape), sharedOutput);
+      out = allocateTensor(*host_.outputs, r.params.dtype, std::move(shape), sharedOutput);
       outputs[i] = &out;
     }
   }
@@ -165,7 +177,7 @@ void Executor::allgather(const Response& r, Communicator& comm, const std::vecto
     uint8_t scratch = 0;
     void* out = outputs[0] ? outputs[0]->view.data : &scratch;
     if (collectives::allgatherv(comm, in, out, bytesPerRank, {.sharedOutputs = sharedTry}) &&
-        sharedAllgatherOps_.fetch_add(1, std::memory_order_relaxed) == 0) {
+        host_.sharedAllgatherOps.fetch_add(1, std::memory_order_relaxed) == 0) {
       size_t total = 0;
       for (size_t b : bytesPerRank) total += b;
       HVD_LOG(Debug) << "shared-output allgather in use (first: " << total << " bytes over " << n << " ranks)";
@@ -186,7 +198,7 @@ void Executor::allgather(const Response& r, Communicator& comm, const std::vecto
     rankOffset[p] = total;
     total += bytesPerRank[p];
   }
-  uint8_t* buf = bytesOf(fusion_.reserve(total));
+  uint8_t* buf = bytesOf(host_.fusion.reserve(total));
   size_t offset = rankOffset[me];
   for (size_t i = 0; i < r.tensors.size(); ++i) {
     size_t bytes = static_cast<size_t>(r.tensors[i].data().firstDims[me]) * rowBytes[i];
@@ -217,7 +229,7 @@ void Executor::broadcast(const Response& r, ProcessSet& set, const std::vector<E
   if (entries[0] != nullptr) {
     buf = entries[0]->input;
   } else {
-    buf = fusion_.reserve(bytes);
+    buf = host_.fusion.reserve(bytes);
   }
   collectives::broadcast(*set.comm, buf, bytes, root);
 }
@@ -238,7 +250,7 @@ void Executor::alltoall(const Response& r, Communicator& comm, const std::vector
   }
   std::vector<int64_t> shape = t.shape;
   shape[0] = rows;
-  OwnedTensor out = allocateTensor(*outputs_, r.params.dtype, std::move(shape));
+  OwnedTensor out = allocateTensor(*host_.outputs, r.params.dtype, std::move(shape));
   static const uint8_t kNothing = 0;
   const void* in = entries[0] ? entries[0]->input : &kNothing;
   collectives::alltoallv(comm, in, sendBytes, out.view.data, recvBytes);
@@ -273,7 +285,7 @@ void Executor::reducescatter(const Response& r, Communicator& comm, const std::v
   for (int p = 0; p < n; ++p) {
     for (const auto& t : r.tensors) counts[p] += static_cast<size_t>(reducescatterRows(t.data().shape[0], n, p) * t.rowElements());
   }
-  uint8_t* buf = bytesOf(fusion_.reserve((total + counts[me]) * esize));
+  uint8_t* buf = bytesOf(host_.fusion.reserve((total + counts[me]) * esize));
   uint8_t* result = buf + total * esize;
   size_t offset = 0;
   for (int p = 0; p < n; ++p) {

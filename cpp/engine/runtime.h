@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "common/messages.h"
+#include "engine/backend.h"
 #include "engine/config.h"
 #include "engine/coordinator.h"
 #include "engine/drive_gate.h"
@@ -148,6 +149,7 @@ class Runtime {
                      const Options& options, const std::string& name, const ProcessSetInfo& set);
   ProcessSetInfo checkProcessSet(const char* opName, int processSet, int root = -1) const;
   std::string autoName(const std::string& name);
+  void checkDevices(const char* opName, const TensorView& in, const TensorView& out) const;
   void checkRunning() const;
   std::shared_ptr<WorkImpl> newWork(int members);
   // After a push: collects the request on this thread if no thread runs the engine now, else
@@ -194,7 +196,10 @@ class Runtime {
   TensorQueue queue_;
   std::unique_ptr<Coordinator> coordinator_;  // rank 0
   CacheReplica replica_;
-  Executor executor_;
+  // What backends working in host memory share; then the backends themselves, by (process
+  // set, device) (destroyed first).
+  HostResources host_;
+  BackendTable backends_;
 
   // Engine state: the token holder's (the background thread's, or a driving caller's).
   // Pending entries (drained, not yet completed) are owned by their name's NameSlot (queue_).

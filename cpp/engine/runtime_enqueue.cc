@@ -61,6 +61,19 @@ ProcessSetInfo Runtime::checkProcessSet(const char* opName, int processSet, int 
   return *info;
 }
 
+// A tensor off the CPU: both views on one device, and a collective backend for it in this build.
+void Runtime::checkDevices(const char* opName, const TensorView& in, const TensorView& out) const {
+  if (out.data != nullptr && !out.device.sameDevice(in.device)) {
+    throw InvalidArgument(std::string(opName) + ": the output is on " + deviceName(out.device) +
+                          " but the input on " + deviceName(in.device) + "; both must be on one device.");
+  }
+  if (!backendServes(in.device.kind)) {
+    throw InvalidArgument(std::string(opName) + ": no collective backend in this build runs on " +
+                          deviceName(in.device) +
+                          "; move the tensor to the CPU or use a build with support for that device.");
+  }
+}
+
 std::string Runtime::autoName(const std::string& name) {
   if (!name.empty()) return name;
   return "noname." + std::to_string(++nonameCounter_);
@@ -81,6 +94,9 @@ EntryPtr Runtime::makeEntry(Kind kind, const char* opName, const TensorView& in,
   r.oneOffName = options.oneOffName || options.name.empty();
   e->input = in.data;
   e->output = out.data;
+  if (!in.device.isCpu() || !out.device.isCpu()) checkDevices(opName, in, out);
+  r.device = deviceId(in.device);
+  e->stream = in.device.stream;
   for (auto d : in.shape) {
     if (d < 0) throw InvalidArgument(std::string(opName) + ": negative dimension in tensor shape " + shapeString(in.shape));
   }

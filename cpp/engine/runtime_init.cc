@@ -76,7 +76,9 @@ Runtime::Runtime(Config config, std::shared_ptr<Store> store)
     : config_(std::move(config)),
       store_(std::move(store)),
       sets_(config_.rank),
-      gate_(std::make_shared<DriveGate>(this)) {}
+      gate_(std::make_shared<DriveGate>(this)) {
+  host_.outputs = std::make_shared<OutputPool>(static_cast<size_t>(std::max<int64_t>(0, outputPoolBytesParam().get())));
+}
 
 Runtime::~Runtime() {
   try {
@@ -288,10 +290,11 @@ void Runtime::shutdown() {
   } catch (const std::exception&) {
     // Other ranks left earlier or are gone; nothing to wait for.
   }
+  backends_.clear();
   sets_.clear();
   transport_.reset();
   coordinator_.reset();
-  executor_.releaseOutputs();
+  host_.outputs->close();  // cached blocks go back; outputs still held stay valid
   initialized_ = false;
 }
 

@@ -484,6 +484,7 @@ void Runtime::processResponse(Response& r) {
       }
       byCacheId_.eraseIf([&](uint32_t, Entry* e) { return e == nullptr || e->request.params.processSet == r.setId; });
       sets_.remove(r.setId);
+      backends_.removeSet(r.setId);
       if (Entry* e = pendingEntry(0, "process_set.remove")) {
         e->work->setJoinResult(1);
         completeEntry(e, nullptr);
@@ -521,12 +522,12 @@ void Runtime::runData(Response& r) {
     stats_.responses++;
     stats_.tensors += r.tensors.size();
     if (r.cachedForm) stats_.cachedTensors += r.tensors.size();
-    stats_.fusionBufferBytes = executor_.fusionBufferBytes();
+    stats_.fusionBufferBytes = host_.fusion.capacity();
     stats_.lastDataStartNs = nowNs();
   }
   std::exception_ptr error;
   try {
-    executor_.run(r, *set, entriesScratch_);
+    backends_.forResponse(r, *set, *transport_, host_).run(r, *set, entriesScratch_);
   } catch (...) {
     error = std::current_exception();
     // Transport and collective failures end the runtime; anything else fails this response only
@@ -575,9 +576,9 @@ void Runtime::failAll(const ErrorInfo& reason) {
 RuntimeStats Runtime::stats() const {
   std::lock_guard<std::mutex> lock(statsMu_);
   RuntimeStats s = stats_;
-  s.sharedInPlaceOps = executor_.sharedInPlaceOps();
-  s.sharedAllgatherOps = executor_.sharedAllgatherOps();
-  s.outputBlocksMapped = executor_.outputBlocksMapped();
+  s.sharedInPlaceOps = host_.sharedInPlaceOps.load(std::memory_order_relaxed);
+  s.sharedAllgatherOps = host_.sharedAllgatherOps.load(std::memory_order_relaxed);
+  s.outputBlocksMapped = host_.outputs->blocksMapped();
   return s;
 }
 

@@ -45,6 +45,7 @@ struct Entry {
   Request request;
   void* input = nullptr;   // allreduce/allgather/alltoall/reducescatter input; broadcast: the tensor
   void* output = nullptr;  // allreduce/reducescatter output (may equal input)
+  void* stream = nullptr;  // accelerators: the stream to order against (Device::stream)
   std::shared_ptr<WorkImpl> work;
   int member = 0;     // index in the work's group
   uint32_t sentCacheId = kNoCacheId;  // engine thread: sent to the coordinator as this hit

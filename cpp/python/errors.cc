@@ -65,8 +65,4 @@ void registerErrorTranslator() {
   });
 }
 
-void throwNotInitialized() {
-  throw InvalidArgument("Horovod has not been initialized; use hvd.init().");
-}
-
 }  // namespace hvd::py

@@ -11,7 +11,4 @@ namespace hvd::py {
 
 void registerErrorTranslator();
 
-// Raised from the binding itself for calls made before init() / after shutdown().
-[[noreturn]] void throwNotInitialized();
-
 }  // namespace hvd::py

@@ -1,22 +1,19 @@
 #include "handles.h"
 
+#include <nanobind/stl/string.h>
+
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
-#include "api/default_runtime.h"
 #include "arrays.h"
 #include "errors.h"
 #include "work.h"
 
 namespace hvd::py {
 namespace {
-
-// Kinds whose synchronize() result is the registered payload itself (horovod.torch's _SINGLE,
-// _GROUP); any other kind goes through the adapter's finisher.
-constexpr int kLastPayloadKind = 1;
 
 // An array argument of the fast path: a DLPack capsule read in place (the usual case) or, for
 // any other array object, nanobind's import of it. Either keeps the memory alive.
@@ -63,38 +60,20 @@ struct Slot {
   }
 };
 
-// GIL-protected. Leaked on purpose, like the orphans: they hold Python objects, which must not
-// be released after the interpreter has finalized.
-auto* table = new std::unordered_map<int64_t, Slot>();
-int64_t lastHandle = 0;
-nb::object* finisher = new nb::object();
-auto* cachedRuntime = new std::shared_ptr<engine::Runtime>();
-// Scratch of the fast path (GIL-protected), reused so that a call allocates no shape vector and
-// no name string of its own. A call re-entered from Python code that the outer call ran (a
-// name's __bool__, an array's __dlpack__) uses a scratch of its own.
+// Scratch of the fast path, reused so that a call allocates no shape vector and no name string
+// of its own. A call re-entered from Python code that the outer call ran (a name's __bool__, an
+// array's __dlpack__) uses a scratch of its own.
 struct Scratch {
   TensorView in, out;
   Options options;
   bool busy = false;
 };
-auto* sharedScratch = new Scratch();
 
-engine::Runtime& runningRuntime() {
-  engine::Runtime* runtime = cachedRuntime->get();
-  if (runtime == nullptr || !runtime->initialized()) {
-    requireRunning();  // throws unless a runtime is up (one not started through init() below)
-    *cachedRuntime = api::defaultRuntime();
-    runtime = cachedRuntime->get();
-    if (runtime == nullptr) throwNotInitialized();
-    return *runtime;
-  }
-  reapOrphans();
-  return *runtime;
-}
-
-// Python's `prefix + name if name else prefix + 'noname.%d' % handle`, into `full`. Returns
-// whether the name was generated (a one-off name: Options::oneOffName).
-bool fullName(std::string& full, const char* prefix, nb::handle name, int64_t handle) {
+// Python's `prefix + name if name else prefix + unnamed + str(handle)` (horovod.common.naming's
+// op_name), into `full`. Returns whether the name was generated (a one-off name:
+// Options::oneOffName).
+bool fullName(std::string& full, const std::string& prefix, const std::string& unnamed,
+              nb::handle name, int64_t handle) {
   full.assign(prefix);
   if (!name.is_none()) {
     if (PyUnicode_Check(name.ptr())) {
@@ -115,7 +94,7 @@ bool fullName(std::string& full, const char* prefix, nb::handle name, int64_t ha
       }
     }
   }
-  full.append("noname.").append(std::to_string(handle));
+  full.append(unnamed).append(std::to_string(handle));
   return true;
 }
 
@@ -132,105 +111,159 @@ bool toKey(nb::handle h, int64_t& key) {
   return true;
 }
 
-// The fast path of allreduce_async(_): validates, names, enqueues and registers in one call.
-// `in`/`out`: DLPack capsules (or other array objects); out=None reduces in place.
-int64_t allreduceTracked(nb::handle in, nb::handle out, nb::object payload, nb::handle name,
-                         int op, double prescale, double postscale, int processSet) {
-  engine::Runtime& runtime = runningRuntime();
-  const int64_t handle = ++lastHandle;
-  std::optional<Scratch> own;
-  Scratch& scratch = sharedScratch->busy ? own.emplace() : *sharedScratch;
-  scratch.busy = true;
-  struct Release {
-    Scratch& s;
-    ~Release() { s.busy = false; }
-  } release{scratch};
-  Options& options = scratch.options;
-  options.oneOffName = fullName(options.name, "allreduce.", name, handle);
-  options.op = static_cast<ReduceOp>(op);
-  options.prescale = prescale;
-  options.postscale = postscale;
-  options.processSet = processSet;
-  Slot slot;
-  slot.in.take(in, scratch.in, "allreduce");
-  if (!out.is_none()) slot.out.take(out, scratch.out, "allreduce");
-  slot.work = runtime.allreduce(scratch.in, out.is_none() ? scratch.in : scratch.out, options);
-  slot.payload = std::move(payload);
-  table->emplace(handle, std::move(slot));
-  return handle;
-}
+}  // namespace
 
-void track(int64_t handle, nb::object work, int kind, nb::object payload) {
-  nb::cast<PyWork&>(work);  // type check: raises TypeError for anything but a Work
-  Slot& slot = (*table)[handle];
-  slot.pyWork = std::move(work);
-  slot.kind = kind;
-  slot.payload = std::move(payload);
-}
+class HandleSpace {
+ public:
+  // `finisher(work, kind, payload)`: synchronize()'s result for operations tracked with a kind
+  // other than 0. `allreducePrefix`, `unnamed`: the adapter's naming rule for the fast path.
+  HandleSpace(nb::object finisher, std::string allreducePrefix, std::string unnamed)
+      : finisher_(std::move(finisher)),
+        allreducePrefix_(std::move(allreducePrefix)),
+        unnamed_(std::move(unnamed)) {}
+  HandleSpace(const HandleSpace&) = delete;
+  HandleSpace& operator=(const HandleSpace&) = delete;
 
-nb::object synchronize(nb::handle h) {
-  int64_t key = 0;
-  if (!toKey(h, key)) return nb::none();
-  auto it = table->find(key);
-  if (it == table->end()) return nb::none();
-  Slot slot = std::move(it->second);
-  table->erase(it);
-  if (slot.work) {
-    waitWork(*slot.work);
-  } else {
-    nb::cast<PyWork&>(slot.pyWork).wait();
+  int64_t next() { return ++last_; }
+
+  void track(int64_t handle, nb::object work, nb::object payload, int kind) {
+    if (!nb::isinstance<PyWork>(work)) {
+      throw nb::type_error(("track(): expected a Work, got " +
+                            std::string(Py_TYPE(work.ptr())->tp_name)).c_str());
+    }
+    Slot& slot = table_[handle];
+    slot.pyWork = std::move(work);
+    slot.kind = kind;
+    slot.payload = std::move(payload);
   }
-  if (slot.kind <= kLastPayloadKind) return std::move(slot.payload);
-  return (*finisher)(slot.pyWork, slot.kind, slot.payload);
-}
 
-bool poll(nb::handle h) {
-  int64_t key = 0;
-  auto it = toKey(h, key) ? table->find(key) : table->end();
-  if (it == table->end()) {
-    throw nb::value_error(
-        ("Handle " + std::string(nb::str(h).c_str()) + " was not created or has been cleared.")
-            .c_str());
+  // The fast path of allreduce_async(_): validates, names, enqueues and registers in one call.
+  // `in`/`out`: DLPack capsules (or other array objects); out=None reduces in place.
+  int64_t allreduce(nb::handle in, nb::handle out, nb::object payload, nb::handle name, int op,
+                    double prescale, double postscale, int processSet) {
+    reapOrphans();
+    const int64_t handle = ++last_;
+    std::optional<Scratch> own;
+    Scratch& scratch = scratch_.busy ? own.emplace() : scratch_;
+    scratch.busy = true;
+    struct Release {
+      Scratch& s;
+      ~Release() { s.busy = false; }
+    } release{scratch};
+    Options& options = scratch.options;
+    options.oneOffName = fullName(options.name, allreducePrefix_, unnamed_, name, handle);
+    options.op = static_cast<ReduceOp>(op);
+    options.prescale = prescale;
+    options.postscale = postscale;
+    options.processSet = processSet;
+    Slot slot;
+    slot.in.take(in, scratch.in, "allreduce");
+    if (!out.is_none()) slot.out.take(out, scratch.out, "allreduce");
+    slot.work = hvd::allreduceAsync(scratch.in, out.is_none() ? scratch.in : scratch.out, options);
+    slot.payload = std::move(payload);
+    table_.emplace(handle, std::move(slot));
+    return handle;
   }
-  const Slot& slot = it->second;
-  return slot.work ? slot.work->isCompleted() : nb::cast<PyWork&>(slot.pyWork).poll();
-}
 
-void resetHandles() {
-  std::unordered_map<int64_t, Slot> dropped;
-  dropped.swap(*table);
-  lastHandle = 0;
-  dropped.clear();  // may run arbitrary deallocators: the table is already consistent
-}
+  nb::object synchronize(nb::handle h) {
+    int64_t key = 0;
+    if (!toKey(h, key)) return nb::none();
+    auto it = table_.find(key);
+    if (it == table_.end()) return nb::none();
+    Slot slot = std::move(it->second);
+    table_.erase(it);
+    if (slot.work) {
+      waitWork(*slot.work);
+    } else {
+      nb::cast<PyWork&>(slot.pyWork).wait();
+    }
+    if (slot.kind == 0) return std::move(slot.payload);
+    return finisher_(slot.pyWork, slot.kind, slot.payload);
+  }
+
+  bool poll(nb::handle h) const {
+    int64_t key = 0;
+    auto it = toKey(h, key) ? table_.find(key) : table_.end();
+    if (it == table_.end()) {
+      throw nb::value_error(
+          ("Handle " + std::string(nb::str(h).c_str()) + " was not created or has been cleared.")
+              .c_str());
+    }
+    const Slot& slot = it->second;
+    return slot.work ? slot.work->isCompleted() : nb::cast<PyWork&>(slot.pyWork).poll();
+  }
+
+  void reset() {
+    std::unordered_map<int64_t, Slot> dropped;
+    dropped.swap(table_);
+    last_ = 0;
+    dropped.clear();  // may run arbitrary deallocators: the space is already consistent
+  }
+
+  size_t pending() const { return table_.size(); }
+
+  // Garbage-collector support: the finisher usually refers back (through its module's globals)
+  // to the module that holds this space, and payloads may refer to anything.
+  static int traverse(PyObject* self, visitproc visit, void* arg) {
+    Py_VISIT(Py_TYPE(self));
+    if (!nb::inst_ready(self)) return 0;
+    HandleSpace* space = nb::inst_ptr<HandleSpace>(self);
+    Py_VISIT(space->finisher_.ptr());
+    for (const auto& [handle, slot] : space->table_) {
+      Py_VISIT(slot.payload.ptr());
+      Py_VISIT(slot.pyWork.ptr());
+    }
+    return 0;
+  }
+  static int clear(PyObject* self) {
+    HandleSpace* space = nb::inst_ptr<HandleSpace>(self);
+    space->reset();
+    space->finisher_ = nb::object();
+    return 0;
+  }
+
+ private:
+  std::unordered_map<int64_t, Slot> table_;
+  int64_t last_ = 0;
+  nb::object finisher_;
+  const std::string allreducePrefix_;
+  const std::string unnamed_;
+  Scratch scratch_;
+};
+
+namespace {
+
+PyType_Slot handleSpaceSlots[] = {
+    {Py_tp_traverse, reinterpret_cast<void*>(&HandleSpace::traverse)},
+    {Py_tp_clear, reinterpret_cast<void*>(&HandleSpace::clear)},
+    {0, nullptr}};
 
 }  // namespace
 
-void setCachedRuntime(std::shared_ptr<engine::Runtime> runtime) { *cachedRuntime = std::move(runtime); }
-
 void bindHandles(nb::module_& m) {
   using namespace nb::literals;
-  m.def("next_handle", [] { return ++lastHandle; },
-        "A fresh handle (counts every asynchronous call since the last reset_handles()).");
-  m.def("track_handle", &track, "handle"_a, "work"_a, "kind"_a, "payload"_a.none(),
-        "Registers a Work under `handle`: synchronize(handle) waits for it and returns `payload` "
-        "(kind 0 or 1) or finisher(work, kind, payload).");
-  m.def("allreduce_h", &allreduceTracked, "tensor"_a, "output"_a.none(), "payload"_a.none(),
-        "name"_a.none(), "op"_a, "prescale"_a, "postscale"_a, "process_set"_a,
-        "allreduce_async + track_handle in one call: the operation is named 'allreduce.<name>' "
-        "or 'allreduce.noname.<handle>'; synchronize(handle) returns `payload`.");
-  m.def("synchronize", &synchronize, "handle"_a.none(),
-        "Waits for the operation behind `handle` (releasing the GIL only while it runs) and "
-        "returns its result; None for an unknown handle. Failures raise HorovodInternalError.");
-  m.def("poll", &poll, "handle"_a.none(),
-        "True once the operation behind `handle` has completed (synchronize() will not block).");
-  m.def("reset_handles", &resetHandles, "Forgets every handle and restarts the counter.");
-  m.def(
-      "set_finisher", [](nb::object fn) { *finisher = std::move(fn); }, "fn"_a,
-      "fn(work, kind, payload) -> the synchronize() result for kinds other than 0 and 1.");
-  // Python's atexit runs before the C++ exit handlers that shut the default runtime down: drop
-  // the cached reference first, so the runtime is destroyed where it would be without us.
-  nb::module_::import_("atexit").attr("register")(
-      nb::cpp_function([] { setCachedRuntime(nullptr); }));
+  nb::class_<HandleSpace>(m, "HandleSpace", nb::type_slots(handleSpaceSlots),
+                          "One adapter's handles: counter, pending operations, completion.")
+      .def(nb::init<nb::object, std::string, std::string>(), "finisher"_a, "allreduce_prefix"_a,
+           "unnamed"_a,
+           "finisher(work, kind, payload) gives synchronize()'s result for kinds other than 0; "
+           "allreduce() names operations prefix + name, or prefix + unnamed + str(handle).")
+      .def("next_handle", &HandleSpace::next,
+           "A fresh handle (counts every asynchronous call since the last reset()).")
+      .def("track", &HandleSpace::track, "handle"_a, "work"_a, "payload"_a.none(), "kind"_a = 0,
+           "Registers a Work under `handle`: synchronize(handle) waits for it and returns "
+           "`payload` (kind 0) or finisher(work, kind, payload).")
+      .def("allreduce", &HandleSpace::allreduce, "tensor"_a, "output"_a.none(), "payload"_a.none(),
+           "name"_a.none(), "op"_a, "prescale"_a, "postscale"_a, "process_set"_a,
+           "allreduce_async + track in one call (see the constructor for the name); "
+           "synchronize(handle) returns `payload`.")
+      .def("synchronize", &HandleSpace::synchronize, "handle"_a.none(),
+           "Waits for the operation behind `handle` (releasing the GIL only while it runs) and "
+           "returns its result; None for an unknown handle. Failures raise HorovodInternalError.")
+      .def("poll", &HandleSpace::poll, "handle"_a.none(),
+           "True once the operation behind `handle` has completed (synchronize() will not block).")
+      .def("reset", &HandleSpace::reset, "Forgets every handle and restarts the counter.")
+      .def_prop_ro("pending", &HandleSpace::pending, "Handles registered and not yet synchronized.");
 }
 
 }  // namespace hvd::py

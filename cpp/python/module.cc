@@ -17,7 +17,6 @@
 #include <string>
 #include <vector>
 
-#include "api/default_runtime.h"
 #include "arrays.h"
 #include "errors.h"
 #include "handles.h"
@@ -29,19 +28,6 @@ namespace {
 
 using WorkHandle = std::unique_ptr<PyWork>;
 using Arrays = std::vector<nb::ndarray<>>;
-
-constexpr const char* kShutdownMessage =
-    "Horovod has been shut down. This was caused by an exception on one of the ranks or an "
-    "attempt to allreduce, allgather or broadcast a tensor after one of the ranks finished "
-    "execution. If the shutdown was caused by an exception, you should see the exception in the "
-    "log before the first shutdown message.";
-
-bool everInitialized = false;  // GIL-protected
-
-// Topology queries before init raise ValueError, as Horovod does.
-void requireInitialized() {
-  if (!isInitialized()) throwNotInitialized();
-}
 
 // `oneOff`: the caller generated `name` for an unnamed call (Options::oneOffName).
 Options makeOptions(std::string&& name, bool oneOff, int op, double prescale, double postscale,
@@ -75,7 +61,7 @@ WorkHandle wrap(WorkPtr work, Arrays&& keep) {
 // `in` is an OutArray: with out=None the reduction writes into it (read-only arrays are refused).
 WorkHandle allreduceAsync(const OutArray& in, const std::optional<OutArray>& out, std::string name,
                           int op, double prescale, double postscale, int processSet, bool oneOff) {
-  requireRunning();
+  reapOrphans();  // the arrays of dropped operations that have completed
   TensorView inView = toView(in, "allreduce");
   Arrays keep;
   keep.emplace_back(in);
@@ -93,7 +79,7 @@ WorkHandle groupedAllreduceAsync(const std::vector<OutArray>& in,
                                  const std::optional<std::vector<OutArray>>& out,
                                  std::string name, int op, double prescale, double postscale,
                                  int processSet, bool oneOff) {
-  requireRunning();
+  reapOrphans();
   std::vector<TensorView> inViews, outViews;
   Arrays keep;
   viewsOf(in, "grouped_allreduce", inViews, keep);
@@ -112,7 +98,7 @@ WorkHandle groupedAllreduceAsync(const std::vector<OutArray>& in,
 }
 
 WorkHandle allgatherAsync(const InArray& in, std::string name, int processSet, bool oneOff) {
-  requireRunning();
+  reapOrphans();
   TensorView view = toView(in, "allgather");
   Arrays keep;
   keep.emplace_back(in);
@@ -123,7 +109,7 @@ WorkHandle allgatherAsync(const InArray& in, std::string name, int processSet, b
 
 WorkHandle groupedAllgatherAsync(const std::vector<InArray>& in, std::string name,
                                  int processSet, bool oneOff) {
-  requireRunning();
+  reapOrphans();
   std::vector<TensorView> views;
   Arrays keep;
   viewsOf(in, "grouped_allgather", views, keep);
@@ -134,7 +120,7 @@ WorkHandle groupedAllgatherAsync(const std::vector<InArray>& in, std::string nam
 
 WorkHandle broadcastAsync(const OutArray& tensor, int root, std::string name, int processSet,
                           bool oneOff) {
-  requireRunning();
+  reapOrphans();
   TensorView view = toView(tensor, "broadcast");
   Arrays keep;
   keep.emplace_back(tensor);
@@ -146,7 +132,7 @@ WorkHandle broadcastAsync(const OutArray& tensor, int root, std::string name, in
 
 WorkHandle alltoallAsync(const InArray& in, const std::optional<std::vector<int32_t>>& splits,
                          std::string name, int processSet, bool oneOff) {
-  requireRunning();
+  reapOrphans();
   TensorView view = toView(in, "alltoall");
   Arrays keep;
   keep.emplace_back(in);
@@ -158,7 +144,7 @@ WorkHandle alltoallAsync(const InArray& in, const std::optional<std::vector<int3
 
 WorkHandle reducescatterAsync(const InArray& in, const OutArray& out, std::string name, int op,
                               double prescale, double postscale, int processSet, bool oneOff) {
-  requireRunning();
+  reapOrphans();
   TensorView inView = toView(in, "reducescatter");
   TensorView outView = toView(out, "reducescatter");
   Arrays keep;
@@ -172,7 +158,7 @@ WorkHandle reducescatterAsync(const InArray& in, const OutArray& out, std::strin
 WorkHandle groupedReducescatterAsync(const std::vector<InArray>& in,
                                      const std::vector<OutArray>& out, std::string name, int op,
                                      double prescale, double postscale, int processSet, bool oneOff) {
-  requireRunning();
+  reapOrphans();
   if (out.size() != in.size()) {
     throw InvalidArgument("grouped_reducescatter: got " + std::to_string(in.size()) +
                           " inputs but " + std::to_string(out.size()) + " outputs");
@@ -187,12 +173,12 @@ WorkHandle groupedReducescatterAsync(const std::vector<InArray>& in,
 }
 
 WorkHandle barrierAsync(int processSet) {
-  requireRunning();
+  reapOrphans();
   return wrap(hvd::barrierAsync(processSet), {});
 }
 
 WorkHandle joinAsync() {
-  requireRunning();
+  reapOrphans();
   return wrap(hvd::joinAsync(), {});
 }
 
@@ -206,12 +192,9 @@ void initCore(const std::optional<std::vector<std::vector<int>>>& processSets, b
     nb::gil_scoped_release release;
     hvd::init(options);
   }
-  everInitialized = true;
-  setCachedRuntime(api::defaultRuntime());
 }
 
 void shutdownCore() {
-  setCachedRuntime(nullptr);
   {
     nb::gil_scoped_release release;
     hvd::shutdown();
@@ -219,22 +202,7 @@ void shutdownCore() {
   dropOrphans();
 }
 
-template <int (*F)()>
-int topology() {
-  requireInitialized();
-  return F();
-}
-
 }  // namespace
-
-// Collectives before init / after shutdown fail like any other collective failure.
-void requireRunning() {
-  if (!isInitialized()) {
-    if (everInitialized) throw Aborted(kShutdownMessage);
-    throw Error("Horovod has not been initialized; use hvd.init().");
-  }
-  reapOrphans();
-}
 
 }  // namespace hvd::py
 
@@ -245,6 +213,10 @@ NB_MODULE(_core, m) {
 
   m.doc() = "Horovod core binding: lifecycle, topology, process sets and collectives on DLPack arrays.";
   registerErrorTranslator();
+  // Adapters' handle spaces (and their bound methods) are reachable from framework objects that
+  // Python's garbage collector cannot see into (e.g. hooks on torch's autograd graph), which
+  // live until the process exits: nanobind would report them as leaks at interpreter exit.
+  nb::set_leak_warnings(false);
   bindWork(m);
   bindHandles(m);
 
@@ -252,21 +224,17 @@ NB_MODULE(_core, m) {
         "Joins the job described by the environment; blocks until every rank has joined.");
   m.def("shutdown", &shutdownCore, "Stops the engine; pending operations fail.");
   m.def("is_initialized", [] { return hvd::isInitialized(); });
-  m.def("rank", &topology<hvd::rank>);
-  m.def("size", &topology<hvd::size>);
-  m.def("local_rank", &topology<hvd::localRank>);
-  m.def("local_size", &topology<hvd::localSize>);
-  m.def("cross_rank", &topology<hvd::crossRank>);
-  m.def("cross_size", &topology<hvd::crossSize>);
-  m.def("is_homogeneous", [] {
-    requireInitialized();
-    return hvd::isHomogeneous();
-  });
+  m.def("rank", [] { return hvd::rank(); });
+  m.def("size", [] { return hvd::size(); });
+  m.def("local_rank", [] { return hvd::localRank(); });
+  m.def("local_size", [] { return hvd::localSize(); });
+  m.def("cross_rank", [] { return hvd::crossRank(); });
+  m.def("cross_size", [] { return hvd::crossSize(); });
+  m.def("is_homogeneous", [] { return hvd::isHomogeneous(); });
 
   m.def(
       "add_process_set",
       [](std::vector<int> ranks) {
-        requireInitialized();
         nb::gil_scoped_release release;
         return hvd::addProcessSet(std::move(ranks));
       },
@@ -274,7 +242,6 @@ NB_MODULE(_core, m) {
   m.def(
       "remove_process_set",
       [](int id) {
-        requireInitialized();
         nb::gil_scoped_release release;
         return hvd::removeProcessSet(id);
       },
@@ -282,12 +249,10 @@ NB_MODULE(_core, m) {
   m.def(
       "process_set_ranks",
       [](int id) {
-        requireInitialized();
         return hvd::processSetRanks(id);
       },
       "process_set_id"_a);
   m.def("process_set_ids", [] {
-    requireInitialized();
     return hvd::processSetIds();
   });
 
@@ -317,13 +282,8 @@ NB_MODULE(_core, m) {
       "hvd::allocateShared). In-place allreduces inside it run zero-copy when every rank uses one. The "
       "array (and torch.from_dlpack views of it) keeps the memory alive.");
   m.def(
-      "shared_inplace_count",
-      [] {
-        auto runtime = hvd::api::defaultRuntime();
-        return runtime ? runtime->stats().sharedInPlaceOps : uint64_t{0};
-      },
-      "Allreduces of the current runtime that ran in place in the ranks' shared buffers (the "
-      "allreduce algorithm shm_inplace): for tests and benchmarks.");
+      "shared_inplace_count", [] { return hvd::engineCounters().sharedInPlaceAllreduces; },
+      "Allreduces that ran zero-copy over shared buffers since init (for tests and benchmarks).");
   m.def("allreduce_async", &allreduceAsync, "tensor"_a, "output"_a.none(), "name"_a, "op"_a,
         "prescale"_a, "postscale"_a, "process_set"_a, "one_off"_a = false,
         "out = postscale * OP(prescale * tensor); output=None reduces in place.");
@@ -346,10 +306,4 @@ NB_MODULE(_core, m) {
   m.def("barrier_async", &barrierAsync, "process_set"_a = 0);
   m.def("join_async", &joinAsync);
 
-  m.attr("AVERAGE") = 0;
-  m.attr("SUM") = 1;
-  m.attr("ADASUM") = 2;
-  m.attr("MIN") = 3;
-  m.attr("MAX") = 4;
-  m.attr("PRODUCT") = 5;
 }

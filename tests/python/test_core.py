@@ -13,7 +13,9 @@ import pytest
 from horovod import _core
 from horovod.common.exceptions import HorovodInternalError
 
-SUM, AVERAGE, MIN, MAX, PRODUCT = _core.SUM, _core.AVERAGE, _core.MIN, _core.MAX, _core.PRODUCT
+from horovod.common import ops
+from horovod.common.ops import Average as AVERAGE, Max as MAX, Min as MIN, Product as PRODUCT, \
+    Sum as SUM
 
 ALL_DTYPES = [np.uint8, np.int8, np.uint16, np.int16, np.int32, np.int64, np.float16,
               np.float32, np.float64, np.bool_]
@@ -298,80 +300,143 @@ def test_join_returns_last_rank():
     assert set(np.asarray(values.outputs()[0]).tolist()) == {last}
 
 
-def test_handle_table_allreduce_h():
-    _core.reset_handles()
-    assert _core.next_handle() == 1
+def _finisher(work, kind, payload):
+    return ('finished', kind, payload)
+
+
+def _space():
+    return _core.HandleSpace(_finisher, ops.ALLREDUCE, ops.UNNAMED)
+
+
+def test_handle_space_allreduce():
+    space = _space()
+    assert space.next_handle() == 1
     x = np.ones(4, np.float32)
-    h = _core.allreduce_h(x.__dlpack__(), None, x, 'core.h.inplace', SUM, 1.0, 1.0, 0)
+    h = space.allreduce(x.__dlpack__(), None, x, 'core.h.inplace', SUM, 1.0, 1.0, 0)
     assert h == 2
-    assert _core.synchronize(h) is x  # the payload, reduced in place
+    assert space.synchronize(h) is x  # the payload, reduced in place
     np.testing.assert_array_equal(x, np.full(4, size(), np.float32))
-    assert _core.synchronize(h) is None  # a handle completes once
+    assert space.synchronize(h) is None  # a handle completes once
     # Out of place, unnamed (matched by handle order: 'allreduce.noname.3' on every rank), and a
     # plain array instead of a capsule.
     a = np.full((2, 3), rank() + 1, np.int32)
     out = np.zeros((2, 3), np.int32)
-    h = _core.allreduce_h(a, out.__dlpack__(), 'payload', None, SUM, 1.0, 1.0, 0)
+    h = space.allreduce(a, out.__dlpack__(), 'payload', None, SUM, 1.0, 1.0, 0)
     assert h == 3
-    assert _core.synchronize(h) == 'payload'
+    assert space.synchronize(h) == 'payload'
     np.testing.assert_array_equal(out, np.full((2, 3), size() * (size() + 1) // 2, np.int32))
     np.testing.assert_array_equal(a, np.full((2, 3), rank() + 1, np.int32))
     # Scale factors reach the engine.
     y = np.ones(2, np.float64)
-    h = _core.allreduce_h(y.__dlpack__(), None, None, 'core.h.scaled', SUM, 2.0, 0.5, 0)
-    assert _core.poll(h) in (True, False)
-    assert _core.synchronize(h) is None
+    h = space.allreduce(y.__dlpack__(), None, None, 'core.h.scaled', SUM, 2.0, 0.5, 0)
+    assert space.poll(h) in (True, False)
+    assert space.synchronize(h) is None
     np.testing.assert_array_equal(y, np.full(2, size(), np.float64))
+    assert space.pending == 0
 
 
-def test_handle_table_unknown_and_bad_handles():
-    assert _core.synchronize(987654321) is None
-    assert _core.synchronize('not a handle') is None
-    assert _core.synchronize(1 << 80) is None
+def test_handle_space_names_follow_the_common_rule():
+    # The fast path's generated name is ops.op_name's: an allgather named that way by hand on
+    # the other ranks matches nothing, but an allreduce under the generated name does.
+    space = _space()
+    space.next_handle()
+    x = np.full(2, rank() + 1, np.float32)
+    if rank() == 0:
+        h = space.allreduce(x.__dlpack__(), None, None, None, SUM, 1.0, 1.0, 0)
+        assert h == 2
+        space.synchronize(h)
+    else:
+        name = ops.op_name(ops.ALLREDUCE, None, 2)
+        assert name == 'allreduce.noname.2'
+        run(_core.allreduce_async(x, None, name, SUM, 1.0, 1.0, 0, True))
+    np.testing.assert_array_equal(x, np.full(2, size() * (size() + 1) / 2, np.float32))
+
+
+def test_handle_space_tracked_work_and_finisher():
+    space = _space()
+    h = space.next_handle()
+    work = _core.allgather_async(np.full(1, rank(), np.int32), 'core.h.gather', 0)
+    space.track(h, work, 'p', 7)
+    kind_payload = space.synchronize(h)
+    assert kind_payload == ('finished', 7, 'p')
+    np.testing.assert_array_equal(np.asarray(work.outputs()[0]), np.arange(size()))
+    h = space.next_handle()
+    space.track(h, _core.barrier_async(0), 'plain')
+    assert space.synchronize(h) == 'plain'
+    with pytest.raises(TypeError):
+        space.track(space.next_handle(), 'not a work', None)
+
+
+def test_handle_spaces_are_independent():
+    # Two adapters in one process: each has its own counter, table and reset.
+    first, second = _space(), _space()
+    assert first.next_handle() == 1 and second.next_handle() == 1
+    a = np.ones(1 << 10, np.float32)
+    b = np.ones(1 << 10, np.float32)
+    ha = first.allreduce(a.__dlpack__(), None, a, 'core.h.first', SUM, 1.0, 1.0, 0)
+    hb = second.allreduce(b.__dlpack__(), None, b, 'core.h.second', SUM, 1.0, 1.0, 0)
+    assert ha == hb == 2
+    first.reset()  # the first adapter's hvd.init/shutdown: the second's handle must survive
+    assert first.pending == 0 and second.pending == 1
+    assert first.synchronize(ha) is None
+    assert second.poll(hb) in (True, False)
+    assert second.synchronize(hb) is b
+    np.testing.assert_array_equal(b, np.full(1 << 10, size(), np.float32))
+    assert first.next_handle() == 1  # the reset restarted the first counter only
+    assert second.next_handle() == 3
+    run(_core.barrier_async(0))  # the dropped operation completed on every rank (its arrays parked)
+
+
+def test_handle_space_unknown_and_bad_handles():
+    space = _space()
+    assert space.synchronize(987654321) is None
+    assert space.synchronize('not a handle') is None
+    assert space.synchronize(1 << 80) is None
     with pytest.raises(ValueError, match='987654321 was not created'):
-        _core.poll(987654321)
+        space.poll(987654321)
     with pytest.raises(ValueError):
-        _core.poll(None)
+        space.poll(None)
 
 
-def test_handle_table_bad_arguments():
-    before = _core.next_handle()
+def test_handle_space_bad_arguments():
+    space = _space()
+    before = space.next_handle()
     with pytest.raises(ValueError, match='contiguous'):
         x = np.ones((4, 4), np.float32)[:, 1]
-        _core.allreduce_h(x.__dlpack__(), None, None, 'core.h.nc', SUM, 1.0, 1.0, 0)
+        space.allreduce(x.__dlpack__(), None, None, 'core.h.nc', SUM, 1.0, 1.0, 0)
     with pytest.raises(ValueError):
-        _core.allreduce_h(np.ones(2, np.complex64).__dlpack__(), None, None, 'core.h.cplx', SUM,
-                          1.0, 1.0, 0)
+        space.allreduce(np.ones(2, np.complex64).__dlpack__(), None, None, 'core.h.cplx', SUM,
+                        1.0, 1.0, 0)
     with pytest.raises(ValueError):
-        _core.allreduce_h(np.ones(2, np.float32).__dlpack__(), None, None, 'core.h.badset', SUM,
-                          1.0, 1.0, 99)
+        space.allreduce(np.ones(2, np.float32).__dlpack__(), None, None, 'core.h.badset', SUM,
+                        1.0, 1.0, 99)
     with pytest.raises(ValueError, match='DLPack capsule or an array'):
-        _core.allreduce_h(object(), None, None, 'core.h.obj', SUM, 1.0, 1.0, 0)
+        space.allreduce(object(), None, None, 'core.h.obj', SUM, 1.0, 1.0, 0)
     with pytest.raises(TypeError, match='concatenate str'):
-        _core.allreduce_h(np.ones(2, np.float32), None, None, 7, SUM, 1.0, 1.0, 0)
+        space.allreduce(np.ones(2, np.float32), None, None, 7, SUM, 1.0, 1.0, 0)
     # Failed calls registered nothing; every call took a handle.
-    assert _core.next_handle() == before + 6
-    for h in range(before, before + 6):
-        assert _core.synchronize(h) is None
+    assert space.next_handle() == before + 6
+    assert space.pending == 0
 
 
-def test_handle_table_reset_keeps_pending_arrays_alive():
+def test_handle_space_reset_keeps_pending_arrays_alive():
     import gc
+    space = _space()
     if rank() == 0:
         x = np.ones(1 << 16, np.float32)
-        _core.allreduce_h(x.__dlpack__(), None, x, 'core.h.dropped', SUM, 1.0, 1.0, 0)
-        _core.reset_handles()  # drops the pending operation's slot: its capsule is parked
+        space.allreduce(x.__dlpack__(), None, x, 'core.h.dropped', SUM, 1.0, 1.0, 0)
+        space.reset()  # drops the pending operation's slot: its capsule is parked
         del x
         gc.collect()
     run(_core.barrier_async(0))
     if rank() != 0:
         y = np.ones(1 << 16, np.float32)
-        h = _core.allreduce_h(y.__dlpack__(), None, y, 'core.h.dropped', SUM, 1.0, 1.0, 0)
-        np.testing.assert_array_equal(_core.synchronize(h), np.full(1 << 16, size(), np.float32))
+        h = space.allreduce(y.__dlpack__(), None, y, 'core.h.dropped', SUM, 1.0, 1.0, 0)
+        np.testing.assert_array_equal(space.synchronize(h), np.full(1 << 16, size(), np.float32))
     run(_core.barrier_async(0))
     z = np.ones(3, np.float32)
-    h = _core.allreduce_h(z.__dlpack__(), None, z, 'core.h.after', SUM, 1.0, 1.0, 0)
-    np.testing.assert_array_equal(_core.synchronize(h), np.full(3, size(), np.float32))
+    h = space.allreduce(z.__dlpack__(), None, z, 'core.h.after', SUM, 1.0, 1.0, 0)
+    np.testing.assert_array_equal(space.synchronize(h), np.full(3, size(), np.float32))
 
 
 def test_shutdown_then_ops_fail():

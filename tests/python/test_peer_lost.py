@@ -10,6 +10,7 @@ import pytest
 
 from horovod import _core
 from horovod.common.exceptions import HorovodInternalError, HorovodPeerLostError
+from horovod.common.ops import Sum
 
 
 def test_lost_rank_fails_pending_and_later_operations():
@@ -24,12 +25,12 @@ def test_lost_rank_fails_pending_and_later_operations():
         os._exit(0)
     start = time.time()
     with pytest.raises(HorovodPeerLostError) as info:
-        _core.allreduce_async(np.ones(4, np.float32), None, 'lost', _core.SUM, 1.0, 1.0,
+        _core.allreduce_async(np.ones(4, np.float32), None, 'lost', Sum, 1.0, 1.0,
                               0).wait()
     assert info.value.rank == size - 1
     assert isinstance(info.value, HorovodInternalError) and isinstance(info.value, RuntimeError)
     assert time.time() - start < 30
     with pytest.raises(HorovodInternalError):
-        _core.allreduce_async(np.ones(4, np.float32), None, 'after', _core.SUM, 1.0, 1.0,
+        _core.allreduce_async(np.ones(4, np.float32), None, 'after', Sum, 1.0, 1.0,
                               0).wait()
     _core.shutdown()

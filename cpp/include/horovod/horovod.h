@@ -22,12 +22,15 @@
 
 namespace hvd {
 
-// A host buffer with a dtype and a shape. Does not own its memory; the caller keeps it alive
-// until the operation that uses it has completed.
+// A buffer with a dtype, a shape and the device it lives on (host memory by default). Does not
+// own its memory; the caller keeps it alive until the operation that uses it has completed.
+// Collectives on a device other than the CPU need a collective backend for that device in this
+// build; without one they throw InvalidArgument naming the device.
 struct TensorView {
   void* data = nullptr;
   DataType dtype = DataType::kFloat32;
   std::vector<int64_t> shape;
+  Device device;
 
   int64_t numElements() const;
   size_t bytes() const { return static_cast<size_t>(numElements()) * dataTypeSize(dtype); }
@@ -93,6 +96,9 @@ void init(const InitOptions& options = {});
 // Stops the engine on every rank; pending operations fail with Aborted. init() may follow.
 void shutdown();
 bool isInitialized();
+// Collectives issued before init() throw Error("Horovod has not been initialized; use
+// hvd.init()."); after shutdown() (until the next init()) they throw Aborted with Horovod's
+// shutdown message. Topology and process-set queries throw InvalidArgument in both cases.
 
 int rank();
 int size();
@@ -125,6 +131,15 @@ std::vector<int> processSetIds();
 // path, so callers never need two code paths. Works before init(); thread-safe.
 // Throws std::bad_alloc when memory is exhausted.
 OwnedTensor allocateShared(DataType dtype, std::vector<int64_t> shape);
+
+// ---- Introspection (tests, benchmarks) ----------------------------------------------------------
+
+// Counters of the process's engine since its last init(); all zero when it is not initialized.
+struct EngineCounters {
+  uint64_t sharedInPlaceAllreduces = 0;  // allreduces that ran zero-copy over shared buffers
+  uint64_t sharedOutputAllgathers = 0;   // allgathers that wrote straight into shared outputs
+};
+EngineCounters engineCounters();
 
 // ---- Collectives (asynchronous) ----------------------------------------------------------------
 

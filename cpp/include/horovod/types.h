@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace hvd {
@@ -53,5 +54,25 @@ enum class OpType : uint8_t {
 };
 constexpr int kNumOpTypes = 8;  // values are 0 .. kNumOpTypes - 1
 std::string_view opTypeName(OpType type);
+
+// Where a tensor's memory lives. Values are part of the wire format; append, never renumber.
+enum class DeviceKind : uint8_t {
+  kCpu = 0,
+  kCuda = 1,
+  kRocm = 2,
+};
+struct Device {
+  DeviceKind kind = DeviceKind::kCpu;
+  int32_t index = 0;  // accelerator ordinal; 0 for the CPU
+  // Accelerators: the stream (cudaStream_t, hipStream_t) on which the tensor's producers run.
+  // The backend orders the collective after the work queued there, and the work's completion
+  // orders later work on it. Null: the device's default stream. Unused for the CPU.
+  void* stream = nullptr;
+
+  bool isCpu() const { return kind == DeviceKind::kCpu; }
+  bool sameDevice(const Device& o) const { return kind == o.kind && index == o.index; }
+};
+// "cpu", "cuda:0", "rocm:1": how messages name a device.
+std::string deviceName(const Device& device);
 
 }  // namespace hvd

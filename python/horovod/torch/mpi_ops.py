@@ -6,23 +6,24 @@ Tensors cross into the core as DLPack views (no copy). Outputs whose shape is kn
 (allreduce, broadcast, reducescatter) are allocated by torch; allgather/alltoall outputs are
 allocated by the core and wrapped with ``torch.from_dlpack`` (no copy either).
 
-Naming (the matching key across ranks): ``<prefix>.<name>`` or ``<prefix>.noname.<handle>``,
-where ``handle`` counts every asynchronous call of this process (reset by init and shutdown).
-A generated name never comes back, so such calls tell the core (``one_off``) to keep them out of
-its response cache, where they would push out the names that recur every step.
+Naming (the matching key across ranks) follows ``horovod.common.ops.op_name``:
+``<prefix><name>`` or ``<prefix>noname.<handle>``, where ``handle`` counts every asynchronous call
+of this adapter (reset by init and shutdown).
 
-Handles live in the core's handle table (cpp/python/handles.h): ``synchronize`` and ``poll`` are
-the core's functions themselves, and the allreduce path is one core call per tensor
-(``_core.allreduce_h``: view, name, enqueue, register). Input checks that cost a Python-level
-attribute lookup per call (dtype, device, process set) run only when that call failed, to raise
-the same error as before.
+Handles live in this adapter's own handle space in the core (``_core.HandleSpace``):
+``synchronize`` and ``poll`` are the space's methods themselves, and the allreduce path is one
+core call per tensor (``HandleSpace.allreduce``: view, name, enqueue, register). Input checks that
+cost a Python-level attribute lookup per call (dtype, device, process set) run only when that
+call failed, to raise the same error as before.
 """
 
 import torch
 
 from horovod.common import basics as _basics_mod
 from horovod.common.basics import HorovodBasics as _HorovodBasics
+from horovod.common import ops as _ops
 from horovod.common.exceptions import HorovodInternalError
+from horovod.common.ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401
 from horovod.common.process_sets import (ProcessSet, global_process_set,  # noqa: F401
                                          add_process_set, remove_process_set)
 from horovod.common.util import get_average_backwards_compatibility_fun, num_rank_is_power_2
@@ -35,26 +36,45 @@ except ImportError:  # pragma: no cover - future torch without the legacy export
     def _to_dlpack(tensor):
         return tensor.detach() if tensor.requires_grad else tensor
 
-# ---- handle table --------------------------------------------------------------------------------
+# ---- handle space --------------------------------------------------------------------------------
 
-# The core keeps handle -> (Work, kind, payload). Kinds decide what synchronize() returns: the
-# payload itself for _SINGLE and _GROUP, _finish(work, kind, payload) for the others. Handles
-# come from one counter in the core (atomic under the GIL: hooks may run on several threads).
-_SINGLE = 0     # payload: the output tensor
-_GROUP = 1      # payload: tuple of output tensors
+# Kinds decide what synchronize() returns: the payload itself for _PAYLOAD (an output tensor or a
+# tuple of them), _finish(work, kind, payload) for the others (see there).
+_PAYLOAD = 0
 _GATHER = 2     # payload: None (engine-allocated output)
 _GATHER_N = 3   # payload: None (grouped, engine-allocated outputs)
 _ALLTOALL = 4   # payload: device for received_splits (None = CPU)
 _JOIN = 5
 _BARRIER = 6
 
-_next_handle = _core.next_handle
-_track = _core.track_handle
-_allreduce_h = _core.allreduce_h
+
+def _finish(work, kind, payload):
+    """synchronize()'s result for the kinds whose output the engine allocated (called by the
+    core after the wait)."""
+    if kind == _GATHER:
+        return torch.from_dlpack(work.outputs()[0])
+    if kind == _GATHER_N:
+        return tuple(torch.from_dlpack(o) for o in work.outputs())
+    if kind == _ALLTOALL:
+        output = torch.from_dlpack(work.outputs()[0])
+        received = torch.tensor(work.received_splits(), dtype=torch.int32)
+        if payload is not None:
+            received = received.to(payload)
+        return output, received
+    if kind == _JOIN:
+        return work.join_result()
+    return None
+
+
+_handles = _core.HandleSpace(_finish, _ops.ALLREDUCE, _ops.UNNAMED)
+_next_handle = _handles.next_handle
+_track = _handles.track
+_allreduce_h = _handles.allreduce
+_op_name = _ops.op_name
 
 
 def _reset_handles():
-    _core.reset_handles()
+    _handles.reset()
 
 
 _basics = _HorovodBasics(on_init=_reset_handles, on_shutdown=_reset_handles)
@@ -81,15 +101,6 @@ ddl_built = _basics.ddl_built
 ccl_built = _basics.ccl_built
 cuda_built = _basics.cuda_built
 rocm_built = _basics.rocm_built
-
-# Reduction ops (same values in every framework and in the core).
-Average = 0
-Sum = 1
-Adasum = 2
-Min = 3
-Max = 4
-Product = 5
-
 
 class _ReduceOps:
     Average = Average
@@ -220,7 +231,7 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postsc
     if op == Adasum:
         _adasum_checks(op, process_set)
     handle = _next_handle()
-    full = 'grouped_allreduce.' + name if name else 'grouped_allreduce.noname.%d' % handle
+    full = _op_name(_ops.GROUPED_ALLREDUCE, name, handle)
     try:
         work = _core.grouped_allreduce_async(
             [_to_dlpack(t) for t in tensors],
@@ -231,7 +242,7 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postsc
         _enqueue_failed(tensors if outputs is tensors else list(tensors) + list(outputs),
                         process_set)
         raise
-    _track(handle, work, _GROUP, tuple(outputs))
+    _track(handle, work, tuple(outputs))
     return handle
 
 
@@ -292,9 +303,9 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
 def allgather_async(tensor, name=None, process_set=global_process_set):
     """Asynchronous allgather (concatenation along dim 0 in set-rank order); returns a handle."""
     handle = _next_handle()
-    full = 'allgather.' + name if name else 'allgather.noname.%d' % handle
+    full = _op_name(_ops.ALLGATHER, name, handle)
     work = _core.allgather_async(_view(tensor), full, _ps_id(process_set), not name)
-    _track(handle, work, _GATHER, None)
+    _track(handle, work, None, _GATHER)
     return handle
 
 
@@ -302,10 +313,10 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     """Asynchronous allgather of each tensor of a list; synchronize() returns a tuple."""
     _check_same_device(tensors)
     handle = _next_handle()
-    full = 'grouped_allgather.' + name if name else 'grouped_allgather.noname.%d' % handle
+    full = _op_name(_ops.GROUPED_ALLGATHER, name, handle)
     work = _core.grouped_allgather_async(_views(tensors), full, _ps_id(process_set),
                                            not name)
-    _track(handle, work, _GATHER_N, None)
+    _track(handle, work, None, _GATHER_N)
     return handle
 
 
@@ -313,10 +324,10 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
 
 def _broadcast_async(tensor, output, root_rank, name, process_set):
     handle = _next_handle()
-    full = 'broadcast.' + name if name else 'broadcast.noname.%d' % handle
+    full = _op_name(_ops.BROADCAST, name, handle)
     work = _core.broadcast_async(_view(output), root_rank, full, _ps_id(process_set),
                                  not name)
-    _track(handle, work, _SINGLE, output)
+    _track(handle, work, output)
     return handle
 
 
@@ -363,10 +374,10 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     split). synchronize() returns ``(output, received_splits)``."""
     split_values, device = _splits_list(splits)
     handle = _next_handle()
-    full = 'alltoall.' + name if name else 'alltoall.noname.%d' % handle
+    full = _op_name(_ops.ALLTOALL, name, handle)
     work = _core.alltoall_async(_view(tensor), split_values, full, _ps_id(process_set),
                                 not name)
-    _track(handle, work, _ALLTOALL, device)
+    _track(handle, work, device, _ALLTOALL)
     return handle
 
 
@@ -396,10 +407,10 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     _check_reducescatter_op(op)
     output = tensor.new_empty(_reducescatter_shape(tensor, process_set))
     handle = _next_handle()
-    full = 'reducescatter.' + name if name else 'reducescatter.noname.%d' % handle
+    full = _op_name(_ops.REDUCESCATTER, name, handle)
     work = _core.reducescatter_async(_view(tensor), _view(output), full, op, prescale_factor,
                                      postscale_factor, _ps_id(process_set), not name)
-    _track(handle, work, _SINGLE, output)
+    _track(handle, work, output)
     return handle
 
 
@@ -411,12 +422,11 @@ def grouped_reducescatter_async(tensors, name=None, op=Average,
     _check_same_device(tensors)
     outputs = [t.new_empty(_reducescatter_shape(t, process_set)) for t in tensors]
     handle = _next_handle()
-    full = ('grouped_reducescatter.' + name if name
-            else 'grouped_reducescatter.noname.%d' % handle)
+    full = _op_name(_ops.GROUPED_REDUCESCATTER, name, handle)
     work = _core.grouped_reducescatter_async(_views(tensors), _views(outputs), full, op,
                                              prescale_factor, postscale_factor,
                                              _ps_id(process_set), not name)
-    _track(handle, work, _GROUP, tuple(outputs))
+    _track(handle, work, tuple(outputs))
     return handle
 
 
@@ -428,7 +438,7 @@ def join(device=-1):
     same on every rank). ``device`` is ignored (CPU build)."""
     handle = _next_handle()
     work = _core.join_async()
-    _track(handle, work, _JOIN, None)
+    _track(handle, work, None, _JOIN)
     return synchronize(handle)
 
 
@@ -436,39 +446,20 @@ def barrier(process_set=global_process_set):
     """Blocks until every member of ``process_set`` has reached the barrier."""
     handle = _next_handle()
     work = _core.barrier_async(_ps_id(process_set))
-    _track(handle, work, _BARRIER, None)
+    _track(handle, work, None, _BARRIER)
     synchronize(handle)
 
 
-def _finish(work, kind, payload):
-    """synchronize()'s result for the kinds whose output the engine allocated (called by the
-    core after the wait)."""
-    if kind == _GATHER:
-        return torch.from_dlpack(work.outputs()[0])
-    if kind == _GATHER_N:
-        return tuple(torch.from_dlpack(o) for o in work.outputs())
-    if kind == _ALLTOALL:
-        output = torch.from_dlpack(work.outputs()[0])
-        received = torch.tensor(work.received_splits(), dtype=torch.int32)
-        if payload is not None:
-            received = received.to(payload)
-        return output, received
-    if kind == _JOIN:
-        return work.join_result()
-    return None
-
-
-_core.set_finisher(_finish)
 
 # poll(handle): True if the asynchronous operation behind ``handle`` has completed (synchronize()
 # will not block); ValueError for an unknown handle.
-poll = _core.poll
+poll = _handles.poll
 
 # synchronize(handle): waits for an asynchronous operation (releasing the GIL only while it
 # runs) and returns its output: a tensor, a tuple of tensors (grouped), ``(output,
 # received_splits)`` (alltoall), the last joined rank (join). Unknown handles return None.
 # Failures raise HorovodInternalError.
-synchronize = _core.synchronize
+synchronize = _handles.synchronize
 
 
 # The differentiable synchronous forms (imported last: they build on the functions above).

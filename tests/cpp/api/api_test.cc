@@ -77,6 +77,15 @@ TEST(Api, InitIsIdempotentAndReinitWorks) {
     shutdown();
     EXPECT_FALSE(isInitialized());
     shutdown();  // harmless
+    // After a shutdown, operations fail with Horovod's shutdown message; queries as before init.
+    try {
+      allreduceAsync(floats(a), floats(b), o);
+      ADD_FAILURE();
+    } catch (const Aborted& e) {
+      EXPECT_NE(std::string(e.what()).find("Horovod has been shut down"), std::string::npos);
+    }
+    EXPECT_THROW(rank(), InvalidArgument);
+    EXPECT_EQ(engineCounters().sharedInPlaceAllreduces, 0u);
   }
 }
 
@@ -125,8 +134,9 @@ TEST(CApi, RoundTrip) {
   EXPECT_NE(std::string(hvd_last_error()).find("HOROVOD_DYNAMIC_PROCESS_SETS"), std::string::npos);
   ASSERT_EQ(hvd_shutdown(), HVD_OK);
   EXPECT_EQ(hvd_is_initialized(), 0);
-  EXPECT_EQ(hvd_allreduce(in.data(), out.data(), 2, HVD_FLOAT64, HVD_SUM, "c.z"), HVD_ERR_INTERNAL);
-  EXPECT_EQ(std::string(hvd_last_error()), kNotInit);
+  // Operations after a shutdown fail with Horovod's shutdown message (Aborted).
+  EXPECT_EQ(hvd_allreduce(in.data(), out.data(), 2, HVD_FLOAT64, HVD_SUM, "c.z"), HVD_ERR_ABORTED);
+  EXPECT_NE(std::string(hvd_last_error()).find("Horovod has been shut down"), std::string::npos);
 }
 
 TEST(Api, BadEnvironmentFailsInitNamingVariable) {

@@ -1,0 +1,105 @@
+#include "engine/backend.h"
+
+#include <algorithm>
+#include <mutex>
+
+#include "common/check.h"
+#include "engine/process_set_table.h"
+
+namespace hvd::engine {
+namespace {
+
+std::mutex& registryMutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::vector<BackendFactory>& registry() {
+  static std::vector<BackendFactory> factories;
+  return factories;
+}
+
+bool serves(const BackendFactory& f, DeviceKind kind) {
+  return std::find(f.devices.begin(), f.devices.end(), kind) != f.devices.end();
+}
+
+}  // namespace
+
+void registerBackend(BackendFactory factory) {
+  std::lock_guard<std::mutex> lock(registryMutex());
+  registry().push_back(std::move(factory));
+}
+
+bool backendServes(DeviceKind kind) {
+  std::lock_guard<std::mutex> lock(registryMutex());
+  return std::any_of(registry().begin(), registry().end(), [&](const auto& f) { return serves(f, kind); });
+}
+
+std::vector<std::string> backendNames(DeviceKind kind) {
+  std::lock_guard<std::mutex> lock(registryMutex());
+  std::vector<std::string> names;
+  for (const auto& f : registry()) {
+    if (serves(f, kind)) names.push_back(f.name);
+  }
+  return names;
+}
+
+int32_t deviceId(const Device& device) {
+  if (device.isCpu()) return kCpuDevice;
+  return (static_cast<int32_t>(device.kind) << 16) | (device.index & 0xffff);
+}
+
+Device deviceOf(int32_t id) {
+  Device device;
+  if (id == kCpuDevice) return device;
+  device.kind = static_cast<DeviceKind>(id >> 16);
+  device.index = id & 0xffff;
+  return device;
+}
+
+CollectiveBackend& BackendTable::forResponse(const Response& r, ProcessSet& set, Transport& transport,
+                                             HostResources& host) {
+  const std::pair<int32_t, int32_t> key{set.id, r.device};
+  CollectiveBackend* backend = last_;
+  if (backend == nullptr || key != lastKey_) {
+    auto it = backends_.find(key);
+    if (it == backends_.end()) {
+      const Device device = deviceOf(r.device);
+      std::vector<BackendFactory> candidates;
+      {
+        std::lock_guard<std::mutex> lock(registryMutex());
+        for (const auto& f : registry()) {
+          if (serves(f, device.kind)) candidates.push_back(f);
+        }
+      }
+      std::unique_ptr<CollectiveBackend> made;
+      for (const auto& f : candidates) {
+        made = f.make(BackendContext{set, device, transport, host});
+        if (made) break;
+      }
+      if (!made) {
+        throw Error("No collective backend runs " + std::string(kindName(r.kind)) + " on device " +
+                    deviceName(device) + " for process set " + std::to_string(set.id) +
+                    (candidates.empty() ? std::string(" (this build has none for that device)")
+                                        : std::string(" (every backend for that device declined it)")));
+      }
+      it = backends_.emplace(key, std::move(made)).first;
+    }
+    backend = it->second.get();
+    last_ = backend;
+    lastKey_ = key;
+  }
+  if (!backend->supports(r.kind)) {
+    throw Error(std::string("The ") + backend->name() + " collective backend does not support " +
+                kindName(r.kind) + " on device " + deviceName(deviceOf(r.device)) + ".");
+  }
+  return *backend;
+}
+
+void BackendTable::removeSet(int32_t processSet) {
+  for (auto it = backends_.begin(); it != backends_.end();) {
+    it = it->first.first == processSet ? backends_.erase(it) : std::next(it);
+  }
+  last_ = nullptr;
+}
+
+}  // namespace hvd::engine

@@ -1,0 +1,42 @@
+"""What every framework adapter shares about collectives: the reduction op constants and the
+naming rule that matches one rank's collective with the other ranks'.
+
+Reduction ops: the values the core's ``ReduceOp`` takes (``horovod._core`` receives them as
+integers), exported by each adapter under Horovod's names (``hvd.Average``, ``hvd.Sum``, ...).
+
+Naming: a collective's name is its matching key across ranks, ``<prefix><name>``, where the
+prefix names the operation (``allreduce.``, ``allgather.``, ...). An unnamed call gets
+``<prefix>noname.<handle>``, ``handle`` being the adapter's handle counter (reset by init and
+shutdown), so unnamed calls match only when every rank issues the same sequence of them. Such a
+generated name never comes back: adapters pass ``one_off=True`` for it, which keeps it out of the
+core's response cache, where it would only push out the names that recur every step.
+``_core.HandleSpace.allreduce`` applies this same rule in C++ on the per-tensor fast path; it is
+given ``UNNAMED`` and its prefix when an adapter creates its space.
+"""
+
+# Reduction ops.
+Average = 0
+Sum = 1
+Adasum = 2
+Min = 3
+Max = 4
+Product = 5
+
+# Prefixes of the operations' names.
+ALLREDUCE = 'allreduce.'
+GROUPED_ALLREDUCE = 'grouped_allreduce.'
+ALLGATHER = 'allgather.'
+GROUPED_ALLGATHER = 'grouped_allgather.'
+BROADCAST = 'broadcast.'
+ALLTOALL = 'alltoall.'
+REDUCESCATTER = 'reducescatter.'
+GROUPED_REDUCESCATTER = 'grouped_reducescatter.'
+
+# What follows the prefix of an unnamed call, before its handle.
+UNNAMED = 'noname.'
+
+
+def op_name(prefix, name, handle):
+    """The full name of a collective: ``prefix + name``, or ``prefix + 'noname.<handle>'`` when
+    ``name`` is None or empty (then the name is one-off: see the module docstring)."""
+    return prefix + name if name else prefix + UNNAMED + str(handle)
