@@ -107,10 +107,12 @@ BuildInfo probeBuild() {
   auto ok = pythonSucceeds({"import torch, horovod._core", "import horovod.tensorflow"});
   info.pytorch = ok[0];
   info.tensorflow = ok[1];
-  info.mpiController = !resolveExecutable("mpirun", pathEnv()).empty();
 #ifdef HOROVODRUN_WITH_MPI_TRANSPORT
+  // The same CMake condition that makes horovod._core report mpi_built() == True.
+  info.mpiController = true;
   info.mpiOps = true;
 #endif
+  info.mpirun = resolveExecutable("mpirun", pathEnv());
   return info;
 }
 
@@ -130,6 +132,12 @@ std::string formatBuildInfo(const BuildInfo& info) {
   out += mark(info.cclOps) + std::string("CCL\n");
   out += mark(info.mpiOps) + std::string("MPI\n");
   out += mark(info.glooOps) + std::string("Gloo\n");
+  if (!info.mpiController && !info.mpirun.empty()) {
+    // Launching through mpirun and being built with MPI are different things; say which holds.
+    out += "\nMPI is not built into this Horovod (horovod.mpi_built() is False). horovodrun --mpi\n"
+           "can still start the processes with " + info.mpirun + "; they then use Horovod's\n"
+           "built-in controller (Gloo above) and its CPU operations, not MPI.\n";
+  }
   return out;
 }
 

@@ -1,10 +1,13 @@
 // --check-build: Horovod's build summary, from what this installation can actually do:
 //   PyTorch    [X] iff python3 imports both torch and horovod._core
 //   TensorFlow [X] iff python3 imports horovod.tensorflow; MXNet [ ]
-//   Controllers: Gloo [X] (the built-in controller answers to that name), MPI [X] iff mpirun is
-//     on PATH (--mpi delegates to it)
-//   Tensor operations: Gloo [X]; MPI [X] only with an MPI transport in the build; NCCL, DDL,
-//     CCL [ ].
+//   Controllers: Gloo [X] (the built-in controller answers to that name); MPI [X] only with an
+//     MPI transport in the build (CMake target hvd_transport_mpi, the condition under which
+//     horovod._core's mpi_built() is True; there is none yet)
+//   Tensor operations: Gloo [X]; MPI [X] under the same condition; NCCL, DDL, CCL [ ].
+// Launching with mpirun is a different thing: --mpi delegates to mpirun whenever it is on PATH,
+// and the processes then use the built-in controller. When MPI is not built but mpirun is
+// found, a note after the table says so.
 // python3 is the interpreter next to the horovodrun executable if there is one (a venv),
 // else python3 on PATH.
 #pragma once
@@ -24,6 +27,7 @@ struct BuildInfo {
   bool cclOps = false;
   bool mpiOps = false;
   bool glooOps = true;
+  std::string mpirun;  // mpirun's path if it is on PATH (horovodrun --mpi can use it), else ""
 };
 
 BuildInfo probeBuild();

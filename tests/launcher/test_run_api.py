@@ -92,6 +92,50 @@ def test_argument_validation_and_deprecations(run_python):
     ]
 
 
+def _installed_horovod_with_torch():
+    """Whether this interpreter imports torch and a built horovod (with its core extension)."""
+    probe = 'import torch, horovod._core, horovod.torch'
+    return subprocess.run([sys.executable, '-c', probe], capture_output=True, cwd='/',
+                          timeout=120).returncode == 0
+
+
+@pytest.mark.skipif(not _installed_horovod_with_torch(), reason='needs torch and an installed horovod')
+def test_function_importing_torch(hvdrun, tmp_path):
+    # The installed package (not the source tree): the function imports torch and allreduces.
+    # Workers used to get horovod's package directory on PYTHONPATH, so `import torch` found
+    # horovod/torch instead of PyTorch.
+    script = tmp_path / 'driver.py'
+    script.write_text(textwrap.dedent('''
+        import os
+        import horovod
+        from horovod.runner import run
+
+        def f():
+            import torch
+            import horovod
+            import horovod.torch as hvd
+            hvd.init()
+            try:
+                out = hvd.allreduce(torch.tensor([1.0, 2.0]) * (hvd.rank() + 1), op=hvd.Sum, name='x')
+                return (hvd.rank(), torch.__name__, hasattr(torch, 'tensor'),
+                        os.path.realpath(horovod.__file__), out.tolist())
+            finally:
+                hvd.shutdown()
+
+        for result in run(f, num_proc=2):
+            print(result)
+        print(os.path.realpath(horovod.__file__))
+    '''))
+    env = dict(os.environ, HOROVOD_RUN_BINARY=hvdrun)
+    env.pop('PYTHONPATH', None)
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180, env=env,
+                       cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.strip().splitlines()
+    package = lines[-1]
+    assert lines[:-1] == [str((rank, 'torch', True, package, [3.0, 6.0])) for rank in range(2)]
+
+
 @pytest.mark.skipif(subprocess.run(['which', 'mpirun'], capture_output=True).returncode != 0, reason='no mpirun')
 def test_use_mpi(run_python):
     r = run_python('''

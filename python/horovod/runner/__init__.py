@@ -101,10 +101,7 @@ def _launch(func, args, kwargs, flags, num_proc, executable, use_mpi):
                                                      str(service.port)]
             env = dict(os.environ)
             env['_HOROVOD_SECRET_KEY'] = secret
-            # Workers must import this very horovod package, wherever it was found.
-            package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-            path = env.get('PYTHONPATH')
-            env['PYTHONPATH'] = package_root + (os.pathsep + path if path else '')
+            env['PYTHONPATH'] = _worker_pythonpath(tmp, env.get('PYTHONPATH'))
             exit_code = _run_forwarding_output(command, env)
             if exit_code != 0:
                 if use_mpi:
@@ -121,6 +118,23 @@ def _launch(func, args, kwargs, flags, num_proc, executable, use_mpi):
     if missing:
         raise RuntimeError('Horovod job finished but ranks {} returned no result'.format(missing))
     return [cloudpickle.loads(results[r]) for r in range(num_proc)]
+
+
+def _worker_pythonpath(tmp, pythonpath):
+    """PYTHONPATH for the workers: they must import this very horovod package, wherever the
+    driver found it (an installed wheel, a source tree, a path added at run time).
+
+    Neither the package directory nor its parent may go on the path: the package directory
+    holds ``torch/`` (so ``import torch`` in the user's function would find horovod.torch), and
+    the parent may be a site-packages directory, which on PYTHONPATH would come before the
+    standard library. Instead a directory inside ``tmp`` gets one entry, a ``horovod`` link to
+    this package, so exactly one top-level name resolves there. On other hosts the directory
+    does not exist and Python skips it, so their own installation is used."""
+    package_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    shim = os.path.join(tmp, 'pythonpath')
+    os.mkdir(shim)
+    os.symlink(package_dir, os.path.join(shim, 'horovod'), target_is_directory=True)
+    return shim + (os.pathsep + pythonpath if pythonpath else '')
 
 
 def _fileno(stream):

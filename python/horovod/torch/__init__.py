@@ -8,6 +8,7 @@
 """
 
 from horovod.common import basics as _basics
+from horovod.common.util import check_extension  # noqa: F401
 
 if _basics._core is None:
     import warnings as _warnings

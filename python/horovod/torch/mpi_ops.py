@@ -26,9 +26,16 @@ from horovod.common.exceptions import HorovodInternalError
 from horovod.common.ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401
 from horovod.common.process_sets import (ProcessSet, global_process_set,  # noqa: F401
                                          add_process_set, remove_process_set)
-from horovod.common.util import get_average_backwards_compatibility_fun, num_rank_is_power_2
+from horovod.common.util import (check_installed_version,  # noqa: F401
+                                 get_average_backwards_compatibility_fun, gpu_available,
+                                 num_rank_is_power_2)
+from horovod.torch.compression import Compression  # noqa: F401
 
 _core = _basics_mod._core
+
+# Horovod's import-time version check; the core is not compiled against torch, so it accepts
+# every version.
+check_installed_version('pytorch', torch.__version__)
 
 try:
     from torch.utils.dlpack import to_dlpack as _to_dlpack
@@ -462,7 +469,10 @@ poll = _handles.poll
 synchronize = _handles.synchronize
 
 
-# The differentiable synchronous forms (imported last: they build on the functions above).
-from horovod.torch.collectives import (allgather, allreduce, alltoall, broadcast,  # noqa: E402,F401
-                                       grouped_allgather, grouped_allreduce,
-                                       grouped_reducescatter, reducescatter)
+# The differentiable synchronous forms and the autograd Functions behind them (imported last:
+# they build on the functions above).
+from horovod.torch.collectives import (  # noqa: E402,F401
+    HorovodAllgather, HorovodAllreduce, HorovodAlltoall, HorovodBroadcast,
+    HorovodGroupedAllgather, HorovodGroupedAllreduce, HorovodGroupedReducescatter,
+    HorovodReducescatter, allgather, allreduce, alltoall, broadcast, grouped_allgather,
+    grouped_allreduce, grouped_reducescatter, reducescatter)
