@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The full test suite: set-up, C++ unit tests (also under ASan+UBSan; ctest also runs the
+# The full test suite: set-up, the include-layering check (docs/architecture.md), C++ unit tests (also under ASan+UBSan; ctest also runs the
 # multi-process and network-namespace tests), launcher tests (incl. ssh across namespaces),
 # Python tests under horovodrun, benchmark smoke.
 # Every stage is bounded by a timeout so a hang fails fast. Usage: scripts/test.sh [--quick]
@@ -29,6 +29,7 @@ stage() {  # stage <name> <timeout-seconds> <command...>
 }
 
 stage "setup" 1500 ./scripts/setup.sh || true
+stage "layering" 60 python3 scripts/check_layering.py
 
 stage "build" 1200 bash -c "cmake -S . -B build -G Ninja -DHOROVOD_BUILD_TESTS=ON >/dev/null && ninja -C build -j$jobs"
 stage "unit tests" 900 ctest --test-dir build --output-on-failure --timeout 300 -j$jobs

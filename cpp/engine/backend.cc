@@ -58,12 +58,12 @@ Device deviceOf(int32_t id) {
 
 CollectiveBackend& BackendTable::forResponse(const Response& r, ProcessSet& set, Transport& transport,
                                              HostResources& host) {
-  const std::pair<int32_t, int32_t> key{set.id, r.device};
+  const std::pair<int32_t, int32_t> key{set.id, r.params.device};
   CollectiveBackend* backend = last_;
   if (backend == nullptr || key != lastKey_) {
     auto it = backends_.find(key);
     if (it == backends_.end()) {
-      const Device device = deviceOf(r.device);
+      const Device device = deviceOf(r.params.device);
       std::vector<BackendFactory> candidates;
       {
         std::lock_guard<std::mutex> lock(registryMutex());
@@ -77,7 +77,7 @@ CollectiveBackend& BackendTable::forResponse(const Response& r, ProcessSet& set,
         if (made) break;
       }
       if (!made) {
-        throw Error("No collective backend runs " + std::string(kindName(r.kind)) + " on device " +
+        throw Error("No collective backend runs " + std::string(kindName(r.params.kind)) + " on device " +
                     deviceName(device) + " for process set " + std::to_string(set.id) +
                     (candidates.empty() ? std::string(" (this build has none for that device)")
                                         : std::string(" (every backend for that device declined it)")));
@@ -88,9 +88,9 @@ CollectiveBackend& BackendTable::forResponse(const Response& r, ProcessSet& set,
     last_ = backend;
     lastKey_ = key;
   }
-  if (!backend->supports(r.kind)) {
+  if (!backend->supports(r.params.kind)) {
     throw Error(std::string("The ") + backend->name() + " collective backend does not support " +
-                kindName(r.kind) + " on device " + deviceName(deviceOf(r.device)) + ".");
+                std::string(kindName(r.params.kind)) + " on device " + deviceName(deviceOf(r.params.device)) + ".");
   }
   return *backend;
 }

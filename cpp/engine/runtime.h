@@ -50,7 +50,7 @@
 #include "engine/process_set_table.h"
 #include "engine/response_cache.h"
 #include "engine/tensor_queue.h"
-#include "horovod/horovod.h"
+#include "horovod/operation.h"
 #include "store/store.h"
 #include "transport/transport.h"
 

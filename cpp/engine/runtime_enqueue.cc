@@ -95,7 +95,7 @@ EntryPtr Runtime::makeEntry(Kind kind, const char* opName, const TensorView& in,
   e->input = in.data;
   e->output = out.data;
   if (!in.device.isCpu() || !out.device.isCpu()) checkDevices(opName, in, out);
-  r.device = deviceId(in.device);
+  r.params.device = deviceId(in.device);
   e->stream = in.device.stream;
   for (auto d : in.shape) {
     if (d < 0) throw InvalidArgument(std::string(opName) + ": negative dimension in tensor shape " + shapeString(in.shape));

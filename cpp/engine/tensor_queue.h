@@ -19,7 +19,7 @@
 #include "engine/message.h"
 #include "engine/response_cache.h"
 #include "engine/work.h"
-#include "horovod/horovod.h"
+#include "horovod/operation.h"
 
 namespace hvd::engine {
 

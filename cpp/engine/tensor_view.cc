@@ -1,5 +1,5 @@
 // Out-of-line members of the public value types (horovod.h) that the engine relies on.
-#include "horovod/horovod.h"
+#include "horovod/operation.h"
 
 namespace hvd {
 

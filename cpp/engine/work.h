@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "engine/drive_gate.h"
-#include "horovod/horovod.h"
+#include "horovod/operation.h"
 
 namespace hvd::engine {
 

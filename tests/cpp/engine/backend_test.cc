@@ -38,7 +38,7 @@ class FakeBackend : public engine::CollectiveBackend {
   bool supports(engine::Kind kind) const override { return kind == engine::Kind::kAllreduce; }
   void run(const engine::Response& r, engine::ProcessSet& set,
            const std::vector<engine::Entry*>& entries) override {
-    Seen s{set.comm->globalRank(set.comm->rank()), r.processSet, r.kind, {}, nullptr};
+    Seen s{set.comm->globalRank(set.comm->rank()), r.params.processSet, r.params.kind, {}, nullptr};
     for (const auto& t : r.tensors) s.names.push_back(t.data().name);
     if (!entries.empty() && entries[0] != nullptr) s.stream = entries[0]->stream;
     {
@@ -47,7 +47,7 @@ class FakeBackend : public engine::CollectiveBackend {
     }
     for (size_t i = 0; i < entries.size(); ++i) {
       const size_t count = static_cast<size_t>(r.tensors[i].numElements());
-      collectives::allreduce(*set.comm, entries[i]->input, entries[i]->output, count, r.dtype, ReduceOp::kSum, 1.0);
+      collectives::allreduce(*set.comm, entries[i]->input, entries[i]->output, count, r.params.dtype, ReduceOp::kSum, 1.0);
     }
   }
 };
