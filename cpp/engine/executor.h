@@ -13,6 +13,7 @@
 #include "collectives/collectives.h"
 #include "engine/fusion.h"
 #include "engine/message.h"
+#include "engine/observer.h"
 #include "engine/process_set_table.h"
 #include "engine/tensor_queue.h"
 
@@ -30,8 +31,16 @@ class Executor {
   void run(const Response& response, ProcessSet& set, const std::vector<Entry*>& entries);
 
   size_t fusionBufferBytes() const { return fusion_.capacity(); }
+  // Where fusion-copy and collective events go (observer.h); `hub` outlives the executor.
+  void setObservers(const ObserverHub* hub) { observers_ = hub; }
 
  private:
+  bool watching(EngineEventKind kind) const { return observers_->wants(kind); }
+  // Publishes `kind` for response `r`; timeNs 0 = now.
+  void notify(EngineEventKind kind, const Response& r, int64_t bytes, const char* algorithm, int64_t timeNs = 0) const;
+  // After an allreduce of `bytes` ran on `comm`: its start (when `startNs` is set: for paths that
+  // decide only as they run whether they apply) and end events, naming the algorithm.
+  void allreduceRan(const Response& r, Communicator& comm, size_t bytes, int64_t startNs, const char* algorithm = nullptr) const;
   void allreduce(const Response& r, Communicator& comm, const std::vector<Entry*>& entries);
   void allgather(const Response& r, Communicator& comm, const std::vector<Entry*>& entries);
   void broadcast(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries);
@@ -39,7 +48,8 @@ class Executor {
   void reducescatter(const Response& r, Communicator& comm, const std::vector<Entry*>& entries);
 
   FusionBuffer fusion_;
-  std::vector<collectives::Piece> pieces_;  // a fused allreduce's tensors (scratch)
+  std::vector<collectives::Piece> pieces_;
+  const ObserverHub* observers_ = &ObserverHub::none();  // a fused allreduce's tensors (scratch)
 };
 
 // Rows of dim 0 that set rank `r` of `n` gets in a reducescatter of `rows` rows (semantics §8.4).

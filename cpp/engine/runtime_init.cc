@@ -82,7 +82,9 @@ Runtime::Runtime(Config config, std::shared_ptr<Store> store)
     : config_(std::move(config)),
       store_(std::move(store)),
       sets_(config_.rank),
-      gate_(std::make_shared<DriveGate>(this)) {}
+      gate_(std::make_shared<DriveGate>(this)) {
+  executor_.setObservers(&observers_);
+}
 
 Runtime::~Runtime() {
   try {
@@ -242,6 +244,7 @@ void Runtime::bootstrap(const InitOptions& options) {
     copts.size = size;
     copts.cacheCapacity = config_.cacheCapacity;
     copts.fusion = fusion_;
+    copts.observers = &observers_;
     coordinator_ = std::make_unique<Coordinator>(copts);
     for (size_t i = 0; i < staticSets.size(); ++i) {
       coordinator_->addProcessSet(static_cast<int32_t>(i + 1), staticSets[i]);
