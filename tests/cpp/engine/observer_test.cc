@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <ostream>
 #include <barrier>
 #include <condition_variable>
 #include <functional>
@@ -17,6 +18,11 @@
 #include "cluster.h"
 #include "collectives/algorithms.h"
 #include "engine/observer.h"
+
+namespace hvd::engine {
+// Kind names in gtest's failure messages.
+void PrintTo(EngineEventKind kind, std::ostream* os) { *os << eventKindName(kind); }
+}  // namespace hvd::engine
 
 namespace hvd::test {
 namespace {
@@ -135,6 +141,30 @@ void expectTimesOrdered(const std::vector<Recorded>& events) {
   }
 }
 
+// One negotiated tensor's events on `rank` of two: enqueue, on rank 0 the negotiation (start
+// with the first arrival, one arrival per rank, end), then `after`. Rank 1's request may reach
+// the coordinator before rank 0 has enqueued, so rank 0's enqueue is only known to precede its
+// own arrival.
+void expectNegotiated(const std::vector<Recorded>& ev, int rank, const std::vector<K>& after) {
+  std::vector<Recorded> rest = ev;
+  auto enqueue = std::find_if(rest.begin(), rest.end(), [](const Recorded& e) { return e.kind == K::kEnqueue; });
+  ASSERT_NE(enqueue, rest.end());
+  const auto enqueueAt = enqueue - rest.begin();
+  rest.erase(enqueue);
+  std::vector<K> expected;
+  if (rank == 0) expected = {K::kNegotiateStart, K::kNegotiateRank, K::kNegotiateRank, K::kNegotiateEnd};
+  expected.insert(expected.end(), after.begin(), after.end());
+  ASSERT_EQ(kinds(rest), expected);
+  if (rank != 0) {
+    EXPECT_EQ(enqueueAt, 0);
+    return;
+  }
+  EXPECT_EQ(rest[0].rank, rest[1].rank) << "the first arrival starts the negotiation";
+  EXPECT_EQ((std::set<int>{rest[1].rank, rest[2].rank}), (std::set<int>{0, 1}));
+  const auto ownArrival = rest[1].rank == 0 ? 1 : 2;  // index in `rest`; in `ev` one more
+  EXPECT_LE(enqueueAt, ownArrival + 1) << "rank 0's enqueue precedes its own arrival";
+}
+
 std::vector<std::shared_ptr<Recorder>> attach(Cluster& cluster) {
   std::vector<std::shared_ptr<Recorder>> recorders;
   for (int r = 0; r < cluster.size(); ++r) {
@@ -182,16 +212,17 @@ void singleAllreduce(const char* algorithm) {
   for (int rank = 0; rank < 2; ++rank) {
     auto ev = rec[rank]->about("x");
     SCOPED_TRACE("rank " + std::to_string(rank) + ": " + describe(ev));
-    std::vector<K> expected = {K::kEnqueue};
-    if (rank == 0) {
-      expected.insert(expected.end(), {K::kNegotiateStart, K::kNegotiateRank, K::kNegotiateRank, K::kNegotiateEnd});
-    }
-    expected.insert(expected.end(), {K::kCollectiveStart, K::kCollectiveEnd, K::kTensorDone});
-    ASSERT_EQ(kinds(ev), expected);
-    expectTimesOrdered(ev);
-    EXPECT_EQ(ev.front().bytes, 64);
-    EXPECT_EQ(ev.front().op, engine::Kind::kAllreduce);
-    EXPECT_EQ(ev.front().thread, callers[rank]) << "enqueue events come on the enqueueing thread";
+    expectNegotiated(ev, rank, {K::kCollectiveStart, K::kCollectiveEnd, K::kTensorDone});
+    if (::testing::Test::HasFatalFailure()) return;
+    // The engine's events are published by one thread at a time, in order (the enqueue event, on
+    // the caller's thread, may interleave with rank 1's arrivals).
+    auto engineSide = ev;
+    std::erase_if(engineSide, [](const Recorded& e) { return e.kind == K::kEnqueue; });
+    expectTimesOrdered(engineSide);
+    const Recorded& enqueue = ofKind(ev, K::kEnqueue)[0];
+    EXPECT_EQ(enqueue.bytes, 64);
+    EXPECT_EQ(enqueue.op, engine::Kind::kAllreduce);
+    EXPECT_EQ(enqueue.thread, callers[rank]) << "enqueue events come on the enqueueing thread";
     const Recorded& end = ev[ev.size() - 2];
     EXPECT_EQ(end.bytes, 64);
     EXPECT_EQ(ev[ev.size() - 3].bytes, 64);
@@ -203,12 +234,6 @@ void singleAllreduce(const char* algorithm) {
     }
     EXPECT_FALSE(ev.back().failed);
     EXPECT_TRUE(ofKind(ev, K::kCacheHit).empty());
-    if (rank == 0) {
-      // The first arrival starts the negotiation; each rank arrives once.
-      EXPECT_EQ(ev[1].rank, ev[2].rank);
-      std::set<int> arrived = {ev[2].rank, ev[3].rank};
-      EXPECT_EQ(arrived, (std::set<int>{0, 1}));
-    }
   }
 }
 
@@ -229,14 +254,11 @@ TEST(Observer, Allgather) {
   for (int rank = 0; rank < 2; ++rank) {
     auto ev = rec[rank]->about("g");
     SCOPED_TRACE("rank " + std::to_string(rank) + ": " + describe(ev));
-    std::vector<K> expected = {K::kEnqueue};
-    if (rank == 0) {
-      expected.insert(expected.end(), {K::kNegotiateStart, K::kNegotiateRank, K::kNegotiateRank, K::kNegotiateEnd});
-    }
-    expected.insert(expected.end(), {K::kCollectiveStart, K::kCollectiveEnd, K::kTensorDone});
-    ASSERT_EQ(kinds(ev), expected);
-    EXPECT_EQ(ev.front().bytes, 12 * (rank + 1));
-    EXPECT_EQ(ev.front().op, engine::Kind::kAllgather);
+    expectNegotiated(ev, rank, {K::kCollectiveStart, K::kCollectiveEnd, K::kTensorDone});
+    if (::testing::Test::HasFatalFailure()) return;
+    const Recorded& enqueue = ofKind(ev, K::kEnqueue)[0];
+    EXPECT_EQ(enqueue.bytes, 12 * (rank + 1));
+    EXPECT_EQ(enqueue.op, engine::Kind::kAllgather);
     for (const auto& e : ofKind(ev, K::kCollectiveStart)) {
       EXPECT_EQ(e.bytes, 36);
       EXPECT_EQ(e.algorithm, "allgatherv");
