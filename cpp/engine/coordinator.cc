@@ -443,10 +443,6 @@ ResponseList Coordinator::build() {
   return out;
 }
 
-}  // namespace hvd::engine
-
-namespace hvd::engine {
-
 std::vector<int> Coordinator::missingRanks(int32_t processSet, Kind kind, const std::vector<int>& submitted) const {
   std::vector<int> missing;
   const bool everyone = kind == Kind::kAddProcessSet || kind == Kind::kRemoveProcessSet;
