@@ -12,7 +12,8 @@
 // of a word and one branch, predicted not taken while nobody subscribes. Only past that branch
 // is the clock read and the event filled in; the event's names, rank lists and pending-tensor
 // lists point into the engine's own state (no copies, no strings built), and are valid only
-// during the onEvent() call: copy what you keep.
+// during the onEvent() call: copy what you keep. With subscribers, a publish takes a short lock
+// to snapshot the subscriber list, then delivers outside it.
 //
 // Threads (who calls onEvent):
 //  * kEnqueue: the thread that enqueued the operation, just before the engine can see it; so it
@@ -24,8 +25,9 @@
 //    enqueueing thread collecting its own request). Only one thread holds it at a time, so these
 //    events are totally ordered and never delivered concurrently with each other.
 // onEvent() must be quick, must not block on the Runtime's operations (it may run on the only
-// thread that can complete them), and should not throw: an exception is caught, logged and the
-// event dropped for that subscriber (logged the first time). addObserver/removeObserver may be called from onEvent().
+// thread that can complete them), and should not throw: an exception is caught (logged the
+// first time) and the event dropped for that subscriber. addObserver/removeObserver may be
+// called from onEvent().
 #pragma once
 
 #include <atomic>
@@ -46,7 +48,8 @@ enum class EngineEventKind : uint8_t {
   // Per tensor, on this rank.
   kEnqueue = 0,      // an operation's tensor handed to the engine (bytes: its input)
   kCacheHit,         // a tensor sent to the coordinator as its cache id (cacheId) instead of a request
-  kTensorDone,       // a tensor's operation completed on this rank (failed: with an error)
+  kTensorDone,       // a tensor's operation completed on this rank (failed: with an error); not
+                     // for operations failed wholesale by shutdown or a fatal error
   // Rank 0 only (the coordinator), per tensor negotiated in full. Tensors answered from the
   // cache are not negotiated: each rank reports kCacheHit instead.
   kNegotiateStart,   // the first request for the tensor arrived (rank: its sender)
@@ -55,7 +58,11 @@ enum class EngineEventKind : uint8_t {
   // Per response executed on this rank (a fused response: once, naming all its tensors).
   kFusionCopyInStart,   // copying the tensors into the fusion buffer (bytes: in total)
   kFusionCopyInEnd,
-  kCollectiveStart,     // the data exchange (bytes: see EngineEvent::bytes)
+  // The data exchange (bytes: see EngineEvent::bytes). The start is delivered as the exchange
+  // starts, except on paths that find out only by running whether they apply (the shared in-place
+  // allreduce, a fused allreduce over the tensors where they lie, the shared-output allgather):
+  // there it is delivered just before the end, carrying its own start time.
+  kCollectiveStart,
   kCollectiveEnd,
   kFusionCopyOutStart,  // copying the results out of the fusion buffer
   kFusionCopyOutEnd,
@@ -114,9 +121,9 @@ struct EngineEvent {
   // the gathered output (every rank's rows), alltoall the bytes this rank sends.
   int64_t bytes = 0;
   // Collectives: the algorithm or routine that ran ("ring", "shm_direct", "allgatherv", ...),
-  // a static string. Always set on kCollectiveEnd; on kCollectiveStart only where it is known
-  // before running (not for allreduce: asking for its choice before the first allreduce of a
-  // process set would itself be a collective step, so it is read once the allreduce ran).
+  // a static string. Always set on kCollectiveEnd; null on a live allreduce kCollectiveStart:
+  // asking for its choice before the first allreduce of a process set would itself be a
+  // collective step, so it is read once the allreduce ran.
   const char* algorithm = nullptr;
   int32_t rank = -1;                  // kNegotiate*: the global rank the request came from
   uint32_t cacheId = kNoCacheId;      // kCacheHit
