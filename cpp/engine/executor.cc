@@ -86,9 +86,13 @@ void Executor::run(const Response& r, ProcessSet& set, const std::vector<Entry*>
     case Kind::kAlltoall: alltoall(r, comm, entries); return;
     case Kind::kReducescatter: reducescatter(r, comm, entries); return;
     case Kind::kBarrier:
-      if (watching(EngineEventKind::kCollectiveStart)) [[unlikely]] notify(EngineEventKind::kCollectiveStart, r, 0, "barrier");
+      if (watching(EngineEventKind::kCollectiveStart)) [[unlikely]] {
+        notify(EngineEventKind::kCollectiveStart, r, 0, "barrier");
+      }
       collectives::barrier(comm);
-      if (watching(EngineEventKind::kCollectiveEnd)) [[unlikely]] notify(EngineEventKind::kCollectiveEnd, r, 0, "barrier");
+      if (watching(EngineEventKind::kCollectiveEnd)) [[unlikely]] {
+        notify(EngineEventKind::kCollectiveEnd, r, 0, "barrier");
+      }
       return;
     default: break;
   }
@@ -244,7 +248,9 @@ void Executor::allgather(const Response& r, Communicator& comm, const std::vecto
     if (sharedTry) {
       const int64_t start = watching(EngineEventKind::kCollectiveStart) ? ObserverHub::nowNs() : 0;
       if (sharedOutputAllgather(comm, in, out, bytesPerRank)) {
-        if (start != 0) [[unlikely]] notify(EngineEventKind::kCollectiveStart, r, sum(bytesPerRank), kSharedAllgather, start);
+        if (start != 0) [[unlikely]] {
+          notify(EngineEventKind::kCollectiveStart, r, sum(bytesPerRank), kSharedAllgather, start);
+        }
         if (watching(EngineEventKind::kCollectiveEnd)) [[unlikely]] {
           notify(EngineEventKind::kCollectiveEnd, r, sum(bytesPerRank), kSharedAllgather);
         }

@@ -40,7 +40,8 @@ class Executor {
   void notify(EngineEventKind kind, const Response& r, int64_t bytes, const char* algorithm, int64_t timeNs = 0) const;
   // After an allreduce of `bytes` ran on `comm`: its start (when `startNs` is set: for paths that
   // decide only as they run whether they apply) and end events, naming the algorithm.
-  void allreduceRan(const Response& r, Communicator& comm, size_t bytes, int64_t startNs, const char* algorithm = nullptr) const;
+  void allreduceRan(const Response& r, Communicator& comm, size_t bytes, int64_t startNs,
+                    const char* algorithm = nullptr) const;
   void allreduce(const Response& r, Communicator& comm, const std::vector<Entry*>& entries);
   void allgather(const Response& r, Communicator& comm, const std::vector<Entry*>& entries);
   void broadcast(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries);

@@ -114,7 +114,8 @@ void ObserverHub::publish(EngineEvent& event) const {
       }
     } catch (...) {
       if (!s.failed->exchange(true)) {
-        HVD_LOG(Error) << "Engine observer failed on " << eventKindName(event.kind) << " (its further failures are not logged)";
+        HVD_LOG(Error) << "Engine observer failed on " << eventKindName(event.kind)
+                       << " (its further failures are not logged)";
       }
     }
   }

@@ -479,7 +479,8 @@ void Runtime::processResponse(Response& r) {
       std::vector<int> ranks(r.setRanks.begin(), r.setRanks.end());
       sets_.add(r.setId, std::move(ranks), transport_.get(), config_.timeout);
       if (observers_.wants(EngineEventKind::kProcessSetAdded)) [[unlikely]] {
-        publishSetChange(EngineEventKind::kProcessSetAdded, r.setId, std::vector<int>(r.setRanks.begin(), r.setRanks.end()));
+        publishSetChange(EngineEventKind::kProcessSetAdded, r.setId,
+                         std::vector<int>(r.setRanks.begin(), r.setRanks.end()));
       }
       if (Entry* e = pendingEntry(0, "process_set.add")) {
         e->work->setJoinResult(r.setId);

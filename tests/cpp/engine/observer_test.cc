@@ -73,7 +73,9 @@ class Recorder : public EngineObserver {
     r.cacheId = e.cacheId;
     r.failed = e.failed;
     r.ranks.assign(e.ranks.begin(), e.ranks.end());
-    for (const auto& p : e.pending) r.pending.push_back({p.processSet, std::string(p.name), p.cached, p.submitted, p.missing});
+    for (const auto& p : e.pending) {
+      r.pending.push_back({p.processSet, std::string(p.name), p.cached, p.submitted, p.missing});
+    }
     r.thread = std::this_thread::get_id();
     std::lock_guard<std::mutex> lock(mu_);
     events_.push_back(std::move(r));
@@ -97,8 +99,9 @@ class Recorder : public EngineObserver {
     }
     return out;
   }
-  // Waits until some recorded event satisfies `pred`; returns it.
-  bool waitFor(const std::function<bool(const Recorded&)>& pred, std::chrono::seconds limit = std::chrono::seconds(10)) {
+  // Waits until some recorded event satisfies `pred`; false after `limit`.
+  bool waitFor(const std::function<bool(const Recorded&)>& pred,
+               std::chrono::seconds limit = std::chrono::seconds(10)) {
     std::unique_lock<std::mutex> lock(mu_);
     return cv_.wait_for(lock, limit, [&] { return std::any_of(events_.begin(), events_.end(), pred); });
   }
@@ -230,7 +233,8 @@ void singleAllreduce(const char* algorithm) {
     if (!expectedAlgorithm.empty()) {
       EXPECT_EQ(end.algorithm, expectedAlgorithm);
     } else {
-      EXPECT_EQ(end.algorithm, collectives::chooseAllreduce("", 64, 2, true).name) << "the local transport shares memory";
+      // The local transport offers shared memory.
+      EXPECT_EQ(end.algorithm, collectives::chooseAllreduce("", 64, 2, true).name);
     }
     EXPECT_FALSE(ev.back().failed);
     EXPECT_TRUE(ofKind(ev, K::kCacheHit).empty());
@@ -313,7 +317,8 @@ void fusedStep(const char* algorithm, bool expectCopies) {
     }
     // Every tensor is done after the fused collective ended.
     auto all = rec[rank]->events();
-    auto collectiveEnd = std::find_if(all.begin(), all.end(), [](const Recorded& e) { return e.kind == K::kCollectiveEnd; });
+    auto collectiveEnd =
+        std::find_if(all.begin(), all.end(), [](const Recorded& e) { return e.kind == K::kCollectiveEnd; });
     ASSERT_NE(collectiveEnd, all.end());
     EXPECT_EQ(std::count_if(collectiveEnd, all.end(), [](const Recorded& e) { return e.kind == K::kTensorDone; }), n);
     EXPECT_EQ(ofKind(all, K::kEnqueue).size(), static_cast<size_t>(n));
@@ -386,9 +391,8 @@ TEST(Observer, StallTicksNameMissingRanks) {
   auto stalledIn = [](const Recorded& e, bool cached) {
     if (e.kind != K::kStallTick) return false;
     for (const auto& p : e.pending) {
-      if (p.name == "s" && p.cached == cached && p.submitted == std::vector<int>{0, 1} && p.missing == std::vector<int>{2}) {
-        return true;
-      }
+      const bool late2 = p.submitted == std::vector<int>{0, 1} && p.missing == std::vector<int>{2};
+      if (p.name == "s" && p.cached == cached && late2) return true;
     }
     return false;
   };
@@ -400,7 +404,8 @@ TEST(Observer, StallTicksNameMissingRanks) {
       std::vector<float> in(4, 1.0f), out(4);
       if (rank == 2) {
         // Late: only after rank 0's ticks reported the tensor waiting for this rank.
-        ASSERT_TRUE(ticks0->waitFor([&](const Recorded& e) { return stalledIn(e, cached); })) << describe(ticks0->events());
+        ASSERT_TRUE(ticks0->waitFor([&](const Recorded& e) { return stalledIn(e, cached); }))
+            << describe(ticks0->events());
       }
       rt.allreduce(view(in, DataType::kFloat32), view(out, DataType::kFloat32), named("s"))->wait();
       ASSERT_EQ(out[0], 3.0f);
