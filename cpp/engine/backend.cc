@@ -57,7 +57,7 @@ Device deviceOf(int32_t id) {
 }
 
 CollectiveBackend& BackendTable::forResponse(const Response& r, ProcessSet& set, Transport& transport,
-                                             HostResources& host) {
+                                             HostResources& host, const ObserverHub& observers) {
   const std::pair<int32_t, int32_t> key{set.id, r.params.device};
   CollectiveBackend* backend = last_;
   if (backend == nullptr || key != lastKey_) {
@@ -73,7 +73,7 @@ CollectiveBackend& BackendTable::forResponse(const Response& r, ProcessSet& set,
       }
       std::unique_ptr<CollectiveBackend> made;
       for (const auto& f : candidates) {
-        made = f.make(BackendContext{set, device, transport, host});
+        made = f.make(BackendContext{set, device, transport, host, observers});
         if (made) break;
       }
       if (!made) {

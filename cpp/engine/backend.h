@@ -24,6 +24,7 @@
 
 #include "engine/host_resources.h"
 #include "engine/message.h"
+#include "engine/observer.h"
 #include "horovod/types.h"
 
 namespace hvd {
@@ -57,6 +58,8 @@ struct BackendContext {
   Transport& transport;
   // What the Runtime lends backends that work in host memory (fusion buffer, output pool).
   HostResources& host;
+  // Where backends publish fusion-copy and collective events (observer.h).
+  const ObserverHub& observers;
 };
 
 struct BackendFactory {
@@ -84,7 +87,7 @@ class BackendTable {
   // The backend for `response`'s device on `set`, built on first use. Throws Error naming the
   // device (no factory accepted it) or naming the backend and the op (unsupported op).
   CollectiveBackend& forResponse(const Response& response, ProcessSet& set, Transport& transport,
-                                 HostResources& host);
+                                 HostResources& host, const ObserverHub& observers);
   // Drops the backends of a removed process set.
   void removeSet(int32_t processSet);
   void clear() { backends_.clear(); }

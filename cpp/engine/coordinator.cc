@@ -23,6 +23,7 @@ bool sameEntry(const CacheEntry& a, const CacheEntry& b) {
 
 Coordinator::Coordinator(Options options)
     : options_(options),
+      observers_(options.observers != nullptr ? options.observers : &ObserverHub::none()),
       cache_(options.cacheCapacity),
       lastSeqOf_(static_cast<size_t>(options.size), 0),
       joined_(static_cast<size_t>(options.size), 0) {
@@ -142,6 +143,7 @@ void Coordinator::addRequest(Request request) {
   if (ranks == nullptr) return;  // removed set; the requester fails it when it learns
   NameKey key{request.params.processSet, request.name};
   auto [it, inserted] = pending_.try_emplace(key);
+  const size_t arrived = it->second.requests.size();
   if (inserted) {
     // Ranks that already sent a hit for this name: turn their hits into requests (they arrived
     // first, so they come first).
@@ -152,12 +154,35 @@ void Coordinator::addRequest(Request request) {
     }
   }
   it->second.requests.push_back(std::move(request));
+  if (observers_->wantsAny(eventBit(EngineEventKind::kNegotiateStart) | eventBit(EngineEventKind::kNegotiateRank)))
+      [[unlikely]] {
+    // Ranks whose hits were turned into requests above arrived before this one.
+    const auto& requests = it->second.requests;
+    if (arrived == 0) notify(EngineEventKind::kNegotiateStart, it->first, requests.front().params.kind, requests.front().rank);
+    for (size_t i = arrived; i < requests.size(); ++i) {
+      notify(EngineEventKind::kNegotiateRank, it->first, requests[i].params.kind, requests[i].rank);
+    }
+  }
   maybeReady(it->first, it->second);
+}
+
+void Coordinator::notify(EngineEventKind kind, const NameKey& key, Kind op, int rank) const {
+  if (!observers_->wants(kind)) return;
+  EngineEvent e;
+  e.kind = kind;
+  e.processSet = key.processSet;
+  e.op = op;
+  e.tensors = TensorNames::one(key.name);
+  e.rank = rank;
+  observers_->publish(e);
 }
 
 void Coordinator::maybeReady(const NameKey& key, Pending& pending) {
   const Request& first = pending.requests.front();
   if (static_cast<int>(pending.requests.size()) != required(key.processSet, first.params.kind)) return;
+  if (observers_->wants(EngineEventKind::kNegotiateEnd)) [[unlikely]] {
+    notify(EngineEventKind::kNegotiateEnd, key, first.params.kind, -1);
+  }
   ReadyItem item;
   item.key = key;
   markReady(std::move(item), first.group, first.groupSize, key.processSet);
@@ -202,8 +227,8 @@ void Coordinator::recheckAfterJoin() {
     bool alreadyReady = std::any_of(ready_.begin(), ready_.end(), [&](const ReadyItem& r) {
       return r.hitId == kNoCacheId && r.key == key;
     });
-    const auto& requests = it->second.requests;
-    if (!alreadyReady && static_cast<int>(requests.size()) >= required(0, requests[0].params.kind)) {
+    if (!alreadyReady && static_cast<int>(it->second.requests.size()) >= required(0, it->second.requests[0].params.kind)) {
+      notify(EngineEventKind::kNegotiateEnd, key, it->second.requests[0].params.kind, -1);
       ReadyItem item;
       item.key = key;
       markReady(std::move(item), it->second.requests[0].group, it->second.requests[0].groupSize, 0);
@@ -416,6 +441,63 @@ ResponseList Coordinator::build() {
   }
   out.shutdown = shutdown_;
   return out;
+}
+
+std::vector<int> Coordinator::missingRanks(int32_t processSet, Kind kind, const std::vector<int>& submitted) const {
+  std::vector<int> missing;
+  const bool everyone = kind == Kind::kAddProcessSet || kind == Kind::kRemoveProcessSet;
+  const auto* ranks = setRanks(everyone ? 0 : processSet);
+  if (ranks == nullptr) return missing;
+  for (int r : *ranks) {
+    // Joined ranks are not waited for in the global set (they take part with zeros).
+    if (!everyone && processSet == 0 && joined_[static_cast<size_t>(r)]) continue;
+    if (std::find(submitted.begin(), submitted.end(), r) == submitted.end()) missing.push_back(r);
+  }
+  return missing;
+}
+
+void Coordinator::pendingTensors(std::vector<PendingTensor>& out) const {
+  for (const auto& [key, pending] : pending_) {
+    if (pending.requests.empty()) continue;
+    PendingTensor t;
+    t.processSet = key.processSet;
+    t.name = key.name;
+    t.op = pending.requests.front().params.kind;
+    for (const auto& q : pending.requests) t.submitted.push_back(q.rank);
+    std::sort(t.submitted.begin(), t.submitted.end());
+    t.missing = missingRanks(key.processSet, t.op, t.submitted);
+    out.push_back(std::move(t));
+  }
+  if (pendingHits_ == 0) return;
+  // An id's pending hits are its last `count` entries in the log (see takeHits).
+  FlatIdMap<uint32_t> left;
+  std::vector<std::pair<uint32_t, std::vector<int>>> byId;
+  for (auto it = hitLog_.rbegin(); it != hitLog_.rend(); ++it) {
+    const uint32_t* count = hitCounts_.find(it->first);
+    if (count == nullptr || *count == 0) continue;
+    uint32_t* quota = left.find(it->first);
+    if (quota == nullptr) {
+      quota = &left.assign(it->first, *count);
+      byId.emplace_back(it->first, std::vector<int>{});
+    }
+    if (*quota == 0) continue;
+    --*quota;
+    auto found = std::find_if(byId.begin(), byId.end(), [&](const auto& p) { return p.first == it->first; });
+    found->second.push_back(it->second);
+  }
+  for (auto& [id, ranks] : byId) {
+    const CacheEntry* entry = cache_.find(id, nullptr);
+    if (entry == nullptr) continue;
+    PendingTensor t;
+    t.processSet = entry->params.processSet;
+    t.name = entry->tensor.name;
+    t.op = entry->params.kind;
+    t.cached = true;
+    t.submitted = std::move(ranks);
+    std::sort(t.submitted.begin(), t.submitted.end());
+    t.missing = missingRanks(entry->params.processSet, entry->params.kind, t.submitted);
+    out.push_back(std::move(t));
+  }
 }
 
 }  // namespace hvd::engine

@@ -27,6 +27,7 @@
 #include "common/id_map.h"
 #include "engine/fusion.h"
 #include "engine/message.h"
+#include "engine/observer.h"
 #include "engine/response_cache.h"
 
 namespace hvd::engine {
@@ -37,6 +38,8 @@ class Coordinator {
     int size = 1;
     int64_t cacheCapacity = 0;
     FusionOptions fusion;
+    // Receives the negotiation events (observer.h); outlives the coordinator. nullptr = none.
+    const ObserverHub* observers = nullptr;
   };
   explicit Coordinator(Options options);
 
@@ -53,6 +56,9 @@ class Coordinator {
   // Whether build() has something to return right now.
   bool hasWork() const { return !readyHits_.empty() || !ready_.empty() || !evicted_.empty() || joinDone_; }
   uint64_t lastSeq() const { return seq_; }
+  // Every tensor some rank requested (in full or as a cache hit) that is not ready yet, with the
+  // ranks that did and the members still missing; appended to `out` (for stall ticks).
+  void pendingTensors(std::vector<PendingTensor>& out) const;
 
  private:
   struct Pending {
@@ -87,8 +93,12 @@ class Coordinator {
   // of the global set while ranks have joined).
   Response fullFromCache(uint32_t id, const CacheEntry& entry);
   Response negotiate(const NameKey& key);
+  void notify(EngineEventKind kind, const NameKey& key, Kind op, int rank) const;
+  // Members of `processSet` expected for `kind` that are not in `submitted` (ascending).
+  std::vector<int> missingRanks(int32_t processSet, Kind kind, const std::vector<int>& submitted) const;
 
   Options options_;
+  const ObserverHub* observers_;
   CoordinatorCache cache_;
   uint64_t seq_ = 0;
   bool shutdown_ = false;

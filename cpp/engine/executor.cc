@@ -5,11 +5,13 @@
 #include <cstring>
 #include <new>
 
+#include "collectives/algorithms.h"
 #include "collectives/collectives.h"
 #include "collectives/reduce.h"
 #include "common/check.h"
 #include "common/logging.h"
 #include "engine/negotiation.h"
+#include "engine/observer.h"
 #include "engine/output_pool.h"
 
 namespace hvd::engine {
@@ -25,11 +27,22 @@ void scale(void* buf, size_t count, DataType dtype, double factor) {
 
 uint8_t* bytesOf(void* p) { return static_cast<uint8_t*>(p); }
 
+// Names of the routines that are not chosen from a table, for collective events.
+constexpr const char kSharedInPlace[] = "shm_inplace";
+constexpr const char kSharedAllgather[] = "shm_outputs";
+constexpr const char kLocal[] = "local";  // a set of one, or nothing to exchange
+
+int64_t sum(const std::vector<size_t>& v) {
+  size_t total = 0;
+  for (size_t x : v) total += x;
+  return static_cast<int64_t>(total);
+}
+
 // The CPU backend serves host memory for every process set.
 const bool kRegistered = [] {
-  registerBackend(BackendFactory{
-      "cpu", {DeviceKind::kCpu},
-      [](const BackendContext& context) { return std::make_unique<Executor>(context.host); }});
+  registerBackend(BackendFactory{"cpu", {DeviceKind::kCpu}, [](const BackendContext& context) {
+                                   return std::make_unique<Executor>(context.host, context.observers);
+                                 }});
   return true;
 }();
 
@@ -46,6 +59,32 @@ bool Executor::supports(Kind kind) const {
       return true;
     default:
       return false;
+  }
+}
+
+void Executor::notify(EngineEventKind kind, const Response& r, int64_t bytes, const char* algorithm,
+                      int64_t timeNs) const {
+  EngineEvent e;
+  e.kind = kind;
+  e.timeNs = timeNs;
+  e.processSet = r.params.processSet;
+  e.op = r.params.kind;
+  e.tensors = TensorNames::of(r.tensors);
+  e.bytes = bytes;
+  e.algorithm = algorithm;
+  observers_.publish(e);
+}
+
+void Executor::allreduceRan(const Response& r, Communicator& comm, size_t bytes, int64_t startNs,
+                            const char* algorithm) const {
+  if (algorithm == nullptr) {
+    // Asked only now that the allreduce ran: its shared-space and placement queries are cached,
+    // so this is local (before the first allreduce of a set it would be a collective step).
+    algorithm = comm.size() == 1 || bytes == 0 ? kLocal : collectives::allreduceChoice(comm, bytes).name;
+  }
+  if (startNs != 0) notify(EngineEventKind::kCollectiveStart, r, static_cast<int64_t>(bytes), algorithm, startNs);
+  if (watching(EngineEventKind::kCollectiveEnd)) {
+    notify(EngineEventKind::kCollectiveEnd, r, static_cast<int64_t>(bytes), algorithm);
   }
 }
 
@@ -67,7 +106,15 @@ void Executor::run(const Response& r, ProcessSet& set, const std::vector<Entry*>
     case Kind::kBroadcast: broadcast(r, set, entries); return;
     case Kind::kAlltoall: alltoall(r, comm, entries); return;
     case Kind::kReducescatter: reducescatter(r, comm, entries); return;
-    case Kind::kBarrier: collectives::barrier(comm); return;
+    case Kind::kBarrier:
+      if (watching(EngineEventKind::kCollectiveStart)) [[unlikely]] {
+        notify(EngineEventKind::kCollectiveStart, r, 0, "barrier");
+      }
+      collectives::barrier(comm);
+      if (watching(EngineEventKind::kCollectiveEnd)) [[unlikely]] {
+        notify(EngineEventKind::kCollectiveEnd, r, 0, "barrier");
+      }
+      return;
     default: break;
   }
   throw Error("Executor: no data operation for response kind " + std::string(kindName(r.params.kind)));
@@ -78,7 +125,20 @@ void Executor::allreduce(const Response& r, Communicator& comm, const std::vecto
   const size_t esize = dataTypeSize(dtype);
   const ReduceOp op = r.params.op == ReduceOp::kAverage ? ReduceOp::kSum : r.params.op;
   const double post = r.params.op == ReduceOp::kAverage ? r.params.postscale / comm.size() : r.params.postscale;
-
+  // Observed: allreduce events want the payload, and paths that may decline report their start
+  // once they ran (a declined attempt reports nothing; the path taken instead reports itself).
+  const bool observed = observers_.wantsAny(eventBit(EngineEventKind::kCollectiveStart) |
+                                             eventBit(EngineEventKind::kCollectiveEnd));
+  size_t payload = 0;
+  if (observed) [[unlikely]] {
+    for (const auto& t : r.tensors) payload += tensorBytes(t, dtype);
+  }
+  auto startIf = [&](bool deferred) -> int64_t {
+    if (!watching(EngineEventKind::kCollectiveStart)) [[likely]] return 0;
+    if (deferred) return ObserverHub::nowNs();
+    notify(EngineEventKind::kCollectiveStart, r, static_cast<int64_t>(payload), nullptr);
+    return 0;
+  };
   if (r.tensors.size() == 1) {
     // Into the caller's output; the collective reads the input where it lies and applies the
     // prescale. A response flagged sharedInPlace (every member's output in a shared buffer) runs
@@ -86,6 +146,7 @@ void Executor::allreduce(const Response& r, Communicator& comm, const std::vecto
     const size_t count = static_cast<size_t>(r.tensors[0].numElements());
     const collectives::AllreduceOptions options{
         .op = op, .prescale = r.params.prescale, .postscale = post, .sharedOutputs = r.params.sharedInPlace};
+    startIf(false);
     bool sharedOutputs;
     if (Entry* e = entries[0]) {
       sharedOutputs = collectives::allreduce(comm, e->input, e->output, count, dtype, options);
@@ -94,6 +155,7 @@ void Executor::allreduce(const Response& r, Communicator& comm, const std::vecto
       std::memset(buf, 0, count * esize);
       sharedOutputs = collectives::allreduce(comm, buf, buf, count, dtype, options);
     }
+    if (observed) [[unlikely]] allreduceRan(r, comm, payload, 0, sharedOutputs ? kSharedInPlace : nullptr);
     if (sharedOutputs && host_.sharedInPlaceOps.fetch_add(1, std::memory_order_relaxed) == 0) {
       HVD_LOG(Debug) << "shared in-place allreduce in use (first: " << count << " x " << dataTypeName(dtype)
                      << " over " << comm.size() << " ranks)";
@@ -104,17 +166,23 @@ void Executor::allreduce(const Response& r, Communicator& comm, const std::vecto
   // Fused: over the tensors where they lie when the algorithm can (collectives/pieces.h), else
   // through the fusion buffer. With a prescale, or on a rank lacking a tensor (joined), the buffer
   // is used; the other ranks need not follow: the algorithm and the exchange are the same.
-  if (r.params.prescale == 1.0 &&
-      std::all_of(entries.begin(), entries.end(), [](const Entry* e) { return e != nullptr; })) {
+  if (r.params.prescale == 1.0 && std::all_of(entries.begin(), entries.end(), [](const Entry* e) { return e != nullptr; })) {
     pieces_.clear();
     for (size_t i = 0; i < r.tensors.size(); ++i) {
       pieces_.push_back({entries[i]->input, entries[i]->output, static_cast<size_t>(r.tensors[i].numElements())});
     }
-    if (collectives::allreducePieces(comm, pieces_, dtype, op, post)) return;
+    const int64_t start = startIf(true);
+    if (collectives::allreducePieces(comm, pieces_, dtype, op, post)) {
+      if (observed) [[unlikely]] allreduceRan(r, comm, payload, start);
+      return;
+    }
   }
   size_t total = 0;
   for (const auto& t : r.tensors) total += tensorBytes(t, dtype);
   uint8_t* buf = bytesOf(host_.fusion.reserve(total));
+  if (watching(EngineEventKind::kFusionCopyInStart)) [[unlikely]] {
+    notify(EngineEventKind::kFusionCopyInStart, r, static_cast<int64_t>(total), nullptr);
+  }
   size_t offset = 0;
   for (size_t i = 0; i < r.tensors.size(); ++i) {
     size_t bytes = tensorBytes(r.tensors[i], dtype);
@@ -127,12 +195,23 @@ void Executor::allreduce(const Response& r, Communicator& comm, const std::vecto
   }
   const size_t count = total / esize;
   scale(buf, count, dtype, r.params.prescale);
+  if (watching(EngineEventKind::kFusionCopyInEnd)) [[unlikely]] {
+    notify(EngineEventKind::kFusionCopyInEnd, r, static_cast<int64_t>(total), nullptr);
+  }
+  startIf(false);
   collectives::allreduce(comm, buf, count, dtype, op, post);
+  if (observed) [[unlikely]] allreduceRan(r, comm, payload, 0);
+  if (watching(EngineEventKind::kFusionCopyOutStart)) [[unlikely]] {
+    notify(EngineEventKind::kFusionCopyOutStart, r, static_cast<int64_t>(total), nullptr);
+  }
   offset = 0;
   for (size_t i = 0; i < r.tensors.size(); ++i) {
     size_t bytes = tensorBytes(r.tensors[i], dtype);
     if (entries[i] != nullptr && bytes > 0) std::memcpy(entries[i]->output, buf + offset, bytes);
     offset += bytes;
+  }
+  if (watching(EngineEventKind::kFusionCopyOutEnd)) [[unlikely]] {
+    notify(EngineEventKind::kFusionCopyOutEnd, r, static_cast<int64_t>(total), nullptr);
   }
 }
 
@@ -176,11 +255,16 @@ void Executor::allgather(const Response& r, Communicator& comm, const std::vecto
     const void* in = entries[0] ? entries[0]->input : &kNothing;
     uint8_t scratch = 0;
     void* out = outputs[0] ? outputs[0]->view.data : &scratch;
-    if (collectives::allgatherv(comm, in, out, bytesPerRank, {.sharedOutputs = sharedTry}) &&
-        host_.sharedAllgatherOps.fetch_add(1, std::memory_order_relaxed) == 0) {
-      size_t total = 0;
-      for (size_t b : bytesPerRank) total += b;
-      HVD_LOG(Debug) << "shared-output allgather in use (first: " << total << " bytes over " << n << " ranks)";
+    if (watching(EngineEventKind::kCollectiveStart)) [[unlikely]] {
+      notify(EngineEventKind::kCollectiveStart, r, sum(bytesPerRank), nullptr);
+    }
+    const bool shared = collectives::allgatherv(comm, in, out, bytesPerRank, {.sharedOutputs = sharedTry});
+    if (watching(EngineEventKind::kCollectiveEnd)) [[unlikely]] {
+      notify(EngineEventKind::kCollectiveEnd, r, sum(bytesPerRank), shared ? kSharedAllgather : "allgatherv");
+    }
+    if (shared && host_.sharedAllgatherOps.fetch_add(1, std::memory_order_relaxed) == 0) {
+      HVD_LOG(Debug) << "shared-output allgather in use (first: " << sum(bytesPerRank) << " bytes over " << n
+                     << " ranks)";
     }
     return;
   }
@@ -199,13 +283,28 @@ void Executor::allgather(const Response& r, Communicator& comm, const std::vecto
     total += bytesPerRank[p];
   }
   uint8_t* buf = bytesOf(host_.fusion.reserve(total));
+  if (watching(EngineEventKind::kFusionCopyInStart)) [[unlikely]] {
+    notify(EngineEventKind::kFusionCopyInStart, r, static_cast<int64_t>(bytesPerRank[me]), nullptr);
+  }
   size_t offset = rankOffset[me];
   for (size_t i = 0; i < r.tensors.size(); ++i) {
     size_t bytes = static_cast<size_t>(r.tensors[i].data().firstDims[me]) * rowBytes[i];
     if (entries[i] != nullptr && bytes > 0) std::memcpy(buf + offset, entries[i]->input, bytes);
     offset += bytes;
   }
+  if (watching(EngineEventKind::kFusionCopyInEnd)) [[unlikely]] {
+    notify(EngineEventKind::kFusionCopyInEnd, r, static_cast<int64_t>(bytesPerRank[me]), nullptr);
+  }
+  if (watching(EngineEventKind::kCollectiveStart)) [[unlikely]] {
+    notify(EngineEventKind::kCollectiveStart, r, static_cast<int64_t>(total), "allgatherv");
+  }
   collectives::allgatherv(comm, buf + rankOffset[me], buf, bytesPerRank);
+  if (watching(EngineEventKind::kCollectiveEnd)) [[unlikely]] {
+    notify(EngineEventKind::kCollectiveEnd, r, static_cast<int64_t>(total), "allgatherv");
+  }
+  if (watching(EngineEventKind::kFusionCopyOutStart)) [[unlikely]] {
+    notify(EngineEventKind::kFusionCopyOutStart, r, static_cast<int64_t>(total), nullptr);
+  }
   std::vector<size_t> outOffset(r.tensors.size(), 0);
   for (int p = 0; p < n; ++p) {
     size_t src = rankOffset[p];
@@ -217,6 +316,9 @@ void Executor::allgather(const Response& r, Communicator& comm, const std::vecto
       outOffset[i] += bytes;
       src += bytes;
     }
+  }
+  if (watching(EngineEventKind::kFusionCopyOutEnd)) [[unlikely]] {
+    notify(EngineEventKind::kFusionCopyOutEnd, r, static_cast<int64_t>(total), nullptr);
   }
 }
 
@@ -231,7 +333,13 @@ void Executor::broadcast(const Response& r, ProcessSet& set, const std::vector<E
   } else {
     buf = host_.fusion.reserve(bytes);
   }
+  if (watching(EngineEventKind::kCollectiveStart)) [[unlikely]] {
+    notify(EngineEventKind::kCollectiveStart, r, static_cast<int64_t>(bytes), "broadcast");
+  }
   collectives::broadcast(*set.comm, buf, bytes, root);
+  if (watching(EngineEventKind::kCollectiveEnd)) [[unlikely]] {
+    notify(EngineEventKind::kCollectiveEnd, r, static_cast<int64_t>(bytes), "broadcast");
+  }
 }
 
 void Executor::alltoall(const Response& r, Communicator& comm, const std::vector<Entry*>& entries) {
@@ -253,7 +361,13 @@ void Executor::alltoall(const Response& r, Communicator& comm, const std::vector
   OwnedTensor out = allocateTensor(*host_.outputs, r.params.dtype, std::move(shape));
   static const uint8_t kNothing = 0;
   const void* in = entries[0] ? entries[0]->input : &kNothing;
+  if (watching(EngineEventKind::kCollectiveStart)) [[unlikely]] {
+    notify(EngineEventKind::kCollectiveStart, r, sum(sendBytes), "alltoallv");
+  }
   collectives::alltoallv(comm, in, sendBytes, out.view.data, recvBytes);
+  if (watching(EngineEventKind::kCollectiveEnd)) [[unlikely]] {
+    notify(EngineEventKind::kCollectiveEnd, r, sum(sendBytes), "alltoallv");
+  }
   if (Entry* e = entries[0]) {
     e->work->output(e->member) = std::move(out);
     e->work->setReceivedSplits(std::move(received));
@@ -272,7 +386,14 @@ void Executor::reducescatter(const Response& r, Communicator& comm, const std::v
     const TensorInfo& t = r.tensors[0].data();
     std::vector<size_t> counts(n);
     for (int p = 0; p < n; ++p) counts[p] = static_cast<size_t>(reducescatterRows(t.shape[0], n, p) * t.rowElements());
+    const int64_t payload = static_cast<int64_t>(tensorBytes(r.tensors[0], dtype));
+    if (watching(EngineEventKind::kCollectiveStart)) [[unlikely]] {
+      notify(EngineEventKind::kCollectiveStart, r, payload, "reducescatter");
+    }
     collectives::reducescatter(comm, entries[0]->input, entries[0]->output, counts, dtype, op);
+    if (watching(EngineEventKind::kCollectiveEnd)) [[unlikely]] {
+      notify(EngineEventKind::kCollectiveEnd, r, payload, "reducescatter");
+    }
     scale(entries[0]->output, counts[me], dtype, r.params.postscale);
     return;
   }
@@ -287,6 +408,10 @@ void Executor::reducescatter(const Response& r, Communicator& comm, const std::v
   }
   uint8_t* buf = bytesOf(host_.fusion.reserve((total + counts[me]) * esize));
   uint8_t* result = buf + total * esize;
+  const int64_t payload = static_cast<int64_t>(total * esize);
+  if (watching(EngineEventKind::kFusionCopyInStart)) [[unlikely]] {
+    notify(EngineEventKind::kFusionCopyInStart, r, payload, nullptr);
+  }
   size_t offset = 0;
   for (int p = 0; p < n; ++p) {
     for (size_t i = 0; i < r.tensors.size(); ++i) {
@@ -304,14 +429,30 @@ void Executor::reducescatter(const Response& r, Communicator& comm, const std::v
     }
   }
   scale(buf, total, dtype, r.params.prescale);
+  if (watching(EngineEventKind::kFusionCopyInEnd)) [[unlikely]] {
+    notify(EngineEventKind::kFusionCopyInEnd, r, payload, nullptr);
+  }
+  if (watching(EngineEventKind::kCollectiveStart)) [[unlikely]] {
+    notify(EngineEventKind::kCollectiveStart, r, payload, "reducescatter");
+  }
   collectives::reducescatter(comm, buf, result, counts, dtype, op);
+  if (watching(EngineEventKind::kCollectiveEnd)) [[unlikely]] {
+    notify(EngineEventKind::kCollectiveEnd, r, payload, "reducescatter");
+  }
   scale(result, counts[me], dtype, r.params.postscale);
+  const int64_t outBytes = static_cast<int64_t>(counts[me] * esize);
+  if (watching(EngineEventKind::kFusionCopyOutStart)) [[unlikely]] {
+    notify(EngineEventKind::kFusionCopyOutStart, r, outBytes, nullptr);
+  }
   offset = 0;
   for (size_t i = 0; i < r.tensors.size(); ++i) {
     const TensorInfo& t = r.tensors[i].data();
     size_t bytes = static_cast<size_t>(reducescatterRows(t.shape[0], n, me) * t.rowElements()) * esize;
     if (entries[i] != nullptr && bytes > 0) std::memcpy(entries[i]->output, result + offset, bytes);
     offset += bytes;
+  }
+  if (watching(EngineEventKind::kFusionCopyOutEnd)) [[unlikely]] {
+    notify(EngineEventKind::kFusionCopyOutEnd, r, outBytes, nullptr);
   }
 }
 

@@ -19,6 +19,7 @@
 #include "engine/fusion.h"
 #include "engine/host_resources.h"
 #include "engine/message.h"
+#include "engine/observer.h"
 #include "engine/process_set_table.h"
 #include "engine/tensor_queue.h"
 
@@ -26,9 +27,10 @@ namespace hvd::engine {
 
 class Executor : public CollectiveBackend {
  public:
-  // `host`: the Runtime's fusion buffer, output pool and counters (host_resources.h); must
-  // outlive this executor.
-  explicit Executor(HostResources& host) : host_(host) {}
+  // `host`: the Runtime's fusion buffer, output pool and counters (host_resources.h);
+  // `observers`: where fusion-copy and collective events go (observer.h). Both outlive this
+  // executor.
+  Executor(HostResources& host, const ObserverHub& observers) : host_(host), observers_(observers) {}
 
   const char* name() const override { return "cpu"; }
   // Any data kind: allreduce, allgather, broadcast, alltoall, reducescatter, barrier.
@@ -36,6 +38,13 @@ class Executor : public CollectiveBackend {
   void run(const Response& response, ProcessSet& set, const std::vector<Entry*>& entries) override;
 
  private:
+  bool watching(EngineEventKind kind) const { return observers_.wants(kind); }
+  // Publishes `kind` for response `r`; timeNs 0 = now.
+  void notify(EngineEventKind kind, const Response& r, int64_t bytes, const char* algorithm, int64_t timeNs = 0) const;
+  // After an allreduce of `bytes` ran on `comm`: its start (when `startNs` is set: for paths that
+  // decide only as they run whether they apply) and end events, naming the algorithm.
+  void allreduceRan(const Response& r, Communicator& comm, size_t bytes, int64_t startNs,
+                    const char* algorithm = nullptr) const;
   void allreduce(const Response& r, Communicator& comm, const std::vector<Entry*>& entries);
   void allgather(const Response& r, Communicator& comm, const std::vector<Entry*>& entries);
   void broadcast(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries);
@@ -43,6 +52,7 @@ class Executor : public CollectiveBackend {
   void reducescatter(const Response& r, Communicator& comm, const std::vector<Entry*>& entries);
 
   HostResources& host_;
+  const ObserverHub& observers_;
   std::vector<collectives::Piece> pieces_;  // a fused allreduce's tensors (scratch)
 };
 

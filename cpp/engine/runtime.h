@@ -47,6 +47,7 @@
 #include "engine/drive_gate.h"
 #include "engine/executor.h"
 #include "engine/message.h"
+#include "engine/observer.h"
 #include "engine/process_set_table.h"
 #include "engine/response_cache.h"
 #include "engine/tensor_queue.h"
@@ -138,6 +139,12 @@ class Runtime {
 
   RuntimeStats stats() const;
 
+  // ---- Observers of the engine's events (observer.h) ---------------------------------------
+  // Any thread, before or after init; the Runtime keeps a reference until removal (or its end).
+  void addObserver(std::shared_ptr<EngineObserver> observer);
+  // Returns whether it was subscribed. Events whose delivery already began may still arrive.
+  bool removeObserver(const std::shared_ptr<EngineObserver>& observer);
+
  private:
   // ---- init (runtime_init.cc) ----
   void bootstrap(const InitOptions& options);
@@ -183,8 +190,17 @@ class Runtime {
   void failAll(const ErrorInfo& reason);
   void onFatal(std::exception_ptr error, bool notifyPeers);
   void pinThread();
+  // ---- observer events that need the runtime's state (runtime_observe.cc) ----
+  void publishEntry(EngineEventKind kind, const Entry& entry, uint32_t cacheId = kNoCacheId, bool failed = false);
+  void publishSetChange(EngineEventKind kind, int32_t setId, const std::vector<int>& ranks);
+  // A stall tick, if one is due (the engine's thread, at each step).
+  void maybeStallTick();
+  // How long the engine's thread may wait for work: bounded by the stall-tick interval.
+  Deadline idleDeadline() const;
 
   Config config_;
+  // Declared before the parts that publish into it (coordinator, executor): it outlives them.
+  ObserverHub observers_;
   std::shared_ptr<Store> store_;
   std::shared_ptr<Store> roundStore_;
   Topology topology_;
@@ -222,6 +238,7 @@ class Runtime {
   uint64_t drives_ = 0;  // drives by callers so far
   std::chrono::microseconds parkWait_{0};  // the background thread's next park, if above the window
   uint64_t lastSeq_ = 0;
+  int64_t nextStallTickNs_ = 0;
   bool shutdownSent_ = false;
   // A caller's drive that ended the engine, for the background thread to finish the job.
   bool callerStopped_ = false;        // step() returned true (shutdown processed)

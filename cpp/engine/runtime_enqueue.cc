@@ -125,6 +125,10 @@ WorkPtr Runtime::enqueue(std::vector<EntryPtr> entries, std::shared_ptr<WorkImpl
     entries[i]->work = work;
     entries[i]->member = static_cast<int>(i);
   }
+  // Before the push: once pushed, the engine may publish the entries' next events.
+  if (observers_.wants(EngineEventKind::kEnqueue)) [[unlikely]] {
+    for (const auto& e : entries) publishEntry(EngineEventKind::kEnqueue, *e);
+  }
   queue_.push(entries);
   wakeEngine();
   return work;
@@ -145,6 +149,8 @@ WorkPtr Runtime::allreduce(const TensorView& in, const TensorView& out, const Op
                          options.name.empty() ? autoName(options.name) : options.name, set);
   auto work = newWork(1);
   e->work = work;
+  // Before the push: once pushed, the engine may publish the entry's next events (or recycle it).
+  if (observers_.wants(EngineEventKind::kEnqueue)) [[unlikely]] publishEntry(EngineEventKind::kEnqueue, *e);
   queue_.push(e);
   wakeEngine();
   return work;

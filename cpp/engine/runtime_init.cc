@@ -238,6 +238,7 @@ void Runtime::bootstrap(const InitOptions& options) {
     copts.size = size;
     copts.cacheCapacity = config_.cacheCapacity;
     copts.fusion = fusion_;
+    copts.observers = &observers_;
     coordinator_ = std::make_unique<Coordinator>(copts);
     for (size_t i = 0; i < staticSets.size(); ++i) {
       coordinator_->addProcessSet(static_cast<int32_t>(i + 1), staticSets[i]);

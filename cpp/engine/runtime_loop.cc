@@ -95,8 +95,7 @@ void Runtime::loop() {
       if (!takeOver) {
         // While callers drive, only look: waiting here would hold the token that the next
         // operation's caller needs, and every operation would pay a hand-off between threads.
-        const bool ready = awaitWork(callersDrive ? Deadline::after(std::chrono::milliseconds(0))
-                                                  : Deadline::after(kIdleWait));
+        const bool ready = awaitWork(callersDrive ? Deadline::after(std::chrono::milliseconds(0)) : idleDeadline());
         if (leaveToCallers() || (callersDrive && !ready && !gate_->hasBlockedWaiters())) {
           // A caller ran the engine meanwhile: callers are active, stay out of their way (new
           // fresh work stays theirs). Nobody did: take the work over now.
@@ -180,7 +179,7 @@ bool Runtime::drive(const WorkImpl& work, Deadline deadline) {
   callerDriving_ = true;
   try {
     while (!work.isCompleted()) {
-      awaitWork(deadline.earliest(Deadline::after(kIdleWait)));
+      awaitWork(deadline.earliest(idleDeadline()));
       if (step()) {
         callerStopped_ = true;
         break;
@@ -198,7 +197,15 @@ bool Runtime::drive(const WorkImpl& work, Deadline deadline) {
   return true;
 }
 
+Deadline Runtime::idleDeadline() const {
+  if (observers_.wants(EngineEventKind::kStallTick)) [[unlikely]] {
+    return Deadline::after(std::min<std::chrono::milliseconds>(kIdleWait, observers_.tickInterval()));
+  }
+  return Deadline::after(kIdleWait);
+}
+
 bool Runtime::step() {
+  if (observers_.wants(EngineEventKind::kStallTick)) [[unlikely]] maybeStallTick();
   RequestList& mine = outgoing_;  // may hold requests collected at enqueue already
   const uint64_t pushesSeen = queue_.pushes();  // before draining: later pushes show as a change
   collectRequests(mine);
@@ -290,6 +297,7 @@ void Runtime::collectRequests(RequestList& out) {
         e->sentCacheId = id;
         byCacheId_[id] = e.get();
         ++hits;
+        if (observers_.wants(EngineEventKind::kCacheHit)) [[unlikely]] publishEntry(EngineEventKind::kCacheHit, *e, id);
       } else {
         out.requests.push_back(r);
         ++full;
@@ -437,6 +445,10 @@ void Runtime::completeEntry(Entry* entry, std::exception_ptr error) {
   }
   NameSlot* slot = entry->slot;
   if (slot == nullptr || slot->entry.get() != entry) return;
+  // Before the release: the entry is recycled then (and its waiter may return).
+  if (observers_.wants(EngineEventKind::kTensorDone)) [[unlikely]] {
+    publishEntry(EngineEventKind::kTensorDone, *entry, kNoCacheId, error != nullptr);
+  }
   EntryPtr owned = std::move(slot->entry);
   std::shared_ptr<WorkImpl> work = std::move(owned->work);
   // The name is free again before the caller can observe completion; the entry is reused. The
@@ -466,6 +478,10 @@ void Runtime::processResponse(Response& r) {
     case Kind::kAddProcessSet: {
       std::vector<int> ranks(r.setRanks.begin(), r.setRanks.end());
       sets_.add(r.setId, std::move(ranks), transport_.get(), config_.timeout);
+      if (observers_.wants(EngineEventKind::kProcessSetAdded)) [[unlikely]] {
+        publishSetChange(EngineEventKind::kProcessSetAdded, r.setId,
+                         std::vector<int>(r.setRanks.begin(), r.setRanks.end()));
+      }
       if (Entry* e = pendingEntry(0, "process_set.add")) {
         e->work->setJoinResult(r.setId);
         completeEntry(e, nullptr);
@@ -483,8 +499,14 @@ void Runtime::processResponse(Response& r) {
                                                        " was removed while this operation was pending.")));
       }
       byCacheId_.eraseIf([&](uint32_t, Entry* e) { return e == nullptr || e->request.params.processSet == r.setId; });
+      std::vector<int> removedRanks;
+      const bool announce = observers_.wants(EngineEventKind::kProcessSetRemoved);
+      if (announce) [[unlikely]] {
+        if (const ProcessSet* gone = sets_.get(r.setId)) removedRanks = gone->ranks;
+      }
       sets_.remove(r.setId);
       backends_.removeSet(r.setId);
+      if (announce) [[unlikely]] publishSetChange(EngineEventKind::kProcessSetRemoved, r.setId, removedRanks);
       if (Entry* e = pendingEntry(0, "process_set.remove")) {
         e->work->setJoinResult(1);
         completeEntry(e, nullptr);
@@ -527,7 +549,7 @@ void Runtime::runData(Response& r) {
   }
   std::exception_ptr error;
   try {
-    backends_.forResponse(r, *set, *transport_, host_).run(r, *set, entriesScratch_);
+    backends_.forResponse(r, *set, *transport_, host_, observers_).run(r, *set, entriesScratch_);
   } catch (...) {
     error = std::current_exception();
     // Transport and collective failures end the runtime; anything else fails this response only

@@ -1,5 +1,7 @@
 #include "engine/tensor_queue.h"
 
+#include "horovod/errors.h"
+
 namespace hvd::engine {
 
 namespace {

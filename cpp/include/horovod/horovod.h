@@ -25,13 +25,6 @@ namespace hvd {
 
 // ---- Lifecycle and topology --------------------------------------------------------------------
 
-struct InitOptions {
-  // Static process sets, registered with ids 1..n in this order. Must be identical on all ranks.
-  std::vector<std::vector<int>> processSets;
-  // Allow addProcessSet/removeProcessSet after init (also HOROVOD_DYNAMIC_PROCESS_SETS=1).
-  bool dynamicProcessSets = false;
-};
-
 // Joins the job described by the environment (HOROVOD_RANK, HOROVOD_SIZE, ... and the rendezvous
 // address set by horovodrun; a single rank when none is set). Blocks until every rank has
 // joined. A second call while initialized does nothing. Throws InvalidArgument for a bad

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace hvd {
 
@@ -74,5 +75,13 @@ struct Device {
 };
 // "cpu", "cuda:0", "rocm:1": how messages name a device.
 std::string deviceName(const Device& device);
+
+// What init() takes besides the environment.
+struct InitOptions {
+  // Static process sets, registered with ids 1..n in this order. Must be identical on all ranks.
+  std::vector<std::vector<int>> processSets;
+  // Allow addProcessSet/removeProcessSet after init (also HOROVOD_DYNAMIC_PROCESS_SETS=1).
+  bool dynamicProcessSets = false;
+};
 
 }  // namespace hvd
