@@ -1,4 +1,4 @@
-// --config-file: a small YAML subset, enough for Horovod's config schema (launcher.md §3):
+// --config-file: a small YAML subset, enough for Horovod's config schema:
 // block mappings nested by indentation (spaces only), scalars (plain, 'single' or "double"
 // quoted), inline mappings {a: 1, b: 2}, comments (# ...), blank lines and "---". Sequences,
 // anchors and multi-line scalars are rejected. Every error names the file and the line.
@@ -25,8 +25,8 @@ struct YamlNode {
 // Parses text; `source` names it in errors ("<source>:<line>: <problem>"). Throws UsageError.
 YamlNode parseYaml(const std::string& text, const std::string& source);
 
-// Reads the file at path and sets every option it names that the command line left unset
-// (launcher.md §3). Unknown keys are reported as warnings on stderr. Throws UsageError for
+// Reads the file at path and sets every option it names that the command line left unset.
+// Unknown keys are reported as warnings on stderr. Throws UsageError for
 // unreadable files, syntax errors and values of the wrong type, and
 // "No such controller supported: <v>" for an unknown controller.
 void applyConfigFile(const std::string& path, Options& options);

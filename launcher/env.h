@@ -1,5 +1,5 @@
-// The worker environment (launcher.md §2.1): the launcher's own environment minus the excluded
-// names, plus the flag-derived HOROVOD_* knobs (§1), plus the job's rendezvous and controller
+// The worker environment: the launcher's own environment minus the excluded
+// names, plus the flag-derived HOROVOD_* knobs, plus the job's rendezvous and controller
 // variables, plus each slot's topology. Later layers override earlier ones.
 //
 // The secret (HOROVOD_SECRET_KEY) is added by the spawners, never put on a command line: local

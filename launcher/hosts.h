@@ -1,4 +1,4 @@
-// Hosts and slots: parsing -H and hostfiles, and assigning ranks to slots (launcher.md §2.1).
+// Hosts and slots: parsing -H and hostfiles, and assigning ranks to slots.
 //
 // The assignment is a pure function of (hosts in order, number of processes) so that an
 // elastic driver can recompute it when hosts come and go and diff the result against the

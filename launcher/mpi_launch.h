@@ -1,4 +1,4 @@
-// --mpi: delegate the job to mpirun (launcher.md §2.2). The implementation (Open MPI, MPICH,
+// --mpi: delegate the job to mpirun. The implementation (Open MPI, MPICH,
 // Intel MPI, Spectrum MPI) is detected from `mpirun --version`; the command line is built with
 // that implementation's flags and run as /bin/sh -c "<mpirun ...>" in its own process group,
 // with the launcher's environment plus the flag-derived knobs (exported with -x for Open MPI).

@@ -1,5 +1,5 @@
 // Options: everything the command line and --config-file can set, with Horovod's names and
-// meanings (spec launcher.md §1). A std::optional field that holds a value was set explicitly
+// meanings. A std::optional field that holds a value was set explicitly
 // (on the command line, or later by the config file for options the command line left unset);
 // an empty one exports nothing, so the launcher's own environment passes through unchanged.
 //

@@ -49,7 +49,7 @@ class DriveGate {
   // doubled while callers keep running the engine (`callersDrove`), up to
   // max(window, kLongestPark); else back to `window` (HOROVOD_CALLER_PROGRESS_US). Every end of a
   // park wakes the background thread on a CPU that a driving caller is using: with 200 us parks
-  // that cost ~20% of a 1 MiB allreduce on 2 vCPUs (bench/results/session19.md). Longer parks
+  // that cost ~20% of a 1 MiB allreduce on 2 vCPUs (measured). Longer parks
   // delay only work that nobody waits for right after callers drove, by at most twice
   // kLongestPark (one park to notice that nobody drives, one to leave the work to callers).
   static constexpr std::chrono::microseconds kLongestPark{1000};

@@ -255,12 +255,21 @@ void Executor::allgather(const Response& r, Communicator& comm, const std::vecto
     const void* in = entries[0] ? entries[0]->input : &kNothing;
     uint8_t scratch = 0;
     void* out = outputs[0] ? outputs[0]->view.data : &scratch;
+    // Whether the shared-output path runs is known only once it ran: its start is reported then,
+    // with the time it began; the plain path reports its start before.
+    int64_t start = 0;
     if (watching(EngineEventKind::kCollectiveStart)) [[unlikely]] {
-      notify(EngineEventKind::kCollectiveStart, r, sum(bytesPerRank), nullptr);
+      if (sharedTry) {
+        start = ObserverHub::nowNs();
+      } else {
+        notify(EngineEventKind::kCollectiveStart, r, sum(bytesPerRank), "allgatherv");
+      }
     }
     const bool shared = collectives::allgatherv(comm, in, out, bytesPerRank, {.sharedOutputs = sharedTry});
+    const char* algorithm = shared ? kSharedAllgather : "allgatherv";
+    if (start != 0) [[unlikely]] notify(EngineEventKind::kCollectiveStart, r, sum(bytesPerRank), algorithm, start);
     if (watching(EngineEventKind::kCollectiveEnd)) [[unlikely]] {
-      notify(EngineEventKind::kCollectiveEnd, r, sum(bytesPerRank), shared ? kSharedAllgather : "allgatherv");
+      notify(EngineEventKind::kCollectiveEnd, r, sum(bytesPerRank), algorithm);
     }
     if (shared && host_.sharedAllgatherOps.fetch_add(1, std::memory_order_relaxed) == 0) {
       HVD_LOG(Debug) << "shared-output allgather in use (first: " << sum(bytesPerRank) << " bytes over " << n

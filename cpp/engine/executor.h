@@ -56,7 +56,8 @@ class Executor : public CollectiveBackend {
   std::vector<collectives::Piece> pieces_;  // a fused allreduce's tensors (scratch)
 };
 
-// Rows of dim 0 that set rank `r` of `n` gets in a reducescatter of `rows` rows (semantics §8.4).
+// Rows of dim 0 that set rank `r` of `n` gets in a reducescatter of `rows` rows
+// (the first rows % n ranks get one row more, as in Horovod).
 inline int64_t reducescatterRows(int64_t rows, int n, int r) { return rows / n + (r < rows % n ? 1 : 0); }
 
 // Engine-allocated tensor storage from `pool` (64-byte aligned; at least one byte so data is

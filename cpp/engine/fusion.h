@@ -16,7 +16,7 @@ struct FusionOptions {
   bool disableGroupFusion = false;  // grouped ops fuse only within their own group
 };
 
-// Packs compatible single-tensor responses into fused ones (semantics.md §5): greedy from the
+// Packs compatible single-tensor responses into fused ones: greedy from the
 // front, appending later compatible responses while the fused size stays within the threshold,
 // skipping incompatible ones (kept in order for later) as long as current + skipped bytes fit.
 // Fusable kinds: ALLREDUCE, REDUCESCATTER, ALLGATHER. Everything else passes through unchanged,

@@ -1,5 +1,5 @@
 // Negotiation: turning the requests that every rank made for one name into one Response.
-// Pure functions, run by the coordinator; the checks and messages are Horovod's (semantics.md §3):
+// Pure functions, run by the coordinator; the checks and messages are Horovod's:
 // each check runs over all requests before the next check, and the first mismatch wins.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Response cache (semantics.md §4). After a name has been negotiated once with every member of
+// Response cache. After a name has been negotiated once with every member of
 // its process set taking part, the coordinator gives its response a cache id that every rank
 // records. From then on a rank whose request is identical (same kind, dtype, shape, factors, op,
 // root, splits, group) sends only that id (bits in a vector), and the coordinator answers with

@@ -6,7 +6,7 @@
 // (Runtime::drive). That thread has nothing else to do until its peers answer, and when they
 // answer after it fell asleep (a rank that finished its backward pass later) it pays a wake-up:
 // a futex wake and, on a VM, the host waking a halted vCPU, tens of microseconds
-// (bench/results/session20.md). The background thread keeps the transport's own setting: its
+// (measured with bench/coord_bench --late-rank-us). The background thread keeps the transport's own setting: its
 // idle waits span whole forward and backward passes.
 #pragma once
 
