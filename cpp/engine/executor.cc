@@ -107,13 +107,9 @@ void Executor::run(const Response& r, ProcessSet& set, const std::vector<Entry*>
     case Kind::kAlltoall: alltoall(r, comm, entries); return;
     case Kind::kReducescatter: reducescatter(r, comm, entries); return;
     case Kind::kBarrier:
-      if (watching(EngineEventKind::kCollectiveStart)) [[unlikely]] {
-        notify(EngineEventKind::kCollectiveStart, r, 0, "barrier");
-      }
+      notifyIf(EngineEventKind::kCollectiveStart, r, 0, "barrier");
       collectives::barrier(comm);
-      if (watching(EngineEventKind::kCollectiveEnd)) [[unlikely]] {
-        notify(EngineEventKind::kCollectiveEnd, r, 0, "barrier");
-      }
+      notifyIf(EngineEventKind::kCollectiveEnd, r, 0, "barrier");
       return;
     default: break;
   }
@@ -180,9 +176,7 @@ void Executor::allreduce(const Response& r, Communicator& comm, const std::vecto
   size_t total = 0;
   for (const auto& t : r.tensors) total += tensorBytes(t, dtype);
   uint8_t* buf = bytesOf(host_.fusion.reserve(total));
-  if (watching(EngineEventKind::kFusionCopyInStart)) [[unlikely]] {
-    notify(EngineEventKind::kFusionCopyInStart, r, static_cast<int64_t>(total), nullptr);
-  }
+  notifyIf(EngineEventKind::kFusionCopyInStart, r, static_cast<int64_t>(total), nullptr);
   size_t offset = 0;
   for (size_t i = 0; i < r.tensors.size(); ++i) {
     size_t bytes = tensorBytes(r.tensors[i], dtype);
@@ -195,24 +189,18 @@ void Executor::allreduce(const Response& r, Communicator& comm, const std::vecto
   }
   const size_t count = total / esize;
   scale(buf, count, dtype, r.params.prescale);
-  if (watching(EngineEventKind::kFusionCopyInEnd)) [[unlikely]] {
-    notify(EngineEventKind::kFusionCopyInEnd, r, static_cast<int64_t>(total), nullptr);
-  }
+  notifyIf(EngineEventKind::kFusionCopyInEnd, r, static_cast<int64_t>(total), nullptr);
   startIf(false);
   collectives::allreduce(comm, buf, count, dtype, op, post);
   if (observed) [[unlikely]] allreduceRan(r, comm, payload, 0);
-  if (watching(EngineEventKind::kFusionCopyOutStart)) [[unlikely]] {
-    notify(EngineEventKind::kFusionCopyOutStart, r, static_cast<int64_t>(total), nullptr);
-  }
+  notifyIf(EngineEventKind::kFusionCopyOutStart, r, static_cast<int64_t>(total), nullptr);
   offset = 0;
   for (size_t i = 0; i < r.tensors.size(); ++i) {
     size_t bytes = tensorBytes(r.tensors[i], dtype);
     if (entries[i] != nullptr && bytes > 0) std::memcpy(entries[i]->output, buf + offset, bytes);
     offset += bytes;
   }
-  if (watching(EngineEventKind::kFusionCopyOutEnd)) [[unlikely]] {
-    notify(EngineEventKind::kFusionCopyOutEnd, r, static_cast<int64_t>(total), nullptr);
-  }
+  notifyIf(EngineEventKind::kFusionCopyOutEnd, r, static_cast<int64_t>(total), nullptr);
 }
 
 void Executor::allgather(const Response& r, Communicator& comm, const std::vector<Entry*>& entries) {
@@ -268,9 +256,7 @@ void Executor::allgather(const Response& r, Communicator& comm, const std::vecto
     const bool shared = collectives::allgatherv(comm, in, out, bytesPerRank, {.sharedOutputs = sharedTry});
     const char* algorithm = shared ? kSharedAllgather : "allgatherv";
     if (start != 0) [[unlikely]] notify(EngineEventKind::kCollectiveStart, r, sum(bytesPerRank), algorithm, start);
-    if (watching(EngineEventKind::kCollectiveEnd)) [[unlikely]] {
-      notify(EngineEventKind::kCollectiveEnd, r, sum(bytesPerRank), algorithm);
-    }
+    notifyIf(EngineEventKind::kCollectiveEnd, r, sum(bytesPerRank), algorithm);
     if (shared && host_.sharedAllgatherOps.fetch_add(1, std::memory_order_relaxed) == 0) {
       HVD_LOG(Debug) << "shared-output allgather in use (first: " << sum(bytesPerRank) << " bytes over " << n
                      << " ranks)";
@@ -292,28 +278,18 @@ void Executor::allgather(const Response& r, Communicator& comm, const std::vecto
     total += bytesPerRank[p];
   }
   uint8_t* buf = bytesOf(host_.fusion.reserve(total));
-  if (watching(EngineEventKind::kFusionCopyInStart)) [[unlikely]] {
-    notify(EngineEventKind::kFusionCopyInStart, r, static_cast<int64_t>(bytesPerRank[me]), nullptr);
-  }
+  notifyIf(EngineEventKind::kFusionCopyInStart, r, static_cast<int64_t>(bytesPerRank[me]), nullptr);
   size_t offset = rankOffset[me];
   for (size_t i = 0; i < r.tensors.size(); ++i) {
     size_t bytes = static_cast<size_t>(r.tensors[i].data().firstDims[me]) * rowBytes[i];
     if (entries[i] != nullptr && bytes > 0) std::memcpy(buf + offset, entries[i]->input, bytes);
     offset += bytes;
   }
-  if (watching(EngineEventKind::kFusionCopyInEnd)) [[unlikely]] {
-    notify(EngineEventKind::kFusionCopyInEnd, r, static_cast<int64_t>(bytesPerRank[me]), nullptr);
-  }
-  if (watching(EngineEventKind::kCollectiveStart)) [[unlikely]] {
-    notify(EngineEventKind::kCollectiveStart, r, static_cast<int64_t>(total), "allgatherv");
-  }
+  notifyIf(EngineEventKind::kFusionCopyInEnd, r, static_cast<int64_t>(bytesPerRank[me]), nullptr);
+  notifyIf(EngineEventKind::kCollectiveStart, r, static_cast<int64_t>(total), "allgatherv");
   collectives::allgatherv(comm, buf + rankOffset[me], buf, bytesPerRank);
-  if (watching(EngineEventKind::kCollectiveEnd)) [[unlikely]] {
-    notify(EngineEventKind::kCollectiveEnd, r, static_cast<int64_t>(total), "allgatherv");
-  }
-  if (watching(EngineEventKind::kFusionCopyOutStart)) [[unlikely]] {
-    notify(EngineEventKind::kFusionCopyOutStart, r, static_cast<int64_t>(total), nullptr);
-  }
+  notifyIf(EngineEventKind::kCollectiveEnd, r, static_cast<int64_t>(total), "allgatherv");
+  notifyIf(EngineEventKind::kFusionCopyOutStart, r, static_cast<int64_t>(total), nullptr);
   std::vector<size_t> outOffset(r.tensors.size(), 0);
   for (int p = 0; p < n; ++p) {
     size_t src = rankOffset[p];
@@ -326,9 +302,7 @@ void Executor::allgather(const Response& r, Communicator& comm, const std::vecto
       src += bytes;
     }
   }
-  if (watching(EngineEventKind::kFusionCopyOutEnd)) [[unlikely]] {
-    notify(EngineEventKind::kFusionCopyOutEnd, r, static_cast<int64_t>(total), nullptr);
-  }
+  notifyIf(EngineEventKind::kFusionCopyOutEnd, r, static_cast<int64_t>(total), nullptr);
 }
 
 void Executor::broadcast(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries) {
@@ -342,13 +316,9 @@ void Executor::broadcast(const Response& r, ProcessSet& set, const std::vector<E
   } else {
     buf = host_.fusion.reserve(bytes);
   }
-  if (watching(EngineEventKind::kCollectiveStart)) [[unlikely]] {
-    notify(EngineEventKind::kCollectiveStart, r, static_cast<int64_t>(bytes), "broadcast");
-  }
+  notifyIf(EngineEventKind::kCollectiveStart, r, static_cast<int64_t>(bytes), "broadcast");
   collectives::broadcast(*set.comm, buf, bytes, root);
-  if (watching(EngineEventKind::kCollectiveEnd)) [[unlikely]] {
-    notify(EngineEventKind::kCollectiveEnd, r, static_cast<int64_t>(bytes), "broadcast");
-  }
+  notifyIf(EngineEventKind::kCollectiveEnd, r, static_cast<int64_t>(bytes), "broadcast");
 }
 
 void Executor::alltoall(const Response& r, Communicator& comm, const std::vector<Entry*>& entries) {
@@ -370,13 +340,9 @@ void Executor::alltoall(const Response& r, Communicator& comm, const std::vector
   OwnedTensor out = allocateTensor(*host_.outputs, r.params.dtype, std::move(shape));
   static const uint8_t kNothing = 0;
   const void* in = entries[0] ? entries[0]->input : &kNothing;
-  if (watching(EngineEventKind::kCollectiveStart)) [[unlikely]] {
-    notify(EngineEventKind::kCollectiveStart, r, sum(sendBytes), "alltoallv");
-  }
+  notifyIf(EngineEventKind::kCollectiveStart, r, sum(sendBytes), "alltoallv");
   collectives::alltoallv(comm, in, sendBytes, out.view.data, recvBytes);
-  if (watching(EngineEventKind::kCollectiveEnd)) [[unlikely]] {
-    notify(EngineEventKind::kCollectiveEnd, r, sum(sendBytes), "alltoallv");
-  }
+  notifyIf(EngineEventKind::kCollectiveEnd, r, sum(sendBytes), "alltoallv");
   if (Entry* e = entries[0]) {
     e->work->output(e->member) = std::move(out);
     e->work->setReceivedSplits(std::move(received));
@@ -396,13 +362,9 @@ void Executor::reducescatter(const Response& r, Communicator& comm, const std::v
     std::vector<size_t> counts(n);
     for (int p = 0; p < n; ++p) counts[p] = static_cast<size_t>(reducescatterRows(t.shape[0], n, p) * t.rowElements());
     const int64_t payload = static_cast<int64_t>(tensorBytes(r.tensors[0], dtype));
-    if (watching(EngineEventKind::kCollectiveStart)) [[unlikely]] {
-      notify(EngineEventKind::kCollectiveStart, r, payload, "reducescatter");
-    }
+    notifyIf(EngineEventKind::kCollectiveStart, r, payload, "reducescatter");
     collectives::reducescatter(comm, entries[0]->input, entries[0]->output, counts, dtype, op);
-    if (watching(EngineEventKind::kCollectiveEnd)) [[unlikely]] {
-      notify(EngineEventKind::kCollectiveEnd, r, payload, "reducescatter");
-    }
+    notifyIf(EngineEventKind::kCollectiveEnd, r, payload, "reducescatter");
     scale(entries[0]->output, counts[me], dtype, r.params.postscale);
     return;
   }
@@ -418,9 +380,7 @@ void Executor::reducescatter(const Response& r, Communicator& comm, const std::v
   uint8_t* buf = bytesOf(host_.fusion.reserve((total + counts[me]) * esize));
   uint8_t* result = buf + total * esize;
   const int64_t payload = static_cast<int64_t>(total * esize);
-  if (watching(EngineEventKind::kFusionCopyInStart)) [[unlikely]] {
-    notify(EngineEventKind::kFusionCopyInStart, r, payload, nullptr);
-  }
+  notifyIf(EngineEventKind::kFusionCopyInStart, r, payload, nullptr);
   size_t offset = 0;
   for (int p = 0; p < n; ++p) {
     for (size_t i = 0; i < r.tensors.size(); ++i) {
@@ -438,21 +398,13 @@ void Executor::reducescatter(const Response& r, Communicator& comm, const std::v
     }
   }
   scale(buf, total, dtype, r.params.prescale);
-  if (watching(EngineEventKind::kFusionCopyInEnd)) [[unlikely]] {
-    notify(EngineEventKind::kFusionCopyInEnd, r, payload, nullptr);
-  }
-  if (watching(EngineEventKind::kCollectiveStart)) [[unlikely]] {
-    notify(EngineEventKind::kCollectiveStart, r, payload, "reducescatter");
-  }
+  notifyIf(EngineEventKind::kFusionCopyInEnd, r, payload, nullptr);
+  notifyIf(EngineEventKind::kCollectiveStart, r, payload, "reducescatter");
   collectives::reducescatter(comm, buf, result, counts, dtype, op);
-  if (watching(EngineEventKind::kCollectiveEnd)) [[unlikely]] {
-    notify(EngineEventKind::kCollectiveEnd, r, payload, "reducescatter");
-  }
+  notifyIf(EngineEventKind::kCollectiveEnd, r, payload, "reducescatter");
   scale(result, counts[me], dtype, r.params.postscale);
   const int64_t outBytes = static_cast<int64_t>(counts[me] * esize);
-  if (watching(EngineEventKind::kFusionCopyOutStart)) [[unlikely]] {
-    notify(EngineEventKind::kFusionCopyOutStart, r, outBytes, nullptr);
-  }
+  notifyIf(EngineEventKind::kFusionCopyOutStart, r, outBytes, nullptr);
   offset = 0;
   for (size_t i = 0; i < r.tensors.size(); ++i) {
     const TensorInfo& t = r.tensors[i].data();
@@ -460,9 +412,7 @@ void Executor::reducescatter(const Response& r, Communicator& comm, const std::v
     if (entries[i] != nullptr && bytes > 0) std::memcpy(entries[i]->output, result + offset, bytes);
     offset += bytes;
   }
-  if (watching(EngineEventKind::kFusionCopyOutEnd)) [[unlikely]] {
-    notify(EngineEventKind::kFusionCopyOutEnd, r, outBytes, nullptr);
-  }
+  notifyIf(EngineEventKind::kFusionCopyOutEnd, r, outBytes, nullptr);
 }
 
 }  // namespace hvd::engine

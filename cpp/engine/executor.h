@@ -41,6 +41,10 @@ class Executor : public CollectiveBackend {
   bool watching(EngineEventKind kind) const { return observers_.wants(kind); }
   // Publishes `kind` for response `r`; timeNs 0 = now.
   void notify(EngineEventKind kind, const Response& r, int64_t bytes, const char* algorithm, int64_t timeNs = 0) const;
+  // notify() when someone watches `kind` (the arguments are evaluated either way: keep them cheap).
+  void notifyIf(EngineEventKind kind, const Response& r, int64_t bytes, const char* algorithm) const {
+    if (watching(kind)) [[unlikely]] notify(kind, r, bytes, algorithm);
+  }
   // After an allreduce of `bytes` ran on `comm`: its start (when `startNs` is set: for paths that
   // decide only as they run whether they apply) and end events, naming the algorithm.
   void allreduceRan(const Response& r, Communicator& comm, size_t bytes, int64_t startNs,

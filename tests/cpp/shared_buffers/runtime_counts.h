@@ -7,6 +7,7 @@
 
 #include "api/default_runtime.h"
 #include "engine/runtime.h"
+#include "horovod/horovod.h"
 
 namespace hvd::test_support {
 
@@ -15,9 +16,9 @@ inline engine::RuntimeStats defaultRuntimeStats() {
   return runtime ? runtime->stats() : engine::RuntimeStats{};
 }
 // Allreduces that ran in place in the ranks' shared buffers (shm_inplace).
-inline uint64_t sharedInPlaceCount() { return defaultRuntimeStats().sharedInPlaceOps; }
+inline uint64_t sharedInPlaceCount() { return engineCounters().sharedInPlaceAllreduces; }
 // Allgathers that wrote straight into the ranks' shared outputs (shm_outputs).
-inline uint64_t sharedAllgatherCount() { return defaultRuntimeStats().sharedAllgatherOps; }
+inline uint64_t sharedAllgatherCount() { return engineCounters().sharedOutputAllgathers; }
 inline size_t outputBlocksMapped() { return defaultRuntimeStats().outputBlocksMapped; }
 
 }  // namespace hvd::test_support
