@@ -20,7 +20,7 @@ fi
 
 # Exact versions: a bare 'torch' would pull a multi-GB CUDA build.
 python3 -m pip install -q --disable-pip-version-check \
-  "torch==2.13.0" numpy cloudpickle pyyaml pytest scikit-learn matplotlib \
+  "torch==2.13.0" numpy cloudpickle pyyaml packaging pytest scikit-learn matplotlib \
   "nanobind==3.1.0" scikit-build-core cmake ninja 2>&1 | grep -v -E "^WARNING: (Running pip as|Location)" || true
 
 python3 -m pip install -q --disable-pip-version-check --no-build-isolation . 2>&1 \

@@ -8,6 +8,7 @@ available when ``horovod._core``, the framework and Horovod's adapter for it all
 """
 
 import contextlib
+import functools
 import importlib.util
 import os
 import subprocess
@@ -173,20 +174,8 @@ def check_extension(ext_name, ext_env_var, pkg_path, *args):
             'Horovod with %s=1 to debug the build error.' % (ext_name, ext_env_var))
 
 
-def _cache(f):
-    """Memoizes a build query: the answer cannot change while the process runs."""
-    cache = {}
-
-    def wrapper(*args, **kwargs):
-        key = (args, frozenset(kwargs.items()))
-        if key not in cache:
-            cache[key] = f(*args, **kwargs)
-        return cache[key]
-
-    wrapper.cache_clear = cache.clear
-    wrapper.__doc__ = f.__doc__
-    wrapper.__name__ = f.__name__
-    return wrapper
+# Build queries are memoized: the answer cannot change while the process runs.
+_cache = functools.lru_cache(maxsize=None)
 
 
 def _load_core(verbose=False):
