@@ -352,6 +352,9 @@ TEST(Timeline, Settings) {
   expectThrowWith<InvalidArgument>(
       [] { timeline::TimelineSettings::fromEnvironment(mapEnvironment({{"HOROVOD_TIMELINE_MAX_BYTES", "100"}})); },
       "HOROVOD_TIMELINE_MAX_BYTES");
+  expectThrowWith<InvalidArgument>(
+      [] { timeline::TimelineSettings::fromEnvironment(mapEnvironment({{"HOROVOD_TIMELINE_MARK_CYCLES", "maybe"}})); },
+      "HOROVOD_TIMELINE_MARK_CYCLES='maybe'");
   expectThrowWith<Error>([] { Timeline("/nonexistent-dir/x/t.json", false); }, "cannot open");
 }
 
