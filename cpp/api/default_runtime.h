@@ -7,6 +7,7 @@
 #include "common/params.h"
 #include "engine/runtime.h"
 #include "horovod/horovod.h"
+#include "timeline/timeline.h"
 
 namespace hvd::api {
 
@@ -20,5 +21,12 @@ std::shared_ptr<engine::Runtime> runtimeForQueries();
 // init() with an explicit environment (tests). No-op while initialized.
 void initDefault(const InitOptions& options, const EnvLookup& env);
 void shutdownDefault();
+
+// The timeline of the default runtime (timeline_api.cc). Settings are read before the runtime is
+// built (a bad value fails init early); the timeline starts once it is initialized (rank 0 only,
+// when HOROVOD_TIMELINE names a file) and stops after it shut down.
+timeline::TimelineSettings readTimelineSettings(const EnvLookup& env);
+void startTimelineAtInit(const std::shared_ptr<engine::Runtime>& runtime, const timeline::TimelineSettings& settings);
+void stopTimelineAtShutdown();
 
 }  // namespace hvd::api

@@ -68,8 +68,11 @@ void initDefault(const InitOptions& options, const EnvLookup& env) {
   if (slot && slot->initialized()) return;  // a second init() is a no-op
   slot.reset();
   engine::applyLogSettings(env);
-  auto runtime = std::make_shared<engine::Runtime>(engine::Config::fromEnvironment(env));
+  auto config = engine::Config::fromEnvironment(env);
+  const timeline::TimelineSettings timelineSettings = readTimelineSettings(env);
+  auto runtime = std::make_shared<engine::Runtime>(std::move(config));
   runtime->init(options);
+  startTimelineAtInit(runtime, timelineSettings);
   slot = std::move(runtime);
   everInitialized.store(true, std::memory_order_relaxed);
   std::call_once(atExit, [] { std::atexit(shutdownAtExit); });
@@ -82,6 +85,7 @@ void shutdownDefault() {
     runtime = std::move(runtimeSlot());
   }
   if (runtime) runtime->shutdown();
+  stopTimelineAtShutdown();
 }
 
 }  // namespace api

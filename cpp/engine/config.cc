@@ -100,8 +100,6 @@ const Param<std::string> kLogLevel("HOROVOD_LOG_LEVEL", "warning",
 const Param<bool> kLogHideTime("HOROVOD_LOG_HIDE_TIME", false, "Omit the timestamp from log lines.");
 
 // ---- Accepted, validated, no effect yet ------------------------------------------------------
-const Param<std::string> kTimeline("HOROVOD_TIMELINE", "", "Timeline path (not built yet: ignored).");
-const Param<bool> kTimelineMarkCycles("HOROVOD_TIMELINE_MARK_CYCLES", false, "Timeline cycle marks (ignored).");
 const Param<bool> kAutotune("HOROVOD_AUTOTUNE", false, "Autotuning (not built yet: ignored).");
 const Param<std::string> kAutotuneLog("HOROVOD_AUTOTUNE_LOG", "", "Autotune CSV log (ignored).");
 const Param<int64_t> kAutotuneWarmup("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", 3, "Autotune (ignored).");
@@ -139,8 +137,6 @@ std::string defaultHostname() {
 
 // Reads every accepted-but-unused knob so that a malformed value fails init.
 void validateIgnoredKnobs(const EnvLookup& env) {
-  (void)kTimeline.get(env);
-  (void)kTimelineMarkCycles.get(env);
   (void)kAutotune.get(env);
   (void)kAutotuneLog.get(env);
   (void)kAutotuneWarmup.get(env);

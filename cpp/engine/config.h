@@ -3,8 +3,9 @@
 // config.cc, each with its default and doc; values are parsed strictly, so a bad value fails
 // init with an InvalidArgument naming the variable and the value.
 //
-// Knobs of features that are not built yet (timeline, autotune, stall inspector, hierarchical
-// algorithms, GPU streams, ...) are accepted and validated but have no effect; their docs say so.
+// Knobs of features that are not built yet (autotune, stall inspector, hierarchical algorithms,
+// GPU streams, ...) are accepted and validated but have no effect; their docs say so. The
+// timeline's knobs are declared with it (timeline/timeline.cc) and read by the API at init.
 #pragma once
 
 #include <chrono>

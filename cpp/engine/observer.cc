@@ -24,6 +24,7 @@ const char* eventKindName(EngineEventKind kind) {
     case EngineEventKind::kStallTick: return "STALL_TICK";
     case EngineEventKind::kProcessSetAdded: return "PROCESS_SET_ADDED";
     case EngineEventKind::kProcessSetRemoved: return "PROCESS_SET_REMOVED";
+    case EngineEventKind::kCycleStart: return "CYCLE_START";
     case EngineEventKind::kCount: break;
   }
   return "UNKNOWN";

@@ -20,7 +20,7 @@
 //    can run concurrently with other enqueuers and with the engine's events. If the enqueue is
 //    then refused (duplicate name, engine shut down) the call throws and no further event follows
 //    for it.
-//  * Every other kind: the thread running the engine at that moment, i.e. the one holding the
+//  * Every other kind (kCycleStart included): the thread running the engine at that moment, i.e. the one holding the
 //    engine's token (the background thread, a caller waiting for an operation, or briefly an
 //    enqueueing thread collecting its own request). Only one thread holds it at a time, so these
 //    events are totally ordered and never delivered concurrently with each other.
@@ -70,6 +70,8 @@ enum class EngineEventKind : uint8_t {
   kStallTick,          // periodic, only for subscribers with a stallTickInterval (pending)
   kProcessSetAdded,    // a process set was added (processSet, ranks)
   kProcessSetRemoved,  // a process set was removed (processSet, ranks it had)
+  kCycleStart,         // the engine starts executing a response list: once per step that does
+                       // work (every rank; no tensors)
   kCount
 };
 const char* eventKindName(EngineEventKind kind);  // "ENQUEUE", "CACHE_HIT", ...

@@ -369,6 +369,11 @@ bool Runtime::processList(ResponseList& list) {
     stats_.lastListStartNs = nowNs();
     stats_.responseLists++;
   }
+  if (observers_.wants(EngineEventKind::kCycleStart)) [[unlikely]] {
+    EngineEvent e;
+    e.kind = EngineEventKind::kCycleStart;
+    observers_.publish(e);
+  }
   // Cache hits first (the coordinator put them first), derived locally: the same responses on
   // every rank. Evictions come last in `items`, so every hit id is still in the replica here.
   if (!list.hits.empty()) {

@@ -224,6 +224,11 @@ NB_MODULE(_core, m) {
         "Joins the job described by the environment; blocks until every rank has joined.");
   m.def("shutdown", &shutdownCore, "Stops the engine; pending operations fail.");
   m.def("is_initialized", [] { return hvd::isInitialized(); });
+  m.def("start_timeline", &hvd::startTimeline, "file_path"_a, "mark_cycles"_a = false,
+        nb::call_guard<nb::gil_scoped_release>(),
+        "Starts writing the timeline to file_path on rank 0 (closing the current one); returns once it is open.");
+  m.def("stop_timeline", &hvd::stopTimeline, nb::call_guard<nb::gil_scoped_release>(),
+        "Stops the timeline and completes its file.");
   m.def("rank", [] { return hvd::rank(); });
   m.def("size", [] { return hvd::size(); });
   m.def("local_rank", [] { return hvd::localRank(); });

@@ -45,6 +45,18 @@ int crossRank();
 int crossSize();
 bool isHomogeneous();
 
+// ---- Timeline ----------------------------------------------------------------------------------
+
+// A Chrome-trace timeline of the engine's work, written by rank 0 (docs/timeline.md). init()
+// starts one when HOROVOD_TIMELINE names a file. startTimeline() starts writing `path` (on rank 0;
+// other ranks do nothing), closing a timeline already being written; it returns once the new
+// file is open. It requires HOROVOD_TIMELINE to have been set (to a path or DYNAMIC) at init:
+// InvalidArgument otherwise, and when not initialized; Error when the file cannot be opened.
+void startTimeline(const std::string& path, bool markCycles = false);
+// Stops the timeline and completes its file. No timeline running: logs and returns.
+// InvalidArgument when not initialized.
+void stopTimeline();
+
 // ---- Process sets ------------------------------------------------------------------------------
 
 // Collective over all ranks, issued in the same order everywhere. Returns the new set's id.

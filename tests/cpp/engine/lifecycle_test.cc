@@ -111,7 +111,6 @@ TEST(Config, BadValuesNameVariableAndValue) {
   expectBad("HOROVOD_FUSION_THRESHOLD", "64MB", "");
   expectBad("HOROVOD_CYCLE_TIME", "fast", "");
   expectBad("HOROVOD_CACHE_CAPACITY", "lots", "");
-  expectBad("HOROVOD_TIMELINE_MARK_CYCLES", "maybe", "");
   expectBad("HOROVOD_STALL_CHECK_TIME_SECONDS", "1m", "");
   expectBad("HOROVOD_AUTOTUNE", "sure", "");
   expectBad("HOROVOD_CONTROLLER", "nccl", "Unsupported controller type, only MPI and Gloo are supported");

@@ -1,0 +1,143 @@
+"""The timeline under horovodrun (every rank runs this file; rank 0 writes and checks the files).
+
+HOROVOD_TIMELINE is set here, before init, as a launch script would: to a file with cycle marks
+for the first test, then start_timeline()/stop_timeline() switch files. The summary tool reads
+what was written.
+"""
+
+import json
+import os
+import tempfile
+
+import pytest
+
+torch = pytest.importorskip('torch')
+
+_DIR = tempfile.mkdtemp(prefix='hvd-timeline-test-')
+_AT_INIT = os.path.join(_DIR, 'timeline.json')
+os.environ['HOROVOD_TIMELINE'] = _AT_INIT
+os.environ['HOROVOD_TIMELINE_MARK_CYCLES'] = '1'
+
+import horovod.torch as hvd  # noqa: E402
+from horovod.runner import timeline_summary  # noqa: E402
+
+hvd.init()
+
+
+def _read(path):
+    with open(path) as f:
+        text = f.read()
+    return text, json.loads(text)  # a completed file is strict JSON
+
+
+def _check_structure(events):
+    """Chrome trace-event format: what chrome://tracing and Perfetto require of each event."""
+    assert isinstance(events, list) and events
+    rows = {}
+    for e in events:
+        assert isinstance(e, dict)
+        assert isinstance(e['name'], str) and e['ph'] in ('M', 'X', 'i'), e
+        assert isinstance(e['pid'], int), e
+        if e['ph'] == 'M':
+            assert isinstance(e['args'], dict), e
+            if e['name'] == 'thread_name':
+                rows[e['tid']] = e['args']['name']
+            continue
+        assert isinstance(e['tid'], int) and isinstance(e['ts'], (int, float)) and e['ts'] >= 0, e
+        if e['ph'] == 'X':
+            assert isinstance(e['dur'], (int, float)) and e['dur'] >= 0, e
+            assert e['tid'] in rows, 'span on an unnamed row: %s' % e
+        else:
+            assert e['s'] in ('g', 't', 'p'), e
+    return rows
+
+
+def _allreduces(n, name='test_allreduce'):
+    for _ in range(n):
+        x = torch.ones(16) * (hvd.rank() + 1)
+        y = hvd.allreduce(x, op=hvd.Sum, name=name)
+        assert y[0].item() == hvd.size() * (hvd.size() + 1) / 2
+
+
+def test_timeline_from_env():
+    _allreduces(5)
+    hvd.stop_timeline()  # completes the file
+    if hvd.rank() != 0:
+        assert not os.path.exists(_AT_INIT)
+        return
+    text, events = _read(_AT_INIT)
+    assert 'allreduce.test_allreduce' in text
+    assert 'start_time_since_epoch_in_micros' in text
+    assert 'NEGOTIATE_ALLREDUCE' in text
+    assert '"ALLREDUCE"' in text
+    assert 'CYCLE_START' in text
+    rows = _check_structure(events)
+    assert 'allreduce.test_allreduce' in rows.values()
+    names = {e['name'] for e in events}
+    assert {'NEGOTIATE_ALLREDUCE', 'QUEUE', 'ALLREDUCE', 'CYCLE_START'} <= names
+    # One arrival per rank in the negotiation, named after the rank.
+    arrivals = {e['args']['rank'] for e in events if e['ph'] == 'i' and e.get('s') == 't'}
+    assert arrivals == set(range(hvd.size()))
+    spans = [e for e in events if e['name'] == 'ALLREDUCE']
+    assert len(spans) >= 5
+    assert all(e['args']['bytes'] == 64 and e['args']['process_set'] == 0 and e['args']['algorithm']
+               for e in spans)
+
+
+def test_dynamic_start_stop():
+    paths = [os.path.join(_DIR, 'dynamic%d.json' % i) for i in range(3)]
+    hvd.start_timeline(paths[0])
+    _allreduces(3, 'dyn_a')
+    hvd.start_timeline(paths[1], mark_cycles=True)  # switches files: the first is complete
+    _allreduces(3, 'dyn_b')
+    hvd.stop_timeline()
+    hvd.stop_timeline()  # already stopped: only logs
+    hvd.start_timeline(paths[2])
+    hvd.stop_timeline()
+    if hvd.rank() != 0:
+        assert not any(os.path.exists(p) for p in paths)
+        return
+    text0, events0 = _read(paths[0])
+    text1, events1 = _read(paths[1])
+    _, events2 = _read(paths[2])
+    _check_structure(events0)
+    _check_structure(events1)
+    assert 'allreduce.dyn_a' in text0 and 'allreduce.dyn_b' not in text0
+    assert 'CYCLE_START' not in text0
+    assert 'allreduce.dyn_b' in text1 and 'CYCLE_START' in text1
+    assert not any(e['ph'] == 'X' for e in events2)
+
+
+def test_summary_tool(tmp_path, capsys):
+    path = os.path.join(_DIR, 'summary.json')
+    hvd.start_timeline(path, mark_cycles=True)
+    _allreduces(10, 'summary')
+    hvd.stop_timeline()
+    if hvd.rank() != 0:
+        return
+    png = str(tmp_path / 'breakdown.png')
+    assert timeline_summary.main(['summary', path, '--png', png]) == 0
+    out = capsys.readouterr().out
+    assert 'allreduce.summary' in out
+    assert 'ALLREDUCE' in out and 'QUEUE' in out
+    assert 'Per step' in out
+    with open(png, 'rb') as f:
+        assert f.read(8) == b'\x89PNG\r\n\x1a\n'
+    s = timeline_summary.Summary(timeline_summary.load(path))
+    assert len(s.steps) >= 5
+    acts = s.per_tensor['allreduce.summary']
+    assert acts['ALLREDUCE'] > 0
+
+
+def test_summary_reads_an_unterminated_file(tmp_path):
+    if hvd.rank() != 0:
+        return
+    _, events = _read(_AT_INIT)
+    with open(_AT_INIT) as f:
+        lines = f.read().splitlines(True)
+    cut = tmp_path / 'cut.json'
+    # The array not closed, the last line incomplete: what a reader sees mid-run.
+    cut.write_text(''.join(lines[:-4]) + lines[-4][:10])
+    partial = timeline_summary.load(str(cut))
+    assert 0 < len(partial) < len(events)
+    assert timeline_summary.Summary(partial).per_tensor
