@@ -99,30 +99,33 @@ const Param<std::string> kLogLevel("HOROVOD_LOG_LEVEL", "warning",
                                    "trace, debug, info, warning, error, fatal (unknown -> warning).");
 const Param<bool> kLogHideTime("HOROVOD_LOG_HIDE_TIME", false, "Omit the timestamp from log lines.");
 
-// ---- Accepted, validated, no effect yet ------------------------------------------------------
-const Param<bool> kAutotune("HOROVOD_AUTOTUNE", false, "Autotuning (not built yet: ignored).");
-const Param<std::string> kAutotuneLog("HOROVOD_AUTOTUNE_LOG", "", "Autotune CSV log (ignored).");
-const Param<int64_t> kAutotuneWarmup("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", 3, "Autotune (ignored).");
-const Param<int64_t> kAutotuneSteps("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", 10, "Autotune (ignored).");
-const Param<int64_t> kAutotuneMaxSamples("HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", 20, "Autotune (ignored).");
-const Param<double> kAutotuneNoise("HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", 0.8, "Autotune (ignored).");
+// ---- Knobs of features this build does not have ---------------------------------------------
+// Accepted so that scripts written for Horovod start, validated so that a malformed value fails
+// init, and, when set, named in a warning at init saying why they change nothing here.
+const Param<bool> kAutotune("HOROVOD_AUTOTUNE", false,
+                            "Autotuning: not in this version; setting it logs a warning at init.");
+const Param<std::string> kAutotuneLog("HOROVOD_AUTOTUNE_LOG", "", "Autotune CSV log (see HOROVOD_AUTOTUNE).");
+const Param<int64_t> kAutotuneWarmup("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", 3, "Autotune (see HOROVOD_AUTOTUNE).");
+const Param<int64_t> kAutotuneSteps("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", 10, "Autotune (see HOROVOD_AUTOTUNE).");
+const Param<int64_t> kAutotuneMaxSamples("HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", 20,
+                                         "Autotune (see HOROVOD_AUTOTUNE).");
+const Param<double> kAutotuneNoise("HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", 0.8, "Autotune (see HOROVOD_AUTOTUNE).");
 const Param<bool> kStallCheckDisable("HOROVOD_STALL_CHECK_DISABLE", false, "Stall inspector (not built yet).");
 const Param<int64_t> kStallCheckTime("HOROVOD_STALL_CHECK_TIME_SECONDS", 60, "Stall inspector (not built yet).");
 const Param<int64_t> kStallShutdownTime("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", 0,
                                         "Stall inspector (not built yet).");
 const Param<bool> kHierAllreduce("HOROVOD_HIERARCHICAL_ALLREDUCE", false,
-                                 "Hierarchical allreduce (GPU builds only; ignored).");
-const Param<bool> kHierAllgather("HOROVOD_HIERARCHICAL_ALLGATHER", false,
-                                 "Hierarchical allgather (GPU builds only; ignored).");
-const Param<bool> kTorusAllreduce("HOROVOD_TORUS_ALLREDUCE", false, "NCCL torus allreduce (ignored).");
-const Param<bool> kBatchD2D("HOROVOD_BATCH_D2D_MEMCOPIES", true, "GPU batched copies (ignored).");
-const Param<bool> kAsyncCompletion("HOROVOD_ENABLE_ASYNC_COMPLETION", false, "GPU async completion (ignored).");
-const Param<int64_t> kNcclStreams("HOROVOD_NUM_NCCL_STREAMS", 1, "GPU streams (ignored).");
-const Param<int64_t> kAdasumChunk("HOROVOD_ADASUM_MPI_CHUNK_SIZE", int64_t(1) << 30, "MPI Adasum chunk (ignored).");
-const Param<bool> kXlaOps("HOROVOD_ENABLE_XLA_OPS", false, "TensorFlow XLA ops (ignored by the core).");
-const Param<bool> kNvtx("HOROVOD_DISABLE_NVTX_RANGES", false, "NVTX ranges (ignored).");
-const Param<bool> kMpiThreadsDisable("HOROVOD_MPI_THREADS_DISABLE", false, "MPI threading (ignored).");
-const Param<bool> kCclCache("HOROVOD_CCL_CACHE", false, "oneCCL cache hint (ignored).");
+                                 "GPU hierarchical allreduce; CPU placements choose theirs automatically.");
+const Param<bool> kHierAllgather("HOROVOD_HIERARCHICAL_ALLGATHER", false, "GPU hierarchical allgather.");
+const Param<bool> kTorusAllreduce("HOROVOD_TORUS_ALLREDUCE", false, "NCCL torus allreduce.");
+const Param<bool> kBatchD2D("HOROVOD_BATCH_D2D_MEMCOPIES", true, "GPU batched device copies.");
+const Param<bool> kAsyncCompletion("HOROVOD_ENABLE_ASYNC_COMPLETION", false, "GPU asynchronous completion.");
+const Param<int64_t> kNcclStreams("HOROVOD_NUM_NCCL_STREAMS", 1, "NCCL streams per device.");
+const Param<int64_t> kAdasumChunk("HOROVOD_ADASUM_MPI_CHUNK_SIZE", int64_t(1) << 30, "MPI Adasum chunk size.");
+const Param<bool> kXlaOps("HOROVOD_ENABLE_XLA_OPS", false, "TensorFlow XLA ops.");
+const Param<bool> kNvtx("HOROVOD_DISABLE_NVTX_RANGES", false, "NVTX ranges (GPU profiling).");
+const Param<bool> kMpiThreadsDisable("HOROVOD_MPI_THREADS_DISABLE", false, "MPI threading level.");
+const Param<bool> kCclCache("HOROVOD_CCL_CACHE", false, "oneCCL cache hint.");
 
 std::string lower(std::string text) {
   std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::tolower(c); });
@@ -135,28 +138,42 @@ std::string defaultHostname() {
   return name;
 }
 
-// Reads every accepted-but-unused knob so that a malformed value fails init.
-void validateIgnoredKnobs(const EnvLookup& env) {
-  (void)kAutotune.get(env);
-  (void)kAutotuneLog.get(env);
-  (void)kAutotuneWarmup.get(env);
-  (void)kAutotuneSteps.get(env);
-  (void)kAutotuneMaxSamples.get(env);
-  (void)kAutotuneNoise.get(env);
+// A knob of a feature this build lacks: read (so a malformed value fails init) and, when set,
+// named in a warning with the reason it changes nothing.
+template <typename T>
+void inert(const Param<T>& param, const EnvLookup& env, bool warn, const char* why) {
+  (void)param.get(env);
+  if (!warn || !param.isSet(env)) return;
+  HVD_LOG(Warning) << param.name() << " is set but has no effect in this build: " << why
+                   << " (docs/env-vars.md).";
+}
+
+// `warn`: this process says so (rank 0 only, so a job prints each warning once).
+void checkInertKnobs(const EnvLookup& env, bool warn) {
+  constexpr const char* kNoAutotune = "autotuning is not implemented yet; the job runs with the configured knobs";
+  constexpr const char* kNoGpu = "it tunes GPU/NCCL collectives, and this build has no GPU backend";
+  inert(kAutotune, env, warn, kNoAutotune);
+  inert(kAutotuneLog, env, warn, kNoAutotune);
+  inert(kAutotuneWarmup, env, warn, kNoAutotune);
+  inert(kAutotuneSteps, env, warn, kNoAutotune);
+  inert(kAutotuneMaxSamples, env, warn, kNoAutotune);
+  inert(kAutotuneNoise, env, warn, kNoAutotune);
   (void)kStallCheckDisable.get(env);
   (void)kStallCheckTime.get(env);
   (void)kStallShutdownTime.get(env);
-  (void)kHierAllreduce.get(env);
-  (void)kHierAllgather.get(env);
-  (void)kTorusAllreduce.get(env);
-  (void)kBatchD2D.get(env);
-  (void)kAsyncCompletion.get(env);
-  (void)kNcclStreams.get(env);
-  (void)kAdasumChunk.get(env);
-  (void)kXlaOps.get(env);
-  (void)kNvtx.get(env);
-  (void)kMpiThreadsDisable.get(env);
-  (void)kCclCache.get(env);
+  inert(kHierAllreduce, env,
+        "it selects Horovod's GPU hierarchical allreduce; the CPU hierarchical algorithms are chosen "
+        "by placement (force one with HOROVOD_ALLREDUCE_ALGO)");
+  inert(kHierAllgather, env, warn, kNoGpu);
+  inert(kTorusAllreduce, env, warn, kNoGpu);
+  inert(kBatchD2D, env, warn, kNoGpu);
+  inert(kAsyncCompletion, env, warn, kNoGpu);
+  inert(kNcclStreams, env, warn, kNoGpu);
+  inert(kNvtx, env, warn, kNoGpu);
+  inert(kAdasumChunk, env, warn, "Adasum is not supported by this build");
+  inert(kXlaOps, env, warn, "it concerns TensorFlow's XLA ops, which this build does not provide");
+  inert(kMpiThreadsDisable, env, warn, "this build has no MPI backend");
+  inert(kCclCache, env, warn, "this build has no oneCCL backend");
   (void)kLogHideTime.get(env);
 }
 
@@ -260,7 +277,7 @@ Config Config::fromEnvironment(const EnvLookup& env) {
         kCpuOperations.get(env) + "')");
   }
   c.transport = lower(kTransport.get(env));
-  validateIgnoredKnobs(env);
+  checkInertKnobs(env, /*warn=*/c.rank == 0);
   return c;
 }
 
