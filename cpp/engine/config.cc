@@ -161,7 +161,7 @@ void checkInertKnobs(const EnvLookup& env, bool warn) {
   (void)kStallCheckDisable.get(env);
   (void)kStallCheckTime.get(env);
   (void)kStallShutdownTime.get(env);
-  inert(kHierAllreduce, env,
+  inert(kHierAllreduce, env, warn,
         "it selects Horovod's GPU hierarchical allreduce; the CPU hierarchical algorithms are chosen "
         "by placement (force one with HOROVOD_ALLREDUCE_ALGO)");
   inert(kHierAllgather, env, warn, kNoGpu);
