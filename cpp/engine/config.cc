@@ -99,6 +99,22 @@ const Param<std::string> kLogLevel("HOROVOD_LOG_LEVEL", "warning",
                                    "trace, debug, info, warning, error, fatal (unknown -> warning).");
 const Param<bool> kLogHideTime("HOROVOD_LOG_HIDE_TIME", false, "Omit the timestamp from log lines.");
 
+// ---- Stall inspector (rank 0) --------------------------------------------------------------
+const Param<bool> kStallCheckDisable(
+    "HOROVOD_STALL_CHECK_DISABLE", false,
+    "Turn off the stall inspector: no warnings about tensors submitted by only some ranks, and no "
+    "stall shutdown (horovodrun --no-stall-check).");
+const Param<double> kStallCheckTime(
+    "HOROVOD_STALL_CHECK_TIME_SECONDS", 60.0,
+    "Seconds a tensor may wait for the remaining ranks before the coordinator (rank 0) warns, naming "
+    "the tensor, the ranks that submitted it and the ranks that did not; repeated every such period "
+    "while the stall lasts. Fractions are accepted.");
+const Param<double> kStallShutdownTime(
+    "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", 0.0,
+    "Seconds after which a stalled tensor shuts the job down: every rank's pending and later "
+    "operations fail with the stall report. 0 = never; ignored (with a warning) when less than "
+    "HOROVOD_STALL_CHECK_TIME_SECONDS.");
+
 // ---- Accepted, validated, no effect yet ------------------------------------------------------
 const Param<std::string> kTimeline("HOROVOD_TIMELINE", "", "Timeline path (not built yet: ignored).");
 const Param<bool> kTimelineMarkCycles("HOROVOD_TIMELINE_MARK_CYCLES", false, "Timeline cycle marks (ignored).");
@@ -108,10 +124,6 @@ const Param<int64_t> kAutotuneWarmup("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", 3, "Auto
 const Param<int64_t> kAutotuneSteps("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", 10, "Autotune (ignored).");
 const Param<int64_t> kAutotuneMaxSamples("HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", 20, "Autotune (ignored).");
 const Param<double> kAutotuneNoise("HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", 0.8, "Autotune (ignored).");
-const Param<bool> kStallCheckDisable("HOROVOD_STALL_CHECK_DISABLE", false, "Stall inspector (not built yet).");
-const Param<int64_t> kStallCheckTime("HOROVOD_STALL_CHECK_TIME_SECONDS", 60, "Stall inspector (not built yet).");
-const Param<int64_t> kStallShutdownTime("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", 0,
-                                        "Stall inspector (not built yet).");
 const Param<bool> kHierAllreduce("HOROVOD_HIERARCHICAL_ALLREDUCE", false,
                                  "Hierarchical allreduce (GPU builds only; ignored).");
 const Param<bool> kHierAllgather("HOROVOD_HIERARCHICAL_ALLGATHER", false,
@@ -147,9 +159,6 @@ void validateIgnoredKnobs(const EnvLookup& env) {
   (void)kAutotuneSteps.get(env);
   (void)kAutotuneMaxSamples.get(env);
   (void)kAutotuneNoise.get(env);
-  (void)kStallCheckDisable.get(env);
-  (void)kStallCheckTime.get(env);
-  (void)kStallShutdownTime.get(env);
   (void)kHierAllreduce.get(env);
   (void)kHierAllgather.get(env);
   (void)kTorusAllreduce.get(env);
@@ -181,6 +190,17 @@ int64_t nonNegative(const Param<int64_t>& param, const EnvLookup& env) {
   const int64_t value = param.get(env);
   if (value < 0) throw InvalidArgument(std::string(param.name()) + "='" + std::to_string(value) + "' must be >= 0");
   return value;
+}
+
+// A duration given in (possibly fractional) seconds; InvalidArgument unless > 0 (>= 0 with
+// `zeroOk`) and below a day's worth of milliseconds times 1000.
+std::chrono::milliseconds secondsParam(const Param<double>& param, const EnvLookup& env, bool zeroOk) {
+  const double value = param.get(env);
+  if (!(zeroOk ? value >= 0 : value > 0) || value > 1e8) {
+    throw InvalidArgument(std::string(param.name()) + "='" + std::to_string(value) + "' must be " +
+                          (zeroOk ? ">= 0" : "> 0") + " seconds");
+  }
+  return std::chrono::milliseconds(static_cast<int64_t>(value * 1000.0 + 0.5));
 }
 
 }  // namespace
@@ -264,6 +284,9 @@ Config Config::fromEnvironment(const EnvLookup& env) {
         kCpuOperations.get(env) + "')");
   }
   c.transport = lower(kTransport.get(env));
+  c.stallCheck = !kStallCheckDisable.get(env);
+  c.stallCheckTime = secondsParam(kStallCheckTime, env, false);
+  c.stallShutdownTime = secondsParam(kStallShutdownTime, env, true);
   validateIgnoredKnobs(env);
   return c;
 }
