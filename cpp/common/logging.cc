@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <mutex>
 #include <string>
 
 namespace hvd {
@@ -33,6 +34,9 @@ bool hideTimeFromEnv() {
 std::atomic<int> gLevel{static_cast<int>(levelFromEnv())};
 std::atomic<bool> gHideTime{hideTimeFromEnv()};
 std::atomic<int> gRank{-1};
+std::atomic<bool> gHasSink{false};
+std::mutex gSinkMu;
+LogSink gSink;  // guarded by gSinkMu
 
 const char* levelName(LogLevel level) {
   switch (level) {
@@ -52,6 +56,14 @@ LogLevel logLevel() { return static_cast<LogLevel>(gLevel.load(std::memory_order
 void setLogLevel(LogLevel level) { gLevel = static_cast<int>(level); }
 void setLogHideTime(bool hide) { gHideTime = hide; }
 void setLogRank(int rank) { gRank = rank; }
+
+LogSink setLogSink(LogSink sink) {
+  std::lock_guard<std::mutex> lock(gSinkMu);
+  LogSink previous = std::move(gSink);
+  gSink = std::move(sink);
+  gHasSink = static_cast<bool>(gSink);
+  return previous;
+}
 
 LogMessage::LogMessage(const char* file, int line, LogLevel level) : file_(file), line_(line), level_(level) {
   const char* slash = std::strrchr(file_, '/');
@@ -76,6 +88,13 @@ LogMessage::~LogMessage() {
   prefix += ":" + std::to_string(line_);
   if (gRank >= 0) prefix += " rank " + std::to_string(gRank.load());
   prefix += "] ";
+  if (gHasSink.load(std::memory_order_relaxed)) {
+    std::lock_guard<std::mutex> lock(gSinkMu);
+    if (gSink) {
+      gSink(level_, prefix + stream_.str());
+      return;
+    }
+  }
   std::string text = prefix + stream_.str() + "\n";
   FILE* out = level_ >= LogLevel::kWarning ? stderr : stdout;
   std::fwrite(text.data(), 1, text.size(), out);

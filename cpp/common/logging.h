@@ -3,7 +3,9 @@
 // WARNING and above to stderr. The level comes from HOROVOD_LOG_LEVEL.
 #pragma once
 
+#include <functional>
 #include <sstream>
+#include <string>
 
 namespace hvd {
 
@@ -14,6 +16,12 @@ void setLogLevel(LogLevel level);
 void setLogHideTime(bool hide);
 // Rank to show in messages; -1 (default) shows none.
 void setLogRank(int rank);
+
+// Where emitted lines go instead of stdout/stderr (tests capture warnings with it): called with
+// the level and the full line (prefix included, no newline), from the logging thread, under a
+// lock. An empty function restores the default. Returns the previous sink.
+using LogSink = std::function<void(LogLevel, const std::string&)>;
+LogSink setLogSink(LogSink sink);
 
 class LogMessage {
  public:

@@ -99,6 +99,22 @@ const Param<std::string> kLogLevel("HOROVOD_LOG_LEVEL", "warning",
                                    "trace, debug, info, warning, error, fatal (unknown -> warning).");
 const Param<bool> kLogHideTime("HOROVOD_LOG_HIDE_TIME", false, "Omit the timestamp from log lines.");
 
+// ---- Stall inspector (rank 0) --------------------------------------------------------------
+const Param<bool> kStallCheckDisable(
+    "HOROVOD_STALL_CHECK_DISABLE", false,
+    "Turn off the stall inspector: no warnings about tensors submitted by only some ranks, and no "
+    "stall shutdown (horovodrun --no-stall-check).");
+const Param<double> kStallCheckTime(
+    "HOROVOD_STALL_CHECK_TIME_SECONDS", 60.0,
+    "Seconds a tensor may wait for the remaining ranks before the coordinator (rank 0) warns, naming "
+    "the tensor, the ranks that submitted it and the ranks that did not; repeated every such period "
+    "while the stall lasts. Fractions are accepted.");
+const Param<double> kStallShutdownTime(
+    "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", 0.0,
+    "Seconds after which a stalled tensor shuts the job down: every rank's pending and later "
+    "operations fail with the stall report. 0 = never; ignored (with a warning) when less than "
+    "HOROVOD_STALL_CHECK_TIME_SECONDS.");
+
 // ---- Knobs of features this build does not have ---------------------------------------------
 // Accepted so that scripts written for Horovod start, validated so that a malformed value fails
 // init, and, when set, named in a warning at init saying why they change nothing here.
@@ -110,10 +126,6 @@ const Param<int64_t> kAutotuneSteps("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", 10, "Au
 const Param<int64_t> kAutotuneMaxSamples("HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", 20,
                                          "Autotune (see HOROVOD_AUTOTUNE).");
 const Param<double> kAutotuneNoise("HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", 0.8, "Autotune (see HOROVOD_AUTOTUNE).");
-const Param<bool> kStallCheckDisable("HOROVOD_STALL_CHECK_DISABLE", false, "Stall inspector (not built yet).");
-const Param<int64_t> kStallCheckTime("HOROVOD_STALL_CHECK_TIME_SECONDS", 60, "Stall inspector (not built yet).");
-const Param<int64_t> kStallShutdownTime("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", 0,
-                                        "Stall inspector (not built yet).");
 const Param<bool> kHierAllreduce("HOROVOD_HIERARCHICAL_ALLREDUCE", false,
                                  "GPU hierarchical allreduce; CPU placements choose theirs automatically.");
 const Param<bool> kHierAllgather("HOROVOD_HIERARCHICAL_ALLGATHER", false, "GPU hierarchical allgather.");
@@ -158,9 +170,6 @@ void checkInertKnobs(const EnvLookup& env, bool warn) {
   inert(kAutotuneSteps, env, warn, kNoAutotune);
   inert(kAutotuneMaxSamples, env, warn, kNoAutotune);
   inert(kAutotuneNoise, env, warn, kNoAutotune);
-  (void)kStallCheckDisable.get(env);
-  (void)kStallCheckTime.get(env);
-  (void)kStallShutdownTime.get(env);
   inert(kHierAllreduce, env, warn,
         "it selects Horovod's GPU hierarchical allreduce; the CPU hierarchical algorithms are chosen "
         "by placement (force one with HOROVOD_ALLREDUCE_ALGO)");
@@ -194,6 +203,17 @@ int64_t nonNegative(const Param<int64_t>& param, const EnvLookup& env) {
   const int64_t value = param.get(env);
   if (value < 0) throw InvalidArgument(std::string(param.name()) + "='" + std::to_string(value) + "' must be >= 0");
   return value;
+}
+
+// A duration given in (possibly fractional) seconds; InvalidArgument unless > 0 (>= 0 with
+// `zeroOk`) and below a day's worth of milliseconds times 1000.
+std::chrono::milliseconds secondsParam(const Param<double>& param, const EnvLookup& env, bool zeroOk) {
+  const double value = param.get(env);
+  if (!(zeroOk ? value >= 0 : value > 0) || value > 1e8) {
+    throw InvalidArgument(std::string(param.name()) + "='" + std::to_string(value) + "' must be " +
+                          (zeroOk ? ">= 0" : "> 0") + " seconds");
+  }
+  return std::chrono::milliseconds(static_cast<int64_t>(value * 1000.0 + 0.5));
 }
 
 }  // namespace
@@ -277,6 +297,9 @@ Config Config::fromEnvironment(const EnvLookup& env) {
         kCpuOperations.get(env) + "')");
   }
   c.transport = lower(kTransport.get(env));
+  c.stallCheck = !kStallCheckDisable.get(env);
+  c.stallCheckTime = secondsParam(kStallCheckTime, env, false);
+  c.stallShutdownTime = secondsParam(kStallShutdownTime, env, true);
   checkInertKnobs(env, /*warn=*/c.rank == 0);
   return c;
 }

@@ -3,9 +3,9 @@
 // config.cc, each with its default and doc; values are parsed strictly, so a bad value fails
 // init with an InvalidArgument naming the variable and the value.
 //
-// Knobs of features that are not built yet (autotune, stall inspector, hierarchical algorithms,
-// GPU streams, ...) are accepted and validated but have no effect; their docs say so. The
-// timeline's knobs are declared with it (timeline/timeline.cc) and read by the API at init.
+// Knobs of features this build does not have (autotune, GPU/NCCL, MPI, ...) are accepted and
+// validated; when one is set, rank 0 names it in a warning at init. The timeline's knobs are
+// declared with it (timeline/timeline.cc) and read by the API at init.
 #pragma once
 
 #include <chrono>
@@ -49,6 +49,11 @@ struct Config {
   std::string transport = "auto";            // HOROVOD_TRANSPORT: auto|tcp|shm|shm+tcp|local
   std::string threadAffinity;                // HOROVOD_THREAD_AFFINITY (comma list of core ids)
   bool elastic = false;                      // HOROVOD_ELASTIC
+
+  // ---- Stall inspector (rank 0; stall_inspector.h) -------------------------------------------
+  bool stallCheck = true;                             // !HOROVOD_STALL_CHECK_DISABLE
+  std::chrono::milliseconds stallCheckTime{60000};    // HOROVOD_STALL_CHECK_TIME_SECONDS
+  std::chrono::milliseconds stallShutdownTime{0};     // HOROVOD_STALL_SHUTDOWN_TIME_SECONDS; 0 = never
 
   // Reads every engine variable from `env`. Throws InvalidArgument for a bad value, an
   // unsupported HOROVOD_CONTROLLER / HOROVOD_CPU_OPERATIONS, or an inconsistent topology.

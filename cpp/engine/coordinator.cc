@@ -74,7 +74,8 @@ void Coordinator::addHit(int rank, uint32_t id) {
   if (meta->live && (pending_.empty() || !negotiating())) {
     const int32_t processSet = meta->processSet;
     const bool grouped = meta->grouped;
-    uint32_t& count = hitCounts_[id];
+    HitCount& hit = hitCounts_[id];
+    uint32_t& count = hit.count;
     ++count;
     ++pendingHits_;
     hitLog_.emplace_back(id, rank);
@@ -84,6 +85,7 @@ void Coordinator::addHit(int rank, uint32_t id) {
     if (static_cast<int>(count) >= need) {
       pendingHits_ -= count;
       count = 0;
+      ++hit.round;
       if (pendingHits_ == 0) hitLog_.clear();
       if (!grouped) {
         readyHits_.push_back(id);
@@ -107,10 +109,10 @@ void Coordinator::compactHitLog() {
   std::vector<std::pair<uint32_t, int32_t>> kept;
   kept.reserve(pendingHits_);
   for (auto it = hitLog_.rbegin(); it != hitLog_.rend(); ++it) {
-    const uint32_t* count = hitCounts_.find(it->first);
-    if (count == nullptr || *count == 0) continue;
+    const HitCount* hit = hitCounts_.find(it->first);
+    if (hit == nullptr || hit->count == 0) continue;
     uint32_t* left = quota.find(it->first);
-    if (left == nullptr) left = &quota.assign(it->first, *count);
+    if (left == nullptr) left = &quota.assign(it->first, hit->count);
     if (*left == 0) continue;
     --*left;
     kept.push_back(*it);
@@ -121,15 +123,16 @@ void Coordinator::compactHitLog() {
 
 std::vector<int32_t> Coordinator::takeHits(uint32_t id) {
   std::vector<int32_t> ranks;
-  uint32_t* count = hitCounts_.find(id);
-  if (count == nullptr || *count == 0) return ranks;
+  HitCount* hit = hitCounts_.find(id);
+  if (hit == nullptr || hit->count == 0) return ranks;
   // This round's hits on `id` are its last `count` entries in the log (earlier rounds' come first).
-  for (auto it = hitLog_.rbegin(); it != hitLog_.rend() && ranks.size() < *count; ++it) {
+  for (auto it = hitLog_.rbegin(); it != hitLog_.rend() && ranks.size() < hit->count; ++it) {
     if (it->first == id) ranks.push_back(it->second);
   }
   std::reverse(ranks.begin(), ranks.end());
-  pendingHits_ -= *count;
-  *count = 0;
+  pendingHits_ -= hit->count;
+  hit->count = 0;
+  ++hit->round;
   if (pendingHits_ == 0) hitLog_.clear();
   return ranks;
 }
@@ -141,10 +144,12 @@ void Coordinator::addRequest(Request request) {
   }
   const auto* ranks = setRanks(request.params.processSet);
   if (ranks == nullptr) return;  // removed set; the requester fails it when it learns
+  if (!owed_.empty() && answerOwed(request)) return;
   NameKey key{request.params.processSet, request.name};
   auto [it, inserted] = pending_.try_emplace(key);
   const size_t arrived = it->second.requests.size();
   if (inserted) {
+    it->second.serial = ++nextSerial_;
     // Ranks that already sent a hit for this name: turn their hits into requests (they arrived
     // first, so they come first).
     uint32_t id = cache_.liveId(request.params.processSet, request.name);
@@ -163,7 +168,84 @@ void Coordinator::addRequest(Request request) {
       notify(EngineEventKind::kNegotiateRank, it->first, requests[i].params.kind, requests[i].rank);
     }
   }
-  maybeReady(it->first, it->second);
+  // A request that contradicts the first one is a mismatch whatever the remaining members send:
+  // answer it now instead of waiting for members that may never come (they may be blocked in a
+  // different operation of their own, waiting for us).
+  Pending& pending = it->second;
+  if (pending.requests.size() > 1 && failures_.find(it->first) == failures_.end() &&
+      conflicting(pending.requests.front(), pending.requests.back()) &&
+      static_cast<int>(pending.requests.size()) < required(key.processSet, pending.requests.front().params.kind)) {
+    NegotiationContext ctx;
+    ctx.setRanks = ranks;
+    ctx.joinedCount = key.processSet == 0 ? joinedCount_ : 0;
+    ctx.fusionThreshold = options_.fusion.threshold;
+    std::string message = mismatchMessage(pending.requests, ctx);
+    if (!message.empty()) {
+      failEarly(it->first, pending, std::move(message));
+      return;
+    }
+  }
+  maybeReady(it->first, pending);
+}
+
+void Coordinator::failEarly(const NameKey& key, const Pending& pending, std::string message) {
+  std::vector<int> submitted;
+  for (const auto& q : pending.requests) submitted.push_back(q.rank);
+  Owed owed;
+  owed.message = message;
+  owed.ranks = missingRanks(key.processSet, pending.requests.front().params.kind, submitted);
+  if (!owed.ranks.empty()) owed_[key] = std::move(owed);
+  failures_[key] = std::move(message);
+  ReadyItem item;
+  item.key = key;
+  ready_.push_back(std::move(item));  // not held for a group: its members may never come
+}
+
+bool Coordinator::answerOwed(const Request& request) {
+  auto it = owed_.find(NameKeyRef{request.params.processSet, request.name});
+  if (it == owed_.end()) return false;
+  auto& ranks = it->second.ranks;
+  auto owedRank = std::find(ranks.begin(), ranks.end(), request.rank);
+  if (owedRank == ranks.end()) {
+    // A rank that had its answer uses the name again: a new round, negotiated normally.
+    owed_.erase(it);
+    return false;
+  }
+  ranks.erase(owedRank);
+  NameKey key = it->first;
+  std::string message = ranks.empty() ? std::move(it->second.message) : it->second.message;
+  if (ranks.empty()) owed_.erase(it);
+  if (failures_.count(key) != 0 || pending_.count(key) != 0) return false;  // answered with those
+  Pending& pending = pending_[key];
+  pending.serial = ++nextSerial_;
+  pending.requests.push_back(request);
+  failures_[key] = std::move(message);
+  ReadyItem item;
+  item.key = key;
+  ready_.push_back(std::move(item));
+  return true;
+}
+
+void Coordinator::failPending(int32_t processSet, const std::string& name, std::string message) {
+  NameKey key{processSet, name};
+  const auto* ranks = setRanks(processSet);
+  if (ranks == nullptr || failures_.count(key) != 0) return;
+  auto it = pending_.find(key);
+  if (it == pending_.end()) {
+    // Only cache hits so far: they become requests, answered like negotiated ones.
+    uint32_t id = cache_.liveId(processSet, name);
+    if (id == kNoCacheId) return;
+    std::vector<int32_t> hitRanks = takeHits(id);
+    if (hitRanks.empty()) return;
+    const CacheEntry* entry = cache_.find(id, nullptr);
+    it = pending_.try_emplace(key).first;
+    it->second.serial = ++nextSerial_;
+    for (int r : hitRanks) it->second.requests.push_back(entry->requestFor(setIndexOf(*ranks, r), r));
+  }
+  failures_[key] = std::move(message);
+  ReadyItem item;
+  item.key = key;
+  ready_.push_back(std::move(item));
 }
 
 void Coordinator::notify(EngineEventKind kind, const NameKey& key, Kind op, int rank) const {
@@ -235,7 +317,8 @@ void Coordinator::recheckAfterJoin() {
     }
   }
   std::vector<uint32_t> ids;
-  hitCounts_.forEach([&](uint32_t id, uint32_t count) {
+  hitCounts_.forEach([&](uint32_t id, const HitCount& hit) {
+    const uint32_t count = hit.count;
     if (count == 0) return;
     const CacheEntry* entry = cache_.find(id, nullptr);
     if (entry != nullptr && entry->params.processSet == 0 &&
@@ -275,6 +358,14 @@ Response Coordinator::negotiate(const NameKey& key) {
   ctx.joinedCount = ps == 0 ? joinedCount_ : 0;
   ctx.fusionThreshold = options_.fusion.threshold;
   Response r = constructResponse(requests, ctx);
+  if (!failures_.empty()) {
+    auto failed = failures_.find(key);
+    if (failed != failures_.end()) {
+      r.params.kind = Kind::kError;
+      r.error = std::move(failed->second);
+      failures_.erase(failed);
+    }
+  }
   // Shared in place only when every member asked for it and none has joined.
   r.params.sharedInPlace =
       r.params.kind == Kind::kAllreduce && ranks != nullptr && requests.size() == ranks->size() &&
@@ -374,7 +465,7 @@ void Coordinator::renegotiateHitsOfEvicted() {
   // Hits waiting on an id evicted in this batch: those ranks' requests must not be lost, so they
   // go the negotiation route (ready ones surface in the next build()).
   std::vector<uint32_t> dead;
-  hitCounts_.forEach([&](uint32_t id, uint32_t) {
+  hitCounts_.forEach([&](uint32_t id, const HitCount&) {
     const CoordinatorCache::Meta* meta = cache_.meta(id);
     if (meta == nullptr || !meta->live) dead.push_back(id);
   });
@@ -463,6 +554,7 @@ void Coordinator::pendingTensors(std::vector<PendingTensor>& out) const {
     t.processSet = key.processSet;
     t.name = key.name;
     t.op = pending.requests.front().params.kind;
+    t.instance = pending.serial;
     for (const auto& q : pending.requests) t.submitted.push_back(q.rank);
     std::sort(t.submitted.begin(), t.submitted.end());
     t.missing = missingRanks(key.processSet, t.op, t.submitted);
@@ -473,11 +565,11 @@ void Coordinator::pendingTensors(std::vector<PendingTensor>& out) const {
   FlatIdMap<uint32_t> left;
   std::vector<std::pair<uint32_t, std::vector<int>>> byId;
   for (auto it = hitLog_.rbegin(); it != hitLog_.rend(); ++it) {
-    const uint32_t* count = hitCounts_.find(it->first);
-    if (count == nullptr || *count == 0) continue;
+    const HitCount* hit = hitCounts_.find(it->first);
+    if (hit == nullptr || hit->count == 0) continue;
     uint32_t* quota = left.find(it->first);
     if (quota == nullptr) {
-      quota = &left.assign(it->first, *count);
+      quota = &left.assign(it->first, hit->count);
       byId.emplace_back(it->first, std::vector<int>{});
     }
     if (*quota == 0) continue;
@@ -493,6 +585,7 @@ void Coordinator::pendingTensors(std::vector<PendingTensor>& out) const {
     t.name = entry->tensor.name;
     t.op = entry->params.kind;
     t.cached = true;
+    t.instance = hitCounts_.find(id)->round;
     t.submitted = std::move(ranks);
     std::sort(t.submitted.begin(), t.submitted.end());
     t.missing = missingRanks(entry->params.processSet, entry->params.kind, t.submitted);

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <map>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -57,12 +58,30 @@ class Coordinator {
   bool hasWork() const { return !readyHits_.empty() || !ready_.empty() || !evicted_.empty() || joinDone_; }
   uint64_t lastSeq() const { return seq_; }
   // Every tensor some rank requested (in full or as a cache hit) that is not ready yet, with the
-  // ranks that did and the members still missing; appended to `out` (for stall ticks).
+  // ranks that did and the members still missing; appended to `out` (for stall ticks and the
+  // stall inspector).
   void pendingTensors(std::vector<PendingTensor>& out) const;
+  // Answers the pending tensor (processSet, name) with a mismatch error carrying `message` in
+  // the next build(), whoever has submitted it so far (the stall inspector's verdict on ranks
+  // that diverged). No effect when nothing is pending under that name.
+  void failPending(int32_t processSet, const std::string& name, std::string message);
 
  private:
   struct Pending {
     std::vector<Request> requests;  // arrival order
+    uint64_t serial = 0;            // tells successive submissions of one name apart
+  };
+  // A cache id's hits of the current round: how many arrived, and how many rounds ended before
+  // (the round tells successive steps' hits apart for the stall inspector).
+  struct HitCount {
+    uint32_t count = 0;
+    uint32_t round = 0;
+  };
+  // A name answered with a mismatch before every member had submitted it: the members still
+  // owed that answer get it when their request arrives, until some other rank reuses the name.
+  struct Owed {
+    std::string message;
+    std::vector<int> ranks;
   };
   struct ReadyItem {
     uint32_t hitId = kNoCacheId;  // ready from hits: a live cache id
@@ -81,6 +100,11 @@ class Coordinator {
   // would otherwise keep every later step's entries).
   void compactHitLog();
   void addRequest(Request request);
+  // Fails `key` now with `message` (answered by negotiate()); the members that have not
+  // submitted it yet are owed the same answer.
+  void failEarly(const NameKey& key, const Pending& pending, std::string message);
+  // An owed member's request (see Owed): answered with the error; true if it was one.
+  bool answerOwed(const Request& request);
   void join(int rank);
   void maybeReady(const NameKey& key, Pending& pending);
   void markReady(ReadyItem item, const std::string& group, int32_t groupSize, int32_t processSet);
@@ -110,7 +134,7 @@ class Coordinator {
   // when hits must be renegotiated. The log empties whenever no hit is pending: in a steady state
   // after every step. Kept flat because a step touches every id of its tensors (~1 bit each on
   // the wire): hundreds of heap objects per step would be hundreds of cache misses.
-  FlatIdMap<uint32_t> hitCounts_;
+  FlatIdMap<HitCount> hitCounts_;
   std::vector<std::pair<uint32_t, int32_t>> hitLog_;
   size_t pendingHits_ = 0;
   std::unordered_map<NameKey, GroupHold, NameKeyHash, NameKeyEq> groups_;  // key: (set, group base name)
@@ -124,6 +148,10 @@ class Coordinator {
   bool joinDone_ = false;
   std::vector<uint32_t> evicted_;    // to announce in the next list
   std::vector<int32_t> removedSets_;
+  uint64_t nextSerial_ = 0;
+  // Names to answer with an error when negotiated (failEarly, failPending), and answers owed.
+  std::unordered_map<NameKey, std::string, NameKeyHash, NameKeyEq> failures_;
+  std::unordered_map<NameKey, Owed, NameKeyHash, NameKeyEq> owed_;
 };
 
 }  // namespace hvd::engine

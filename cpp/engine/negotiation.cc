@@ -6,6 +6,18 @@
 namespace hvd::engine {
 namespace {
 
+std::string reduceOpLabel(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kAverage: return "AVERAGE";
+    case ReduceOp::kSum: return "SUM";
+    case ReduceOp::kAdasum: return "ADASUM";
+    case ReduceOp::kMin: return "MIN";
+    case ReduceOp::kMax: return "MAX";
+    case ReduceOp::kProduct: return "PRODUCT";
+  }
+  return "op " + std::to_string(static_cast<int>(op));
+}
+
 bool isReduction(Kind k) { return k == Kind::kAllreduce || k == Kind::kAdasum || k == Kind::kReducescatter; }
 
 // Horovod scales on the CPU only for these types ("not supported by ScaleBufferCPUImpl").
@@ -23,6 +35,43 @@ Response errorResponse(const Request& first, std::string message) {
   return r;
 }
 
+std::string rankList(const std::vector<int>& ranks) {
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  return out;
+}
+
+// Which ranks asked for what: " (ALLREDUCE: rank 0; ALLGATHER: ranks 1, 2; not submitted yet:
+// rank 3)", grouping the requests by label(request) in order of first appearance; the members
+// of the process set with no request yet (joined ranks aside) come last.
+template <typename Label>
+std::string sides(const std::vector<Request>& requests, const NegotiationContext& ctx, Label label) {
+  std::vector<std::pair<std::string, std::vector<int>>> groups;
+  std::vector<int> seen;
+  for (const auto& q : requests) {
+    std::string l = label(q);
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == l; });
+    if (it == groups.end()) it = groups.insert(groups.end(), {std::move(l), {}});
+    it->second.push_back(q.rank);
+    seen.push_back(q.rank);
+  }
+  std::string out = " (";
+  for (size_t i = 0; i < groups.size(); ++i) {
+    std::sort(groups[i].second.begin(), groups[i].second.end());
+    out += (i ? "; " : "") + groups[i].first + ": " + rankList(groups[i].second);
+  }
+  if (ctx.setRanks != nullptr && ctx.joinedCount == 0) {
+    std::vector<int> missing;
+    for (int r : *ctx.setRanks) {
+      if (std::find(seen.begin(), seen.end(), r) == seen.end()) missing.push_back(r);
+    }
+    if (!missing.empty()) out += "; not submitted yet: " + rankList(missing);
+  }
+  return out + ")";
+}
+
+std::string dims(const std::vector<int64_t>& shape) { return shapeString(shape); }
+
 // Returns the first mismatch message, or "" when the requests agree.
 std::string validate(const std::vector<Request>& requests, const NegotiationContext& ctx) {
   const Request& first = requests[0];
@@ -33,14 +82,14 @@ std::string validate(const std::vector<Request>& requests, const NegotiationCont
     if (requests[i].params.dtype != first.params.dtype) {
       msg << "Mismatched data types: One rank had type " << dataTypeName(first.params.dtype)
           << ", but another rank had type " << dataTypeName(requests[i].params.dtype) << ".";
-      return msg.str();
+      return msg.str() + sides(requests, ctx, [](const Request& q) { return std::string(dataTypeName(q.params.dtype)); });
     }
   }
   for (size_t i = 1; i < n; ++i) {
     if (requests[i].params.kind != first.params.kind) {
       msg << "Mismatched operations: One rank did an " << kindName(first.params.kind) << ", but another rank did an "
           << kindName(requests[i].params.kind) << ".";
-      return msg.str();
+      return msg.str() + sides(requests, ctx, [](const Request& q) { return std::string(kindName(q.params.kind)); });
     }
   }
   const Kind kind = first.params.kind;
@@ -50,7 +99,7 @@ std::string validate(const std::vector<Request>& requests, const NegotiationCont
         msg << "Mismatched " << kindName(kind) << " tensor shapes: One rank sent a tensor of shape "
             << shapeString(first.shape) << ", but another rank sent a tensor of shape "
             << shapeString(requests[i].shape) << ".";
-        return msg.str();
+        return msg.str() + sides(requests, ctx, [](const Request& q) { return dims(q.shape); });
       }
     }
   }
@@ -61,7 +110,11 @@ std::string validate(const std::vector<Request>& requests, const NegotiationCont
         msg << "Mismatched prescale and/or postscale factors: One rank sent factors (" << first.params.prescale << ", "
             << first.params.postscale << "), but another rank sent factors (" << other.prescale << ", "
             << other.postscale << ").";
-        return msg.str();
+        return msg.str() + sides(requests, ctx, [](const Request& q) {
+                 std::ostringstream f;
+                 f << "(" << q.params.prescale << ", " << q.params.postscale << ")";
+                 return f.str();
+               });
       }
     }
   }
@@ -70,7 +123,7 @@ std::string validate(const std::vector<Request>& requests, const NegotiationCont
       if (requests[i].params.op != first.params.op) {
         msg << "Mismatched reduction operation: One rank sent reduction op " << static_cast<int>(first.params.op)
             << ", but another rank sent reduction op " << static_cast<int>(requests[i].params.op) << ".";
-        return msg.str();
+        return msg.str() + sides(requests, ctx, [](const Request& q) { return reduceOpLabel(q.params.op); });
       }
     }
   }
@@ -89,14 +142,14 @@ std::string validate(const std::vector<Request>& requests, const NegotiationCont
       if (shape.size() != first.shape.size()) {
         msg << "Mismatched " << kindName(kind) << " tensor shapes: One rank sent a tensor of rank "
             << first.shape.size() << ", but another rank sent a tensor of rank " << shape.size() << ".";
-        return msg.str();
+        return msg.str() + sides(requests, ctx, [](const Request& q) { return dims(q.shape); });
       }
       for (size_t d = 1; d < shape.size(); ++d) {
         if (shape[d] != first.shape[d]) {
           msg << "Mismatched " << kindName(kind) << " tensor shapes: One rank sent a tensor with dimension " << d
               << " equal to " << first.shape[d] << ", but another rank sent a tensor with dimension " << d
               << " equal to " << shape[d] << ".";
-          return msg.str();
+          return msg.str() + sides(requests, ctx, [](const Request& q) { return dims(q.shape); });
         }
       }
     }
@@ -123,7 +176,7 @@ std::string validate(const std::vector<Request>& requests, const NegotiationCont
       if (requests[i].params.root != first.params.root) {
         msg << "Mismatched " << kindName(kind) << " root ranks: One rank specified root rank " << first.params.root
             << ", but another rank specified root rank " << requests[i].params.root << ".";
-        return msg.str();
+        return msg.str() + sides(requests, ctx, [](const Request& q) { return "root " + std::to_string(q.params.root); });
       }
     }
   }
@@ -133,7 +186,9 @@ std::string validate(const std::vector<Request>& requests, const NegotiationCont
     if (cpu != firstCpu) {
       msg << "Mismatched " << kindName(kind) << " CPU/GPU device selection: One rank specified device "
           << (firstCpu ? "CPU" : "GPU") << ", but another rank specified device " << (cpu ? "CPU" : "GPU") << ".";
-      return msg.str();
+      return msg.str() + sides(requests, ctx, [](const Request& q) {
+               return std::string(q.params.device == kCpuDevice ? "CPU" : "GPU");
+             });
     }
   }
   if (kind == Kind::kAddProcessSet || kind == Kind::kRemoveProcessSet) {
@@ -162,6 +217,27 @@ std::string validate(const std::vector<Request>& requests, const NegotiationCont
 }
 
 }  // namespace
+
+std::string mismatchMessage(const std::vector<Request>& requests, const NegotiationContext& context) {
+  return validate(requests, context);
+}
+
+bool conflicting(const Request& a, const Request& b) {
+  if (a.params.kind != b.params.kind || a.params.dtype != b.params.dtype) return true;
+  if ((a.params.device == kCpuDevice) != (b.params.device == kCpuDevice)) return true;
+  const Kind kind = a.params.kind;
+  if ((isReduction(kind) || kind == Kind::kBroadcast) && a.shape != b.shape) return true;
+  if (isReduction(kind) && (a.params.prescale != b.params.prescale || a.params.postscale != b.params.postscale)) return true;
+  if (kind == Kind::kAllreduce && a.params.op != b.params.op) return true;
+  if (kind == Kind::kBroadcast && a.params.root != b.params.root) return true;
+  if (kind == Kind::kAllgather || kind == Kind::kAlltoall) {
+    if (a.shape.size() != b.shape.size()) return true;
+    for (size_t d = 1; d < a.shape.size(); ++d) {
+      if (a.shape[d] != b.shape[d]) return true;
+    }
+  }
+  return false;
+}
 
 int setIndexOf(const std::vector<int>& setRanks, int globalRank) {
   auto it = std::lower_bound(setRanks.begin(), setRanks.end(), globalRank);

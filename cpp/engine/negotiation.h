@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "engine/message.h"
@@ -20,6 +21,16 @@ struct NegotiationContext {
 // coordinator saw. Returns a response of the requests' kind, or a kError response carrying the
 // mismatch message (tensors[0].name set in both cases).
 Response constructResponse(const std::vector<Request>& requests, const NegotiationContext& context);
+
+// The mismatch constructResponse would report for these requests ("" when they agree); each
+// message names which ranks asked for what, and the members that have not submitted yet.
+// Works on a subset of the members' requests too (the coordinator checks as they arrive).
+std::string mismatchMessage(const std::vector<Request>& requests, const NegotiationContext& context);
+
+// Whether two requests for one name disagree on something every rank must agree on (op, dtype,
+// device kind, root, shape where it must match, scale factors, reduction op): a mismatch already,
+// whatever the other ranks send. A cheap test, run on every request that joins a pending name.
+bool conflicting(const Request& a, const Request& b);
 
 // Index of `globalRank` in the sorted member list, or -1.
 int setIndexOf(const std::vector<int>& setRanks, int globalRank);

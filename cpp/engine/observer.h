@@ -108,6 +108,9 @@ struct PendingTensor {
   std::string_view name;
   Kind op = Kind::kAllreduce;
   bool cached = false;  // the ranks so far sent cache hits (steady state), not full requests
+  // Rank 0: tells successive submissions of the same name apart (equal across ticks while the
+  // same submission is pending; together with `cached`). 0 on other ranks.
+  uint64_t instance = 0;
   std::vector<int> submitted;
   std::vector<int> missing;
 };

@@ -50,6 +50,7 @@
 #include "engine/observer.h"
 #include "engine/process_set_table.h"
 #include "engine/response_cache.h"
+#include "engine/stall_inspector.h"
 #include "engine/tensor_queue.h"
 #include "horovod/operation.h"
 #include "store/store.h"
@@ -195,8 +196,12 @@ class Runtime {
   void publishSetChange(EngineEventKind kind, int32_t setId, const std::vector<int>& ranks);
   // A stall tick, if one is due (the engine's thread, at each step).
   void maybeStallTick();
-  // How long the engine's thread may wait for work: bounded by the stall-tick interval.
+  // How long the engine's thread may wait for work: bounded by the stall-tick interval and the
+  // stall inspector's scans.
   Deadline idleDeadline() const;
+  // Rank 0: a stall inspector scan, if one is due (the engine's thread, at each step). Logs its
+  // warnings, fails diverged tensors, and throws Aborted when a stall must end the job.
+  void maybeScanStalls();
 
   Config config_;
   // Declared before the parts that publish into it (coordinator, executor): it outlives them.
@@ -211,6 +216,8 @@ class Runtime {
   ProcessSetTable sets_;
   TensorQueue queue_;
   std::unique_ptr<Coordinator> coordinator_;  // rank 0
+  std::unique_ptr<StallInspector> stall_;     // rank 0
+  int64_t nextStallScanNs_ = 0;
   CacheReplica replica_;
   // What backends working in host memory share; then the backends themselves, by (process
   // set, device) (destroyed first).

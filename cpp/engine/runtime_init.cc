@@ -240,6 +240,12 @@ void Runtime::bootstrap(const InitOptions& options) {
     copts.fusion = fusion_;
     copts.observers = &observers_;
     coordinator_ = std::make_unique<Coordinator>(copts);
+    StallOptions sopts;
+    sopts.enabled = config_.stallCheck;
+    sopts.checkTime = config_.stallCheckTime;
+    sopts.shutdownTime = config_.stallShutdownTime;
+    stall_ = std::make_unique<StallInspector>(sopts);
+    nextStallScanNs_ = 0;
     for (size_t i = 0; i < staticSets.size(); ++i) {
       coordinator_->addProcessSet(static_cast<int32_t>(i + 1), staticSets[i]);
     }
@@ -295,6 +301,7 @@ void Runtime::shutdown() {
   sets_.clear();
   transport_.reset();
   coordinator_.reset();
+  stall_.reset();
   host_.outputs->close();  // cached blocks go back; outputs still held stay valid
   initialized_ = false;
 }

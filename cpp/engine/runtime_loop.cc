@@ -198,13 +198,38 @@ bool Runtime::drive(const WorkImpl& work, Deadline deadline) {
 }
 
 Deadline Runtime::idleDeadline() const {
+  std::chrono::milliseconds wait = kIdleWait;
+  if (stall_) [[unlikely]] wait = std::min(wait, stall_->scanInterval());
   if (observers_.wants(EngineEventKind::kStallTick)) [[unlikely]] {
-    return Deadline::after(std::min<std::chrono::milliseconds>(kIdleWait, observers_.tickInterval()));
+    wait = std::min<std::chrono::milliseconds>(wait, observers_.tickInterval());
   }
-  return Deadline::after(kIdleWait);
+  return Deadline::after(wait);
+}
+
+void Runtime::maybeScanStalls() {
+  const int64_t now = nowNs();
+  if (now < nextStallScanNs_) return;
+  nextStallScanNs_ = now + std::chrono::nanoseconds(stall_->scanInterval()).count();
+  std::vector<PendingTensor> pending;
+  coordinator_->pendingTensors(pending);
+  if (pending.empty()) {
+    stall_->scan(pending, now);  // forgets what was pending
+    return;
+  }
+  std::sort(pending.begin(), pending.end(), [](const PendingTensor& a, const PendingTensor& b) {
+    return a.processSet != b.processSet ? a.processSet < b.processSet : a.name < b.name;
+  });
+  StallInspector::Verdict verdict = stall_->scan(pending, now);
+  if (!verdict.warning.empty()) HVD_LOG(Warning) << verdict.warning;
+  for (size_t i = 0; i < verdict.diverged.size(); ++i) {
+    if (i == 0) HVD_LOG(Error) << verdict.divergence[i];
+    coordinator_->failPending(verdict.diverged[i].processSet, verdict.diverged[i].name, verdict.divergence[i]);
+  }
+  if (!verdict.shutdown.empty()) throw Aborted(verdict.shutdown);
 }
 
 bool Runtime::step() {
+  if (stall_) [[unlikely]] maybeScanStalls();
   if (observers_.wants(EngineEventKind::kStallTick)) [[unlikely]] maybeStallTick();
   RequestList& mine = outgoing_;  // may hold requests collected at enqueue already
   const uint64_t pushesSeen = queue_.pushes();  // before draining: later pushes show as a change

@@ -51,6 +51,10 @@ struct SegmentHeader {
   // 0 while open; kClosedClean after a normal close (waits that depend on the owner fail);
   // kClosedFailed after an abort or a failure (every peer's waits fail).
   std::atomic<uint32_t> closed;
+  // When the owner failed because a data-plane wait timed out: 1 + the rank it was waiting for
+  // (the one that did not answer); 0 otherwise. Written before `closed`, so that a peer that
+  // sees the owner's failure blames that rank rather than the owner.
+  std::atomic<uint32_t> timedOutOn;
 };
 constexpr uint32_t kClosedClean = 1;
 constexpr uint32_t kClosedFailed = 2;

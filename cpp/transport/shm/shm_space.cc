@@ -45,7 +45,7 @@ void ShmSpace::barrier(Deadline deadline) {
     }
     return true;
   };
-  transport_.waitOrTimeout(ready, deadline, [&] {
+  transport_.waitOrBlame(ready, deadline, [&] {
     std::ostringstream out;
     out << "shm barrier timed out on rank " << transport_.rank() << " (members: ";
     for (size_t i = 0; i < n; ++i) out << (i ? ", " : "") << "rank " << members_[i];
@@ -58,7 +58,13 @@ void ShmSpace::barrier(Deadline deadline) {
       }
     }
     return out.str();
-  }, [&](int peer) { return std::find(members_.begin(), members_.end(), peer) != members_.end(); });
+  }, [&](int peer) { return std::find(members_.begin(), members_.end(), peer) != members_.end(); },
+  [&] {  // the first member that has not arrived
+    for (size_t i = 0; i < n; ++i) {
+      if (headers_[i]->arrived.load(std::memory_order_acquire) < generation) return members_[i];
+    }
+    return -1;
+  });
   std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
@@ -85,7 +91,7 @@ void ShmSpace::awaitPublished(int memberIndex, uint64_t value, Deadline deadline
             << " to publish " << value << " (it published " << published.load(std::memory_order_acquire) << ")";
         return out.str();
       },
-      [&](int rank) { return rank == peer; });
+      [&](int rank) { return rank == peer; }, peer);
 }
 
 }  // namespace hvd::shm

@@ -340,7 +340,9 @@ void ShmTransport::transfer(int to, const void* sendData, size_t sendBytes, int 
                     }
                     return text.str();
                   },
-                  [&](int peer) { return (sendLeft > 0 && peer == to) || (recvLeft > 0 && peer == from); });
+                  [&](int peer) { return (sendLeft > 0 && peer == to) || (recvLeft > 0 && peer == from); },
+                  // Data not arriving is the sender's silence; a full ring, the receiver's.
+                  recvLeft > 0 ? from : to);
   }
 }
 

@@ -135,15 +135,23 @@ class ShmTransport final : public Transport {
   // outboxes meanwhile, so a peer waiting for our messages is never starved by our waits.
   // Only a peer selected by `needs` (empty = all) fails the wait by closing cleanly; a peer
   // that dies fails every wait.
+  // `silent`: the peer the wait depends on (blamed when it times out: peers that see this rank
+  // fail name it, see SegmentHeader::timedOutOn), -1 = several or none.
   template <typename Ready, typename Describe>
-  void waitOrTimeout(Ready&& ready, Deadline deadline, Describe&& describe, const shm::PeerFilter& needs = {}) {
+  void waitOrTimeout(Ready&& ready, Deadline deadline, Describe&& describe, const shm::PeerFilter& needs = {},
+                     int silent = -1) {
+    waitOrBlame(std::forward<Ready>(ready), deadline, std::forward<Describe>(describe), needs, [silent] { return silent; });
+  }
+  // The same, with the peer to blame found once the wait timed out (silent() -> rank or -1).
+  template <typename Ready, typename Describe, typename Silent>
+  void waitOrBlame(Ready&& ready, Deadline deadline, Describe&& describe, const shm::PeerFilter& needs, Silent&& silent) {
     bool ok = waiter_->wait(
         [&] {
           flushOutboxes();
           return ready();
         },
         deadline, needs);
-    if (!ok) waiter_->fail(std::make_exception_ptr(Timeout(describe())));
+    if (!ok) waiter_->failWaitingFor(silent(), std::make_exception_ptr(Timeout(describe())));
   }
   // Moves data through the rings: to `to` and from `from` at once (send/recv/sendRecv).
   void transfer(int to, const void* sendData, size_t sendBytes, int from, void* recvData, size_t recvBytes,

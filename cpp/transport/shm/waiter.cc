@@ -119,6 +119,19 @@ bool Waiter::peersAlive(const PeerFilter& needs) {
   }
   if (exitedClosed != nullptr) closed = exitedClosed;
   if (closed != nullptr) {
+    // A peer that gave up because a third rank did not answer it: blame that rank (a stopped or
+    // hung process is alive but silent), not the messenger.
+    const uint32_t blamed = closed->header->timedOutOn.load(std::memory_order_acquire);
+    if (blamed != 0 && static_cast<int>(blamed - 1) != closed->rank) {
+      const int silent = static_cast<int>(blamed - 1);
+      latch(std::make_exception_ptr(
+          Timeout("Horovod rank " + std::to_string(silent) + (silent == rank_ ? " (this rank)" : "") +
+                  " did not answer in time: rank " + std::to_string(closed->rank) + " timed out waiting for it and "
+                  "aborted while rank " + std::to_string(rank_) + " was waiting for rank " +
+                  std::to_string(closed->rank) + " (is rank " + std::to_string(silent) +
+                  " stopped, hung or starved of CPU? see HOROVOD_GLOO_TIMEOUT_SECONDS)")));
+      return false;
+    }
     latch(std::make_exception_ptr(
         PeerLost(closed->rank, "Horovod lost rank " + std::to_string(closed->rank) + " (pid " +
                                    std::to_string(closed->pid) + ") on this host: it " +
@@ -148,6 +161,14 @@ void Waiter::abort(const std::string& reason) {
 void Waiter::fail(std::exception_ptr error) {
   latch(std::move(error));
   rethrow();
+}
+
+void Waiter::failWaitingFor(int peer, std::exception_ptr error) {
+  uint32_t none = 0;
+  if (peer >= 0 && !failed()) {
+    own_->timedOutOn.compare_exchange_strong(none, static_cast<uint32_t>(peer) + 1, std::memory_order_seq_cst);
+  }
+  fail(std::move(error));
 }
 
 void Waiter::rethrow() const {

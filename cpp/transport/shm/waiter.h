@@ -98,6 +98,9 @@ class Waiter {
   void abort(const std::string& reason);
   // Latches `error` (first failure wins), wakes this rank, and throws the latched failure.
   [[noreturn]] void fail(std::exception_ptr error);
+  // A data-plane wait of this rank timed out waiting for `peer`: latches `error` (a Timeout),
+  // records the peer in this rank's header (SegmentHeader::timedOutOn) and throws.
+  [[noreturn]] void failWaitingFor(int peer, std::exception_ptr error);
   void throwIfFailed() const {
     if (failed_.load(std::memory_order_acquire)) rethrow();
   }

@@ -20,7 +20,8 @@ Request req(Kind kind, DataType dtype, std::vector<int64_t> shape, int rank) {
   return r;
 }
 
-std::string negotiate(const std::vector<Request>& requests, int joined = 0, int64_t threshold = 1 << 20) {
+// The whole error message ("" when the requests agree).
+std::string negotiateFull(const std::vector<Request>& requests, int joined = 0, int64_t threshold = 1 << 20) {
   static const std::vector<int> ranks = {0, 1, 2};
   NegotiationContext ctx;
   ctx.setRanks = &ranks;
@@ -28,6 +29,33 @@ std::string negotiate(const std::vector<Request>& requests, int joined = 0, int6
   ctx.fusionThreshold = threshold;
   Response r = constructResponse(requests, ctx);
   return r.params.kind == Kind::kError ? r.error : "";
+}
+
+// Horovod's sentence only: mismatch messages go on with which ranks asked for what, " (...)"
+// (checked in RanksOnEachSide).
+std::string negotiate(const std::vector<Request>& requests, int joined = 0, int64_t threshold = 1 << 20) {
+  std::string text = negotiateFull(requests, joined, threshold);
+  const size_t detail = text.find(". (");
+  return detail == std::string::npos ? text : text.substr(0, detail + 1);
+}
+
+TEST(Negotiation, RanksOnEachSide) {
+  auto a = req(Kind::kAllreduce, DataType::kFloat32, {4}, 0);
+  auto b = req(Kind::kAllreduce, DataType::kInt32, {4}, 1);
+  EXPECT_EQ(negotiateFull({a, b}),
+            "Mismatched data types: One rank had type float32, but another rank had type int32. (float32: rank 0; "
+            "int32: rank 1; not submitted yet: rank 2)");
+  auto c = req(Kind::kAllgather, DataType::kFloat32, {4}, 2);
+  EXPECT_EQ(negotiateFull({a, c, req(Kind::kAllgather, DataType::kFloat32, {4}, 1)}),
+            "Mismatched operations: One rank did an ALLREDUCE, but another rank did an ALLGATHER. (ALLREDUCE: rank 0; "
+            "ALLGATHER: ranks 1, 2)");
+  Request sum = a, max = b;
+  max.params.dtype = DataType::kFloat32;
+  sum.params.op = ReduceOp::kSum;
+  max.params.op = ReduceOp::kMax;
+  EXPECT_EQ(negotiateFull({sum, max}),
+            "Mismatched reduction operation: One rank sent reduction op 1, but another rank sent reduction op 4. "
+            "(SUM: rank 0; MAX: rank 1; not submitted yet: rank 2)");
 }
 
 TEST(Negotiation, DataTypes) {
