@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "cluster.h"
+#include "common/logging.h"
 #include "store/file_store.h"
 #include "typed.h"
 
@@ -199,6 +200,28 @@ TEST(Lifecycle, OpsBeforeInitAndTypes) {
   rt.allreduce(view(a, DataType::kFloat32), view(b, DataType::kFloat32), named("x"))->wait();
   rt.shutdown();
   rt.shutdown();  // idempotent
+}
+
+}  // namespace
+}  // namespace hvd::test
+
+namespace hvd::test {
+namespace {
+
+// Knobs of features this build lacks: a warning on rank 0 naming the variable and why, nothing
+// on other ranks, nothing when unset.
+TEST(Config, InertKnobsAreNamedInAWarningOnRankZero) {
+  std::vector<std::string> lines;
+  LogSink previous = setLogSink([&](LogLevel, const std::string& line) { lines.push_back(line); });
+  engine::Config::fromEnvironment(mapEnvironment(rankEnv(0, 2, {{"HOROVOD_AUTOTUNE", "1"}, {"HOROVOD_NUM_NCCL_STREAMS", "2"}})));
+  engine::Config::fromEnvironment(mapEnvironment(rankEnv(1, 2, {{"HOROVOD_AUTOTUNE", "1"}})));
+  engine::Config::fromEnvironment(mapEnvironment(rankEnv(0, 2, {})));
+  setLogSink(std::move(previous));
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_NE(lines[0].find("HOROVOD_AUTOTUNE is set but has no effect in this build: autotuning is not implemented"),
+            std::string::npos) << lines[0];
+  EXPECT_NE(lines[1].find("HOROVOD_NUM_NCCL_STREAMS is set but has no effect in this build"), std::string::npos)
+      << lines[1];
 }
 
 }  // namespace
