@@ -222,7 +222,7 @@ void singleAllreduce(const char* algorithm) {
     auto engineSide = ev;
     std::erase_if(engineSide, [](const Recorded& e) { return e.kind == K::kEnqueue; });
     expectTimesOrdered(engineSide);
-    const Recorded& enqueue = ofKind(ev, K::kEnqueue)[0];
+    const Recorded enqueue = ofKind(ev, K::kEnqueue)[0];
     EXPECT_EQ(enqueue.bytes, 64);
     EXPECT_EQ(enqueue.op, engine::Kind::kAllreduce);
     EXPECT_EQ(enqueue.thread, callers[rank]) << "enqueue events come on the enqueueing thread";
@@ -260,7 +260,7 @@ TEST(Observer, Allgather) {
     SCOPED_TRACE("rank " + std::to_string(rank) + ": " + describe(ev));
     expectNegotiated(ev, rank, {K::kCollectiveStart, K::kCollectiveEnd, K::kTensorDone});
     if (::testing::Test::HasFatalFailure()) return;
-    const Recorded& enqueue = ofKind(ev, K::kEnqueue)[0];
+    const Recorded enqueue = ofKind(ev, K::kEnqueue)[0];
     EXPECT_EQ(enqueue.bytes, 12 * (rank + 1));
     EXPECT_EQ(enqueue.op, engine::Kind::kAllgather);
     for (const auto& e : ofKind(ev, K::kCollectiveStart)) {
