@@ -1,0 +1,35 @@
+"""Horovod for TensorFlow 2 (and TF1-style graphs through ``tf.compat.v1``).
+
+    import horovod.tensorflow as hvd
+    hvd.init()
+    tape = hvd.DistributedGradientTape(tape)
+    hvd.broadcast_variables(model.variables, root_rank=0)
+
+Collectives are TensorFlow ops: they run eagerly, inside ``tf.function`` and in TF1 graphs,
+and are differentiable. No ``poll``/``synchronize`` (nothing is asynchronous at this level).
+"""
+
+from horovod.common import basics as _basics
+
+if _basics._core is None:
+    import warnings as _warnings
+    _warnings.warn('Horovod was not built with its core extension (horovod._core could not be '
+                   'imported: {}); horovod.tensorflow exports nothing.'.format(
+                       _basics._core_import_error))
+else:
+    from horovod.common.exceptions import HorovodInternalError  # noqa: F401
+    from horovod.tensorflow.collectives import (  # noqa: F401
+        allreduce, grouped_allreduce, reducescatter, grouped_reducescatter)
+    from horovod.tensorflow.compression import Compression  # noqa: F401
+    from horovod.tensorflow.functions import (  # noqa: F401
+        allgather_object, broadcast_, broadcast_global_variables, broadcast_object,
+        broadcast_object_fn, broadcast_variables)
+    from horovod.tensorflow.mpi_ops import (  # noqa: F401
+        allgather, grouped_allgather, broadcast, alltoall, join,
+        size_op, local_size_op, rank_op, local_rank_op, process_set_included_op,
+        init, shutdown, is_initialized, start_timeline, stop_timeline,
+        size, local_size, cross_size, rank, local_rank, cross_rank, is_homogeneous,
+        mpi_threads_supported, mpi_enabled, mpi_built, gloo_enabled, gloo_built,
+        nccl_built, ddl_built, ccl_built, cuda_built, rocm_built,
+        ProcessSet, global_process_set, add_process_set, remove_process_set,
+        Average, Sum, Adasum, Min, Max, Product)
