@@ -20,6 +20,7 @@
 #include "arrays.h"
 #include "errors.h"
 #include "handles.h"
+#include "horovod/api_table.h"
 #include "horovod/horovod.h"
 #include "work.h"
 
@@ -309,6 +310,10 @@ NB_MODULE(_core, m) {
   m.def("grouped_reducescatter_async", &groupedReducescatterAsync, "tensors"_a, "outputs"_a,
         "name"_a, "op"_a, "prescale"_a, "postscale"_a, "process_set"_a, "one_off"_a = false);
   m.def("barrier_async", &barrierAsync, "process_set"_a = 0);
+  m.def(
+      "api_table_address", [] { return reinterpret_cast<uintptr_t>(&hvd::apiTable()); },
+      "The address of this module's hvd::ApiTable, for kernel libraries loaded by a framework "
+      "(horovod/api_table.h) that must drive this module's engine.");
   m.def("join_async", &joinAsync);
 
 }

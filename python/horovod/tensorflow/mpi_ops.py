@@ -353,39 +353,27 @@ def join():
 
 def size_op(process_set_id=0, name=None):
     """The size of a process set as an int32 scalar evaluated when the graph runs."""
-    return _execute.topology_op(lambda: _ps_size(process_set_id), name or 'HorovodSize')
+    return _execute.topology('process_set_size' if process_set_id else 'size', process_set_id)
 
 
 def local_size_op(name=None):
-    return _execute.topology_op(_core.local_size, name or 'HorovodLocalSize')
+    return _execute.topology('local_size')
 
 
 def rank_op(name=None):
-    return _execute.topology_op(_core.rank, name or 'HorovodRank')
+    return _execute.topology('rank')
 
 
 def local_rank_op(name=None):
-    return _execute.topology_op(_core.local_rank, name or 'HorovodLocalRank')
+    return _execute.topology('local_rank')
 
 
 def process_set_included_op(process_set_id=0, name=None):
     """1 if this rank belongs to the process set, 0 if not, -1 for an unknown set."""
-    def included():
-        try:
-            return int(_core.rank() in _core.process_set_ranks(process_set_id))
-        except ValueError:
-            return -1
-    return _execute.topology_op(included, name or 'HorovodProcessSetIncluded')
+    return _execute.topology('process_set_included', process_set_id)
 
 
 def process_set_rank_op(process_set):
     """This rank's index within ``process_set`` as an int32 scalar (graph-run time)."""
     pid = process_set.process_set_id
-
-    def set_rank():
-        return _core.process_set_ranks(pid).index(_core.rank()) if pid else _core.rank()
-    return _execute.topology_op(set_rank, 'HorovodProcessSetRank')
-
-
-def _ps_size(process_set_id):
-    return len(_core.process_set_ranks(process_set_id)) if process_set_id else _core.size()
+    return _execute.topology('process_set_rank' if pid else 'rank', pid or 0)

@@ -1,0 +1,643 @@
+// The Horovod TensorFlow kernel library: graph ops whose asynchronous CPU kernels enqueue a
+// collective in the core of horovod._core and finish the op when it completes.
+//
+// Loaded with tf.load_op_library() by horovod.tensorflow after `import tensorflow`: its static
+// initializer resolves TensorFlow's C API (tf_c_api.h) and registers the ops and kernels; then
+// horovod.tensorflow hands it the core's hvd::ApiTable (horovod_tf_bind). Nothing here is
+// compiled against TensorFlow or links the core.
+//
+// Each op node carries its collective's settings as attributes (core name, op, factors, process
+// set) and handles a whole group of tensors: one node per gradient group, one crossing into the
+// core. Ops are stateful, so inside tf.function they keep their program order. A kernel enqueues
+// and waits for its operations itself (see run()).
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "horovod/api_table.h"
+#include "horovod/errors.h"
+#include "horovod/operation.h"
+#include "tf_c_api.h"
+
+namespace hvd::tf {
+namespace {
+
+TfApi gTf;
+std::string gLoadError;  // empty: ops and kernels registered
+std::atomic<const ApiTable*> gCore{nullptr};
+
+// ---- small helpers -----------------------------------------------------------------------------
+
+class Status {
+ public:
+  Status() : s_(gTf.NewStatus()) {}
+  ~Status() { gTf.DeleteStatus(s_); }
+  Status(const Status&) = delete;
+  Status& operator=(const Status&) = delete;
+  TF_Status* get() { return s_; }
+  bool ok() const { return gTf.GetCode(s_) == kTfOk; }
+  // Throws the TensorFlow failure as an hvd::Error carrying its message (TensorFlow's own code
+  // is lost: these are allocation and attribute failures, reported as unknown).
+  void check(const char* what) const {
+    if (!ok()) throw Error(std::string(what) + ": " + gTf.Message(s_));
+  }
+
+ private:
+  TF_Status* s_;
+};
+
+DataType hvdType(int tfType) {
+  switch (tfType) {
+    case kTfFloat: return DataType::kFloat32;
+    case kTfDouble: return DataType::kFloat64;
+    case kTfInt32: return DataType::kInt32;
+    case kTfUInt8: return DataType::kUInt8;
+    case kTfInt16: return DataType::kInt16;
+    case kTfInt8: return DataType::kInt8;
+    case kTfInt64: return DataType::kInt64;
+    case kTfBool: return DataType::kBool;
+    case kTfBFloat16: return DataType::kBFloat16;
+    case kTfUInt16: return DataType::kUInt16;
+    case kTfHalf: return DataType::kFloat16;
+    default:
+      throw InvalidArgument("Horovod: TensorFlow dtype " + std::to_string(tfType) +
+                            " is not supported");
+  }
+}
+
+int tfType(DataType type) {
+  switch (type) {
+    case DataType::kFloat32: return kTfFloat;
+    case DataType::kFloat64: return kTfDouble;
+    case DataType::kInt32: return kTfInt32;
+    case DataType::kUInt8: return kTfUInt8;
+    case DataType::kInt16: return kTfInt16;
+    case DataType::kInt8: return kTfInt8;
+    case DataType::kInt64: return kTfInt64;
+    case DataType::kBool: return kTfBool;
+    case DataType::kBFloat16: return kTfBFloat16;
+    case DataType::kUInt16: return kTfUInt16;
+    case DataType::kFloat16: return kTfHalf;
+  }
+  return kTfFloat;
+}
+
+// Bytes per element (the core's dataTypeSize lives in the core, which this library does not link).
+size_t elementSize(DataType type) {
+  switch (type) {
+    case DataType::kUInt8:
+    case DataType::kInt8:
+    case DataType::kBool:
+      return 1;
+    case DataType::kUInt16:
+    case DataType::kInt16:
+    case DataType::kFloat16:
+    case DataType::kBFloat16:
+      return 2;
+    case DataType::kInt32:
+    case DataType::kFloat32:
+      return 4;
+    case DataType::kInt64:
+    case DataType::kFloat64:
+      return 8;
+  }
+  return 1;
+}
+
+std::vector<int64_t> dimsOf(const TF_Tensor* t) {
+  std::vector<int64_t> dims(static_cast<size_t>(gTf.NumDims(t)));
+  for (size_t d = 0; d < dims.size(); ++d) dims[d] = gTf.Dim(t, static_cast<int>(d));
+  return dims;
+}
+
+TensorView viewOf(const TF_Tensor* t) {
+  TensorView v;
+  v.data = gTf.TensorData(t);
+  v.dtype = hvdType(gTf.TensorType(t));
+  v.shape = dimsOf(t);
+  return v;
+}
+
+const ApiTable& core() {
+  const ApiTable* table = gCore.load(std::memory_order_acquire);
+  if (table == nullptr) {
+    throw InvalidArgument(
+        "Horovod TensorFlow ops ran before horovod.tensorflow bound them to the core: import "
+        "horovod.tensorflow (not this library directly) and call hvd.init()");
+  }
+  return *table;
+}
+
+// ---- attributes --------------------------------------------------------------------------------
+
+// One op node's settings, read once when TensorFlow builds its kernel.
+struct Config {
+  std::string name;                // core name (or newline-separated names: HorovodBroadcast)
+  int reduceOp = 1;
+  float prescale = 1.0f;
+  float postscale = 1.0f;
+  int processSet = 0;
+  bool oneOff = false;
+  bool grouped = false;
+  int root = 0;
+  std::string what;                // HorovodTopology
+
+  Options options(std::string opName) const {
+    Options o;
+    o.name = std::move(opName);
+    o.op = static_cast<ReduceOp>(reduceOp);
+    o.prescale = prescale;
+    o.postscale = postscale;
+    o.processSet = processSet;
+    o.oneOffName = oneOff;
+    o.root = root;
+    return o;
+  }
+};
+
+enum Attr : unsigned {
+  kName = 1u << 0,
+  kReduce = 1u << 1,      // reduce_op, prescale, postscale
+  kProcessSet = 1u << 2,
+  kOneOff = 1u << 3,
+  kGrouped = 1u << 4,
+  kRoot = 1u << 5,
+  kWhat = 1u << 6,
+};
+
+std::string stringAttr(TF_OpKernelConstruction* ctx, const char* attr, Status& st) {
+  int32_t listSize = 0, total = 0;
+  gTf.GetAttrSize(ctx, attr, &listSize, &total, st.get());
+  if (!st.ok() || total <= 0) return {};
+  std::string value(static_cast<size_t>(total), '\0');
+  gTf.GetAttrString(ctx, attr, value.data(), value.size(), st.get());
+  return value;
+}
+
+template <unsigned kAttrs>
+void* createKernel(TF_OpKernelConstruction* ctx) {
+  auto config = std::make_unique<Config>();
+  Status st;
+  TF_Bool flag = 0;
+  if ((kAttrs & kName) && st.ok()) config->name = stringAttr(ctx, "hvd_name", st);
+  if ((kAttrs & kWhat) && st.ok()) config->what = stringAttr(ctx, "what", st);
+  if ((kAttrs & kReduce) && st.ok()) gTf.GetAttrInt32(ctx, "reduce_op", &config->reduceOp, st.get());
+  if ((kAttrs & kReduce) && st.ok()) gTf.GetAttrFloat(ctx, "prescale", &config->prescale, st.get());
+  if ((kAttrs & kReduce) && st.ok()) gTf.GetAttrFloat(ctx, "postscale", &config->postscale, st.get());
+  if ((kAttrs & kProcessSet) && st.ok()) gTf.GetAttrInt32(ctx, "process_set", &config->processSet, st.get());
+  if ((kAttrs & kRoot) && st.ok()) gTf.GetAttrInt32(ctx, "root_rank", &config->root, st.get());
+  if ((kAttrs & kOneOff) && st.ok()) {
+    gTf.GetAttrBool(ctx, "one_off", &flag, st.get());
+    config->oneOff = flag != 0;
+  }
+  if ((kAttrs & kGrouped) && st.ok()) {
+    gTf.GetAttrBool(ctx, "grouped", &flag, st.get());
+    config->grouped = flag != 0;
+  }
+  if (!st.ok()) {
+    gTf.OpKernelConstructionFailure(ctx, st.get());
+    return nullptr;
+  }
+  return config.release();
+}
+
+void destroyKernel(void* kernel) { delete static_cast<Config*>(kernel); }
+
+// ---- one kernel invocation ---------------------------------------------------------------------
+
+void fail(TF_OpKernelContext* ctx, int code, const std::string& message) {
+  Status st;
+  gTf.SetStatus(st.get(), code, message.c_str());
+  gTf.OpKernelContextFailure(ctx, st.get());
+}
+
+// Reports the exception being handled as the op's failure, with the TensorFlow code matching the
+// core's error kind (horovod.tensorflow maps the codes back to Horovod's exceptions).
+void failWithCurrentException(TF_OpKernelContext* ctx) {
+  try {
+    throw;
+  } catch (const InvalidArgument& e) {
+    fail(ctx, kTfInvalidArgument, e.what());
+  } catch (const MismatchError& e) {
+    fail(ctx, kTfFailedPrecondition, e.what());
+  } catch (const Aborted& e) {
+    fail(ctx, kTfAborted, e.what());
+  } catch (const std::exception& e) {
+    fail(ctx, kTfUnknown, e.what());
+  } catch (...) {
+    fail(ctx, kTfUnknown, "Horovod: unknown error");
+  }
+}
+
+// One kernel invocation: the tensor handles it fetched or allocated (released before TensorFlow
+// is told the op is done), the core operations it enqueued, and what to do with their results.
+struct Call {
+  using Finish = void (*)(Call&);
+
+  explicit Call(TF_OpKernelContext* c) : ctx(c) {}
+  ~Call() { releaseTensors(); }
+  Call(const Call&) = delete;
+  Call& operator=(const Call&) = delete;
+
+  TF_Tensor* input(int i) {
+    Status st;
+    TF_Tensor* t = nullptr;
+    gTf.GetInput(ctx, i, &t, st.get());
+    st.check("reading an input");
+    tensors.push_back(t);
+    return t;
+  }
+  TF_Tensor* allocate(int i, int dtype, const std::vector<int64_t>& dims, size_t bytes) {
+    Status st;
+    TF_Tensor* t = gTf.AllocateOutput(ctx, i, dtype, dims.data(), static_cast<int>(dims.size()),
+                                      bytes, st.get());
+    st.check("allocating an output");
+    tensors.push_back(t);
+    return t;
+  }
+  // Output i over the same buffer as input i when TensorFlow allows it (nobody else reads the
+  // input), else a new one: the reduction then runs in place.
+  TF_Tensor* forwardOrAllocate(int i, const TF_Tensor* in) {
+    Status st;
+    std::vector<int64_t> dims = dimsOf(in);
+    int forwarded = -1;
+    TF_Tensor* t = gTf.ForwardInputOrAllocateOutput(ctx, &i, 1, i, dims.data(),
+                                                    static_cast<int>(dims.size()), &forwarded,
+                                                    st.get());
+    st.check("allocating an output");
+    tensors.push_back(t);
+    return t;
+  }
+  void setOutput(int i, const TF_Tensor* t) {
+    Status st;
+    gTf.SetOutput(ctx, i, t, st.get());
+    st.check("setting an output");
+  }
+  void releaseTensors() {
+    for (TF_Tensor* t : tensors) gTf.DeleteTensor(t);
+    tensors.clear();
+  }
+  // Waits for every enqueued operation, ignoring failures (used before failing the op: the
+  // engine may still be writing into this op's buffers).
+  void settle() {
+    for (auto& work : works) {
+      try {
+        work->wait();
+      } catch (...) {
+      }
+    }
+  }
+
+  TF_OpKernelContext* ctx;
+  std::vector<TF_Tensor*> tensors;
+  std::vector<WorkPtr> works;
+  Finish finish = nullptr;
+};
+
+// Runs one kernel: `start` fetches inputs, allocates outputs and enqueues; then the kernel waits
+// for its operations (driving the engine), sets engine-allocated outputs (`finish`) or the first
+// failure, and tells TensorFlow the op is done. The wait happens before returning because
+// TensorFlow's C API does not let the done callback outlive the compute call (tried: a callback
+// completed later from the engine's thread crashes TensorFlow 2.21); the op holds one TensorFlow
+// thread meanwhile, as a synchronous kernel would.
+template <typename Start>
+void run(TF_OpKernelContext* ctx, TF_AsyncOpKernelDoneCallback* done, Start&& start) {
+  {
+    Call call(ctx);
+    try {
+      start(call);
+      for (auto& work : call.works) work->wait();
+      if (call.finish) call.finish(call);
+    } catch (...) {
+      call.settle();
+      failWithCurrentException(ctx);
+    }
+  }
+  gTf.RunAsyncOpKernelDoneCallback(done);
+}
+
+// Sets output i to an engine-allocated tensor without copying (TensorFlow keeps the engine's
+// storage alive through the deallocator's argument).
+void setEngineOutput(Call& call, int i, const OwnedTensor& tensor) {
+  const TensorView& v = tensor.view;
+  size_t bytes = 1;
+  for (int64_t d : v.shape) bytes *= static_cast<size_t>(d);
+  bytes *= elementSize(v.dtype);
+  if (bytes == 0 || v.data == nullptr) {
+    call.allocate(i, tfType(v.dtype), v.shape, 0);
+    return;
+  }
+  auto* owner = new std::shared_ptr<void>(tensor.storage);
+  TF_Tensor* t = gTf.NewTensor(
+      tfType(v.dtype), v.shape.data(), static_cast<int>(v.shape.size()), v.data, bytes,
+      [](void*, size_t, void* arg) { delete static_cast<std::shared_ptr<void>*>(arg); }, owner);
+  call.tensors.push_back(t);
+  call.setOutput(i, t);
+}
+
+// This rank's (set size, index in the set).
+std::pair<int, int> setSizeAndRank(const ApiTable& api, int processSet) {
+  if (processSet == 0) return {api.size_(), api.rank()};
+  std::vector<int> ranks = api.processSetRanks(processSet);
+  auto it = std::find(ranks.begin(), ranks.end(), api.rank());
+  if (it == ranks.end()) {
+    throw InvalidArgument("Horovod: rank " + std::to_string(api.rank()) +
+                          " is not a member of process set " + std::to_string(processSet));
+  }
+  return {static_cast<int>(ranks.size()), static_cast<int>(it - ranks.begin())};
+}
+
+// ---- kernels -----------------------------------------------------------------------------------
+
+void computeAllreduce(void* kernel, TF_OpKernelContext* ctx, TF_AsyncOpKernelDoneCallback* done) {
+  const Config& cfg = *static_cast<Config*>(kernel);
+  run(ctx, done, [&](Call& call) {
+    const ApiTable& api = core();
+    int n = gTf.NumInputs(ctx);
+    std::vector<TensorView> in(n), out(n);
+    for (int i = 0; i < n; ++i) {
+      TF_Tensor* t = call.input(i);
+      in[i] = viewOf(t);
+      out[i] = viewOf(call.forwardOrAllocate(i, t));
+    }
+    call.works.push_back(cfg.grouped ? api.groupedAllreduceAsync(in, out, cfg.options(cfg.name))
+                                     : api.allreduceAsync(in[0], out[0], cfg.options(cfg.name)));
+  });
+}
+
+void computeAllgather(void* kernel, TF_OpKernelContext* ctx, TF_AsyncOpKernelDoneCallback* done) {
+  const Config& cfg = *static_cast<Config*>(kernel);
+  run(ctx, done, [&](Call& call) {
+    const ApiTable& api = core();
+    int n = gTf.NumInputs(ctx);
+    std::vector<TensorView> in(n);
+    for (int i = 0; i < n; ++i) in[i] = viewOf(call.input(i));
+    call.works.push_back(cfg.grouped ? api.groupedAllgatherAsync(in, cfg.options(cfg.name))
+                                     : api.allgatherAsync(in[0], cfg.options(cfg.name)));
+    call.finish = [](Call& c) {
+      const auto& outputs = c.works[0]->outputs();
+      for (size_t i = 0; i < outputs.size(); ++i) setEngineOutput(c, static_cast<int>(i), outputs[i]);
+    };
+  });
+}
+
+// Inputs broadcast together, one core operation each (names: one per line of hvd_name). The root
+// only reads its buffers, so its outputs are its inputs.
+void computeBroadcast(void* kernel, TF_OpKernelContext* ctx, TF_AsyncOpKernelDoneCallback* done) {
+  const Config& cfg = *static_cast<Config*>(kernel);
+  run(ctx, done, [&](Call& call) {
+    const ApiTable& api = core();
+    int n = gTf.NumInputs(ctx);
+    std::vector<std::string> names;
+    size_t start = 0;
+    while (names.size() < static_cast<size_t>(n)) {
+      size_t end = cfg.name.find('\n', start);
+      names.push_back(cfg.name.substr(start, end == std::string::npos ? end : end - start));
+      if (end == std::string::npos) break;
+      start = end + 1;
+    }
+    if (names.size() != static_cast<size_t>(n)) {
+      throw InvalidArgument("Horovod: HorovodBroadcast got " + std::to_string(n) +
+                            " tensors but " + std::to_string(names.size()) + " names");
+    }
+    bool isRoot = api.rank() == cfg.root;
+    for (int i = 0; i < n; ++i) {
+      TF_Tensor* t = call.input(i);
+      TF_Tensor* out = t;
+      if (isRoot) {
+        call.setOutput(i, t);
+      } else {
+        out = call.allocate(i, gTf.TensorType(t), dimsOf(t), gTf.TensorByteSize(t));
+      }
+      call.works.push_back(api.broadcastAsync(viewOf(out), cfg.options(names[i])));
+    }
+  });
+}
+
+void computeAlltoall(void* kernel, TF_OpKernelContext* ctx, TF_AsyncOpKernelDoneCallback* done) {
+  const Config& cfg = *static_cast<Config*>(kernel);
+  run(ctx, done, [&](Call& call) {
+    const ApiTable& api = core();
+    TensorView in = viewOf(call.input(0));
+    const TF_Tensor* splits = call.input(1);
+    Options options = cfg.options(cfg.name);
+    const auto* s = static_cast<const int32_t*>(gTf.TensorData(splits));
+    options.splits.assign(s, s + gTf.TensorByteSize(splits) / sizeof(int32_t));
+    call.works.push_back(api.alltoallAsync(in, options));
+    call.finish = [](Call& c) {
+      setEngineOutput(c, 0, c.works[0]->outputs()[0]);
+      const auto& received = c.works[0]->receivedSplits();
+      TF_Tensor* t = c.allocate(1, kTfInt32, {static_cast<int64_t>(received.size())},
+                                received.size() * sizeof(int32_t));
+      if (!received.empty()) {
+        std::memcpy(gTf.TensorData(t), received.data(), received.size() * sizeof(int32_t));
+      }
+    };
+  });
+}
+
+void computeReducescatter(void* kernel, TF_OpKernelContext* ctx,
+                          TF_AsyncOpKernelDoneCallback* done) {
+  const Config& cfg = *static_cast<Config*>(kernel);
+  run(ctx, done, [&](Call& call) {
+    const ApiTable& api = core();
+    auto [setSize, setRank] = setSizeAndRank(api, cfg.processSet);
+    int n = gTf.NumInputs(ctx);
+    std::vector<TensorView> in(n), out(n);
+    for (int i = 0; i < n; ++i) {
+      TF_Tensor* t = call.input(i);
+      in[i] = viewOf(t);
+      if (in[i].shape.empty()) throw InvalidArgument("Reducescatter does not support scalar inputs");
+      std::vector<int64_t> dims = in[i].shape;
+      int64_t d = dims[0];
+      dims[0] = d / setSize + (setRank < d % setSize ? 1 : 0);
+      size_t bytes = elementSize(in[i].dtype);
+      for (int64_t x : dims) bytes *= static_cast<size_t>(x);
+      out[i] = viewOf(call.allocate(i, gTf.TensorType(t), dims, bytes));
+    }
+    call.works.push_back(cfg.grouped
+                             ? api.groupedReducescatterAsync(in, out, cfg.options(cfg.name))
+                             : api.reducescatterAsync(in[0], out[0], cfg.options(cfg.name)));
+  });
+}
+
+void computeJoin(void*, TF_OpKernelContext* ctx, TF_AsyncOpKernelDoneCallback* done) {
+  run(ctx, done, [&](Call& call) {
+    call.works.push_back(core().joinAsync());
+    call.finish = [](Call& c) {
+      TF_Tensor* t = c.allocate(0, kTfInt32, {}, sizeof(int32_t));
+      *static_cast<int32_t*>(gTf.TensorData(t)) = c.works[0]->joinResult();
+    };
+  });
+}
+
+// Topology as a graph-time int32 scalar: size, local_size, rank, local_rank, process_set_size,
+// process_set_rank, process_set_included (1, 0, or -1 for an unknown set).
+void computeTopology(void* kernel, TF_OpKernelContext* ctx, TF_AsyncOpKernelDoneCallback* done) {
+  const Config& cfg = *static_cast<Config*>(kernel);
+  run(ctx, done, [&](Call& call) {
+    const ApiTable& api = core();
+    int value = 0;
+    if (cfg.what == "size") {
+      value = api.size_();
+    } else if (cfg.what == "local_size") {
+      value = api.localSize();
+    } else if (cfg.what == "rank") {
+      value = api.rank();
+    } else if (cfg.what == "local_rank") {
+      value = api.localRank();
+    } else if (cfg.what == "process_set_size") {
+      value = setSizeAndRank(api, cfg.processSet).first;
+    } else if (cfg.what == "process_set_rank") {
+      value = setSizeAndRank(api, cfg.processSet).second;
+    } else if (cfg.what == "process_set_included") {
+      try {
+        std::vector<int> ranks = cfg.processSet == 0 ? std::vector<int>{api.rank()}
+                                                     : api.processSetRanks(cfg.processSet);
+        value = std::find(ranks.begin(), ranks.end(), api.rank()) != ranks.end() ? 1 : 0;
+      } catch (const std::exception&) {
+        value = -1;
+      }
+    } else {
+      throw InvalidArgument("Horovod: unknown topology query '" + cfg.what + "'");
+    }
+    TF_Tensor* t = call.allocate(0, kTfInt32, {}, sizeof(int32_t));
+    *static_cast<int32_t*>(gTf.TensorData(t)) = value;
+  });
+}
+
+// ---- registration ------------------------------------------------------------------------------
+
+void sameShapes(TF_ShapeInferenceContext* ctx, TF_Status* status) {
+  int64_t n = gTf.ShapeInferenceContextNumInputs(ctx);
+  TF_ShapeHandle* shape = gTf.NewShapeHandle();
+  for (int i = 0; i < n && gTf.GetCode(status) == kTfOk; ++i) {
+    gTf.ShapeInferenceContextGetInput(ctx, i, shape, status);
+    if (gTf.GetCode(status) == kTfOk) gTf.ShapeInferenceContextSetOutput(ctx, i, shape, status);
+  }
+  gTf.DeleteShapeHandle(shape);
+}
+
+// Output shapes known only when the op runs (horovod.tensorflow sets what it knows statically).
+void unknownShapes(TF_ShapeInferenceContext* ctx, TF_Status* status) {
+  gTf.ShapeInferenceContextSetUnknownShape(ctx, status);
+}
+
+constexpr const char* kReduceTypes = "{uint8, int8, int32, int64, half, bfloat16, float, double}";
+constexpr const char* kMoveTypes =
+    "{uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double, bool}";
+constexpr const char* kScatterTypes = "{int32, int64, half, bfloat16, float, double}";
+
+struct OpSpec {
+  const char* name;
+  std::vector<std::string> attrs;
+  std::vector<std::string> inputs;
+  std::vector<std::string> outputs;
+  void (*shapes)(TF_ShapeInferenceContext*, TF_Status*);
+  void* (*create)(TF_OpKernelConstruction*);
+  void (*compute)(void*, TF_OpKernelContext*, TF_AsyncOpKernelDoneCallback*);
+};
+
+std::string listOf(const char* types) { return std::string("T: list(") + types + ") >= 1"; }
+
+std::vector<OpSpec> opSpecs() {
+  const std::vector<std::string> reduceAttrs = {"hvd_name: string", "reduce_op: int",
+                                                "prescale: float", "postscale: float",
+                                                "process_set: int", "one_off: bool",
+                                                "grouped: bool"};
+  constexpr unsigned kReduceAll = kName | kReduce | kProcessSet | kOneOff | kGrouped;
+  std::vector<OpSpec> specs;
+  {
+    auto attrs = reduceAttrs;
+    attrs.push_back(listOf(kReduceTypes));
+    specs.push_back({"HorovodAllreduce", attrs, {"tensors: T"}, {"outputs: T"}, sameShapes,
+                     createKernel<kReduceAll>, computeAllreduce});
+  }
+  specs.push_back({"HorovodAllgather",
+                   {listOf(kMoveTypes), "hvd_name: string", "process_set: int", "one_off: bool",
+                    "grouped: bool"},
+                   {"tensors: T"}, {"outputs: T"}, unknownShapes,
+                   createKernel<kName | kProcessSet | kOneOff | kGrouped>, computeAllgather});
+  specs.push_back({"HorovodBroadcast",
+                   {listOf(kMoveTypes), "hvd_name: string", "root_rank: int", "process_set: int"},
+                   {"tensors: T"}, {"outputs: T"}, sameShapes,
+                   createKernel<kName | kRoot | kProcessSet>, computeBroadcast});
+  specs.push_back({"HorovodAlltoall",
+                   {std::string("T: ") + kMoveTypes, "hvd_name: string", "process_set: int",
+                    "one_off: bool"},
+                   {"tensor: T", "splits: int32"}, {"output: T", "received_splits: int32"},
+                   unknownShapes, createKernel<kName | kProcessSet | kOneOff>, computeAlltoall});
+  {
+    auto attrs = reduceAttrs;
+    attrs.push_back(listOf(kScatterTypes));
+    specs.push_back({"HorovodReducescatter", attrs, {"tensors: T"}, {"outputs: T"},
+                     unknownShapes, createKernel<kReduceAll>, computeReducescatter});
+  }
+  specs.push_back({"HorovodJoin", {}, {}, {"last_joined_rank: int32"}, unknownShapes,
+                   createKernel<0>, computeJoin});
+  specs.push_back({"HorovodTopology", {"what: string", "process_set: int"}, {},
+                   {"value: int32"}, unknownShapes, createKernel<kWhat | kProcessSet>,
+                   computeTopology});
+  return specs;
+}
+
+bool registerAll(std::string& error) {
+  for (const OpSpec& spec : opSpecs()) {
+    TF_OpDefinitionBuilder* op = gTf.NewOpDefinitionBuilder(spec.name);
+    for (const auto& a : spec.attrs) gTf.OpDefinitionBuilderAddAttr(op, a.c_str());
+    for (const auto& i : spec.inputs) gTf.OpDefinitionBuilderAddInput(op, i.c_str());
+    for (const auto& o : spec.outputs) gTf.OpDefinitionBuilderAddOutput(op, o.c_str());
+    gTf.OpDefinitionBuilderSetIsStateful(op, true);
+    gTf.OpDefinitionBuilderSetShapeInferenceFunction(op, spec.shapes);
+    Status st;
+    gTf.RegisterOpDefinition(op, st.get());  // takes ownership of `op`
+    if (!st.ok()) {
+      error = std::string("registering op ") + spec.name + ": " + gTf.Message(st.get());
+      return false;
+    }
+    TF_KernelBuilder* kernel =
+        gTf.NewAsyncKernelBuilder(spec.name, "CPU", spec.create, spec.compute, destroyKernel);
+    gTf.RegisterKernelBuilder(spec.name, kernel, st.get());  // takes ownership of `kernel`
+    if (!st.ok()) {
+      error = std::string("registering the CPU kernel of ") + spec.name + ": " +
+              gTf.Message(st.get());
+      return false;
+    }
+  }
+  return true;
+}
+
+// Runs when TensorFlow loads the library (tf.load_op_library): the ops must be registered then.
+[[maybe_unused]] const bool gRegistered = [] {
+  std::string error;
+  if (!load(gTf, error) || !registerAll(error)) {
+    gLoadError = error.empty() ? "unknown failure" : error;
+    return false;
+  }
+  return true;
+}();
+
+}  // namespace
+}  // namespace hvd::tf
+
+// Why loading failed (a missing C API symbol, a registration error), or "" when the ops are
+// registered.
+extern "C" __attribute__((visibility("default"))) const char* horovod_tf_load_error() {
+  return hvd::tf::gLoadError.c_str();
+}
+
+// Binds the kernels to the core whose hvd::ApiTable is at `table`; returns "" or why not.
+extern "C" __attribute__((visibility("default"))) const char* horovod_tf_bind(const void* table) {
+  const auto* api = static_cast<const hvd::ApiTable*>(table);
+  if (api == nullptr || api->version != hvd::ApiTable::kVersion ||
+      api->size != sizeof(hvd::ApiTable)) {
+    return "the Horovod core and its TensorFlow kernel library come from different builds; "
+           "reinstall horovod";
+  }
+  hvd::tf::gCore.store(api, std::memory_order_release);
+  return "";
+}
