@@ -27,7 +27,7 @@ import sys
 # 'vocabulary' is the public headers every layer shares (error classes, data types) and 'public'
 # the rest of cpp/include/horovod/ (the C++ and C API), which sits at the level of 'api'.
 ORDER = ['vocabulary', 'common', 'store', 'transport', 'transport/*', 'collectives', 'engine',
-         'timeline', ['api', 'public'], 'python']
+         'timeline', ['api', 'public'], ['python', 'frameworks']]
 
 # Public headers (under cpp/include/) that count as 'vocabulary'; the others are 'public'.
 VOCABULARY_HEADERS = {'horovod/errors.h', 'horovod/types.h', 'horovod/operation.h'}
@@ -59,6 +59,11 @@ RULES = [
     # common utilities; it never reaches into engine, collectives, transports or stores.
     ('the binding sees only the API', ['python'], 'only',
      ['api', 'public', 'vocabulary', 'common']),
+    # Framework kernel libraries (cpp/frameworks/<framework>/) are loaded by a framework into a
+    # process whose core lives in horovod._core: they reach it through horovod/api_table.h and
+    # link no core code (also enforced at link time with --no-undefined).
+    ('framework kernels see only the public headers', ['frameworks'], 'only',
+     ['vocabulary', 'public']),
     # Algorithms, the engine and the API see transports through the Transport interface and the
     # registry only; which backend is used is the registry's business.
     ('no concrete transport backend above transport', ['collectives', 'engine', 'timeline', 'api'], 'forbid',

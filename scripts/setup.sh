@@ -18,9 +18,9 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   fi
 fi
 
-# Exact versions: a bare 'torch' would pull a multi-GB CUDA build.
+# Exact versions: a bare 'torch' or 'tensorflow' would pull a multi-GB CUDA build.
 python3 -m pip install -q --disable-pip-version-check \
-  "torch==2.13.0" numpy cloudpickle pyyaml packaging pytest scikit-learn matplotlib \
+  "torch==2.13.0" "tensorflow-cpu==2.21.0" "keras==3.15.1" "tf-keras==2.21.0" numpy cloudpickle pyyaml packaging pytest scikit-learn matplotlib \
   "nanobind==3.1.0" scikit-build-core cmake ninja 2>&1 | grep -v -E "^WARNING: (Running pip as|Location)" || true
 
 python3 -m pip install -q --disable-pip-version-check --no-build-isolation . 2>&1 \

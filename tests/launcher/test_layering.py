@@ -49,3 +49,18 @@ def test_bad_include_is_reported(tmp_path):
     ]
     listed = check(tmp_path, '--list')
     assert (listed.returncode, listed.stdout) == (0, r.stdout)
+
+
+def test_framework_kernels_see_only_public_headers(tmp_path):
+    make_tree(tmp_path)
+    write(tmp_path, 'cpp/include/horovod/api_table.h', 'horovod/errors.h')
+    write(tmp_path, 'cpp/frameworks/tensorflow/kernels.cc', 'horovod/api_table.h', 'tf_c_api.h',
+          'engine/runtime.h', 'common/check.h')
+    write(tmp_path, 'cpp/frameworks/tensorflow/tf_c_api.h')
+    r = check(tmp_path)
+    assert r.stdout.splitlines() == [
+        'cpp/frameworks/tensorflow/kernels.cc:3: frameworks may not include engine/runtime.h '
+        '(framework kernels see only the public headers)',
+        'cpp/frameworks/tensorflow/kernels.cc:4: frameworks may not include common/check.h '
+        '(framework kernels see only the public headers)',
+    ], r.stdout + r.stderr

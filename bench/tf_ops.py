@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""horovod.tensorflow beside horovod.torch on the same ranks, in one process each (both adapters
+drive the same core), so the ratios compare the adapters and nothing else:
+
+- allreduce bus bandwidth, float32, 64 KiB to 64 MiB: ``hvd.allreduce`` on a TensorFlow tensor
+  (eager) against ``hvd.allreduce`` on a torch tensor (goal: TF >= 0.9x torch);
+- the cost of a 100-gradient training step: a ``tf.function`` step with
+  ``hvd.DistributedGradientTape`` against the same step in torch with
+  ``hvd.DistributedOptimizer`` (goal: TF <= 1.2x torch), and each framework's step without any
+  communication (what the framework itself costs);
+- how TensorFlow ops reach the core: the same measurements with
+  ``HOROVOD_TENSORFLOW_OPS=kernels`` (Horovod's kernel library) and ``py_function``.
+
+    python3 bench/tf_ops.py --np 2 --reps 5          # prints a markdown table
+    python3 bench/tf_ops.py --smoke                  # one short pass, no table
+
+Medians over repetitions; systems interleave within each repetition.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+SIZES = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
+
+
+# ---- worker (runs on every rank) -------------------------------------------------------------------
+
+def _timeit(fn, iters):
+    fn()
+    t = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    return (time.perf_counter() - t) / iters
+
+
+def worker(reps, smoke):
+    os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+    import tensorflow as tf
+    import torch
+    import horovod.tensorflow as hvd_tf
+    import horovod.torch as hvd_torch
+    from horovod.tensorflow import _execute
+
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    torch.set_num_threads(1)
+    hvd_tf.init()
+    n = hvd_tf.size()
+    results = {'backend': _execute.backend_name, 'allreduce': {}, 'step': {}}
+    sizes = SIZES[:2] if smoke else SIZES
+
+    for nbytes in sizes:
+        elems = nbytes // 4
+        xt = tf.random.normal([elems])
+        xp = torch.randn(elems)
+        iters = 2 if smoke else max(3, min(200, (64 << 20) // nbytes * 2))
+        tf_times, torch_times = [], []
+        for _ in range(1 if smoke else reps):
+            tf_times.append(_timeit(lambda: hvd_tf.allreduce(xt, op=hvd_tf.Sum, name='tf'), iters))
+            torch_times.append(_timeit(lambda: hvd_torch.allreduce(xp, op=hvd_torch.Sum,
+                                                                   name='pt'), iters))
+        factor = 2 * (n - 1) / n * nbytes / 1e9
+        results['allreduce'][nbytes] = (factor / statistics.median(tf_times),
+                                        factor / statistics.median(torch_times))
+
+    # A 100-gradient step: 100 weight tensors of 4096 floats, a loss touching each.
+    count, width = 100, 4096
+    tf_vars = [tf.Variable(tf.random.normal([width])) for _ in range(count)]
+    tf_opt = tf.keras.optimizers.SGD(0.01)
+    data_tf = tf.random.normal([width])
+
+    def tf_step_fn(communicate):
+        @tf.function
+        def step():
+            with tf.GradientTape() as tape:
+                loss = tf.add_n([tf.reduce_sum(v * data_tf) ** 2 for v in tf_vars])
+            if communicate:
+                tape = hvd_tf.DistributedGradientTape(tape)
+            grads = tape.gradient(loss, tf_vars)
+            tf_opt.apply_gradients(zip(grads, tf_vars))
+            return loss
+        return step
+
+    pt_params = [torch.nn.Parameter(torch.randn(width)) for _ in range(count)]
+    data_pt = torch.randn(width)
+    pt_plain = torch.optim.SGD(pt_params, lr=0.01)
+    pt_dist = hvd_torch.DistributedOptimizer(
+        torch.optim.SGD(pt_params, lr=0.01),
+        named_parameters=[('p%d' % i, p) for i, p in enumerate(pt_params)])
+
+    def pt_step_fn(optimizer):
+        def step():
+            optimizer.zero_grad()
+            loss = sum((p * data_pt).sum() ** 2 for p in pt_params)
+            loss.backward()
+            optimizer.step()
+        return step
+
+    steps = {'tf': tf_step_fn(True), 'tf-nocomm': tf_step_fn(False),
+             'torch': pt_step_fn(pt_dist), 'torch-nocomm': pt_step_fn(pt_plain)}
+    iters = 2 if smoke else 30
+    times = {k: [] for k in steps}
+    for _ in range(1 if smoke else reps):
+        for k, fn in steps.items():
+            times[k].append(_timeit(fn, iters))
+    results['step'] = {k: statistics.median(v) for k, v in times.items()}
+    if hvd_tf.rank() == 0:
+        print('RESULT ' + json.dumps(results), flush=True)
+
+
+# ---- driver --------------------------------------------------------------------------------------
+
+def run(np_, reps, smoke, backend, horovodrun):
+    env = dict(os.environ, HOROVOD_TENSORFLOW_OPS=backend, TF_CPP_MIN_LOG_LEVEL='3')
+    cmd = [horovodrun, '-np', str(np_), sys.executable, os.path.abspath(__file__), '--worker',
+           '--reps', str(reps)] + (['--smoke'] if smoke else [])
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
+    for line in out.stdout.splitlines():
+        if 'RESULT ' in line:
+            return json.loads(line.split('RESULT ', 1)[1])
+    raise SystemExit('bench/tf_ops.py: no result from {}:\n{}'.format(
+        ' '.join(cmd), (out.stdout + out.stderr)[-4000:]))
+
+
+def table(np_, by_backend):
+    kern = by_backend['kernels']
+    lines = ['| size | TF busbw GB/s | torch busbw GB/s | TF / torch |', '|---|---|---|---|']
+    for nbytes, (t, p) in sorted(kern['allreduce'].items(), key=lambda kv: int(kv[0])):
+        size = int(nbytes)
+        label = '%d KiB' % (size >> 10) if size < (1 << 20) else '%d MiB' % (size >> 20)
+        lines.append('| {} | {:.2f} | {:.2f} | {:.2f} |'.format(label, t, p, t / p))
+    lines += ['', '| 100-gradient step ({} ranks) | kernels (ms) | py_function (ms) |'.format(np_),
+              '|---|---|---|']
+    for key in ('tf', 'tf-nocomm', 'torch', 'torch-nocomm'):
+        lines.append('| {} | {:.3f} | {:.3f} |'.format(
+            key, kern['step'][key] * 1e3, by_backend['py_function']['step'][key] * 1e3))
+    s = kern['step']
+    lines += ['', 'TF step / torch step (kernels): {:.2f}; communication cost per step: TF {:.3f} '
+              'ms, torch {:.3f} ms; py_function step / kernels step: {:.2f}'.format(
+                  s['tf'] / s['torch'], (s['tf'] - s['tf-nocomm']) * 1e3,
+                  (s['torch'] - s['torch-nocomm']) * 1e3,
+                  by_backend['py_function']['step']['tf'] / s['tf'])]
+    return '\n'.join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    ap.add_argument('--np', type=int, default=2)
+    ap.add_argument('--reps', type=int, default=5)
+    ap.add_argument('--smoke', action='store_true')
+    ap.add_argument('--worker', action='store_true', help=argparse.SUPPRESS)
+    ap.add_argument('--horovodrun', default=shutil.which('horovodrun') or 'horovodrun')
+    args = ap.parse_args()
+    if args.worker:
+        worker(args.reps, args.smoke)
+        return
+    by_backend = {b: run(args.np, args.reps, args.smoke, b, args.horovodrun)
+                  for b in ('kernels', 'py_function')}
+    if args.smoke:
+        print('bench/tf_ops.py smoke: ok ({})'.format(', '.join(
+            r['backend'] for r in by_backend.values())))
+        return
+    print(table(args.np, by_backend))
+
+
+if __name__ == '__main__':
+    main()
