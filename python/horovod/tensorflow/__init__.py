@@ -2,8 +2,13 @@
 
     import horovod.tensorflow as hvd
     hvd.init()
-    tape = hvd.DistributedGradientTape(tape)
+    tape = hvd.DistributedGradientTape(tape)      # or hvd.DistributedOptimizer(opt)
     hvd.broadcast_variables(model.variables, root_rank=0)
+
+Module map: ``mpi_ops`` (raw collectives, basics), ``collectives`` (allreduce with compression
+and sparse gradients), ``functions`` (variable and object broadcasts), ``gradients`` (grouped
+gradient reduction), ``gradient_tape``, ``optimizer`` (+ ``gradient_aggregation``),
+``sync_batch_norm``, ``session_hooks``, ``elastic``, ``util``.
 
 Collectives are TensorFlow ops: they run eagerly, inside ``tf.function`` and in TF1 graphs,
 and are differentiable. No ``poll``/``synchronize`` (nothing is asynchronous at this level).
@@ -33,3 +38,11 @@ else:
         nccl_built, ddl_built, ccl_built, cuda_built, rocm_built,
         ProcessSet, global_process_set, add_process_set, remove_process_set,
         Average, Sum, Adasum, Min, Max, Product)
+    from horovod.tensorflow.gradient_aggregation import LocalGradientAggregationHelper  # noqa: F401
+    from horovod.tensorflow.gradient_tape import (  # noqa: F401
+        DistributedGradientTape, PartialDistributedGradientTape)
+    from horovod.tensorflow.gradients import _make_allreduce_grads_fn  # noqa: F401
+    from horovod.tensorflow.optimizer import DistributedOptimizer  # noqa: F401
+    from horovod.tensorflow.session_hooks import BroadcastGlobalVariablesHook  # noqa: F401
+    from horovod.tensorflow.sync_batch_norm import SyncBatchNormalization  # noqa: F401
+    from horovod.tensorflow import elastic  # noqa: F401
