@@ -9,7 +9,7 @@ does not collect them directly: test_distributed.py launches each of them under
 import os
 
 DISTRIBUTED_FILES = ['test_core.py', 'test_torch.py', 'test_torch_optimizer.py', 'test_peer_lost.py',
-                     'test_timeline.py']
+                     'test_timeline.py', 'test_tensorflow.py']
 SINGLE_PROCESS_FILES = ['test_distributed.py', 'test_single_process.py', 'test_build_queries.py']
 
 

@@ -16,12 +16,28 @@ and are differentiable. No ``poll``/``synchronize`` (nothing is asynchronous at 
 
 from horovod.common import basics as _basics
 
+
+def _exclude_from_autograph():
+    """Keeps ``tf.function``'s AutoGraph from converting Horovod's own Python code, as it
+    skips TensorFlow's and Keras's: the conversion changes nothing for these functions (their
+    control flow depends on Python values) and costs about a second per function the first time a
+    user's ``tf.function`` is traced. A private TensorFlow table; if it moves, nothing breaks,
+    tracing is only slower."""
+    try:
+        from tensorflow.python.autograph.core import config as _ag_config
+    except ImportError:  # pragma: no cover
+        return
+    _ag_config.CONVERSION_RULES = ((_ag_config.DoNotConvert('horovod'),) +
+                                   tuple(_ag_config.CONVERSION_RULES))
+
+
 if _basics._core is None:
     import warnings as _warnings
     _warnings.warn('Horovod was not built with its core extension (horovod._core could not be '
                    'imported: {}); horovod.tensorflow exports nothing.'.format(
                        _basics._core_import_error))
 else:
+    _exclude_from_autograph()
     from horovod.common.exceptions import HorovodInternalError  # noqa: F401
     from horovod.tensorflow.collectives import (  # noqa: F401
         allreduce, grouped_allreduce, reducescatter, grouped_reducescatter)
