@@ -195,6 +195,15 @@ def test_gather_broadcast_alltoall_reducescatter_gradients():
         assert np.allclose(rg.numpy(), n() * n())     # Sum: n copies * set size
 
 
+def test_jit_compile_fails_at_trace_time_with_advice():
+    compiled = tf.function(lambda v: hvd.allreduce(v), jit_compile=True)
+    # AutoGraph re-raises errors from converted user code as its StagingError (keeping the
+    # message) unless the error class has OpError's constructor signature.
+    with pytest.raises(Exception, match=r'cannot be compiled by XLA \(tf.function\(jit_compile'):
+        compiled(tf.ones([2]))
+    assert np.allclose(hvd.allreduce(tf.ones([2]), op=hvd.Sum).numpy(), n())
+
+
 def test_graph_names_and_ignore_name_scope():
     def name_in_new_graph(ignore_name_scope):
         with tf.Graph().as_default():

@@ -20,7 +20,9 @@ import tensorflow as tf
 from horovod.tensorflow import mpi_ops as _mpi
 
 _BatchNormalization = tf.keras.layers.BatchNormalization
-_KERAS3_MOMENTS = 'mask' in inspect.signature(_BatchNormalization._moments).parameters
+# Keras 3: _moments(inputs, mask); tf-keras: _moments(inputs, reduction_axes, keep_dims,
+# mask=None).
+_KERAS3_MOMENTS = 'reduction_axes' not in inspect.signature(_BatchNormalization._moments).parameters
 _ACCEPTS_FUSED = 'fused' in inspect.signature(_BatchNormalization.__init__).parameters
 
 
@@ -45,7 +47,8 @@ class SyncBatchNormalization(_BatchNormalization):
             return self._global_moments(inputs, self._reduction_axes, False, mask)
         reduction_axes = args[0] if args else kwargs['reduction_axes']
         keep_dims = args[1] if len(args) > 1 else kwargs.get('keep_dims', False)
-        return self._global_moments(inputs, reduction_axes, keep_dims, None)
+        mask = args[2] if len(args) > 2 else kwargs.get('mask')
+        return self._global_moments(inputs, reduction_axes, keep_dims, mask)
 
     def _global_moments(self, inputs, axes, keep_dims, mask):
         axes = list(axes)
