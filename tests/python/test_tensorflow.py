@@ -327,6 +327,21 @@ def test_object_collectives():
     assert [o['rank'] for o in gathered] == list(range(n()))
 
 
+def test_util_refs_and_cache():
+    from horovod.tensorflow import util
+    tf_var = tf.Variable(1.0)
+    keras_var = tf.keras.Variable(2.0)  # Keras 3: no .ref(), not hashable
+    refs = util.vars_to_refs([tf_var, [keras_var]])
+    assert isinstance(refs, tuple) and len({refs[0], refs[1][0]}) == 2
+    assert util.vars_to_refs(keras_var) == util.vars_to_refs(keras_var)
+    back = util.refs_to_vars(refs)
+    assert back[0] is tf_var and back[1][0] is keras_var
+    calls = []
+    cached = util._cache(lambda a, b: calls.append((a, b)) or len(calls))
+    assert cached(1, 2) == 1 and cached(1, 2) == 1 and cached(2, 1) == 2
+    assert util._executing_eagerly() and not tf.function(util._executing_eagerly)()
+
+
 # ---- process sets --------------------------------------------------------------------------------
 
 def test_process_sets_collectives_tape_and_errors():
@@ -617,6 +632,14 @@ def test_legacy_optimizer_eager_tf2():
     x = tf.constant([1.0, 2.0]) * (r() + 1)
     opt.minimize(lambda: tf.reduce_sum(tf.square(x * w)) / 2.0, var_list=[w])
     mean_sq = np.mean([(k + 1.0) ** 2 for k in range(n())])
+    assert np.allclose(w.numpy(), 1.0 - 0.1 * mean_sq * np.array([1.0, 4.0]))
+    # The same update traced into a tf.function.
+    w.assign([1.0, 1.0])
+    @tf.function
+    def traced_step():
+        opt.minimize(lambda: tf.reduce_sum(tf.square(x * w)) / 2.0, var_list=[w])
+
+    traced_step()
     assert np.allclose(w.numpy(), 1.0 - 0.1 * mean_sq * np.array([1.0, 4.0]))
     local = tf.Variable([1.0])
     opt.register_local_var(local)
