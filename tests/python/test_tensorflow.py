@@ -116,7 +116,8 @@ def test_allreduce_average_min_max_product_and_scaling():
     assert np.allclose(hvd.allreduce(x, op=hvd.Min).numpy(), [1, 2, 3])
     assert np.allclose(hvd.allreduce(x, op=hvd.Max).numpy(), [n() * v for v in (1, 2, 3)])
     prod = np.prod([k + 1 for k in range(n())])
-    assert np.allclose(hvd.allreduce(x, op=hvd.Product).numpy(), [prod * v ** n() for v in (1, 2, 3)])
+    assert np.allclose(hvd.allreduce(x, op=hvd.Product).numpy(),
+                       [prod * v ** n() for v in (1, 2, 3)])
     ones = tf.ones([4], tf.int32)
     scaled = hvd.allreduce(ones, op=hvd.Sum, prescale_factor=2.0, postscale_factor=1.5)
     assert scaled.numpy().tolist() == [3 * n()] * 4
