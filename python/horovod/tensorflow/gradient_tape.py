@@ -42,6 +42,8 @@ class _DistributedGradientTape(tf.GradientTape):
         self._local_sources.add(var_ref(source))
 
     def _split_local(self, flat_sources):
+        if not self._local_sources:
+            return [False] * len(flat_sources)
         return [var_ref(s) in self._local_sources for s in flat_sources]
 
     def _reduce(self, flat_grads, flat_sources, use_generic_names):
