@@ -2,8 +2,13 @@
 
     import horovod.tensorflow as hvd
     hvd.init()
-    tape = hvd.DistributedGradientTape(tape)
+    tape = hvd.DistributedGradientTape(tape)      # or hvd.DistributedOptimizer(opt)
     hvd.broadcast_variables(model.variables, root_rank=0)
+
+Module map: ``mpi_ops`` (raw collectives, basics), ``collectives`` (allreduce with compression
+and sparse gradients), ``functions`` (variable and object broadcasts), ``gradients`` (grouped
+gradient reduction), ``gradient_tape``, ``optimizer`` (+ ``gradient_aggregation``),
+``sync_batch_norm``, ``session_hooks``, ``elastic``, ``util``.
 
 Collectives are TensorFlow ops: they run eagerly, inside ``tf.function`` and in TF1 graphs,
 and are differentiable. No ``poll``/``synchronize`` (nothing is asynchronous at this level).
@@ -11,12 +16,28 @@ and are differentiable. No ``poll``/``synchronize`` (nothing is asynchronous at 
 
 from horovod.common import basics as _basics
 
+
+def _exclude_from_autograph():
+    """Keeps ``tf.function``'s AutoGraph from converting Horovod's own Python code, as it
+    skips TensorFlow's and Keras's: the conversion changes nothing for these functions (their
+    control flow depends on Python values) and costs about a second per function the first time a
+    user's ``tf.function`` is traced. A private TensorFlow table; if it moves, nothing breaks,
+    tracing is only slower."""
+    try:
+        from tensorflow.python.autograph.core import config as _ag_config
+    except ImportError:  # pragma: no cover
+        return
+    _ag_config.CONVERSION_RULES = ((_ag_config.DoNotConvert('horovod'),) +
+                                   tuple(_ag_config.CONVERSION_RULES))
+
+
 if _basics._core is None:
     import warnings as _warnings
     _warnings.warn('Horovod was not built with its core extension (horovod._core could not be '
                    'imported: {}); horovod.tensorflow exports nothing.'.format(
                        _basics._core_import_error))
 else:
+    _exclude_from_autograph()
     from horovod.common.exceptions import HorovodInternalError  # noqa: F401
     from horovod.tensorflow.collectives import (  # noqa: F401
         allreduce, grouped_allreduce, reducescatter, grouped_reducescatter)
@@ -33,3 +54,11 @@ else:
         nccl_built, ddl_built, ccl_built, cuda_built, rocm_built,
         ProcessSet, global_process_set, add_process_set, remove_process_set,
         Average, Sum, Adasum, Min, Max, Product)
+    from horovod.tensorflow.gradient_aggregation import LocalGradientAggregationHelper  # noqa: F401
+    from horovod.tensorflow.gradient_tape import (  # noqa: F401
+        DistributedGradientTape, PartialDistributedGradientTape)
+    from horovod.tensorflow.gradients import _make_allreduce_grads_fn  # noqa: F401
+    from horovod.tensorflow.optimizer import DistributedOptimizer  # noqa: F401
+    from horovod.tensorflow.session_hooks import BroadcastGlobalVariablesHook  # noqa: F401
+    from horovod.tensorflow.sync_batch_norm import SyncBatchNormalization  # noqa: F401
+    from horovod.tensorflow import elastic  # noqa: F401

@@ -334,9 +334,10 @@ def grouped_reducescatter(tensors, name=None, op=Average, ignore_name_scope=Fals
                                       one_off, set_size, set_rank, single=_single)
 
     def backward(*dys):
+        # Horovod's rule (as torch): Sum scales the gradient by the set size, Average not.
         scale = prescale_factor * postscale_factor
-        if op == Average:
-            scale /= set_size
+        if op == Sum:
+            scale *= set_size
         grads = [dy * tf.cast(scale, dy.dtype) if scale != 1.0 else dy for dy in dys]
         return grouped_allgather(grads, process_set=process_set)
 

@@ -1,0 +1,162 @@
+"""Reducing a step's gradients: the part shared by ``DistributedGradientTape``, the legacy
+``DistributedOptimizer`` and the Keras optimizer wrappers.
+
+``_make_allreduce_grads_fn(...)`` returns ``allreduce_grads(grads, vars=None,
+use_generic_names=False)``. Gradients are reduced in groups, each group one grouped allreduce,
+so a step crosses into the core once per group (eagerly and inside ``tf.function``):
+
+* ``groups=None``: every gradient in one group;
+* ``groups=k`` (int > 0): the non-None gradients split into k contiguous, nearly equal groups;
+* ``groups=[[v1, v2], [v3], ...]`` (lists of variables): those groups, in that order, then every
+  other gradient alone (needs ``vars``).
+
+None gradients stay None. Average with ``gradient_predivide_factor`` f is split as prescale 1/f
+and postscale f (the core then divides by the set size), as the torch optimizer does. When this
+rank is not in the process set, or the set has one rank, the gradients are returned unreduced
+(under ``HOROVOD_ELASTIC=1`` they are always reduced, since the size may change).
+"""
+
+import os
+import warnings
+
+import tensorflow as tf
+
+from horovod.common.process_sets import global_process_set
+from horovod.common.util import split_list
+from horovod.tensorflow import collectives as _collectives
+from horovod.tensorflow import mpi_ops as _mpi
+from horovod.tensorflow.compression import Compression
+from horovod.tensorflow.mpi_ops import Average
+from horovod.tensorflow.util import var_ref
+
+
+def check_reduction_args(op, gradient_predivide_factor, num_groups, groups):
+    """Validates the arguments every gradient wrapper takes; returns the effective ``groups``
+    (``num_groups`` is deprecated and used when ``groups`` is None)."""
+    if gradient_predivide_factor != 1.0:
+        if _mpi.rocm_built():
+            raise ValueError('gradient_predivide_factor not supported yet with ROCm')
+        if op != Average:
+            raise ValueError('gradient_predivide_factor not supported with op != Average')
+    if num_groups != 0:
+        warnings.warn('Parameter `num_groups` has been replaced by `groups` '
+                      'and will be removed in v0.23.0.', DeprecationWarning)
+        if groups is None:
+            groups = num_groups
+    if groups is not None:
+        if not (isinstance(groups, list) or (isinstance(groups, int) and groups > 0)):
+            raise ValueError('groups should be a non-negative integer or '
+                             'a list of list of tf.Variable.')
+        if isinstance(groups, list):
+            seen = set()
+            for group in groups:
+                for var in group:
+                    if not _is_variable(var):
+                        raise ValueError('groups must consist of tf.Variable.')
+                    key = var_ref(var)
+                    if key in seen:
+                        raise ValueError('A variable can only appear once in groups.')
+                    seen.add(key)
+    return groups
+
+
+def _is_variable(var):
+    if isinstance(var, tf.Variable):
+        return True
+    # Keras 3 variables are not tf.Variable; they carry the TensorFlow one as ``.value``.
+    return hasattr(var, 'assign') and hasattr(var, 'trainable') and hasattr(var, 'dtype')
+
+
+def reduction_is_identity(process_set):
+    """Whether reducing over ``process_set`` would change nothing on this rank (not a member, or
+    a one-rank set), decided now; elastic jobs always reduce."""
+    if os.environ.get('HOROVOD_ELASTIC') == '1':
+        return False
+    ranks = process_set.ranks
+    if ranks is None:  # global set before init: let the collective report it
+        return False
+    return _mpi.rank() not in ranks or len(ranks) == 1
+
+
+def _group_indices(grads, vars, groups):
+    """Lists of indices into ``grads`` (None gradients left out), one list per group."""
+    present = [i for i, g in enumerate(grads) if g is not None]
+    if not present:
+        return []
+    if groups is None:
+        return [present]
+    if isinstance(groups, int):
+        return [part for part in split_list(present, min(groups, len(present))) if part]
+    if vars is None:
+        raise ValueError('groups given as lists of variables need the variables the gradients '
+                         'belong to (pass sources/vars).')
+    position = {var_ref(v): i for i, v in enumerate(vars)}
+    result, grouped = [], set()
+    for group in groups:
+        members = [position[var_ref(v)] for v in group
+                   if var_ref(v) in position and grads[position[var_ref(v)]] is not None]
+        grouped.update(members)
+        if members:
+            result.append(members)
+    result.extend([i] for i in present if i not in grouped)
+    return result
+
+
+def _make_allreduce_grads_fn(name, device_dense, device_sparse, compression, sparse_as_dense,
+                             op, gradient_predivide_factor, groups,
+                             process_set=global_process_set):
+    """The gradient reduction function of the wrappers (see the module docstring). ``name``
+    prefixes the name scope (``<name>_Allreduce``) in graphs."""
+    if op == Average:
+        prescale, postscale = 1.0 / gradient_predivide_factor, gradient_predivide_factor
+    else:
+        prescale, postscale = 1.0, 1.0
+    compression = compression or Compression.none
+
+    def reduce_group(tensors, first_index, use_generic_names):
+        kwargs = {}
+        if use_generic_names:
+            kwargs = dict(name='grad_{}'.format(first_index), ignore_name_scope=True)
+        return _collectives.grouped_allreduce(
+            tensors, device_dense=device_dense, device_sparse=device_sparse,
+            compression=compression, op=op, prescale_factor=prescale, postscale_factor=postscale,
+            process_set=process_set, **kwargs)
+
+    def allreduce_grads(grads, vars=None, use_generic_names=False):
+        grads = list(grads)
+        if reduction_is_identity(process_set):
+            return grads
+        if sparse_as_dense:
+            grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
+                     for g in grads]
+        result = list(grads)
+        scope = (name or 'Distributed') + '_Allreduce'
+        with tf.name_scope(scope):
+            for indices in _group_indices(grads, vars, groups):
+                reduced = reduce_group([grads[i] for i in indices], indices[0],
+                                       use_generic_names)
+                for i, r in zip(indices, reduced):
+                    result[i] = r
+        return result
+
+    return allreduce_grads
+
+
+def scale_local_gradients(grads, process_set):
+    """Local (unreduced) gradients divided by the set size, so that they have the scale of an
+    averaged gradient (Horovod's ``scale_local_gradients=True``). Non-members: unchanged."""
+    if process_set.ranks is None or _mpi.rank() not in process_set.ranks:
+        return grads
+    n = len(process_set.ranks)
+    if n == 1:
+        return grads
+    out = []
+    for g in grads:
+        if g is None:
+            out.append(None)
+        elif isinstance(g, tf.IndexedSlices):
+            out.append(tf.IndexedSlices(g.values / tf.cast(n, g.values.dtype), g.indices,
+                                        g.dense_shape))
+        else:
+            out.append(g / tf.cast(n, g.dtype))
+    return out
