@@ -18,14 +18,11 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   fi
 fi
 
-# Exact versions: a bare 'torch' or 'tensorflow' would pull a multi-GB CUDA build.
+# Exact versions: a bare 'torch' or 'tensorflow' would pull a multi-GB CUDA build. TensorFlow,
+# Keras 3 and tf-keras are for horovod.tensorflow / horovod.keras (CPU wheels).
 python3 -m pip install -q --disable-pip-version-check \
   "torch==2.13.0" "tensorflow-cpu==2.21.0" "keras==3.15.1" "tf-keras==2.21.0" numpy cloudpickle pyyaml packaging pytest scikit-learn matplotlib \
   "nanobind==3.1.0" scikit-build-core cmake ninja 2>&1 | grep -v -E "^WARNING: (Running pip as|Location)" || true
-# TensorFlow and Keras for horovod.tensorflow / horovod.keras (CPU wheels, exact versions).
-python3 -m pip install -q --disable-pip-version-check \
-  "tensorflow-cpu==2.21.0" "keras==3.15.1" "tf-keras==2.21.0" 2>&1 \
-  | grep -v -E "^WARNING: (Running pip as|Location)" || true
 
 python3 -m pip install -q --disable-pip-version-check --no-build-isolation . 2>&1 \
   | grep -v -E "^WARNING: (Running pip as|Location)" || true
