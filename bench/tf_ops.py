@@ -86,23 +86,25 @@ def worker(reps, smoke):
             return loss
         return step
 
-    pt_params = [torch.nn.Parameter(torch.randn(width)) for _ in range(count)]
     data_pt = torch.randn(width)
-    pt_plain = torch.optim.SGD(pt_params, lr=0.01)
-    pt_dist = hvd_torch.DistributedOptimizer(
-        torch.optim.SGD(pt_params, lr=0.01),
-        named_parameters=[('p%d' % i, p) for i, p in enumerate(pt_params)])
 
-    def pt_step_fn(optimizer):
+    def pt_step_fn(communicate):
+        # Parameters of its own: DistributedOptimizer hooks every gradient of its parameters.
+        params = [torch.nn.Parameter(torch.randn(width)) for _ in range(count)]
+        optimizer = torch.optim.SGD(params, lr=0.01)
+        if communicate:
+            optimizer = hvd_torch.DistributedOptimizer(
+                optimizer, named_parameters=[('p%d' % i, p) for i, p in enumerate(params)])
+
         def step():
             optimizer.zero_grad()
-            loss = sum((p * data_pt).sum() ** 2 for p in pt_params)
+            loss = sum((p * data_pt).sum() ** 2 for p in params)
             loss.backward()
             optimizer.step()
         return step
 
     steps = {'tf': tf_step_fn(True), 'tf-nocomm': tf_step_fn(False),
-             'torch': pt_step_fn(pt_dist), 'torch-nocomm': pt_step_fn(pt_plain)}
+             'torch': pt_step_fn(True), 'torch-nocomm': pt_step_fn(False)}
     iters = 2 if smoke else 30
     times = {k: [] for k in steps}
     for _ in range(1 if smoke else reps):

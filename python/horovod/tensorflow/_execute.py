@@ -47,18 +47,19 @@ _backend, backend_name = _choose_backend()
 
 # ---- one-off names -------------------------------------------------------------------------------
 
-_counter = 0
+# Per process set: an unnamed call on a set is counted only by that set's members, so ranks
+# outside it (or a one-rank set whose reduction is skipped) do not put later names out of step.
+_counters = {}
 
 
-def next_count():
-    global _counter
-    _counter += 1
-    return _counter
+def next_count(process_set_id=0):
+    n = _counters.get(process_set_id, 0) + 1
+    _counters[process_set_id] = n
+    return n
 
 
 def reset_counter():
-    global _counter
-    _counter = 0
+    _counters.clear()
 
 
 # ---- gradient recording --------------------------------------------------------------------------

@@ -92,12 +92,16 @@ def _executing_eagerly():
     return tf.executing_eagerly()
 
 
-def _core_name(prefix, default_base, tensor, name, ignore_name_scope):
-    """(full core name, one_off) for one collective; see the module docstring."""
+def _core_name(prefix, default_base, tensor, name, ignore_name_scope, psid=0):
+    """(full core name, one_off) for one collective; see the module docstring. Unnamed eager
+    calls are counted per process set (``<prefix>noname.<n>`` on the global set,
+    ``<prefix>noname.<set id>.<n>`` on others)."""
     if _executing_eagerly():
         if name:
             return prefix + name, False
-        return prefix + _ops.UNNAMED + str(_execute.next_count()), True
+        count = _execute.next_count(psid)
+        suffix = '{}.{}'.format(psid, count) if psid else str(count)
+        return prefix + _ops.UNNAMED + suffix, True
     base = name or default_base + _normalize_name(tensor.name)
     full = tf.compat.v1.get_default_graph().unique_name(base)
     if ignore_name_scope:
@@ -162,11 +166,11 @@ def _grouped_allreduce(tensors, name=None, op=Sum, prescale_factor=1.0, postscal
     psid = _ps_id(process_set)
     if _single:
         full, one_off = _core_name(_ops.ALLREDUCE, 'HorovodAllreduce_', tensors[0], name,
-                                   ignore_name_scope)
+                                   ignore_name_scope, psid)
     else:
         base = _grouped_base('HorovodGroupedAllreduce_', tensors)
         full, one_off = _core_name(_ops.GROUPED_ALLREDUCE, base, tensors[0], name,
-                                   ignore_name_scope)
+                                   ignore_name_scope, psid)
 
     def forward(*xs):
         return _execute.allreduce(list(xs), full, op, prescale_factor, postscale_factor, psid,
@@ -217,11 +221,11 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False,
     psid = _ps_id(process_set)
     if _single:
         full, one_off = _core_name(_ops.ALLGATHER, 'HorovodAllgather_', tensors[0], name,
-                                   ignore_name_scope)
+                                   ignore_name_scope, psid)
     else:
         base = _grouped_base('HorovodGroupedAllgather_', tensors)
         full, one_off = _core_name(_ops.GROUPED_ALLGATHER, base, tensors[0], name,
-                                   ignore_name_scope)
+                                   ignore_name_scope, psid)
 
     def forward(*xs):
         return _execute.allgather(list(xs), full, psid, one_off, single=_single)
@@ -252,7 +256,7 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
     _check_dtypes([tensor], _MOVE_DTYPES, 'broadcast')
     psid = _ps_id(process_set)
     full, one_off = _core_name(_ops.BROADCAST, 'HorovodBroadcast_', tensor, name,
-                               ignore_name_scope)
+                               ignore_name_scope, psid)
 
     def forward(x):
         return _execute.broadcast([x], root_rank, full, psid, one_off)
@@ -277,7 +281,8 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
     tensor = tf.convert_to_tensor(tensor)
     _check_dtypes([tensor], _MOVE_DTYPES, 'alltoall')
     psid = _ps_id(process_set)
-    full, one_off = _core_name(_ops.ALLTOALL, 'HorovodAlltoall_', tensor, name, ignore_name_scope)
+    full, one_off = _core_name(_ops.ALLTOALL, 'HorovodAlltoall_', tensor, name, ignore_name_scope,
+                               psid)
     split_tensor = None if splits is None else tf.cast(tf.convert_to_tensor(splits), tf.int32)
     received = []
 
@@ -322,11 +327,11 @@ def grouped_reducescatter(tensors, name=None, op=Average, ignore_name_scope=Fals
     psid = _ps_id(process_set)
     if _single:
         full, one_off = _core_name(_ops.REDUCESCATTER, 'HorovodReducescatter_', tensors[0], name,
-                                   ignore_name_scope)
+                                   ignore_name_scope, psid)
     else:
         base = _grouped_base('HorovodGroupedReducescatter_', tensors)
         full, one_off = _core_name(_ops.GROUPED_REDUCESCATTER, base, tensors[0], name,
-                                   ignore_name_scope)
+                                   ignore_name_scope, psid)
     set_size, set_rank = _set_size_and_rank(process_set)
 
     def forward(*xs):
