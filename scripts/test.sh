@@ -54,7 +54,11 @@ if [ -d tests/launcher ]; then
   stage "launcher tests" 900 env HOROVODRUN="$(installed_horovodrun)" python3 -m pytest -q -x tests/launcher
 fi
 if [ -d tests/python ]; then
-  stage "python tests" 1500 python3 -m pytest -q -x tests/python
+  stage "python tests" 2400 python3 -m pytest -q -x tests/python
+fi
+if [ $quick = 0 ]; then
+  # The same build against an older TensorFlow (downloads TensorFlow 2.16 into a venv).
+  stage "tensorflow 2.16 (same build)" 900 scripts/check_tf_version.sh 2.16.2
 fi
 if [ $quick = 0 ] && [ -x bench/smoke.sh ]; then
   stage "bench smoke" 300 bench/smoke.sh
