@@ -18,30 +18,46 @@ def _subclasses(cls):
     return seen
 
 
-def _factory(optimizer_cls, wrap):
-    """A class-like stand-in for ``optimizer_cls`` whose ``from_config`` returns the wrapped
-    optimizer (Keras deserializers call ``cls.from_config(config)``)."""
+def _factory(candidates, wrap):
+    """A class-like stand-in for the optimizer classes ``candidates`` (same class name; tf-keras
+    has a current and a legacy ``SGD``, ...): its ``from_config`` builds the first candidate the
+    saved config fits and returns it wrapped (Keras deserializers call
+    ``cls.from_config(config)``)."""
 
     class Factory:
         _hvd_factory = True
 
         @classmethod
         def from_config(cls, config, custom_objects=None):
-            return wrap(optimizer_cls.from_config(config))
+            error = None
+            for candidate in candidates:
+                try:
+                    optimizer = candidate.from_config(dict(config))
+                except (TypeError, ValueError) as e:
+                    error = error or e
+                    continue
+                return wrap(optimizer)
+            raise error
 
         def __new__(cls, *args, **kwargs):
-            return wrap(optimizer_cls(*args, **kwargs))
+            return wrap(candidates[0](*args, **kwargs))
 
-    Factory.__name__ = optimizer_cls.__name__
+    Factory.__name__ = candidates[0].__name__
     return Factory
 
 
 def optimizer_classes(keras, legacy_opts):
-    base = keras.optimizers.Optimizer
-    classes = [c for c in _subclasses(base) if not c.__name__.startswith('_')]
-    if legacy_opts and hasattr(keras.optimizers, 'legacy'):
-        classes += _subclasses(keras.optimizers.legacy.Optimizer)
-    return [c for c in classes if not hasattr(c, '_hvd')]
+    """The optimizer classes of ``keras``, preferred family first: tf-keras's ``legacy``
+    classes first when ``legacy_opts``, its current ones first otherwise (Keras 3 has only
+    one family)."""
+    current = [c for c in _subclasses(keras.optimizers.Optimizer)
+               if not c.__name__.startswith('_')]
+    legacy_module = getattr(keras.optimizers, 'legacy', None)
+    legacy = []
+    if legacy_module is not None and hasattr(legacy_module, 'Optimizer'):
+        legacy = [c for c in _subclasses(legacy_module.Optimizer)
+                  if not c.__name__.startswith('_') and c not in current]
+    return legacy + current if legacy_opts else current + legacy
 
 
 def load_model(backend, wrap, filepath, custom_optimizers=None, custom_objects=None,
@@ -49,14 +65,20 @@ def load_model(backend, wrap, filepath, custom_optimizers=None, custom_objects=N
     """``wrap(optimizer)`` builds the DistributedOptimizer (compression bound by the caller)."""
     keras = backend.keras
     from horovod._keras.optimizer import _DistributedMixin
+    by_name = {}
+    for cls in optimizer_classes(keras, legacy_opts):
+        if not issubclass(cls, _DistributedMixin):
+            by_name.setdefault(cls.__name__, []).append(cls)
     objects = {}
-    classes = [c for c in optimizer_classes(keras, legacy_opts)
-               if not issubclass(c, _DistributedMixin)]
-    for cls in classes:
-        factory = _factory(cls, wrap)
-        objects.setdefault(cls.__name__.lower(), factory)
-        objects.setdefault(cls.__name__, factory)
+    for name, candidates in by_name.items():
+        # The class ``keras.optimizers.<name>`` names first (on the torch backend it is the
+        # torch subclass of the generic class of the same name).
+        exported = getattr(keras.optimizers, name, None)
+        candidates.sort(key=lambda c: c is not exported)
+        factory = _factory(candidates, wrap)
+        objects[name] = factory
+        objects.setdefault(name.lower(), factory)
     for cls in custom_optimizers or []:
-        objects[cls.__name__] = _factory(cls, wrap)
+        objects[cls.__name__] = _factory([cls], wrap)
     objects.update(custom_objects or {})
     return keras.models.load_model(filepath, custom_objects=objects)
