@@ -2,9 +2,13 @@
 
 Every optimizer class of the Keras in use (and of ``custom_optimizers``) is registered in
 ``custom_objects`` under its class name and its lower-case class name as a stand-in whose
-``from_config`` builds the optimizer and wraps it, so the restored model trains distributed
-right away, with its saved optimizer state.
+``from_config`` builds the optimizer and wraps it. Keras 3 resolves its built-in classes
+without consulting ``custom_objects`` (and tf-keras's h5 loader may too), so an optimizer that
+still comes back unwrapped is wrapped afterwards, its loaded state copied over. Either way the
+restored model trains distributed right away, with its saved optimizer state.
 """
+
+import warnings
 
 
 def _subclasses(cls):
@@ -79,6 +83,42 @@ def load_model(backend, wrap, filepath, custom_optimizers=None, custom_objects=N
         objects[name] = factory
         objects.setdefault(name.lower(), factory)
     for cls in custom_optimizers or []:
-        objects[cls.__name__] = _factory([cls], wrap)
+        factory = _factory([cls], wrap)
+        objects[cls.__name__] = factory
+        if backend.is_keras3:  # a class registered with register_keras_serializable
+            objects[keras.saving.get_registered_name(cls)] = factory
     objects.update(custom_objects or {})
-    return keras.models.load_model(filepath, custom_objects=objects)
+    # Classes registered with register_keras_serializable win over custom_objects in Keras's
+    # lookup: their global entries point to the stand-ins while loading.
+    registry = keras.utils.get_custom_objects()
+    shadowed = {k: registry[k] for k in objects if k in registry}
+    registry.update({k: objects[k] for k in shadowed})
+    try:
+        with keras.utils.custom_object_scope(objects):
+            model = keras.models.load_model(filepath, custom_objects=objects)
+    finally:
+        registry.update(shadowed)
+    _wrap_loaded_optimizer(backend, model, wrap)
+    return model
+
+
+def _wrap_loaded_optimizer(backend, model, wrap):
+    from horovod._keras.optimizer import _DistributedMixin
+    old = getattr(model, 'optimizer', None)
+    if old is None or isinstance(old, _DistributedMixin):
+        return
+    new = wrap(old)
+    old_vars = backend.optimizer_variables(old)
+    if old_vars:
+        if hasattr(new, '_create_all_weights'):  # tf-keras legacy OptimizerV2
+            new._create_all_weights(model.trainable_variables)
+        else:
+            new.build(model.trainable_variables)
+        new_vars = backend.optimizer_variables(new)
+        if len(new_vars) == len(old_vars):
+            backend.assign(new_vars, backend.variable_values(old_vars))
+        else:
+            warnings.warn('load_model: the loaded optimizer state ({} variables) does not fit '
+                          'the distributed optimizer ({} variables); it starts fresh.'.format(
+                              len(old_vars), len(new_vars)))
+    model.optimizer = new
