@@ -2,7 +2,8 @@
 keras is imported), and the Keras examples: each runs under ``horovodrun -np 2`` with a timeout
 and must exit 0 on every rank (the scripts check their results and exit non-zero otherwise).
 
-* tf-keras 2 (``TF_USE_LEGACY_KERAS=1``) with horovod.tensorflow.keras: keras_scripts/tf_keras_legacy.py
+* tf-keras 2 (``TF_USE_LEGACY_KERAS=1``) with horovod.tensorflow.keras:
+  keras_scripts/tf_keras_legacy.py, and TF1 graph mode: keras_scripts/tf1_graph.py
 * Keras 3 on PyTorch and on JAX with horovod.keras: keras_scripts/keras3_backend.py
 * examples/keras/keras_digits.py and keras_any_backend.py
 """
@@ -55,6 +56,12 @@ def test_tf_keras_legacy(tmp_path):
     out = horovodrun(['tf_keras_legacy.py', str(tmp_path)], {'TF_USE_LEGACY_KERAS': '1'},
                      SCRIPTS)
     assert out.count('tf-keras rank') == 2
+
+
+@needs('tensorflow', 'tf_keras')
+def test_tf1_graph_broadcast_global_variables():
+    out = horovodrun(['tf1_graph.py'], {'TF_USE_LEGACY_KERAS': '1'}, SCRIPTS)
+    assert out.count('tf1 graph rank') == 2
 
 
 @pytest.mark.parametrize('backend', [
