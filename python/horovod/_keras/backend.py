@@ -44,9 +44,17 @@ class KerasBackend:
         return tf.convert_to_tensor(array)
 
     def variable_values(self, variables):
+        if not self.is_keras3:  # tf-keras: also in TF1 graph mode, through its session
+            return [np.asarray(x) for x in self.keras.backend.batch_get_value(list(variables))]
         return [self.to_numpy(v) for v in variables]
 
     def assign(self, variables, values):
+        variables = list(variables)
+        if not self.is_keras3:
+            self.keras.backend.batch_set_value(
+                [(v, np.asarray(x).astype(v.dtype.as_numpy_dtype, copy=False))
+                 for v, x in zip(variables, values)])
+            return
         for v, x in zip(variables, values):
             v.assign(np.asarray(x).astype(self.to_numpy(v).dtype, copy=False))
 

@@ -2,8 +2,9 @@
 tensor-compatible value in, a tensor of the Keras backend out, computed now.
 
 On TensorFlow (Keras 3 on TF, tf-keras) the value becomes ``tf.constant(value, name=name)`` and
-goes through ``horovod.tensorflow`` (its names, dtypes and compression); on the PyTorch and JAX
-backends it goes through the core as a numpy array and comes back as a backend tensor.
+goes through ``horovod.tensorflow`` (its names, dtypes and compression); in TF1 graph mode the
+result's value is computed through the Keras session and returned. On the PyTorch and JAX
+backends the value goes through the core as a numpy array and comes back as a backend tensor.
 """
 
 import numpy as np
@@ -16,14 +17,24 @@ def _tf(backend):
     return backend.name == 'tensorflow'
 
 
+def _evaluated(tensor):
+    """The tensor in eager mode; its value, computed through the Keras session, in TF1 graph
+    mode."""
+    import tensorflow as tf
+    if tf.executing_eagerly():
+        return tensor
+    return tf.compat.v1.keras.backend.get_session().run(tensor)
+
+
 def allreduce(backend, value, name, op, prescale_factor, postscale_factor, compression,
               process_set=global_process_set):
     if _tf(backend):
         import tensorflow as tf
         from horovod.tensorflow.collectives import allreduce as tf_allreduce
-        return tf_allreduce(tf.constant(value, name=name), name=name, op=op,
-                            prescale_factor=prescale_factor, postscale_factor=postscale_factor,
-                            compression=compression, process_set=process_set)
+        return _evaluated(tf_allreduce(tf.constant(value, name=name), name=name, op=op,
+                                       prescale_factor=prescale_factor,
+                                       postscale_factor=postscale_factor,
+                                       compression=compression, process_set=process_set))
     tensor = backend.to_tensor(np.asarray(value))
     compressed, ctx = compression.compress(tensor)
     out = numpy_ops.allreduce(backend.to_numpy(compressed), op=op,
@@ -36,7 +47,8 @@ def allgather(backend, value, name, process_set=global_process_set):
     if _tf(backend):
         import tensorflow as tf
         from horovod.tensorflow.mpi_ops import allgather as tf_allgather
-        return tf_allgather(tf.constant(value, name=name), name=name, process_set=process_set)
+        return _evaluated(tf_allgather(tf.constant(value, name=name), name=name,
+                                       process_set=process_set))
     return backend.to_tensor(numpy_ops.allgather(np.asarray(value), process_set=process_set,
                                                  name=name))
 
@@ -45,8 +57,8 @@ def broadcast(backend, value, root_rank, name, process_set=global_process_set):
     if _tf(backend):
         import tensorflow as tf
         from horovod.tensorflow.mpi_ops import broadcast as tf_broadcast
-        return tf_broadcast(tf.constant(value, name=name), root_rank, name=name,
-                            process_set=process_set)
+        return _evaluated(tf_broadcast(tf.constant(value, name=name), root_rank, name=name,
+                                       process_set=process_set))
     return backend.to_tensor(numpy_ops.broadcast(np.asarray(value), root_rank,
                                                  process_set=process_set, name=name))
 
@@ -55,8 +67,8 @@ def reducescatter(backend, value, name, op, process_set=global_process_set):
     if _tf(backend):
         import tensorflow as tf
         from horovod.tensorflow.collectives import reducescatter as tf_reducescatter
-        return tf_reducescatter(tf.constant(value, name=name), name=name, op=op,
-                                process_set=process_set)
+        return _evaluated(tf_reducescatter(tf.constant(value, name=name), name=name, op=op,
+                                           process_set=process_set))
     return backend.to_tensor(numpy_ops.reducescatter(np.asarray(value), op=op,
                                                      process_set=process_set, name=name))
 
