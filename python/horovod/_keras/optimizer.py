@@ -12,7 +12,10 @@ Where the gradients are reduced:
 
 With ``backward_passes_per_step = n > 1`` gradients are summed locally (in variables kept out of
 the optimizer's saved state) and reduced and applied every n-th call; the calls in between only
-advance ``iterations``.
+advance ``iterations``. On JAX the train step is stateless and compiled, so the sums live in
+optimizer variables (left out of ``save_own_variables``), the reduction sits in a ``lax.cond``
+and the update is computed every call and kept only on the n-th (as Keras's own gradient
+accumulation does on JAX).
 """
 
 from horovod._keras.settings import ReduceSettings
@@ -64,7 +67,37 @@ class _DistributedMixin:
 class Keras3DistributedMixin(_DistributedMixin):
     """Placed before the user's Keras 3 optimizer class."""
 
+    def _hvd_tracks_accumulators(self):
+        hvd = getattr(self, '_hvd', None)
+        return hvd is not None and hvd.backend.name == 'jax' and hvd.backward_passes_per_step > 1
+
+    def build(self, variables):
+        super().build(variables)
+        if self._hvd_tracks_accumulators() and self._hvd.saved_variable_count is None:
+            self._hvd.saved_variable_count = len(self.variables)
+            for v in variables:
+                self._hvd.accumulators[id(v)] = self.add_variable_from_reference(
+                    v, name='hvd_accumulator')
+
+    def save_own_variables(self, store):
+        """The plain optimizer's variables only (a saved model loads without Horovod)."""
+        count = getattr(getattr(self, '_hvd', None), 'saved_variable_count', None)
+        if count is None:
+            return super().save_own_variables(store)
+        for i, variable in enumerate(self.variables[:count]):
+            store[str(i)] = variable.numpy()
+
+    def load_own_variables(self, store):
+        count = getattr(getattr(self, '_hvd', None), 'saved_variable_count', None)
+        if count is None or len(store.keys()) != count:
+            return super().load_own_variables(store)
+        for i, variable in enumerate(self.variables[:count]):
+            variable.assign(store[str(i)])
+
     def _hvd_new_accumulator(self, var):
+        if self._hvd_tracks_accumulators():
+            raise RuntimeError('JAX accumulators are created by build(); {} has none'.format(
+                getattr(var, 'path', var)))
         keras = self._hvd.backend.keras
         return keras.Variable(keras.ops.zeros(var.shape, dtype=var.dtype), trainable=False,
                               name='hvd_accumulator')
@@ -88,6 +121,8 @@ class Keras3DistributedMixin(_DistributedMixin):
         return self._hvd_apply_aggregated(grads, variables, trainable_variables)
 
     def _hvd_apply_aggregated(self, grads, variables, trainable_variables):
+        if self._hvd_tracks_accumulators():
+            return self._hvd_apply_aggregated_stateless(grads, variables, trainable_variables)
         keras = self._hvd.backend.keras
         n = self._hvd.backward_passes_per_step
         grads = [None if g is None else keras.ops.convert_to_tensor(g) for g in grads]
@@ -106,6 +141,42 @@ class Keras3DistributedMixin(_DistributedMixin):
             self._iterations.assign_add(1)
 
         keras.ops.cond((self._iterations + 1) % n == 0, boundary, between)
+
+
+    def _hvd_apply_aggregated_stateless(self, grads, variables, trainable_variables):
+        """JAX: no variable may be assigned inside a conditional of the compiled step, so the
+        reduction is the only conditional part (it returns values) and the update is computed
+        every call, then kept or discarded with a select."""
+        import jax
+        import jax.numpy as jnp
+        n = self._hvd.backward_passes_per_step
+        is_boundary = (self._iterations.value + 1) % n == 0
+        present = [i for i, g in enumerate(grads) if g is not None]
+        totals = [self._hvd.accumulators[id(variables[i])].value + grads[i] for i in present]
+        to_apply = [t / n for t in totals] if self._hvd.average_aggregated_gradients else totals
+
+        def reduce(values):
+            full = [None] * len(grads)
+            for i, value in zip(present, values):
+                full[i] = value
+            reduced = self._hvd.reduce(full, variables)
+            return [reduced[i] for i in present]
+
+        reduced = jax.lax.cond(is_boundary, reduce, lambda values: list(values), to_apply)
+        full = [None] * len(grads)
+        for i, value in zip(present, reduced):
+            full[i] = value
+        accumulators = set(id(a) for a in self._hvd.accumulators.values())
+        kept = [v for v in list(variables) + self.variables if id(v) not in accumulators]
+        old = [v.value for v in kept]
+        old_iterations = self._iterations.value
+        super(Keras3DistributedMixin, self).apply(full, trainable_variables)
+        for v, before in zip(kept, old):
+            v.assign(jnp.where(is_boundary, v.value, before))
+        self._iterations.assign(old_iterations + 1)
+        for i, total in zip(present, totals):
+            acc = self._hvd.accumulators[id(variables[i])]
+            acc.assign(jnp.where(is_boundary, jnp.zeros_like(total), total))
 
 
 class TfKerasDistributedMixin(_DistributedMixin):

@@ -62,11 +62,6 @@ class ReduceSettings:
             else:
                 raise ValueError('groups must be a positive int or a list of lists of '
                                  'variables, got {!r}'.format(type(groups).__name__))
-        if backward_passes_per_step > 1 and backend.name == 'jax':
-            raise NotImplementedError(
-                'backward_passes_per_step > 1 is not supported on the Keras JAX backend (its '
-                'train step is stateless and compiled); use the tensorflow or torch backend, or '
-                'a larger batch size.')
         self.backend = backend
         self.compression = compression
         self.sparse_as_dense = sparse_as_dense
@@ -80,6 +75,9 @@ class ReduceSettings:
         self.local_vars = set()
         self.name = 'DistributedOptimizer_{}'.format(next(_instances))
         self.accumulators = {}  # id(variable) -> backend variable (local aggregation)
+        # JAX with local aggregation: how many optimizer variables precede the accumulators
+        # (the ones saved with the model); None elsewhere.
+        self.saved_variable_count = None
 
     # ---- when to reduce --------------------------------------------------------------------
 

@@ -45,9 +45,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse=''
     config, that allreduces each step's gradients (one grouped call per step, or per group of
     ``groups``) before applying them, on whichever backend Keras runs.
 
-    op: Average or Sum. gradient_predivide_factor: Average only. backward_passes_per_step
-    (tensorflow and torch backends): sum gradients locally over that many calls, then reduce
-    and apply. ``register_local_var(var)`` on the result keeps a variable's gradient local.
+    op: Average or Sum. gradient_predivide_factor: Average only. backward_passes_per_step:
+    sum gradients locally over that many calls, then reduce and apply. ``register_local_var(var)`` on the result keeps a variable's gradient local.
     ``compression``: ``hvd.Compression.fp16``/``bf16`` cast with keras.ops on any backend.
     """
     return _optimizer.create_distributed_optimizer(
