@@ -24,6 +24,10 @@ python3 -m pip install -q --disable-pip-version-check \
   "torch==2.13.0" "tensorflow-cpu==2.21.0" "keras==3.15.1" "tf-keras==2.21.0" numpy cloudpickle pyyaml packaging pytest scikit-learn matplotlib \
   "nanobind==3.1.0" scikit-build-core cmake ninja 2>&1 | grep -v -E "^WARNING: (Running pip as|Location)" || true
 
+# Keras 3's JAX backend, for horovod.keras's tests (CPU wheels, exact versions).
+python3 -m pip install -q --disable-pip-version-check "jax==0.10.2" "jaxlib==0.10.2" 2>&1 \
+  | grep -v -E "^WARNING: (Running pip as|Location)" || true
+
 python3 -m pip install -q --disable-pip-version-check --no-build-isolation . 2>&1 \
   | grep -v -E "^WARNING: (Running pip as|Location)" || true
 command -v horovodrun >/dev/null || { echo "setup: horovodrun is not on PATH after pip install" >&2; exit 1; }

@@ -1,0 +1,252 @@
+"""``DistributedOptimizer`` for Keras: a new optimizer of a dynamic subclass of the user's
+optimizer class, with the same class name and module, built with
+``cls.from_config(optimizer.get_config())`` (the passed instance's slot state is not carried
+over). Its config is the plain optimizer's, so a model saved with it loads without Horovod.
+
+Where the gradients are reduced:
+
+* Keras 3 (every backend): ``apply(grads, trainable_variables)``, which ``apply_gradients``,
+  every backend's ``model.fit`` step, and the JAX trainer's ``stateless_apply`` all go through.
+* tf-keras 2: ``apply_gradients``, which ``minimize`` (and so ``model.fit``) and custom loops
+  call, for both its current and its ``legacy`` optimizers.
+
+With ``backward_passes_per_step = n > 1`` gradients are summed locally (in variables kept out of
+the optimizer's saved state) and reduced and applied every n-th call; the calls in between only
+advance ``iterations``. On JAX the train step is stateless and compiled, so the sums live in
+optimizer variables (left out of ``save_own_variables``), the reduction sits in a ``lax.cond``
+and the update is computed every call and kept only on the n-th (as Keras's own gradient
+accumulation does on JAX).
+"""
+
+from horovod._keras.settings import ReduceSettings
+
+_class_cache = {}
+
+
+class _DistributedMixin:
+    """Shared by both flavours; ``self._hvd`` is the ReduceSettings."""
+
+    def register_local_var(self, var):
+        """Keeps ``var``'s gradient local (not reduced across ranks)."""
+        self._hvd.local_vars.add(id(var))
+
+    def _hvd_accumulator(self, var):
+        acc = self._hvd.accumulators.get(id(var))
+        if acc is None:
+            acc = self._hvd_new_accumulator(var)
+            self._hvd.accumulators[id(var)] = acc
+        return acc
+
+    def _hvd_summed(self, grads, variables, ops):
+        """Accumulated + current gradients (averaged over the passes when asked)."""
+        n = self._hvd.backward_passes_per_step
+        out = []
+        for g, v in zip(grads, variables):
+            if g is None:
+                out.append(None)
+                continue
+            total = self._hvd_accumulator(v) + ops.convert_to_tensor(g)
+            if self._hvd.average_aggregated_gradients:
+                total = total / n
+            out.append(total)
+        return out
+
+    def _hvd_accumulate(self, grads, variables):
+        for g, v in zip(grads, variables):
+            if g is not None:
+                acc = self._hvd_accumulator(v)
+                acc.assign(acc + g)
+
+    def _hvd_clear(self, variables):
+        for v in variables:
+            acc = self._hvd.accumulators.get(id(v))
+            if acc is not None:
+                acc.assign(acc * 0)
+
+
+class Keras3DistributedMixin(_DistributedMixin):
+    """Placed before the user's Keras 3 optimizer class."""
+
+    def _hvd_tracks_accumulators(self):
+        hvd = getattr(self, '_hvd', None)
+        return hvd is not None and hvd.backend.name == 'jax' and hvd.backward_passes_per_step > 1
+
+    def build(self, variables):
+        super().build(variables)
+        if self._hvd_tracks_accumulators() and self._hvd.saved_variable_count is None:
+            self._hvd.saved_variable_count = len(self.variables)
+            for v in variables:
+                self._hvd.accumulators[id(v)] = self.add_variable_from_reference(
+                    v, name='hvd_accumulator')
+
+    def save_own_variables(self, store):
+        """The plain optimizer's variables only (a saved model loads without Horovod)."""
+        count = getattr(getattr(self, '_hvd', None), 'saved_variable_count', None)
+        if count is None:
+            return super().save_own_variables(store)
+        for i, variable in enumerate(self.variables[:count]):
+            store[str(i)] = variable.numpy()
+
+    def load_own_variables(self, store):
+        count = getattr(getattr(self, '_hvd', None), 'saved_variable_count', None)
+        if count is None or len(store.keys()) != count:
+            return super().load_own_variables(store)
+        for i, variable in enumerate(self.variables[:count]):
+            variable.assign(store[str(i)])
+
+    def _hvd_new_accumulator(self, var):
+        if self._hvd_tracks_accumulators():
+            raise RuntimeError('JAX accumulators are created by build(); {} has none'.format(
+                getattr(var, 'path', var)))
+        keras = self._hvd.backend.keras
+        return keras.Variable(keras.ops.zeros(var.shape, dtype=var.dtype), trainable=False,
+                              name='hvd_accumulator')
+
+    def apply(self, grads, trainable_variables=None):
+        grads = list(grads)
+        if not grads:
+            return super().apply(grads, trainable_variables)
+        if trainable_variables is None:
+            if not self.built:
+                return super().apply(grads, trainable_variables)  # raises Keras's error
+            variables = list(self._trainable_variables)
+        else:
+            variables = list(trainable_variables)
+            if not self.built:
+                with self._hvd.backend.keras.name_scope(self.name, caller=self):
+                    self.build(variables)
+                self.built = True
+        if self._hvd.backward_passes_per_step == 1:
+            return super().apply(self._hvd.reduce(grads, variables), trainable_variables)
+        return self._hvd_apply_aggregated(grads, variables, trainable_variables)
+
+    def _hvd_apply_aggregated(self, grads, variables, trainable_variables):
+        if self._hvd_tracks_accumulators():
+            return self._hvd_apply_aggregated_stateless(grads, variables, trainable_variables)
+        keras = self._hvd.backend.keras
+        n = self._hvd.backward_passes_per_step
+        grads = [None if g is None else keras.ops.convert_to_tensor(g) for g in grads]
+        for v, g in zip(variables, grads):  # create outside the conditional
+            if g is not None:
+                self._hvd_accumulator(v)
+
+        def boundary():
+            summed = self._hvd_summed(grads, variables, keras.ops)
+            super(Keras3DistributedMixin, self).apply(self._hvd.reduce(summed, variables),
+                                                      trainable_variables)
+            self._hvd_clear(variables)
+
+        def between():
+            self._hvd_accumulate(grads, variables)
+            self._iterations.assign_add(1)
+
+        keras.ops.cond((self._iterations + 1) % n == 0, boundary, between)
+
+
+    def _hvd_apply_aggregated_stateless(self, grads, variables, trainable_variables):
+        """JAX: no variable may be assigned inside a conditional of the compiled step, so the
+        reduction is the only conditional part (it returns values) and the update is computed
+        every call, then kept or discarded with a select."""
+        import jax
+        import jax.numpy as jnp
+        n = self._hvd.backward_passes_per_step
+        is_boundary = (self._iterations.value + 1) % n == 0
+        present = [i for i, g in enumerate(grads) if g is not None]
+        totals = [self._hvd.accumulators[id(variables[i])].value + grads[i] for i in present]
+        to_apply = [t / n for t in totals] if self._hvd.average_aggregated_gradients else totals
+
+        def reduce(values):
+            full = [None] * len(grads)
+            for i, value in zip(present, values):
+                full[i] = value
+            reduced = self._hvd.reduce(full, variables)
+            return [reduced[i] for i in present]
+
+        reduced = jax.lax.cond(is_boundary, reduce, lambda values: list(values), to_apply)
+        full = [None] * len(grads)
+        for i, value in zip(present, reduced):
+            full[i] = value
+        accumulators = set(id(a) for a in self._hvd.accumulators.values())
+        kept = [v for v in list(variables) + self.variables if id(v) not in accumulators]
+        old = [v.value for v in kept]
+        old_iterations = self._iterations.value
+        super(Keras3DistributedMixin, self).apply(full, trainable_variables)
+        for v, before in zip(kept, old):
+            v.assign(jnp.where(is_boundary, v.value, before))
+        self._iterations.assign(old_iterations + 1)
+        for i, total in zip(present, totals):
+            acc = self._hvd.accumulators[id(variables[i])]
+            acc.assign(jnp.where(is_boundary, jnp.zeros_like(total), total))
+
+
+class TfKerasDistributedMixin(_DistributedMixin):
+    """Placed before the user's tf-keras 2 optimizer class (current or legacy)."""
+
+    def _hvd_new_accumulator(self, var):
+        import tensorflow as tf
+        with tf.init_scope():
+            return tf.Variable(tf.zeros(var.shape, dtype=var.dtype), trainable=False,
+                               name='hvd_accumulator')
+
+    def apply_gradients(self, grads_and_vars, *args, **kwargs):
+        import tensorflow as tf
+        pairs = list(grads_and_vars)
+        grads = [g for g, _ in pairs]
+        variables = [v for _, v in pairs]
+        if self._hvd.backward_passes_per_step == 1:
+            reduced = self._hvd.reduce(grads, variables)
+            return super().apply_gradients(zip(reduced, variables), *args, **kwargs)
+        for v, g in zip(variables, grads):
+            if g is not None:
+                self._hvd_accumulator(v)
+        n = self._hvd.backward_passes_per_step
+
+        def boundary():
+            summed = self._hvd_summed(grads, variables, tf)
+            reduced = self._hvd.reduce(summed, variables)
+            with tf.control_dependencies([r for r in reduced if r is not None]):
+                op = super(TfKerasDistributedMixin, self).apply_gradients(
+                    zip(reduced, variables), *args, **kwargs)
+            with tf.control_dependencies([op] if op is not None else []):
+                self._hvd_clear(variables)
+            return tf.constant(True)
+
+        def between():
+            self._hvd_accumulate(grads, variables)
+            self.iterations.assign_add(1)
+            return tf.constant(False)
+
+        return tf.cond(tf.equal((self.iterations + 1) % n, 0), boundary, between)
+
+
+def _distributed_class(base, mixin):
+    """The dynamic subclass of ``base``: same name, module and qualified name, so Keras
+    serializes it as ``base`` (and a saved model loads without Horovod)."""
+    key = (base, mixin)
+    if key not in _class_cache:
+        _class_cache[key] = type(base.__name__, (mixin, base),
+                                 {'__module__': base.__module__,
+                                  '__qualname__': base.__qualname__})
+    return _class_cache[key]
+
+
+def create_distributed_optimizer(backend, optimizer, name=None, compression=None,
+                                 sparse_as_dense=False, gradient_predivide_factor=1.0, op=None,
+                                 backward_passes_per_step=1, average_aggregated_gradients=False,
+                                 num_groups=0, groups=None, process_set=None,
+                                 scale_local_gradients=True):
+    """Builds the distributed optimizer; ``backend`` is the Keras it runs on."""
+    settings = ReduceSettings(backend, compression, sparse_as_dense, gradient_predivide_factor,
+                              op, backward_passes_per_step, average_aggregated_gradients,
+                              num_groups, groups, process_set, scale_local_gradients)
+    base = type(optimizer)
+    if issubclass(base, _DistributedMixin):  # wrapping twice: rebuild from the user's class
+        base = next(c for c in base.__mro__ if not issubclass(c, _DistributedMixin))
+    mixin = Keras3DistributedMixin if backend.is_keras3 else TfKerasDistributedMixin
+    config = optimizer.get_config()
+    if name is not None:
+        config['name'] = name
+    cls = _distributed_class(base, mixin)
+    new = cls.from_config(config)
+    new._hvd = settings
+    return new

@@ -1,0 +1,162 @@
+"""The options of a Keras ``DistributedOptimizer``, validated once, and the reduction of one
+step's gradients that every optimizer flavour (Keras 3, tf-keras) shares.
+
+A ``ReduceSettings`` is a plain object (not trackable by Keras or TensorFlow), so nothing it
+holds is saved with the model: a model trained with Horovod saves and loads like one trained
+without it.
+"""
+
+import itertools
+import os
+import warnings
+
+from horovod.common.ops import Average, Sum
+from horovod.common.process_sets import global_process_set
+from horovod.common.util import split_list
+
+_instances = itertools.count()
+
+
+def _is_sparse(grad):
+    return type(grad).__name__ == 'IndexedSlices'
+
+
+class ReduceSettings:
+    """Validated DistributedOptimizer options plus per-optimizer reduction state.
+
+    ``backend`` is a ``KerasBackend``; ``groups`` is None, a positive int (contiguous split of
+    the gradients into that many grouped calls) or a list of lists of variables (each list one
+    grouped call; every other gradient goes alone).
+    """
+
+    def __init__(self, backend, compression, sparse_as_dense, gradient_predivide_factor, op,
+                 backward_passes_per_step, average_aggregated_gradients, num_groups, groups,
+                 process_set, scale_local_gradients):
+        if op not in (Average, Sum):
+            raise ValueError('op currently only supports Average and Sum')
+        if gradient_predivide_factor != 1.0 and op != Average:
+            raise ValueError('gradient_predivide_factor not supported yet with op != Average')
+        if backward_passes_per_step is None or backward_passes_per_step <= 0:
+            raise ValueError('backward_passes_per_step must be > 0')
+        if num_groups != 0:
+            warnings.warn('Parameter `num_groups` has been replaced by `groups` and will be '
+                          'removed in a future release.', DeprecationWarning)
+            if groups is None:
+                groups = num_groups
+        if groups is not None:
+            if isinstance(groups, int):
+                if groups <= 0:
+                    raise ValueError('groups must be a positive int or a list of lists of '
+                                     'variables, got {}'.format(groups))
+            elif isinstance(groups, (list, tuple)):
+                seen = set()
+                for group in groups:
+                    for var in group:
+                        if not hasattr(var, 'assign') or not hasattr(var, 'shape'):
+                            raise ValueError('groups must contain only variables, got {!r}'
+                                             .format(type(var).__name__))
+                        if id(var) in seen:
+                            raise ValueError('A variable can only appear in one group: {}'
+                                             .format(getattr(var, 'name', var)))
+                        seen.add(id(var))
+            else:
+                raise ValueError('groups must be a positive int or a list of lists of '
+                                 'variables, got {!r}'.format(type(groups).__name__))
+        self.backend = backend
+        self.compression = compression
+        self.sparse_as_dense = sparse_as_dense
+        self.op = op
+        self.predivide = gradient_predivide_factor
+        self.backward_passes_per_step = backward_passes_per_step
+        self.average_aggregated_gradients = average_aggregated_gradients
+        self.groups = groups
+        self.process_set = process_set
+        self.scale_local_gradients = scale_local_gradients
+        self.local_vars = set()
+        self.name = 'DistributedOptimizer_{}'.format(next(_instances))
+        self.accumulators = {}  # id(variable) -> backend variable (local aggregation)
+        # JAX with local aggregation: how many optimizer variables precede the accumulators
+        # (the ones saved with the model); None elsewhere.
+        self.saved_variable_count = None
+
+    # ---- when to reduce --------------------------------------------------------------------
+
+    def _set_size(self):
+        ps = self.process_set
+        if ps.process_set_id == 0 or ps is global_process_set:
+            from horovod.common import basics
+            return basics._require_core().size()
+        return ps.size()
+
+    def active(self):
+        """Whether this rank reduces: a member of the set, and a set of more than one rank
+        (or an elastic job, whose size may grow)."""
+        if not self.process_set.included():
+            return False
+        return self._set_size() > 1 or os.environ.get('HOROVOD_ELASTIC') == '1'
+
+    # ---- reduction -------------------------------------------------------------------------
+
+    def _group_indices(self, grads, variables):
+        """Lists of gradient positions, one list per grouped call."""
+        present = [i for i, g in enumerate(grads) if g is not None]
+        if self.groups is None:
+            return [present] if present else []
+        if isinstance(self.groups, int):
+            return [p for p in split_list(present, min(self.groups, len(present))) if p]
+        position = {id(v): i for i, v in enumerate(variables)}
+        grouped, result = set(), []
+        for group in self.groups:
+            members = [position[id(v)] for v in group
+                       if id(v) in position and grads[position[id(v)]] is not None]
+            grouped.update(members)
+            if members:
+                result.append(members)
+        result.extend([i] for i in present if i not in grouped)
+        return result
+
+    def _scale(self):
+        """(prescale, postscale) for the core; Average's 1/size is applied by the core."""
+        if self.op == Average and self.predivide != 1.0:
+            return 1.0 / self.predivide, self.predivide
+        return 1.0, 1.0
+
+    def reduce(self, grads, variables):
+        """Allreduces one step's gradients (None stays None): one grouped call per group,
+        local variables' gradients kept local (scaled by 1/set size when
+        ``scale_local_gradients``). Returns the list of reduced gradients."""
+        grads = list(grads)
+        if self.sparse_as_dense:
+            grads = [self._densify(g) for g in grads]
+        if not self.active():
+            return grads
+        local = [i for i, v in enumerate(variables)
+                 if id(v) in self.local_vars and grads[i] is not None]
+        for i in local:
+            if self.scale_local_gradients:
+                grads[i] = grads[i] / self._set_size()
+        to_reduce = [None if id(v) in self.local_vars else g for g, v in zip(grads, variables)]
+        prescale, postscale = self._scale()
+        reducer = self.backend.reducer
+        for n, group in enumerate(self._group_indices(to_reduce, variables)):
+            compressed, ctxs = [], []
+            for i in group:
+                if _is_sparse(grads[i]):
+                    compressed.append(grads[i])
+                    ctxs.append(None)
+                else:
+                    c, ctx = self.compression.compress(grads[i])
+                    compressed.append(c)
+                    ctxs.append(ctx)
+            reduced = reducer(compressed, '{}.g{}'.format(self.name, n), self.op, prescale,
+                              postscale, self.process_set)
+            for i, r, ctx in zip(group, reduced, ctxs):
+                grads[i] = r if _is_sparse(r) else self.compression.decompress(r, ctx)
+        return grads
+
+    @staticmethod
+    def _densify(grad):
+        if _is_sparse(grad):
+            import tensorflow as tf
+            return tf.convert_to_tensor(grad)
+        return grad
