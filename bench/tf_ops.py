@@ -2,8 +2,9 @@
 """horovod.tensorflow beside horovod.torch on the same ranks, in one process each (both adapters
 drive the same core), so the ratios compare the adapters and nothing else:
 
-- allreduce bus bandwidth, float32, 64 KiB to 64 MiB: ``hvd.allreduce`` on a TensorFlow tensor
-  (eager) against ``hvd.allreduce`` on a torch tensor (goal: TF >= 0.9x torch);
+- allreduce bus bandwidth, float32, 64 KiB to 64 MiB: ``hvd.allreduce`` on a TensorFlow tensor,
+  eagerly and as 10 allreduces inside one ``tf.function`` (the per-op cost without TensorFlow's
+  eager dispatch), against ``hvd.allreduce`` on a torch tensor (goal: TF >= 0.9x torch);
 - the cost of a 100-gradient training step: a ``tf.function`` step with
   ``hvd.DistributedGradientTape`` against the same step in torch with
   ``hvd.DistributedOptimizer`` (goal: TF <= 1.2x torch), and each framework's step without any
@@ -59,13 +60,24 @@ def worker(reps, smoke):
         xt = tf.random.normal([elems])
         xp = torch.randn(elems)
         iters = 2 if smoke else max(3, min(200, (64 << 20) // nbytes * 2))
-        tf_times, torch_times = [], []
+        per_call = 10
+
+        @tf.function
+        def ten_allreduces(x):
+            for i in range(per_call):
+                x = hvd_tf.allreduce(x, op=hvd_tf.Average, name='tfg%d' % i)
+            return x
+
+        tf_times, graph_times, torch_times = [], [], []
         for _ in range(1 if smoke else reps):
             tf_times.append(_timeit(lambda: hvd_tf.allreduce(xt, op=hvd_tf.Sum, name='tf'), iters))
+            graph_times.append(_timeit(lambda: ten_allreduces(xt), max(1, iters // per_call))
+                               / per_call)
             torch_times.append(_timeit(lambda: hvd_torch.allreduce(xp, op=hvd_torch.Sum,
                                                                    name='pt'), iters))
         factor = 2 * (n - 1) / n * nbytes / 1e9
         results['allreduce'][nbytes] = (factor / statistics.median(tf_times),
+                                        factor / statistics.median(graph_times),
                                         factor / statistics.median(torch_times))
 
     # A 100-gradient step: 100 weight tensors of 4096 floats, a loss touching each.
@@ -131,11 +143,13 @@ def run(np_, reps, smoke, backend, horovodrun):
 
 def table(np_, by_backend):
     kern = by_backend['kernels']
-    lines = ['| size | TF busbw GB/s | torch busbw GB/s | TF / torch |', '|---|---|---|---|']
-    for nbytes, (t, p) in sorted(kern['allreduce'].items(), key=lambda kv: int(kv[0])):
+    lines = ['| size | TF eager busbw GB/s | TF tf.function busbw GB/s | torch busbw GB/s | '
+             'TF eager / torch | TF tf.function / torch |', '|---|---|---|---|---|---|']
+    for nbytes, (t, g, p) in sorted(kern['allreduce'].items(), key=lambda kv: int(kv[0])):
         size = int(nbytes)
         label = '%d KiB' % (size >> 10) if size < (1 << 20) else '%d MiB' % (size >> 20)
-        lines.append('| {} | {:.2f} | {:.2f} | {:.2f} |'.format(label, t, p, t / p))
+        lines.append('| {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} |'.format(
+            label, t, g, p, t / p, g / p))
     lines += ['', '| 100-gradient step ({} ranks) | kernels (ms) | py_function (ms) |'.format(np_),
               '|---|---|---|']
     for key in ('tf', 'tf-nocomm', 'torch', 'torch-nocomm'):

@@ -7,7 +7,7 @@ import tensorflow as tf
 from horovod.common.util import get_average_backwards_compatibility_fun
 from horovod.tensorflow import mpi_ops as _mpi
 from horovod.tensorflow.compression import Compression
-from horovod.tensorflow.mpi_ops import (Adasum, Average, Sum, global_process_set)
+from horovod.tensorflow.mpi_ops import (Adasum, Average, Sum, _as_tensor, global_process_set)
 
 
 class _ReduceOps:
@@ -56,7 +56,7 @@ def allreduce(tensor, average=None, device_dense='', device_sparse='',
     if isinstance(tensor, tf.IndexedSlices):
         _sparse_checks(op, prescale_factor, postscale_factor)
         return _sparse_allreduce(tensor, name, op, process_set, ignore_name_scope)
-    tensor = tf.convert_to_tensor(tensor)
+    tensor = _as_tensor(tensor)
     compressed, ctx = compression.compress(tensor)
     reduced = _mpi._allreduce(compressed, name=name, op=op, prescale_factor=prescale_factor,
                               postscale_factor=postscale_factor,
@@ -82,7 +82,7 @@ def grouped_allreduce(tensors, average=None, device_dense='', device_sparse='',
             results[i] = _sparse_allreduce(t, None if name is None else '{}_{}'.format(name, i),
                                            op, process_set, ignore_name_scope)
     if dense_idx:
-        compressed, ctxs = zip(*[compression.compress(tf.convert_to_tensor(tensors[i]))
+        compressed, ctxs = zip(*[compression.compress(_as_tensor(tensors[i]))
                                  for i in dense_idx])
         reduced = _mpi._grouped_allreduce(list(compressed), name=name, op=op,
                                           prescale_factor=prescale_factor,
@@ -99,7 +99,7 @@ def reducescatter(tensor, device_dense='', compression=Compression.none, op=Aver
                   postscale_factor=1.0):
     """Reduces ``tensor`` over the set; this rank gets its block of dimension 0. Sum or Average
     only. Differentiable."""
-    compressed, ctx = compression.compress(tf.convert_to_tensor(tensor))
+    compressed, ctx = compression.compress(_as_tensor(tensor))
     reduced = _mpi.reducescatter(compressed, name=name, op=op,
                                  ignore_name_scope=ignore_name_scope, process_set=process_set,
                                  prescale_factor=prescale_factor, postscale_factor=postscale_factor)
@@ -112,7 +112,7 @@ def grouped_reducescatter(tensors, device_dense='', compression=Compression.none
     """Reducescatter of each tensor of a list, as one unit. All inputs must share a dtype."""
     if not tensors:
         return tensors
-    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    tensors = [_as_tensor(t) for t in tensors]
     if len({t.dtype for t in tensors}) > 1:
         raise ValueError('grouped_reducescatter: all tensors must have the same dtype, got {}'
                          .format(sorted({t.dtype.name for t in tensors})))
