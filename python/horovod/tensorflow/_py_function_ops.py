@@ -9,6 +9,7 @@ Python call and a conversion per tensor on every step (see docs/tensorflow.md fo
 cost beside the kernel library).
 """
 
+import numpy as np
 import tensorflow as tf
 
 from horovod.common import basics as _basics_mod
@@ -48,8 +49,26 @@ def _eager_or_graph(eager_fn, inputs, out_dtypes, what, shapes):
 
 
 def _empty_like(t, shape=None):
-    return tf.raw_ops.Empty(shape=tf.shape(t) if shape is None else shape, dtype=t.dtype,
-                            init=False)
+    """A new eager tensor of ``t``'s dtype (and shape, or ``shape``) for the core to write into:
+    numpy memory wrapped without a copy (a microsecond; an eager TensorFlow op costs tens), or
+    TensorFlow's own for bfloat16, which numpy cannot export."""
+    dims = t.shape.as_list() if shape is None else [int(d) for d in np.asarray(shape)]
+    if t.dtype == tf.bfloat16:
+        return tf.raw_ops.Empty(shape=dims, dtype=t.dtype, init=False)
+    return _from_dlpack(_aligned_empty(dims, t.dtype.as_numpy_dtype).__dlpack__())
+
+
+# TensorFlow's kernels assume their buffers are aligned to this (Eigen's widest vectors) and abort
+# the process otherwise; from_dlpack does not copy a misaligned array.
+_TF_ALIGNMENT = 64
+
+
+def _aligned_empty(dims, dtype):
+    dtype = np.dtype(dtype)
+    count = int(np.prod(dims, dtype=np.int64))
+    raw = np.empty(count * dtype.itemsize + _TF_ALIGNMENT, np.uint8)
+    offset = -raw.ctypes.data % _TF_ALIGNMENT
+    return raw[offset:offset + count * dtype.itemsize].view(dtype).reshape(dims)
 
 
 # ---- collectives ---------------------------------------------------------------------------------
