@@ -5,6 +5,9 @@
 #include "horovod/errors.h"
 
 namespace hvd::autotune {
+namespace {
+constexpr size_t kMaxSeen = 1 << 16;
+}  // namespace
 
 SampleMeter::SampleMeter(int stepsPerSample) : stepsPerSample_(stepsPerSample) {
   if (stepsPerSample < 1) throw InvalidArgument("SampleMeter: steps per sample must be >= 1");
@@ -27,8 +30,18 @@ void SampleMeter::reset() {
 
 std::optional<double> SampleMeter::collective(const std::vector<std::string_view>& tensors, int64_t bytes) {
   std::optional<double> score;
-  if (!tensors.empty() && !boundaryInList_) {
-    if (anchor_.empty()) anchor_ = std::string(tensors.front());
+  if (anchor_.empty()) {
+    for (std::string_view name : tensors) {
+      if (!seen_.emplace(name).second) {
+        anchor_ = std::string(name);
+        seen_.clear();
+        break;
+      }
+    }
+    // Bounded: a job whose names never recur keeps only the latest ones.
+    if (seen_.size() > kMaxSeen) seen_.clear();
+  }
+  if (!anchor_.empty() && !tensors.empty() && !boundaryInList_) {
     const bool boundary = std::find(tensors.begin(), tensors.end(), std::string_view(anchor_)) != tensors.end();
     if (boundary) {
       boundaryInList_ = true;

@@ -1,8 +1,9 @@
 // SampleMeter: turns the engine's events into throughput samples for the autotuner.
 //
-// A step is counted by the recurrence of one tensor name, the anchor: the first tensor the meter
-// sees. Each time the anchor comes back in a new response list a step boundary is placed at that
-// list's start, so a sample covers whole steps: from one boundary to the boundary
+// A step is counted by the recurrence of one tensor name, the anchor: the first name the meter
+// sees a second time (names used once, such as the initial broadcasts of a training script, never
+// become it). Each time the anchor comes back in a new response list a step boundary is placed at
+// that list's start, so a sample covers whole steps: from one boundary to the boundary
 // `stepsPerSample` steps later, compute phases included. Its score is the collective payload
 // bytes of the lists in that window divided by the window's duration (bytes per second). After
 // reset() (the knobs changed) the next window opens at the next boundary, so no sample mixes two
@@ -16,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 namespace hvd::autotune {
@@ -32,7 +34,7 @@ class SampleMeter {
   // Drops the open window; the anchor stays.
   void reset();
 
-  const std::string& anchor() const { return anchor_; }
+  const std::string& anchor() const { return anchor_; }  // "" until a name recurred
   int stepsInWindow() const { return steps_; }
   // The last completed sample: its duration (s) and bytes.
   double lastSeconds() const { return lastSeconds_; }
@@ -41,6 +43,7 @@ class SampleMeter {
  private:
   int stepsPerSample_;
   std::string anchor_;
+  std::unordered_set<std::string> seen_;  // names met so far, until one recurs
   bool open_ = false;
   bool boundaryInList_ = false;  // the anchor was met in the current list already
   int64_t listStartNs_ = 0;

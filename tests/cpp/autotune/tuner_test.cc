@@ -31,11 +31,15 @@ void step(SampleMeter& m, int64_t t, int64_t ms, std::vector<double>& scores) {
   if (auto s = m.collective({"c"}, 50)) scores.push_back(*s);
 }
 
-TEST(SampleMeter, CountsWholeStepsByTheFirstTensorsRecurrence) {
+TEST(SampleMeter, CountsWholeStepsByTheFirstRecurringName) {
   SampleMeter m(3);
   std::vector<double> scores;
-  for (int i = 0; i < 7; ++i) step(m, i * 10 * kMs, 10, scores);
-  // Boundaries at steps 0, 3, 6: two samples of 3 steps (750 bytes in 30 ms each).
+  // A one-off name first (an initial broadcast): it never becomes the anchor.
+  m.listStart(0);
+  m.collective({"broadcast.w"}, 1000);
+  for (int i = 0; i < 8; ++i) step(m, (1 + i * 10) * kMs, 10, scores);
+  // "a" recurs first, at step 1; boundaries at steps 1, 4, 7: two samples of 3 steps (750 bytes
+  // in 30 ms each).
   ASSERT_EQ(scores.size(), 2u);
   EXPECT_DOUBLE_EQ(scores[1], scores[0]);
   EXPECT_EQ(m.anchor(), "a");
@@ -49,7 +53,7 @@ TEST(SampleMeter, ResetDiscardsTheOpenWindowAndReopensAtTheNextBoundary) {
   SampleMeter m(2);
   std::vector<double> scores;
   step(m, 0, 10, scores);
-  step(m, 10 * kMs, 10, scores);
+  step(m, 10 * kMs, 10, scores);  // the window opens here (the anchor recurred)
   m.reset();  // the knobs changed before step 2
   step(m, 20 * kMs, 40, scores);  // slower steps from now on
   step(m, 60 * kMs, 40, scores);
@@ -62,15 +66,17 @@ TEST(SampleMeter, ResetDiscardsTheOpenWindowAndReopensAtTheNextBoundary) {
 
 TEST(SampleMeter, FusedResponsesAndOtherNamesDoNotCountAsSteps) {
   SampleMeter m(1);
-  std::vector<double> scores;
   m.listStart(0);
-  m.collective({"x", "y"}, 10);  // anchor x
+  m.collective({"x", "y"}, 10);
   m.listStart(1 * kMs);
-  EXPECT_FALSE(m.collective({"y", "z"}, 10).has_value());  // no x: not a boundary
+  EXPECT_FALSE(m.collective({"z", "y"}, 10).has_value());  // y recurs first: the anchor, a window opens
+  EXPECT_EQ(m.anchor(), "y");
   m.listStart(2 * kMs);
-  auto s = m.collective({"w", "x"}, 10);  // x again, inside a fused response
+  EXPECT_FALSE(m.collective({"x", "w"}, 10).has_value());  // no y: not a boundary
+  m.listStart(4 * kMs);
+  auto s = m.collective({"w", "y"}, 10);  // y again, inside a fused response
   ASSERT_TRUE(s.has_value());
-  EXPECT_DOUBLE_EQ(*s, 20 / 0.002);
+  EXPECT_DOUBLE_EQ(*s, 20 / 0.003);  // the lists at 1 and 2 ms
 }
 
 KnobSpaceInputs inputs() {
