@@ -30,6 +30,7 @@ void startAutotuneAtInit(const std::shared_ptr<engine::Runtime>& runtime, Autotu
   in.pinProgress = config.pinned.callerProgress;
   in.pinSpin = config.pinned.callerSpin;
   in.pinAlgorithm = config.pinned.allreduceAlgorithm;
+  in.pinCrossover = config.pinned.allreduceCrossover;
   in.pinHierarchical = config.pinned.hierarchical;
   in.cacheAvailable = config.cacheCapacity > 0;
   in.hosts = static_cast<int>(std::set<std::string>(topology.hostOf.begin(), topology.hostOf.end()).size());

@@ -16,6 +16,7 @@ constexpr double kCrossoverLog2Max = 22;  // 4 MiB
 constexpr double kBurstMaxUs = 200;       // the engine's own burst bound
 constexpr double kProgressMaxUs = 2000;
 constexpr double kSpinMaxUs = 5000;
+constexpr int64_t kMaxGridPoints = 100000;
 
 double logScale(double value, double lo, double hi) {
   const double l = std::log2(std::max(value, 1.0));
@@ -63,7 +64,7 @@ KnobSpace::KnobSpace(const KnobSpaceInputs& in) : initial_(in.initial), fusionUn
   // Whether callers may drive at all is fixed at start (engine/knobs.h): 0 stays 0.
   if (!in.pinProgress && in.initial.callerProgressUs > 0) free_.push_back(KnobId::kCallerProgressUs);
   if (!in.pinSpin && in.initial.callerProgressUs > 0) free_.push_back(KnobId::kCallerSpinUs);
-  if (!in.pinAlgorithm) free_.push_back(KnobId::kAllreduceCrossover);
+  if (!in.pinAlgorithm && !in.pinCrossover) free_.push_back(KnobId::kAllreduceCrossover);
   if (!in.pinCache && in.cacheAvailable) free_.push_back(KnobId::kCacheEnabled);
   if (!in.pinHierarchical && !in.pinAlgorithm && in.hosts > 1) free_.push_back(KnobId::kHierarchical);
 }
@@ -123,6 +124,13 @@ std::vector<engine::Knobs> KnobSpace::grid(int points) const {
   std::vector<engine::Knobs> out;
   std::vector<int> index(free_.size(), 0);
   auto levels = [&](size_t i) { return knobIsSwitch(free_[i]) ? 2 : points; };
+  double size = 1;
+  for (size_t i = 0; i < free_.size(); ++i) size *= levels(i);
+  if (size > kMaxGridPoints) {
+    throw InvalidArgument("autotune grid of " + std::to_string(static_cast<int64_t>(size)) +
+                          " settings is too large (at most " + std::to_string(kMaxGridPoints) +
+                          "): lower HOROVOD_AUTOTUNE_GRID_POINTS or pin knobs");
+  }
   while (true) {
     std::vector<double> c(free_.size());
     for (size_t i = 0; i < free_.size(); ++i) c[i] = static_cast<double>(index[i]) / (levels(i) - 1);

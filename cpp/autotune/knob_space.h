@@ -38,9 +38,10 @@ struct KnobSpaceInputs {
   engine::Knobs initial;  // the values in force when tuning starts
   // Set explicitly by the user (engine::Config::Pinned, flattened here to keep this layer's
   // inputs plain): HOROVOD_FUSION_THRESHOLD, _CACHE_CAPACITY, _BURST_QUIET_US,
-  // _CALLER_PROGRESS_US, _CALLER_SPIN_US, _ALLREDUCE_ALGO, _HIERARCHICAL_*.
+  // _CALLER_PROGRESS_US, _CALLER_SPIN_US, _ALLREDUCE_ALGO, _ALLREDUCE_CROSSOVER_BYTES,
+  // _HIERARCHICAL_*.
   bool pinFusion = false, pinCache = false, pinBurst = false, pinProgress = false, pinSpin = false,
-       pinAlgorithm = false, pinHierarchical = false;
+       pinAlgorithm = false, pinCrossover = false, pinHierarchical = false;
   bool cacheAvailable = true;  // the cache has a capacity (HOROVOD_CACHE_CAPACITY > 0)
   int hosts = 1;               // hosts in the job: the hierarchical switch needs several
   int64_t fusionUnit = 1;      // thresholds are multiples of this (Horovod's rounding)

@@ -21,6 +21,12 @@ const Param<std::string> kAllreduceAlgo(
     "to the default rule when the placement does not allow them. Allreduces into shared buffers on every "
     "rank (shm_inplace, see HOROVOD_SHARED_INPLACE) are not affected.");
 
+const Param<int64_t> kAllreduceCrossover(
+    "HOROVOD_ALLREDUCE_CROSSOVER_BYTES", 0,
+    "Message size (bytes) up to which the latency-bound allreduce runs (shm_direct on one host, where the "
+    "size counts once per peer; recursive_doubling over the network) instead of the bandwidth-bound one. "
+    "0 = each algorithm's own limit (64 KiB). Autotuning searches it unless set.");
+
 // Preference order: the first entry whose rule matches runs.
 const std::vector<AllreduceAlgorithm> kTable = {
     {.name = "shm_inplace",
@@ -62,6 +68,7 @@ const std::vector<AllreduceAlgorithm> kTable = {
 }  // namespace
 
 const Param<std::string>& allreduceAlgorithmParam() { return kAllreduceAlgo; }
+const Param<int64_t>& allreduceCrossoverParam() { return kAllreduceCrossover; }
 
 const std::vector<AllreduceAlgorithm>& allreduceAlgorithms() { return kTable; }
 

@@ -20,6 +20,9 @@
 namespace hvd::collectives {
 
 const Param<std::string>& allreduceAlgorithmParam();
+// HOROVOD_ALLREDUCE_CROSSOVER_BYTES (read by the engine's Config; applied through
+// Communicator::setAllreduceCrossover).
+const Param<int64_t>& allreduceCrossoverParam();
 // "" is fine; any other name must be in the table (InvalidArgument listing them otherwise).
 void checkAllreduceAlgorithmName(std::string_view name);
 

@@ -288,6 +288,8 @@ Config Config::fromEnvironment(const EnvLookup& env) {
   c.pinned.callerProgress = kCallerProgressUs.isSet(env);
   c.pinned.callerSpin = kCallerSpinUs.isSet(env);
   c.pinned.allreduceAlgorithm = collectives::allreduceAlgorithmParam().isSet(env);
+  c.allreduceCrossoverBytes = nonNegative(collectives::allreduceCrossoverParam(), env);
+  c.pinned.allreduceCrossover = collectives::allreduceCrossoverParam().isSet(env);
   c.pinned.hierarchical = kHierAllreduce.isSet(env) || kHierAllgather.isSet(env);
   c.transport = lower(kTransport.get(env));
   c.stallCheck = !kStallCheckDisable.get(env);

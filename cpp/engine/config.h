@@ -40,6 +40,7 @@ struct Config {
   int64_t fusionThreshold = 128 << 20;  // bytes; 0 = no fusion (rounded at init, see roundFusionThreshold)
   double cycleTimeMs = 1.0;             // accepted; only documents batching (event-driven engine)
   int64_t cacheCapacity = 1024;         // response-cache entries per process set; 0 = off
+  int64_t allreduceCrossoverBytes = 0;  // HOROVOD_ALLREDUCE_CROSSOVER_BYTES; 0 = the table's own limits
   int64_t burstQuietUs = 2;             // HOROVOD_BURST_QUIET_US: request batching window; 0 = off
   int64_t callerProgressUs = 200;       // HOROVOD_CALLER_PROGRESS_US: waiters may drive; 0 = off
   int64_t callerSpinUs = 1000;          // HOROVOD_CALLER_SPIN_US: a driving waiter polls this long
@@ -59,6 +60,7 @@ struct Config {
     bool callerProgress = false;      // HOROVOD_CALLER_PROGRESS_US
     bool callerSpin = false;          // HOROVOD_CALLER_SPIN_US
     bool allreduceAlgorithm = false;  // HOROVOD_ALLREDUCE_ALGO (pins the crossover and hierarchical)
+    bool allreduceCrossover = false;  // HOROVOD_ALLREDUCE_CROSSOVER_BYTES
     bool hierarchical = false;        // HOROVOD_HIERARCHICAL_ALLREDUCE / _ALLGATHER
   };
   Pinned pinned;

@@ -14,14 +14,21 @@ void Runtime::initKnobs() {
   k.burstQuietUs = config_.burstQuietUs;
   k.callerProgressUs = config_.callerProgressUs;
   k.callerSpinUs = config_.callerSpinUs;
-  k.allreduceCrossoverBytes = static_cast<int64_t>(collectives::defaultAllreduceCrossover());
+  k.allreduceCrossoverBytes = config_.allreduceCrossoverBytes > 0
+                                  ? config_.allreduceCrossoverBytes
+                                  : static_cast<int64_t>(collectives::defaultAllreduceCrossover());
   k.cacheEnabled = config_.cacheCapacity > 0;
   k.hierarchical = true;
   burstQuietUs_.store(k.burstQuietUs);
   callerProgressUs_.store(k.callerProgressUs);
   callerSpinUs_.store(k.callerSpinUs);
-  std::lock_guard<std::mutex> lock(knobsMu_);
-  knobs_ = k;
+  {
+    std::lock_guard<std::mutex> lock(knobsMu_);
+    knobs_ = k;
+  }
+  for (int32_t id : sets_.ids()) {
+    if (ProcessSet* set = sets_.get(id)) tuneCommunicator(*set);
+  }
 }
 
 Knobs Runtime::knobs() const {

@@ -10,6 +10,7 @@
 
 #include "../engine/cluster.h"
 #include "autotune/autotuner.h"
+#include "collectives/algorithms.h"
 #include "engine/tuner.h"
 
 namespace hvd::test {
@@ -148,6 +149,19 @@ TEST(KnobsAcrossRanks, TheAutotunerSettlesAndEveryRankKeepsItsChoice) {
   Knobs onRank1 = c[1].knobs();
   // The caller waits are this rank's own, but they came from rank 0's list like the rest.
   EXPECT_EQ(onRank1, history.back().knobs);
+}
+
+TEST(KnobsAcrossRanks, TheCrossoverFromTheEnvironmentIsInForceAndPinned) {
+  Cluster c(2, {{"HOROVOD_ALLREDUCE_CROSSOVER_BYTES", "4096"}});
+  EXPECT_EQ(c[0].knobs().allreduceCrossoverBytes, 4096);
+  EXPECT_EQ(c[1].knobs().allreduceCrossoverBytes, 4096);
+  EXPECT_TRUE(c[0].config().pinned.allreduceCrossover);
+  // What the value means to the table: 8 KiB to one peer is past a 4 KiB crossover.
+  EXPECT_STREQ(collectives::chooseAllreduce("", 8192, 2, true, false, false, 4096).name, "shm_slices");
+  EXPECT_STREQ(collectives::chooseAllreduce("", 8192, 2, true, false, false, 0).name, "shm_direct");
+  EXPECT_STREQ(collectives::chooseAllreduce("", 8192, 2, false, false, false, 4096).name, "ring");
+  EXPECT_STREQ(collectives::chooseAllreduce("", 8192, 2, false, false, false, 0).name, "recursive_doubling");
+  train(c, 3);
 }
 
 }  // namespace

@@ -145,6 +145,8 @@ TEST(KnobSpace, GridCoversEveryCombination) {
   EXPECT_EQ(grid.back().fusionThreshold, 256 << 20);
   EXPECT_TRUE(grid.back().cacheEnabled);
   EXPECT_FALSE(grid.front().cacheEnabled);
+  // Bounded: 16 values for six knobs would be 16^5 * 2 settings.
+  EXPECT_THROW(KnobSpace(in).grid(16), InvalidArgument);
 }
 
 // Feeds an Autotuner steps whose speed depends on the knobs it hands out: bytes per second peak
