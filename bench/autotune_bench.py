@@ -349,6 +349,14 @@ def render(args, results):
                 lines.append("- %s: sample %s, %s" % (strategy, f["sample"], ", ".join(
                     "%s=%s" % (k, f[k]) for k in f if k not in ("sample", "phase", "score_bytes_per_sec"))))
         lines.append("")
+    lines.append("Drift of the machine during the grid runs (median score of each run of consecutive samples,")
+    lines.append("every setting mixed; a flat landscape under a steady load would give equal medians):")
+    for workload, r in results.items():
+        for x in r["grid"]:
+            n = max(5, len(x["scores"]) // 10)
+            meds = [med(x["scores"][i:i + n]) / 1e6 for i in range(0, len(x["scores"]), n)]
+            lines.append("- %s, %d samples per median: %s MB/s" % (workload, n, ", ".join("%.0f" % m for m in meds)))
+    lines.append("")
     load = os.getloadavg()[0]
     lines.append("Load average (1 min) at the end: %.1f." % load)
     return "\n".join(lines) + "\n"
