@@ -162,7 +162,7 @@ const std::vector<OptionSpec>& optionTable() {
 
       // Autotune.
       {{"--autotune"}, 0, nullptr, kAutotune,
-       "tune the fusion threshold, cycle time and hierarchical options while training",
+       "tune the fusion threshold, batching, spin/park, algorithm crossover and cache while training",
        setBool(&Options::autotune, true)},
       {{"--no-autotune"}, 0, nullptr, kAutotune, nullptr, setBool(&Options::autotune, false)},
       {{"--autotune-log-file"}, 1, "AUTOTUNE_LOG_FILE", kAutotune, "CSV file recording every autotune sample",

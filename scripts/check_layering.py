@@ -27,7 +27,7 @@ import sys
 # 'vocabulary' is the public headers every layer shares (error classes, data types) and 'public'
 # the rest of cpp/include/horovod/ (the C++ and C API), which sits at the level of 'api'.
 ORDER = ['vocabulary', 'common', 'store', 'transport', 'transport/*', 'collectives', 'engine',
-         'timeline', ['api', 'public'], ['python', 'frameworks']]
+         'autotune', 'timeline', ['api', 'public'], ['python', 'frameworks']]
 
 # Public headers (under cpp/include/) that count as 'vocabulary'; the others are 'public'.
 VOCABULARY_HEADERS = {'horovod/errors.h', 'horovod/types.h', 'horovod/operation.h'}
@@ -66,7 +66,8 @@ RULES = [
      ['vocabulary', 'public']),
     # Algorithms, the engine and the API see transports through the Transport interface and the
     # registry only; which backend is used is the registry's business.
-    ('no concrete transport backend above transport', ['collectives', 'engine', 'timeline', 'api'], 'forbid',
+    ('no concrete transport backend above transport', ['collectives', 'engine', 'autotune', 'timeline', 'api'],
+     'forbid',
      ['transport/*']),
     # horovodrun links only common and store (see launcher/CMakeLists.txt).
     ('the launcher links only common and store', ['launcher'], 'only',

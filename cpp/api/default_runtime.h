@@ -7,6 +7,8 @@
 #include "common/params.h"
 #include "engine/runtime.h"
 #include "horovod/horovod.h"
+#include "autotune/autotune_log.h"
+#include "autotune/autotune_options.h"
 #include "timeline/timeline.h"
 
 namespace hvd::api {
@@ -28,5 +30,15 @@ void shutdownDefault();
 timeline::TimelineSettings readTimelineSettings(const EnvLookup& env);
 void startTimelineAtInit(const std::shared_ptr<engine::Runtime>& runtime, const timeline::TimelineSettings& settings);
 void stopTimelineAtShutdown();
+
+// The autotuner of the default runtime (autotune_api.cc). Options are read before the runtime is
+// built and rank 0 opens the log then (a bad value or an unwritable log fails init there); the
+// tuner starts on rank 0 once the runtime is initialized and ends by itself (or at shutdown).
+struct AutotuneStart {
+  autotune::AutotuneOptions options;
+  std::unique_ptr<autotune::AutotuneLog> log;  // rank 0 with HOROVOD_AUTOTUNE_LOG only
+};
+AutotuneStart prepareAutotune(const EnvLookup& env, int rank);
+void startAutotuneAtInit(const std::shared_ptr<engine::Runtime>& runtime, AutotuneStart start);
 
 }  // namespace hvd::api

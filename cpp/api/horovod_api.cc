@@ -70,9 +70,11 @@ void initDefault(const InitOptions& options, const EnvLookup& env) {
   engine::applyLogSettings(env);
   auto config = engine::Config::fromEnvironment(env);
   const timeline::TimelineSettings timelineSettings = readTimelineSettings(env);
+  AutotuneStart autotune = prepareAutotune(env, config.rank);
   auto runtime = std::make_shared<engine::Runtime>(std::move(config));
   runtime->init(options);
   startTimelineAtInit(runtime, timelineSettings);
+  startAutotuneAtInit(runtime, std::move(autotune));
   slot = std::move(runtime);
   everInitialized.store(true, std::memory_order_relaxed);
   std::call_once(atExit, [] { std::atexit(shutdownAtExit); });

@@ -21,6 +21,12 @@ const Param<std::string> kAllreduceAlgo(
     "to the default rule when the placement does not allow them. Allreduces into shared buffers on every "
     "rank (shm_inplace, see HOROVOD_SHARED_INPLACE) are not affected.");
 
+const Param<int64_t> kAllreduceCrossover(
+    "HOROVOD_ALLREDUCE_CROSSOVER_BYTES", 0,
+    "Message size (bytes) up to which the latency-bound allreduce runs (shm_direct on one host, where the "
+    "size counts once per peer; recursive_doubling over the network) instead of the bandwidth-bound one. "
+    "0 = each algorithm's own limit (64 KiB). Autotuning searches it unless set.");
+
 // Preference order: the first entry whose rule matches runs.
 const std::vector<AllreduceAlgorithm> kTable = {
     {.name = "shm_inplace",
@@ -62,6 +68,7 @@ const std::vector<AllreduceAlgorithm> kTable = {
 }  // namespace
 
 const Param<std::string>& allreduceAlgorithmParam() { return kAllreduceAlgo; }
+const Param<int64_t>& allreduceCrossoverParam() { return kAllreduceCrossover; }
 
 const std::vector<AllreduceAlgorithm>& allreduceAlgorithms() { return kTable; }
 
@@ -92,8 +99,16 @@ const AllreduceAlgorithm* honoured(std::string_view requested, bool shared) {
 
 }  // namespace
 
+size_t defaultAllreduceCrossover() {
+  size_t most = 0;
+  for (const auto& algo : kTable) {
+    if (algo.maxBytes != kAnyBytes) most = std::max(most, algo.maxBytes);
+  }
+  return most;
+}
+
 const AllreduceAlgorithm& chooseAllreduce(std::string_view requested, size_t bytes, int n, bool shared,
-                                          bool hosts, bool sharedOutputs) {
+                                          bool hosts, bool sharedOutputs, size_t crossover) {
   if (sharedOutputs) {
     for (const auto& algo : kTable) {
       if (algo.needsSharedOutputs && runnable(algo, shared, hosts, sharedOutputs)) return algo;
@@ -109,7 +124,8 @@ const AllreduceAlgorithm& chooseAllreduce(std::string_view requested, size_t byt
   }
   for (const auto& algo : kTable) {
     size_t cost = algo.perPeer ? bytes * static_cast<size_t>(std::max(1, n - 1)) : bytes;
-    if (runnable(algo, shared, hosts) && cost <= algo.maxBytes) return algo;
+    const size_t limit = crossover != 0 && algo.maxBytes != kAnyBytes ? crossover : algo.maxBytes;
+    if (runnable(algo, shared, hosts) && cost <= limit) return algo;
   }
   return kTable.back();
 }
@@ -128,9 +144,14 @@ Choice choose(Communicator& comm, size_t bytes, bool sharedOutputs = false) {
   const std::string& requested = comm.allreduceAlgorithm();
   // Whether the hierarchical algorithm can run costs a collective agreement the first time, so
   // ask only when the answer matters (an explicit request for another algorithm does not).
+  // A tuned-off hierarchical algorithm is not asked about at all (the knob is equal on every
+  // member, so they all skip the agreement alike).
   bool hosts = false;
-  if (!useShared && honoured(requested, useShared) == nullptr) hosts = hierarchicalUsable(comm, true);
-  return Choice{&chooseAllreduce(requested, bytes, comm.size(), useShared, hosts, sharedOutputs),
+  if (!useShared && comm.hierarchicalAllowed() && honoured(requested, useShared) == nullptr) {
+    hosts = hierarchicalUsable(comm, true);
+  }
+  return Choice{&chooseAllreduce(requested, bytes, comm.size(), useShared, hosts, sharedOutputs,
+                                 comm.allreduceCrossover()),
                 useShared ? shared : nullptr};
 }
 
@@ -258,7 +279,7 @@ const AllgatherAlgorithm& allgatherChoice(Communicator& comm, size_t total, bool
     PeerMemory* peers = nullptr;
     outputs = sharedOutputsUsable(comm, &space, &peers);
   }
-  const bool hosts = !useShared && hierarchicalUsable(comm, true);
+  const bool hosts = !useShared && comm.hierarchicalAllowed() && hierarchicalUsable(comm, true);
   *shared = useShared ? space : nullptr;
   for (const auto& algo : kAllgatherTable) {
     if ((useShared || !algo.needsShared) && (hosts || !algo.needsHosts) && (outputs || !algo.needsSharedOutputs) &&

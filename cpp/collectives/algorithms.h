@@ -20,6 +20,9 @@
 namespace hvd::collectives {
 
 const Param<std::string>& allreduceAlgorithmParam();
+// HOROVOD_ALLREDUCE_CROSSOVER_BYTES (read by the engine's Config; applied through
+// Communicator::setAllreduceCrossover).
+const Param<int64_t>& allreduceCrossoverParam();
 // "" is fine; any other name must be in the table (InvalidArgument listing them otherwise).
 void checkAllreduceAlgorithmName(std::string_view name);
 
@@ -84,8 +87,13 @@ const std::vector<AllreduceAlgorithm>& allreduceAlgorithms();
 // The algorithm allreduce() would run on `n` ranks; `shared` = a usable SharedSpace exists,
 // `hosts` = the hierarchical algorithm can run, `sharedOutputs` = the members' outputs are
 // shared buffers they can map (AllreduceOptions::sharedOutputs and sharedOutputsUsable).
+// `crossover`: when not 0, replaces maxBytes of every row that has a size rule
+// (Communicator::allreduceCrossover, tuned at run time).
 const AllreduceAlgorithm& chooseAllreduce(std::string_view requested, size_t bytes, int n, bool shared,
-                                          bool hosts = false, bool sharedOutputs = false);
+                                          bool hosts = false, bool sharedOutputs = false, size_t crossover = 0);
+// The size rule the table applies by default: the largest finite maxBytes of its rows (what
+// a crossover of 0 means).
+size_t defaultAllreduceCrossover();
 // The algorithm allreduce() runs for `bytes` on this communicator. Collective the first time it
 // looks at shared memory (like allreduce itself): every member calls it at the same point.
 const AllreduceAlgorithm& allreduceChoice(Communicator& comm, size_t bytes);

@@ -93,6 +93,14 @@ class Communicator {
   // HOROVOD_ALLREDUCE_ALGO. Must be equal on every member.
   const std::string& allreduceAlgorithm() const { return allreduceAlgorithm_; }
   void setAllreduceAlgorithm(std::string name) { allreduceAlgorithm_ = std::move(name); }
+  // Run-time tuning (engine/knobs.h): the size limit that replaces every table row's own size
+  // rule (0 = the rows' own limits), and whether the hierarchical allreduce and allgather may be
+  // chosen. Must be equal on every member at every collective (the engine changes them between
+  // response lists, on every rank at the same list).
+  size_t allreduceCrossover() const { return allreduceCrossover_; }
+  void setAllreduceCrossover(size_t bytes) { allreduceCrossover_ = bytes; }
+  bool hierarchicalAllowed() const { return hierarchicalAllowed_; }
+  void setHierarchicalAllowed(bool allowed) { hierarchicalAllowed_ = allowed; }
 
  private:
   Transport& transport_;
@@ -108,6 +116,8 @@ class Communicator {
   size_t scratchBytes_[kScratchSlots] = {};
   uint64_t sharedPhase_ = 0;
   std::string allreduceAlgorithm_;
+  size_t allreduceCrossover_ = 0;
+  bool hierarchicalAllowed_ = true;
   HostLayout hosts_;
   bool hostSharedQueried_ = false;
   SharedSpace* hostShared_ = nullptr;

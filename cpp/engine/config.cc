@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "collectives/algorithms.h"
 #include "common/logging.h"
 #include "horovod/errors.h"
 
@@ -118,14 +119,6 @@ const Param<double> kStallShutdownTime(
 // ---- Knobs of features this build does not have ---------------------------------------------
 // Accepted so that scripts written for Horovod start, validated so that a malformed value fails
 // init, and, when set, named in a warning at init saying why they change nothing here.
-const Param<bool> kAutotune("HOROVOD_AUTOTUNE", false,
-                            "Autotuning: not in this version; setting it logs a warning at init.");
-const Param<std::string> kAutotuneLog("HOROVOD_AUTOTUNE_LOG", "", "Autotune CSV log (see HOROVOD_AUTOTUNE).");
-const Param<int64_t> kAutotuneWarmup("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", 3, "Autotune (see HOROVOD_AUTOTUNE).");
-const Param<int64_t> kAutotuneSteps("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", 10, "Autotune (see HOROVOD_AUTOTUNE).");
-const Param<int64_t> kAutotuneMaxSamples("HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", 20,
-                                         "Autotune (see HOROVOD_AUTOTUNE).");
-const Param<double> kAutotuneNoise("HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", 0.8, "Autotune (see HOROVOD_AUTOTUNE).");
 const Param<bool> kHierAllreduce("HOROVOD_HIERARCHICAL_ALLREDUCE", false,
                                  "GPU hierarchical allreduce; CPU placements choose theirs automatically.");
 const Param<bool> kHierAllgather("HOROVOD_HIERARCHICAL_ALLGATHER", false, "GPU hierarchical allgather.");
@@ -162,14 +155,7 @@ void inert(const Param<T>& param, const EnvLookup& env, bool warn, const char* w
 
 // `warn`: this process says so (rank 0 only, so a job prints each warning once).
 void checkInertKnobs(const EnvLookup& env, bool warn) {
-  constexpr const char* kNoAutotune = "autotuning is not implemented yet; the job runs with the configured knobs";
   constexpr const char* kNoGpu = "it tunes GPU/NCCL collectives, and this build has no GPU backend";
-  inert(kAutotune, env, warn, kNoAutotune);
-  inert(kAutotuneLog, env, warn, kNoAutotune);
-  inert(kAutotuneWarmup, env, warn, kNoAutotune);
-  inert(kAutotuneSteps, env, warn, kNoAutotune);
-  inert(kAutotuneMaxSamples, env, warn, kNoAutotune);
-  inert(kAutotuneNoise, env, warn, kNoAutotune);
   inert(kHierAllreduce, env, warn,
         "it selects Horovod's GPU hierarchical allreduce; the CPU hierarchical algorithms are chosen "
         "by placement (force one with HOROVOD_ALLREDUCE_ALGO)");
@@ -296,6 +282,15 @@ Config Config::fromEnvironment(const EnvLookup& env) {
         "Unsupported CPU operation type, only MPI, oneCCL, and Gloo are supported (HOROVOD_CPU_OPERATIONS='" +
         kCpuOperations.get(env) + "')");
   }
+  c.pinned.fusionThreshold = kFusionThreshold.isSet(env);
+  c.pinned.cacheCapacity = kCacheCapacity.isSet(env);
+  c.pinned.burstQuiet = kBurstQuietUs.isSet(env);
+  c.pinned.callerProgress = kCallerProgressUs.isSet(env);
+  c.pinned.callerSpin = kCallerSpinUs.isSet(env);
+  c.pinned.allreduceAlgorithm = collectives::allreduceAlgorithmParam().isSet(env);
+  c.allreduceCrossoverBytes = nonNegative(collectives::allreduceCrossoverParam(), env);
+  c.pinned.allreduceCrossover = collectives::allreduceCrossoverParam().isSet(env);
+  c.pinned.hierarchical = kHierAllreduce.isSet(env) || kHierAllgather.isSet(env);
   c.transport = lower(kTransport.get(env));
   c.stallCheck = !kStallCheckDisable.get(env);
   c.stallCheckTime = secondsParam(kStallCheckTime, env, false);

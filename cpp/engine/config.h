@@ -3,9 +3,10 @@
 // config.cc, each with its default and doc; values are parsed strictly, so a bad value fails
 // init with an InvalidArgument naming the variable and the value.
 //
-// Knobs of features this build does not have (autotune, GPU/NCCL, MPI, ...) are accepted and
-// validated; when one is set, rank 0 names it in a warning at init. The timeline's knobs are
-// declared with it (timeline/timeline.cc) and read by the API at init.
+// Knobs of features this build does not have (GPU/NCCL, MPI, ...) are accepted and validated;
+// when one is set, rank 0 names it in a warning at init. The timeline's and the autotuner's knobs
+// are declared with them (timeline/timeline.cc, autotune/autotune_options.cc) and read by the API
+// at init.
 #pragma once
 
 #include <chrono>
@@ -39,6 +40,7 @@ struct Config {
   int64_t fusionThreshold = 128 << 20;  // bytes; 0 = no fusion (rounded at init, see roundFusionThreshold)
   double cycleTimeMs = 1.0;             // accepted; only documents batching (event-driven engine)
   int64_t cacheCapacity = 1024;         // response-cache entries per process set; 0 = off
+  int64_t allreduceCrossoverBytes = 0;  // HOROVOD_ALLREDUCE_CROSSOVER_BYTES; 0 = the table's own limits
   int64_t burstQuietUs = 2;             // HOROVOD_BURST_QUIET_US: request batching window; 0 = off
   int64_t callerProgressUs = 200;       // HOROVOD_CALLER_PROGRESS_US: waiters may drive; 0 = off
   int64_t callerSpinUs = 1000;          // HOROVOD_CALLER_SPIN_US: a driving waiter polls this long
@@ -49,6 +51,19 @@ struct Config {
   std::string transport = "auto";            // HOROVOD_TRANSPORT: auto|tcp|shm|shm+tcp|local
   std::string threadAffinity;                // HOROVOD_THREAD_AFFINITY (comma list of core ids)
   bool elastic = false;                      // HOROVOD_ELASTIC
+
+  // ---- Set explicitly (autotuning leaves these knobs as they are, as Horovod does) ----------
+  struct Pinned {
+    bool fusionThreshold = false;     // HOROVOD_FUSION_THRESHOLD
+    bool cacheCapacity = false;       // HOROVOD_CACHE_CAPACITY (the response cache on/off)
+    bool burstQuiet = false;          // HOROVOD_BURST_QUIET_US
+    bool callerProgress = false;      // HOROVOD_CALLER_PROGRESS_US
+    bool callerSpin = false;          // HOROVOD_CALLER_SPIN_US
+    bool allreduceAlgorithm = false;  // HOROVOD_ALLREDUCE_ALGO (pins the crossover and hierarchical)
+    bool allreduceCrossover = false;  // HOROVOD_ALLREDUCE_CROSSOVER_BYTES
+    bool hierarchical = false;        // HOROVOD_HIERARCHICAL_ALLREDUCE / _ALLGATHER
+  };
+  Pinned pinned;
 
   // ---- Stall inspector (rank 0; stall_inspector.h) -------------------------------------------
   bool stallCheck = true;                             // !HOROVOD_STALL_CHECK_DISABLE

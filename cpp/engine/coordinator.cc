@@ -489,6 +489,18 @@ ResponseList Coordinator::build() {
   for (int r = 1; r < options_.size; ++r) seenByAll = std::min(seenByAll, lastSeqOf_[r]);
   cache_.forgetTombstones(seenByAll);
   out.seq = ++seq_;
+  if (pendingKnobs_.has_value()) [[unlikely]] {
+    // Before anything is fused or cached for this list: it runs with the new knobs everywhere.
+    options_.fusion.threshold = pendingKnobs_->fusionThreshold;
+    if (cache_.enabled() && !pendingKnobs_->cacheEnabled) {
+      // Announced at the end of this list, after the hits it carries; hits still pending on these
+      // ids are renegotiated below.
+      for (const auto& [id, ranks] : sets_) cache_.evictProcessSet(id, seq_, evicted_);
+    }
+    cache_.setDisabled(!pendingKnobs_->cacheEnabled);
+    out.knobs = pendingKnobs_;
+    pendingKnobs_.reset();
+  }
   std::vector<Response> singles;
   takeReady(out.hits, singles);
   // Process sets removed in this batch: forget their state here; every rank fails its own

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -53,9 +54,17 @@ class Coordinator {
   // Returns a list with no items and no shutdown when nothing is ready.
   ResponseList build();
 
+  // A knob change (engine/knobs.h): the next build() applies it to the coordinator's own
+  // decisions (the fusion threshold of negotiated responses; a disabled response cache evicts
+  // every entry, announced in that list) and carries it in its list, which then goes out even
+  // if nothing else is ready. A second call before that build() replaces the first.
+  void retune(const Knobs& knobs) { pendingKnobs_ = knobs; }
+
   bool shutdownRequested() const { return shutdown_; }
   // Whether build() has something to return right now.
-  bool hasWork() const { return !readyHits_.empty() || !ready_.empty() || !evicted_.empty() || joinDone_; }
+  bool hasWork() const {
+    return !readyHits_.empty() || !ready_.empty() || !evicted_.empty() || joinDone_ || pendingKnobs_.has_value();
+  }
   uint64_t lastSeq() const { return seq_; }
   // Every tensor some rank requested (in full or as a cache hit) that is not ready yet, with the
   // ranks that did and the members still missing; appended to `out` (for stall ticks and the
@@ -122,6 +131,7 @@ class Coordinator {
   std::vector<int> missingRanks(int32_t processSet, Kind kind, const std::vector<int>& submitted) const;
 
   Options options_;
+  std::optional<Knobs> pendingKnobs_;
   const ObserverHub* observers_;
   CoordinatorCache cache_;
   uint64_t seq_ = 0;

@@ -17,6 +17,32 @@ constexpr uint8_t kPrescaleFlag = 2;
 constexpr uint8_t kPostscaleFlag = 4;
 constexpr uint8_t kOneOffNameFlag = 8;  // requests only
 
+// The flags byte of a response list.
+constexpr uint8_t kListShutdownFlag = 1;
+constexpr uint8_t kListKnobsFlag = 2;  // knobs follow the flags
+
+void writeKnobs(ByteWriter& w, const Knobs& k) {
+  w.svarint(k.fusionThreshold);
+  w.svarint(k.burstQuietUs);
+  w.svarint(k.callerProgressUs);
+  w.svarint(k.callerSpinUs);
+  w.svarint(k.allreduceCrossoverBytes);
+  w.u8((k.cacheEnabled ? 1 : 0) | (k.hierarchical ? 2 : 0));
+}
+
+Knobs readKnobs(ByteReader& in) {
+  Knobs k;
+  k.fusionThreshold = in.svarint();
+  k.burstQuietUs = in.svarint();
+  k.callerProgressUs = in.svarint();
+  k.callerSpinUs = in.svarint();
+  k.allreduceCrossoverBytes = in.svarint();
+  const uint8_t flags = in.u8();
+  k.cacheEnabled = (flags & 1) != 0;
+  k.hierarchical = (flags & 2) != 0;
+  return k;
+}
+
 // Everything of `p` but its kind, which each message writes first. `extraFlags` share the byte.
 void writeParams(ByteWriter& w, const OpParams& p, uint8_t extraFlags) {
   w.u8(extraFlags | (p.sharedInPlace ? kSharedInPlaceFlag : 0) | (p.prescale != 1.0 ? kPrescaleFlag : 0) |
@@ -276,7 +302,8 @@ void encode(const ResponseList& list, std::vector<uint8_t>& out) {
   ByteWriter w(out);
   w.u8(static_cast<uint8_t>(MessageType::kResponses));
   w.varint(list.seq);
-  w.u8(list.shutdown ? 1 : 0);
+  w.u8((list.shutdown ? kListShutdownFlag : 0) | (list.knobs.has_value() ? kListKnobsFlag : 0));
+  if (list.knobs.has_value()) writeKnobs(w, *list.knobs);
   writeIds(w, list.hits);
   w.varint(list.items.size());
   for (const auto& r : list.items) writeResponse(w, r);
@@ -314,7 +341,9 @@ ResponseList decodeResponseList(const std::vector<uint8_t>& bytes) {
   in.u8();
   ResponseList list;
   list.seq = in.varint();
-  list.shutdown = in.u8() != 0;
+  const uint8_t flags = in.u8();
+  list.shutdown = (flags & kListShutdownFlag) != 0;
+  if (flags & kListKnobsFlag) list.knobs = readKnobs(in);
   readIds(in, list.hits);
   size_t n = in.count();
   list.items.reserve(n);

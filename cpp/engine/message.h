@@ -6,10 +6,12 @@
 #include <cstdint>
 #include <exception>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "engine/knobs.h"
 #include "horovod/types.h"
 
 namespace hvd::engine {
@@ -134,6 +136,8 @@ struct RequestList {
 struct ResponseList {
   uint64_t seq = 0;
   bool shutdown = false;
+  // Set when the knobs change with this list: every rank applies them before its responses.
+  std::optional<Knobs> knobs;
   std::vector<uint32_t> hits;
   std::vector<Response> items;
 };

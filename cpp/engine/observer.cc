@@ -25,6 +25,7 @@ const char* eventKindName(EngineEventKind kind) {
     case EngineEventKind::kProcessSetAdded: return "PROCESS_SET_ADDED";
     case EngineEventKind::kProcessSetRemoved: return "PROCESS_SET_REMOVED";
     case EngineEventKind::kCycleStart: return "CYCLE_START";
+    case EngineEventKind::kKnobsApplied: return "KNOBS_APPLIED";
     case EngineEventKind::kCount: break;
   }
   return "UNKNOWN";

@@ -40,6 +40,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/knobs.h"
 #include "engine/message.h"
 
 namespace hvd::engine {
@@ -72,6 +73,8 @@ enum class EngineEventKind : uint8_t {
   kProcessSetRemoved,  // a process set was removed (processSet, ranks it had)
   kCycleStart,         // the engine starts executing a response list: once per step that does
                        // work (every rank; no tensors)
+  kKnobsApplied,       // the list that starts next carries new knobs (knobs), applied now on
+                       // this rank: right after that list's kCycleStart (every rank)
   kCount
 };
 const char* eventKindName(EngineEventKind kind);  // "ENQUEUE", "CACHE_HIT", ...
@@ -135,6 +138,7 @@ struct EngineEvent {
   bool failed = false;                // kTensorDone
   std::span<const int> ranks;         // kProcessSet*: the set's global ranks
   std::span<const PendingTensor> pending;  // kStallTick
+  const Knobs* knobs = nullptr;            // kKnobsApplied: the values now in force
 };
 
 class EngineObserver {

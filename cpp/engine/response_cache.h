@@ -97,7 +97,10 @@ class CoordinatorCache {
   };
 
   explicit CoordinatorCache(int64_t capacity) : capacity_(capacity) {}
-  bool enabled() const { return capacity_ > 0; }
+  // Whether new entries are made: a capacity above 0 and not disabled by a knob (engine/knobs.h;
+  // disabling makes no new entries and leaves evicting the existing ones to the caller).
+  bool enabled() const { return capacity_ > 0 && !disabled_; }
+  void setDisabled(bool disabled) { disabled_ = disabled; }
 
   // Live entry or tombstone; nullptr if unknown. `live` tells which.
   const CacheEntry* find(uint32_t id, bool* live) const;
@@ -123,6 +126,7 @@ class CoordinatorCache {
     uint64_t evictedAt = 0;  // tombstones: the list that announced the eviction
   };
   int64_t capacity_;
+  bool disabled_ = false;
   uint32_t nextId_ = 0;
   uint64_t clock_ = 0;
   bool warned_ = false;

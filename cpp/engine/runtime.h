@@ -46,12 +46,14 @@
 #include "engine/coordinator.h"
 #include "engine/drive_gate.h"
 #include "engine/executor.h"
+#include "engine/knobs.h"
 #include "engine/message.h"
 #include "engine/observer.h"
 #include "engine/process_set_table.h"
 #include "engine/response_cache.h"
 #include "engine/stall_inspector.h"
 #include "engine/tensor_queue.h"
+#include "engine/tuner.h"
 #include "horovod/operation.h"
 #include "store/store.h"
 #include "transport/transport.h"
@@ -146,6 +148,14 @@ class Runtime {
   // Returns whether it was subscribed. Events whose delivery already began may still arrive.
   bool removeObserver(const std::shared_ptr<EngineObserver>& observer);
 
+  // ---- Knobs tuned at run time (knobs.h, tuner.h; runtime_tuning.cc) -----------------------
+  // The knobs in force on this rank (after init: the configured ones; the fusion threshold is
+  // rank 0's, rounded). Any thread.
+  Knobs knobs() const;
+  // Rank 0, after init: subscribes `tuner` and asks it for knob changes before each response
+  // list (replacing a previous tuner). InvalidArgument on other ranks or before init.
+  void setTuner(std::shared_ptr<Tuner> tuner);
+
  private:
   // ---- init (runtime_init.cc) ----
   void bootstrap(const InitOptions& options);
@@ -202,6 +212,13 @@ class Runtime {
   // Rank 0: a stall inspector scan, if one is due (the engine's thread, at each step). Logs its
   // warnings, fails diverged tensors, and throws Aborted when a stall must end the job.
   void maybeScanStalls();
+  // ---- knobs (runtime_tuning.cc) ----
+  void initKnobs();
+  // Every rank, at the start of a list carrying knobs (the engine's thread).
+  void applyKnobs(const Knobs& knobs);
+  void tuneCommunicator(ProcessSet& set) const;
+  // Rank 0, before each build(): hands the tuner's change, if any, to the coordinator.
+  void pollTuner();
 
   Config config_;
   // Declared before the parts that publish into it (coordinator, executor): it outlives them.
@@ -265,6 +282,17 @@ class Runtime {
   std::condition_variable exitCv_;
   bool loopExited_ = true;
   std::atomic<uint64_t> nonameCounter_{0};
+
+  // Knobs in force (applyKnobs); the engine's thread writes them, knobs() reads under knobsMu_.
+  // The three below are read outside the engine's thread too (enqueue, parks): atomics.
+  mutable std::mutex knobsMu_;
+  Knobs knobs_;
+  std::atomic<int64_t> burstQuietUs_{0};
+  std::atomic<int64_t> callerProgressUs_{0};
+  std::atomic<int64_t> callerSpinUs_{0};
+  std::atomic<bool> hasTuner_{false};
+  std::mutex tunerMu_;
+  std::shared_ptr<Tuner> tuner_;  // rank 0
 
   // Stats (written by the engine's thread).
   mutable std::mutex statsMu_;

@@ -21,11 +21,11 @@ std::string ranksText(const std::vector<int>& ranks) {
 }  // namespace
 
 std::shared_ptr<WorkImpl> Runtime::newWork(int members) {
-  return std::make_shared<WorkImpl>(members, config_.callerProgressUs > 0 ? gate_ : nullptr);
+  return std::make_shared<WorkImpl>(members, callerProgressUs_.load(std::memory_order_relaxed) > 0 ? gate_ : nullptr);
 }
 
 void Runtime::wakeEngine() {
-  if (config_.callerProgressUs > 0) {
+  if (callerProgressUs_.load(std::memory_order_relaxed) > 0) {
     // Nobody runs the engine (the background thread left fresh work to callers): do the
     // per-tensor request work here, so that a caller that waits finds its burst ready to send.
     std::unique_lock<std::mutex> token(gate_->token(), std::try_to_lock);

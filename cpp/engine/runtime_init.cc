@@ -233,6 +233,7 @@ void Runtime::bootstrap(const InitOptions& options) {
   for (size_t i = 0; i < staticSets.size(); ++i) {
     sets_.add(static_cast<int32_t>(i + 1), staticSets[i], transport_.get(), config_.timeout);
   }
+  initKnobs();
   if (rank == 0) {
     Coordinator::Options copts;
     copts.size = size;
@@ -296,6 +297,12 @@ void Runtime::shutdown() {
     roundStore_->wait(keys, grace);
   } catch (const std::exception&) {
     // Other ranks left earlier or are gone; nothing to wait for.
+  }
+  {
+    std::lock_guard<std::mutex> tunerLock(tunerMu_);
+    if (tuner_) observers_.remove(tuner_);
+    tuner_.reset();
+    hasTuner_ = false;
   }
   backends_.clear();
   sets_.clear();

@@ -139,7 +139,7 @@ bool Runtime::leaveToCallers() const {
   // Only fresh local work: the enqueueing thread is likely to wait for it soon and can then run
   // the whole step itself. Messages, coordinator work, shutdown and threads already blocked on
   // earlier operations (nobody would run the engine for them) are not left waiting.
-  return config_.callerProgressUs > 0 && (!queue_.empty() || !outgoing_.empty()) &&
+  return callerProgressUs_.load(std::memory_order_relaxed) > 0 && (!queue_.empty() || !outgoing_.empty()) &&
          !(coordinator_ && coordinator_->hasWork()) && !shutdownRequested_.load() &&
          !gate_->hasBlockedWaiters();
 }
@@ -150,7 +150,7 @@ bool Runtime::parkForCallers(std::unique_lock<std::mutex>& token) {
     stats_.parks++;
   }
   const uint64_t drivesBefore = drives_;
-  const auto window = std::chrono::microseconds(config_.callerProgressUs);
+  const auto window = std::chrono::microseconds(callerProgressUs_.load(std::memory_order_relaxed));
   auto wait = std::max(parkWait_, window);  // nextPark never goes below the window
   token.unlock();
   // A token still held when the park ends belongs to a driving caller (or, briefly, to an
@@ -170,7 +170,7 @@ bool Runtime::parkForCallers(std::unique_lock<std::mutex>& token) {
 bool Runtime::drive(const WorkImpl& work, Deadline deadline) {
   if (callerStopped_ || callerFailure_) return false;
   // This thread only waits for its peers now: it polls longer before it sleeps (poll_patience.h).
-  PollPatience::Scope patience(std::chrono::microseconds(config_.callerSpinUs));
+  PollPatience::Scope patience(std::chrono::microseconds(callerSpinUs_.load(std::memory_order_relaxed)));
   ++drives_;
   {
     std::lock_guard<std::mutex> lock(statsMu_);
@@ -261,8 +261,9 @@ bool Runtime::step() {
     }
     std::stable_sort(others.begin(), others.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     for (auto& [from, list] : others) coordinator_->ingest(from, list);
+    if (hasTuner_.load(std::memory_order_relaxed)) [[unlikely]] pollTuner();
     ResponseList list = coordinator_->build();
-    if (list.items.empty() && list.hits.empty() && !list.shutdown) return false;
+    if (list.items.empty() && list.hits.empty() && !list.shutdown && !list.knobs) return false;
     encode(list, sendBuffer_);
     for (int r = 1; r < topology_.size; ++r) transport_->post(r, sendBuffer_.data(), sendBuffer_.size());
     {
@@ -349,8 +350,8 @@ void Runtime::gatherBurst(RequestList& out, uint64_t pushesSeen) {
   // The per-tensor work (cache lookup, bookkeeping) is done here as the tensors arrive; only the
   // message waits for the burst to end, so that a step's hits travel as one bit vector and the
   // coordinator answers them with one list. A lone operation pays the quiet window.
-  if ((out.hits.empty() && out.requests.empty()) || config_.burstQuietUs <= 0) return;
-  const auto quiet = std::chrono::microseconds(config_.burstQuietUs);
+  if ((out.hits.empty() && out.requests.empty()) || burstQuietUs_.load(std::memory_order_relaxed) <= 0) return;
+  const auto quiet = std::chrono::microseconds(burstQuietUs_.load(std::memory_order_relaxed));
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   auto lastArrival = start;
@@ -399,6 +400,7 @@ bool Runtime::processList(ResponseList& list) {
     e.kind = EngineEventKind::kCycleStart;
     observers_.publish(e);
   }
+  if (list.knobs.has_value()) [[unlikely]] applyKnobs(*list.knobs);
   // Cache hits first (the coordinator put them first), derived locally: the same responses on
   // every rank. Evictions come last in `items`, so every hit id is still in the replica here.
   if (!list.hits.empty()) {
@@ -508,6 +510,7 @@ void Runtime::processResponse(Response& r) {
     case Kind::kAddProcessSet: {
       std::vector<int> ranks(r.setRanks.begin(), r.setRanks.end());
       sets_.add(r.setId, std::move(ranks), transport_.get(), config_.timeout);
+      if (ProcessSet* added = sets_.get(r.setId)) tuneCommunicator(*added);
       if (observers_.wants(EngineEventKind::kProcessSetAdded)) [[unlikely]] {
         publishSetChange(EngineEventKind::kProcessSetAdded, r.setId,
                          std::vector<int>(r.setRanks.begin(), r.setRanks.end()));

@@ -113,7 +113,7 @@ TEST(Config, BadValuesNameVariableAndValue) {
   expectBad("HOROVOD_CYCLE_TIME", "fast", "");
   expectBad("HOROVOD_CACHE_CAPACITY", "lots", "");
   expectBad("HOROVOD_STALL_CHECK_TIME_SECONDS", "1m", "");
-  expectBad("HOROVOD_AUTOTUNE", "sure", "");
+  expectBad("HOROVOD_BURST_QUIET_US", "soon", "");
   expectBad("HOROVOD_CONTROLLER", "nccl", "Unsupported controller type, only MPI and Gloo are supported");
   expectBad("HOROVOD_CPU_OPERATIONS", "cuda", "Unsupported CPU operation type, only MPI, oneCCL, and Gloo are supported");
   expectBad("HOROVOD_CONTROLLER", "mpi", "not built with MPI");
@@ -202,6 +202,21 @@ TEST(Lifecycle, OpsBeforeInitAndTypes) {
   rt.shutdown();  // idempotent
 }
 
+// Knobs set explicitly are recorded: autotuning leaves them alone.
+TEST(Config, RecordsWhichTunableKnobsWereSetExplicitly) {
+  engine::Config none = engine::Config::fromEnvironment(mapEnvironment({}));
+  EXPECT_FALSE(none.pinned.fusionThreshold || none.pinned.cacheCapacity || none.pinned.burstQuiet ||
+               none.pinned.callerProgress || none.pinned.callerSpin || none.pinned.allreduceAlgorithm ||
+               none.pinned.hierarchical);
+  engine::Config some = engine::Config::fromEnvironment(mapEnvironment(
+      {{"HOROVOD_FUSION_THRESHOLD", "1048576"}, {"HOROVOD_CACHE_CAPACITY", "0"}, {"HOROVOD_ALLREDUCE_ALGO", "ring"},
+       {"HOROVOD_HIERARCHICAL_ALLREDUCE", "0"}}));
+  EXPECT_TRUE(some.pinned.fusionThreshold);
+  EXPECT_TRUE(some.pinned.cacheCapacity);
+  EXPECT_TRUE(some.pinned.allreduceAlgorithm);
+  EXPECT_TRUE(some.pinned.hierarchical);
+  EXPECT_FALSE(some.pinned.burstQuiet);
+}
 }  // namespace
 }  // namespace hvd::test
 
@@ -213,13 +228,16 @@ namespace {
 TEST(Config, InertKnobsAreNamedInAWarningOnRankZero) {
   std::vector<std::string> lines;
   LogSink previous = setLogSink([&](LogLevel, const std::string& line) { lines.push_back(line); });
-  engine::Config::fromEnvironment(mapEnvironment(rankEnv(0, 2, {{"HOROVOD_AUTOTUNE", "1"}, {"HOROVOD_NUM_NCCL_STREAMS", "2"}})));
-  engine::Config::fromEnvironment(mapEnvironment(rankEnv(1, 2, {{"HOROVOD_AUTOTUNE", "1"}})));
+  engine::Config::fromEnvironment(
+      mapEnvironment(rankEnv(0, 2, {{"HOROVOD_TORUS_ALLREDUCE", "1"}, {"HOROVOD_NUM_NCCL_STREAMS", "2"}})));
+  engine::Config::fromEnvironment(mapEnvironment(rankEnv(1, 2, {{"HOROVOD_TORUS_ALLREDUCE", "1"}})));
   engine::Config::fromEnvironment(mapEnvironment(rankEnv(0, 2, {})));
+  // Autotuning works: no warning for it.
+  engine::Config::fromEnvironment(mapEnvironment(rankEnv(0, 2, {{"HOROVOD_AUTOTUNE", "1"}})));
   setLogSink(std::move(previous));
   ASSERT_EQ(lines.size(), 2u);
-  EXPECT_NE(lines[0].find("HOROVOD_AUTOTUNE is set but has no effect in this build: autotuning is not implemented"),
-            std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find("HOROVOD_TORUS_ALLREDUCE is set but has no effect in this build"), std::string::npos)
+      << lines[0];
   EXPECT_NE(lines[1].find("HOROVOD_NUM_NCCL_STREAMS is set but has no effect in this build"), std::string::npos)
       << lines[1];
 }
