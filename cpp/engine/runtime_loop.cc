@@ -220,9 +220,13 @@ void Runtime::maybeScanStalls() {
     return a.processSet != b.processSet ? a.processSet < b.processSet : a.name < b.name;
   });
   StallInspector::Verdict verdict = stall_->scan(pending, now);
-  if (!verdict.warning.empty()) HVD_LOG(Warning) << verdict.warning;
+  if (!verdict.warning.empty()) {
+    HVD_LOG(Warning) << verdict.warning;
+  }
   for (size_t i = 0; i < verdict.diverged.size(); ++i) {
-    if (i == 0) HVD_LOG(Error) << verdict.divergence[i];
+    if (i == 0) {
+      HVD_LOG(Error) << verdict.divergence[i];
+    }
     coordinator_->failPending(verdict.diverged[i].processSet, verdict.diverged[i].name, verdict.divergence[i]);
   }
   if (!verdict.shutdown.empty()) throw Aborted(verdict.shutdown);
