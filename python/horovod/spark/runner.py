@@ -167,12 +167,12 @@ def _supervise(context, group, num_proc, start_timeout, thread, stage, service, 
 
 
 def _first_failure(service):
-    failures = []
+    """The first failing process to report (results arrive in insertion order), or None."""
     for payload in service.results().values():
         value = cloudpickle.loads(payload)
         if isinstance(value, TaskOutcome) and value.exit_code != 0:
-            failures.append(value)
-    return min(failures, key=lambda o: o.rank) if failures else None
+            return value
+    return None
 
 
 def _failure_message(outcome):
