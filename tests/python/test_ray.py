@@ -67,7 +67,7 @@ def test_create_settings_writes_ssh_key_once(tmp_path):
 
 @pytest.fixture(scope='module')
 def cluster():
-    ray.init(num_cpus=CLUSTER_CPUS, include_dashboard=False, log_to_driver=False)
+    ray.init(address='local', num_cpus=CLUSTER_CPUS, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 
