@@ -33,7 +33,7 @@ def main():
     cloudpickle.register_pickle_by_value(digits_train)
     try:
         results = horovod.spark.run(digits_train.train, args=({'lr': args.lr, 'epochs': args.epochs},),
-                                    num_proc=args.num_proc, stdout=sys.stdout)
+                                    num_proc=args.num_proc)
     finally:
         spark.stop()
     print('final test accuracy: {:.3f} (rank 0), {} processes'.format(results[0]['test_accuracy'], len(results)))
