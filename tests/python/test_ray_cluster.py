@@ -33,7 +33,8 @@ def ray_node(*args):
     """A `ray start --block` process; terminating it stops the node's Ray processes."""
     ray_cli = os.path.join(os.path.dirname(sys.executable), 'ray')
     head_only = ['--include-dashboard=false'] if '--head' in args else []
-    return subprocess.Popen([ray_cli, 'start', '--block', '--num-cpus=1', '--disable-usage-stats'] + head_only + list(args), stdout=subprocess.DEVNULL,
+    command = [ray_cli, 'start', '--block', '--num-cpus=1', '--disable-usage-stats'] + head_only + list(args)
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
 
 
