@@ -11,7 +11,7 @@ import os
 DISTRIBUTED_FILES = ['test_core.py', 'test_torch.py', 'test_torch_optimizer.py', 'test_peer_lost.py',
                      'test_timeline.py']
 SINGLE_PROCESS_FILES = ['test_distributed.py', 'test_single_process.py', 'test_build_queries.py', 'test_ray.py',
-                        'test_ray_cluster.py', 'test_spark.py', 'test_spark_estimator.py']
+                        'test_ray_cluster.py', 'test_rendezvous_server.py', 'test_spark.py', 'test_spark_estimator.py']
 
 
 def under_launcher():
