@@ -100,7 +100,11 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, use_mpi=None,
     try:
         thread = InheritableThread(target=stage.run, name='horovod-spark-job', daemon=True)
         thread.start()
-        outcomes = _supervise(context, group, num_proc, start_timeout, thread, stage, service, log)
+        try:
+            outcomes = _supervise(context, group, num_proc, start_timeout, thread, stage, service, log)
+        except KeyboardInterrupt:
+            context.cancelJobGroup(group)  # do not leave the processes running
+            raise
     finally:
         service.shutdown()
         rendezvous.shutdown()
