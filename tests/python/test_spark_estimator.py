@@ -75,8 +75,12 @@ def digits(spark):
     return spark.createDataFrame(rows, ['features', 'label'])
 
 
-def test_fit_transform_history_and_resume(spark, digits, tmp_path):
-    store = LocalStore(str(tmp_path))
+@pytest.fixture(scope='module')
+def store(tmp_path_factory):
+    return LocalStore(str(tmp_path_factory.mktemp('store')))
+
+
+def test_fit_transform_history_and_checkpoint(spark, digits, store):
     estimator = make_estimator(store, run_id='digits')
     model = estimator.fit(digits)
     assert isinstance(model, TorchModel)
@@ -95,20 +99,19 @@ def test_fit_transform_history_and_resume(spark, digits, tmp_path):
     correct = sum(int(max(range(10), key=lambda k: r['logits'][k]) == r['label']) for r in rows)
     assert correct / len(rows) > 0.85
 
-    # Same run_id: resumes from the checkpoint (epoch 3 done), so epochs=5 trains one more epoch.
-    resumed = make_estimator(store, run_id='digits', epochs=5).fit(digits)
-    assert len(resumed.getHistory()['loss']) == 5
-    assert resumed.getHistory()['loss'][:4] == history['loss']
 
-
-def test_prepare_data_and_fit_on_parquet_with_validation_column(spark, digits, tmp_path):
+def test_prepare_data_fit_on_parquet_resumes_from_checkpoint(spark, digits, store):
+    """Same run_id as the test above: its checkpoint (epoch 3 of 4 done) is resumed, so
+    epochs=5 trains one more epoch, validating on the rows flagged in the is_val column."""
     from pyspark.sql import functions as F
-    store = LocalStore(str(tmp_path))
+    with store.open(store.get_checkpoint_path('digits'), 'rb') as f:
+        before = torch.load(f, weights_only=False)['history']
     df = digits.withColumn('is_val', (F.monotonically_increasing_id() % 5 == 0))
     with prepare_data(2, store, df, label_columns=['label'], feature_columns=['features'], validation='is_val',
                       partitions_per_process=2) as idx:
         assert store.is_parquet_dataset(store.get_val_data_path(idx))
-        estimator = make_estimator(store, epochs=1, validation=None)
-        model = estimator.fit_on_parquet(dataset_idx=idx)
-    assert len(model.getHistory()['val_loss']) == 1
+        model = make_estimator(store, run_id='digits', epochs=5, validation=None).fit_on_parquet(dataset_idx=idx)
+    history = model.getHistory()
+    assert len(history['loss']) == 5 and history['loss'][:4] == before['loss']
+    assert len(history['val_loss']) == 5
     assert not store.exists(store.get_train_data_path(idx))
