@@ -71,20 +71,22 @@ def test_raising_process_cancels_the_job(spark, tmp_path):
 
     def fail_on_rank_one():
         import os
-        import torch
-        import horovod.torch as hvd
-        hvd.init()
-        with open(os.path.join(pid_dir, str(hvd.rank())), 'w') as f:
-            f.write(str(os.getpid()))
-        if hvd.rank() == 1:
+        import time
+        rank = int(os.environ['HOROVOD_RANK'])
+        if rank == 1:
+            deadline = time.monotonic() + 60  # fail once rank 0 is up and about to wait for us
+            while not os.path.exists(os.path.join(pid_dir, '0')) and time.monotonic() < deadline:
+                time.sleep(0.1)
             raise ValueError('bad shard on this rank')
-        while True:  # would wait for rank 1 forever without the cancellation
-            hvd.allreduce(torch.ones(1))
+        import horovod.torch as hvd
+        with open(os.path.join(pid_dir, '0'), 'w') as f:
+            f.write(str(os.getpid()))
+        hvd.init()  # waits for rank 1 (up to the 120 s rendezvous timeout) unless its task is cancelled
 
     started = time.monotonic()
     with pytest.raises(RuntimeError, match=r'(?s)non-zero status.*Process name: 1\nExit code: 1\n.*ValueError: '
                                            r'bad shard on this rank'):
-        horovod.spark.run(fail_on_rank_one, num_proc=2)
+        horovod.spark.run(fail_on_rank_one, num_proc=2, env={'HOROVOD_GLOO_TIMEOUT_SECONDS': '120'})
     assert time.monotonic() - started < 90
     pid = int(open(os.path.join(pid_dir, '0')).read())
     deadline = time.monotonic() + 30

@@ -37,6 +37,8 @@ SparkJobSpec = collections.namedtuple(
 
 _job_counter = itertools.count()
 _POLL_SECONDS = 0.2
+# After the first failure report, how long to wait for the others before choosing the first.
+_FAILURE_GRACE_SECONDS = 1.0
 
 
 def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, use_mpi=None, use_gloo=None,
@@ -137,7 +139,7 @@ def _supervise(context, group, num_proc, start_timeout, thread, stage, service, 
     started_by = time.monotonic() + start_timeout
     started = False
     while True:
-        failure = _first_failure(service)
+        failure = _first_failure(service, grace_s=_FAILURE_GRACE_SECONDS)
         if failure is not None:
             log('rank {} exited with {}; cancelling job group {}'.format(failure.rank, failure.exit_code, group))
             context.cancelJobGroup(group)
@@ -162,7 +164,7 @@ def _supervise(context, group, num_proc, start_timeout, thread, stage, service, 
     outcomes = sorted(stage.outcomes, key=lambda o: o.rank)
     failed = [o for o in outcomes if o.exit_code != 0]
     if failed:
-        raise RuntimeError(_failure_message(failed[0]))
+        raise RuntimeError(_failure_message(min(failed, key=lambda o: o.exit_time)))
     payloads = service.results()
     missing = [r for r in range(num_proc) if r not in payloads]
     if missing:
@@ -170,13 +172,20 @@ def _supervise(context, group, num_proc, start_timeout, thread, stage, service, 
     return {'results': [cloudpickle.loads(payloads[r]) for r in range(num_proc)], 'outcomes': outcomes}
 
 
-def _first_failure(service):
-    """The first failing process to report (results arrive in insertion order), or None."""
-    for payload in service.results().values():
-        value = cloudpickle.loads(payload)
-        if isinstance(value, TaskOutcome) and value.exit_code != 0:
-            return value
-    return None
+def _first_failure(service, grace_s=0.0):
+    """The process that failed first (earliest exit), or None. With ``grace_s``, once one has
+    failed, waits that long for the reports of the others: a rank that loses its peer fails a
+    moment later and may report sooner."""
+    failures = _failures(service)
+    if failures and grace_s > 0:
+        time.sleep(grace_s)
+        failures = _failures(service)
+    return min(failures, key=lambda o: o.exit_time) if failures else None
+
+
+def _failures(service):
+    values = [cloudpickle.loads(payload) for payload in service.results().values()]
+    return [v for v in values if isinstance(v, TaskOutcome) and v.exit_code != 0]
 
 
 def _failure_message(outcome):

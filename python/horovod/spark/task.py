@@ -20,7 +20,9 @@ __all__ = ['host_hash', 'get_available_devices', 'TaskOutcome', 'run_horovod_pro
 # Bytes of each process's output kept for the driver (the end of it).
 _KEEP_OUTPUT_BYTES = 1 << 20
 
-TaskOutcome = collections.namedtuple('TaskOutcome', 'rank exit_code stdout stderr')
+# exit_time: the process's exit (wall clock of its host), so that the driver can tell the
+# process that failed first from those that failed because it did (lost their peer).
+TaskOutcome = collections.namedtuple('TaskOutcome', 'rank exit_code stdout stderr exit_time')
 
 
 def host_hash():
@@ -109,9 +111,10 @@ def run_horovod_process(job):
     for pump in pumps:
         pump.start()
     code = child.wait()
+    exit_time = time.time()
     for pump in pumps:
         pump.join()
-    outcome = TaskOutcome(slot.rank, code, pumps[0].text(), pumps[1].text())
+    outcome = TaskOutcome(slot.rank, code, pumps[0].text(), pumps[1].text(), exit_time)
     if code != 0:
         # Tell the driver at once, so that it cancels the other tasks (they may wait for us in a
         # collective) instead of waiting for Spark to notice.
