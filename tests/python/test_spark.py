@@ -97,6 +97,12 @@ def test_raising_process_cancels_the_job(spark, tmp_path):
     assert spark.sparkContext.parallelize(range(4), 2).sum() == 6
 
 
+def test_start_timeout_cancels_and_says_so(spark):
+    with pytest.raises(Exception, match='Timed out waiting for Spark tasks to start'):
+        horovod.spark.run(allreduce_and_topology, num_proc=2, start_timeout=0.001)
+    assert spark.sparkContext.parallelize(range(4), 2).sum() == 6
+
+
 def test_more_processes_than_slots_is_a_clear_error(spark):
     with pytest.raises(ValueError, match='num_proc=3 is more than the 2 task slots'):
         horovod.spark.run(allreduce_and_topology, num_proc=3)

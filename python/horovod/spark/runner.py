@@ -105,7 +105,7 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, use_mpi=None,
         try:
             outcomes = _supervise(context, group, num_proc, start_timeout, thread, stage, service, log)
         except KeyboardInterrupt:
-            context.cancelJobGroup(group)  # do not leave the processes running
+            _cancel(context, group, thread, stage, wait_s=5)  # do not leave the processes running
             raise
     finally:
         service.shutdown()
@@ -121,10 +121,13 @@ class _Stage:
         self.context, self.group, self.num_proc, self.spec = context, group, num_proc, spec
         self.outcomes = None
         self.error = None
+        self.cancelled = False
 
     def run(self):
         spec = self.spec
         try:
+            if self.cancelled:
+                return
             self.context.setJobGroup(self.group, 'Horovod job ({} processes)'.format(self.num_proc),
                                      interruptOnCancel=True)
             rdd = self.context.parallelize(range(self.num_proc), self.num_proc)
@@ -142,8 +145,7 @@ def _supervise(context, group, num_proc, start_timeout, thread, stage, service, 
         failure = _first_failure(service, grace_s=_FAILURE_GRACE_SECONDS)
         if failure is not None:
             log('rank {} exited with {}; cancelling job group {}'.format(failure.rank, failure.exit_code, group))
-            context.cancelJobGroup(group)
-            thread.join(timeout=60)
+            _cancel(context, group, thread, stage)
             raise RuntimeError(_failure_message(failure))
         if not thread.is_alive():
             break
@@ -152,8 +154,7 @@ def _supervise(context, group, num_proc, start_timeout, thread, stage, service, 
             if started:
                 log('all {} tasks started'.format(num_proc))
             elif time.monotonic() > started_by:
-                context.cancelJobGroup(group)
-                thread.join(timeout=60)
+                _cancel(context, group, thread, stage)
                 raise Exception(START_TIMEOUT_MESSAGE)
         thread.join(timeout=_POLL_SECONDS)
     if stage.error is not None:
@@ -170,6 +171,18 @@ def _supervise(context, group, num_proc, start_timeout, thread, stage, service, 
     if missing:
         raise RuntimeError('Horovod job finished but ranks {} returned no result'.format(missing))
     return {'results': [cloudpickle.loads(payloads[r]) for r in range(num_proc)], 'outcomes': outcomes}
+
+
+def _cancel(context, group, thread, stage, wait_s=60):
+    """Cancels the job group until the stage's thread ends (at most ``wait_s``): a job submitted
+    just after a cancellation would otherwise run on."""
+    stage.cancelled = True
+    deadline = time.monotonic() + wait_s
+    while True:
+        context.cancelJobGroup(group)
+        thread.join(timeout=0.5)
+        if not thread.is_alive() or time.monotonic() > deadline:
+            return
 
 
 def _first_failure(service, grace_s=0.0):
