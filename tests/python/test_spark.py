@@ -3,6 +3,7 @@ child process, ``local-cluster[2,1,1024]`` (two executor JVMs). Bounded by pytes
 
 import io
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -60,10 +61,13 @@ def spark():
 
 def test_two_processes_allreduce_in_rank_order(spark):
     out = io.StringIO()
-    results = horovod.spark.run(allreduce_and_topology, num_proc=2, env={'MY_FLAG': 'on'}, stdout=out)
+    results = horovod.spark.run(allreduce_and_topology, num_proc=2, env={'MY_FLAG': 'on'}, stdout=out,
+                                prefix_output_with_timestamp=True)
     assert results == [(3.0, 0, 0, 2, 'on'), (3.0, 1, 1, 2, 'on')]
-    assert '[0]<stdout>:hello from rank 0' in out.getvalue()
-    assert '[1]<stdout>:hello from rank 1' in out.getvalue()
+    asctime = r'\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}'  # horovodrun's layout: the time, then the tag
+    for rank in (0, 1):
+        line = r'(?m)^' + asctime + r'\[{0}\]<stdout>:hello from rank {0}$'.format(rank)
+        assert re.search(line, out.getvalue()), out.getvalue()
 
 
 def test_raising_process_cancels_the_job(spark, tmp_path):

@@ -69,10 +69,8 @@ class _Pump(threading.Thread):
 
     def run(self):
         for raw in iter(self.source.readline, b''):
-            line = raw.decode('utf-8', errors='replace')
-            if self.timestamps:
-                line = time.strftime('%a %b %d %H:%M:%S %Y') + ' ' + line
-            line = self.tag + line
+            # As horovodrun: "[rank]<stdout>:line", with time.asctime() in front if asked.
+            line = (time.asctime() if self.timestamps else '') + self.tag + raw.decode('utf-8', errors='replace')
             try:
                 self.sink.write(line)
                 self.sink.flush()
