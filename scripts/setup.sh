@@ -9,6 +9,7 @@ command -v mpirun >/dev/null || need_apt+=(openmpi-bin libopenmpi-dev)
 [ -f /usr/include/gtest/gtest.h ] || need_apt+=(libgtest-dev googletest)
 command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server openssh-client)
 command -v ip >/dev/null || need_apt+=(iproute2)
+command -v java >/dev/null || need_apt+=(openjdk-17-jre-headless)  # pyspark 4 needs Java 17+
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq
@@ -19,9 +20,12 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 
 # Exact versions: a bare 'torch' or 'tensorflow' would pull a multi-GB CUDA build. TensorFlow,
-# Keras 3 and tf-keras are for horovod.tensorflow / horovod.keras (CPU wheels).
+# Keras 3 and tf-keras are for horovod.tensorflow / horovod.keras (CPU wheels). Ray and Spark
+# (horovod.ray, horovod.spark) are pinned too; pandas stays below 3, which pyspark 4.3 does not
+# support yet.
 python3 -m pip install -q --disable-pip-version-check \
   "torch==2.13.0" "tensorflow-cpu==2.21.0" "keras==3.15.1" "tf-keras==2.21.0" numpy cloudpickle pyyaml packaging pytest scikit-learn matplotlib \
+  "ray[tune,train,client]==2.58.0" "pyspark==4.3.0" "pyarrow==26.0.1" "pandas==2.3.3" fsspec pytest-timeout \
   "nanobind==3.1.0" scikit-build-core cmake ninja 2>&1 | grep -v -E "^WARNING: (Running pip as|Location)" || true
 
 # Keras 3's JAX backend, for horovod.keras's tests (CPU wheels, exact versions).

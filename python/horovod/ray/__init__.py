@@ -1,0 +1,15 @@
+"""Horovod on Ray: ``RayExecutor`` runs a Horovod job whose processes are Ray actors.
+
+See docs/ray.md. Elastic jobs (``min_workers``, ``ElasticRayExecutor``) are not available yet.
+"""
+
+try:
+    import ray  # noqa: F401
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise ImportError('horovod.ray needs Ray: pip install "ray==2.58.0"') from e
+
+from horovod.ray.elastic import ElasticRayExecutor
+from horovod.ray.runner import RayExecutor
+from horovod.ray.worker import BaseHorovodWorker, report
+
+__all__ = ['RayExecutor', 'BaseHorovodWorker', 'ElasticRayExecutor', 'report']

@@ -1,0 +1,146 @@
+"""``RayExecutor``: a Horovod job whose processes are Ray actors.
+
+    executor = RayExecutor(RayExecutor.create_settings(timeout_s=30), num_workers=2)
+    executor.start()
+    results = executor.run(train_fn)      # train_fn calls hvd.init(); results in rank order
+    executor.shutdown()
+
+Static jobs only in this build: the elastic arguments raise until elastic training lands.
+"""
+
+import ray
+
+from horovod.ray.settings import create_settings
+from horovod.ray.static import StaticJob
+
+__all__ = ['RayExecutor', 'ELASTIC_NOT_AVAILABLE']
+
+ELASTIC_NOT_AVAILABLE = (
+    'Elastic Horovod on Ray ({what}) is not available in this build: it needs elastic training '
+    '(horovod.elastic / horovodrun --min-np), which has not landed yet. Run a static job with '
+    'num_workers (or num_hosts and num_workers_per_host) instead.')
+
+_NOT_INITIALIZED = ('Ray is not initialized: call ray.init() (a local cluster) or ray.init(address=...) '
+                    '(an existing cluster or "ray://host:10001" for Ray Client) before RayExecutor.start().')
+
+
+class RayExecutor:
+    """A fixed-size Horovod job on Ray (spec: horovod.ray.RayExecutor).
+
+    settings: from ``RayExecutor.create_settings``.
+    num_workers: number of Horovod processes, packed onto as few nodes as possible; or
+    num_hosts with num_workers_per_host: that many workers on each of that many distinct nodes.
+    cpus_per_worker, use_gpu, gpus_per_worker (default 1 with use_gpu): each actor's resources.
+    use_current_placement_group: inside a placement group (a Ray Tune trial), place the workers
+        in it rather than reserving a new one.
+    min_workers, max_workers, reset_limit, cooldown_range: elastic mode; not available yet
+        (RuntimeError naming what is missing). elastic_timeout and override_discovery only apply
+        to elastic mode and are otherwise ignored, as in Horovod.
+
+    Through Ray Client (``ray.init("ray://...")``) the job is driven from an actor on the
+    cluster, so that the workers can reach its rendezvous server.
+    """
+
+    create_settings = staticmethod(create_settings)
+
+    def __init__(self, settings, num_workers=None, num_hosts=None, num_workers_per_host=1, cpus_per_worker=1,
+                 use_gpu=False, gpus_per_worker=None, use_current_placement_group=True, min_workers=None,
+                 max_workers=None, reset_limit=None, cooldown_range=None, elastic_timeout=600,
+                 override_discovery=True):
+        if max_workers is not None and (min_workers is None or min_workers <= 0):
+            raise ValueError('max_workers requires a positive min_workers (elastic mode)')
+        if min_workers is not None and num_workers is not None:
+            raise ValueError('Both min_workers and num_workers provided: min_workers selects elastic mode, '
+                             'num_workers a static job; give one of them')
+        elastic = [name for name, value in (('min_workers', min_workers), ('max_workers', max_workers),
+                                            ('reset_limit', reset_limit), ('cooldown_range', cooldown_range))
+                   if value is not None]
+        if elastic:
+            raise RuntimeError(ELASTIC_NOT_AVAILABLE.format(what=', '.join(elastic)))
+        if gpus_per_worker is not None and not use_gpu:
+            raise ValueError('gpus_per_worker is set but use_gpu is False')
+        if num_hosts is not None:
+            if num_workers is not None:
+                raise ValueError('Give either num_workers or num_hosts (with num_workers_per_host), not both')
+            if num_hosts < 1 or num_workers_per_host < 1:
+                raise ValueError('num_hosts and num_workers_per_host must be at least 1')
+            num_workers = num_hosts * num_workers_per_host
+        elif num_workers is None:
+            raise ValueError('Give num_workers, or num_hosts and num_workers_per_host')
+        if num_workers < 1:
+            raise ValueError('num_workers must be at least 1, got {}'.format(num_workers))
+        if cpus_per_worker <= 0:
+            raise ValueError('cpus_per_worker must be positive, got {}'.format(cpus_per_worker))
+        self.settings = settings
+        self.num_workers = num_workers
+        self._job_args = (settings, num_workers, num_hosts, num_workers_per_host, cpus_per_worker, use_gpu,
+                          gpus_per_worker, use_current_placement_group)
+        self._job = None      # StaticJob in this process, or
+        self._remote = None   # an actor holding one (Ray Client)
+
+    def start(self, executable_cls=None, executable_args=None, executable_kwargs=None, extra_env_vars=None):
+        """Reserves the resources, starts the actors, gives them their Horovod environment and
+        instantiates ``executable_cls(*executable_args, **executable_kwargs)`` in each."""
+        if not ray.is_initialized():
+            raise RuntimeError(_NOT_INITIALIZED)
+        if self._job is not None or self._remote is not None:
+            raise RuntimeError('RayExecutor.start() was already called; call shutdown() first')
+        args = (executable_cls, executable_args, executable_kwargs, extra_env_vars)
+        if _is_ray_client():
+            self._remote = ray.remote(num_cpus=0)(StaticJob).remote(*self._job_args)
+            try:
+                ray.get(self._remote.start.remote(*args))
+            except BaseException:
+                self.shutdown()
+                raise
+        else:
+            self._job = StaticJob(*self._job_args)
+            self._job.start(*args)
+
+    def run(self, fn, args=None, kwargs=None, callbacks=None):
+        """``fn(*args, **kwargs)`` on every worker; the return values in rank order. ``callbacks``
+        are called on the driver with each value that rank 0 passes to ``horovod.ray.report``."""
+        return self._call('run', fn, args, kwargs, callbacks)
+
+    def execute(self, fn, callbacks=None):
+        """``fn(executable)`` on every worker (the object built by start()); rank order."""
+        return self._call('execute', fn, callbacks)
+
+    def execute_single(self, fn):
+        """``fn(executable)`` on rank 0 only; its return value."""
+        return self._call('execute_single', fn)
+
+    def run_remote(self, fn, args=None, kwargs=None):
+        """Starts ``fn(*args, **kwargs)`` on every worker and returns the ObjectRefs (rank order)
+        without waiting. Failures surface when the refs are got; the job is not stopped for them."""
+        return self._call('run_remote', fn, args, kwargs)
+
+    def shutdown(self):
+        """Stops the workers and frees their resources. Idempotent."""
+        if self._job is not None:
+            self._job.shutdown()
+            self._job = None
+        if self._remote is not None:
+            try:
+                ray.get(self._remote.shutdown.remote())
+            finally:
+                ray.kill(self._remote)
+                self._remote = None
+
+    def _call(self, method, *args):
+        if self._job is not None:
+            return getattr(self._job, method)(*args)
+        if self._remote is not None:
+            if (method == 'run' and args[3]) or (method == 'execute' and args[1]):
+                raise NotImplementedError('callbacks are not available through Ray Client in this build: '
+                                          'they would run on the cluster, not in this driver')
+            return ray.get(getattr(self._remote, method).remote(*args))
+        raise RuntimeError('RayExecutor has no workers: call start() first')
+
+
+def _is_ray_client():
+    try:
+        from ray.util.client import ray as client_ray
+        return client_ray.is_connected()
+    except ImportError:
+        return False

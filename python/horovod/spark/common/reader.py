@@ -1,0 +1,35 @@
+"""Reading a materialized Parquet dataset in a training process: each rank takes every
+``size``-th file (Spark writes one per partition, ``partitions_per_process`` per process), so
+the ranks read disjoint shards with pyarrow alone. The shard is loaded into memory as numpy
+arrays; the framework module wraps them (torch: a TensorDataset and a DataLoader).
+
+Why not Petastorm (what Horovod used): it is barely maintained and pins old pyarrow; a plain
+pyarrow reader needs nothing beyond what Spark's Parquet output already is."""
+
+import numpy as np
+import pyarrow.parquet as pq
+
+__all__ = ['read_shard']
+
+
+def read_shard(store, path, columns, rank, size):
+    """{column: numpy array} of rank ``rank``'s shard of the dataset at ``path``. Array columns
+    become 2-D arrays (rows x elements); integral columns stay integral (labels), the rest
+    float32. A rank whose shard is empty (fewer files than ranks) reads the whole dataset's
+    first file, so that every rank has batches to step with."""
+    files = store.parquet_files(path)
+    if not files:
+        raise ValueError('No Parquet files under {}: was the data prepared (prepare_data / fit)?'.format(path))
+    mine = files[rank::size] or files[:1]
+    tables = [pq.read_table(f, columns=columns, filesystem=store.fs) for f in mine]
+    arrays = {}
+    for column in columns:
+        chunks = [t.column(column).to_pylist() for t in tables]
+        values = [v for chunk in chunks for v in chunk]
+        array = np.asarray(values)
+        if array.dtype.kind == 'f' or array.dtype.kind == 'O':
+            array = array.astype(np.float32)
+        elif array.dtype.kind == 'b':
+            array = array.astype(np.float32)
+        arrays[column] = array
+    return arrays

@@ -1,0 +1,252 @@
+"""``horovod.spark.run``: a Horovod job whose processes run in the tasks of a Spark barrier stage.
+
+The driver (this module) serves the function and collects the results (``TaskService``, as
+``horovod.run`` does) and runs the job's rendezvous server; each of the ``num_proc`` barrier
+tasks starts one Horovod process (task.py). A failing process is reported by its task at once;
+the driver then cancels the job group, so no task is left waiting in a collective.
+"""
+
+import collections
+import itertools
+import os
+import secrets
+import sys
+import time
+
+import cloudpickle
+
+from horovod.runner.rendezvous_server import RendezvousServer
+from horovod.runner.task_service import TaskService
+from horovod.spark.task import TaskOutcome, run_horovod_process
+
+__all__ = ['run', 'run_elastic']
+
+NO_CONTEXT_MESSAGE = 'Could not find an active SparkContext, are you running in a PySpark session?'
+START_TIMEOUT_MESSAGE = (
+    'Timed out waiting for Spark tasks to start. Please check that you have enough resources to run all '
+    'Horovod processes. Each Horovod process runs in a Spark task. You may need to increase the '
+    'start_timeout parameter to a larger value if your Spark resources are allocated on-demand.')
+ELASTIC_NOT_AVAILABLE = (
+    'horovod.spark.run_elastic is not available in this build: it needs elastic training '
+    '(horovod.elastic / horovodrun --min-np), which has not landed yet. Use horovod.spark.run for a '
+    'fixed number of processes.')
+
+# What each task needs from the driver (pickled into the task closure).
+SparkJobSpec = collections.namedtuple(
+    'SparkJobSpec', 'driver_addr rendezvous_port task_port secret env executable timestamps')
+
+_job_counter = itertools.count()
+_POLL_SECONDS = 0.2
+# After the first failure report, how long to wait for the others before choosing the first.
+_FAILURE_GRACE_SECONDS = 1.0
+
+
+def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, use_mpi=None, use_gloo=None,
+        extra_mpi_args=None, env=None, stdout=None, stderr=None, verbose=1, nics=None,
+        prefix_output_with_timestamp=False, executable=None):
+    """Runs ``fn(*args, **kwargs)`` in ``num_proc`` Horovod processes, one per Spark task of a
+    barrier stage on the active SparkContext; returns the return values in rank order.
+
+    num_proc: default ``spark.default.parallelism``; more than the cluster's task slots is a
+        ValueError (a barrier stage needs all its tasks at once).
+    start_timeout: seconds for all tasks to start (default $HOROVOD_SPARK_START_TIMEOUT or 600).
+    use_gloo: the built-in controller (the only one); use_mpi / extra_mpi_args: ValueError, MPI
+        is not available to Spark tasks in this build.
+    env: variables added to each process's environment (on top of the executor's).
+    stdout, stderr: streams that receive every process's output, tagged ``[rank]<stdout>:``,
+        when the job ends; the output also goes live to the executors' stdout/stderr.
+    verbose: 2 and more logs the driver's steps to stderr.
+    nics: network interfaces for Horovod's TCP connections (the first is used).
+    executable: the Python interpreter of the Horovod processes (default: the executor's).
+
+    Raises Exception(NO_CONTEXT_MESSAGE) without an active SparkContext, and RuntimeError when a
+    process fails (Horovod's message naming its rank and exit code, with its stderr)."""
+    from pyspark import SparkContext
+    from pyspark.util import InheritableThread
+
+    if use_mpi and use_gloo:
+        raise ValueError('Argument use_gloo and use_mpi only allow one set True.')
+    if use_mpi or extra_mpi_args:
+        raise ValueError('horovod.spark.run: MPI is not available in this build (Spark tasks run the built-in '
+                         'Gloo-compatible controller); leave use_mpi and extra_mpi_args unset.')
+    context = SparkContext._active_spark_context
+    if context is None:
+        raise Exception(NO_CONTEXT_MESSAGE)
+    if start_timeout is None:
+        start_timeout = float(os.environ.get('HOROVOD_SPARK_START_TIMEOUT', '600'))
+    if num_proc is None:
+        num_proc = context.defaultParallelism
+    if num_proc < 1:
+        raise ValueError('num_proc must be at least 1, got {}'.format(num_proc))
+    _check_slots(context, num_proc)
+    if isinstance(nics, str):
+        nics = [nics]
+
+    def log(message):
+        if verbose >= 2:
+            sys.stderr.write('horovod.spark.run: {}\n'.format(message))
+
+    secret = secrets.token_hex(32)
+    worker_env = {k: str(v) for k, v in (env or {}).items()}
+    worker_env.pop('CUDA_VISIBLE_DEVICES', None)
+    if nics:
+        worker_env['HOROVOD_GLOO_IFACE'] = list(nics)[0]
+    driver_addr = context.getConf().get('spark.driver.host')
+    rendezvous = RendezvousServer(secret, '0.0.0.0')
+    service = TaskService(secret, cloudpickle.dumps((fn, args, kwargs)))
+    spec = SparkJobSpec(driver_addr, rendezvous.port, service.port, secret, worker_env, executable,
+                        prefix_output_with_timestamp)
+    group = 'horovod.spark.run.{}.{}'.format(os.getpid(), next(_job_counter))
+    log('job group {}: {} processes, rendezvous {}:{}'.format(group, num_proc, driver_addr, rendezvous.port))
+    stage = _Stage(context, group, num_proc, spec)
+    try:
+        thread = InheritableThread(target=stage.run, name='horovod-spark-job', daemon=True)
+        thread.start()
+        try:
+            outcomes = _supervise(context, group, num_proc, start_timeout, thread, stage, service, log)
+        except KeyboardInterrupt:
+            _cancel(context, group, thread, stage, wait_s=5)  # do not leave the processes running
+            raise
+    finally:
+        service.shutdown()
+        rendezvous.shutdown()
+    _write_output(outcomes, stdout, stderr)
+    return outcomes['results']
+
+
+class _Stage:
+    """The barrier stage, collected in a thread of its own (the driver watches meanwhile)."""
+
+    def __init__(self, context, group, num_proc, spec):
+        self.context, self.group, self.num_proc, self.spec = context, group, num_proc, spec
+        self.outcomes = None
+        self.error = None
+        self.cancelled = False
+
+    def run(self):
+        spec = self.spec
+        try:
+            if self.cancelled:
+                return
+            self.context.setJobGroup(self.group, 'Horovod job ({} processes)'.format(self.num_proc),
+                                     interruptOnCancel=True)
+            rdd = self.context.parallelize(range(self.num_proc), self.num_proc)
+            self.outcomes = rdd.barrier().mapPartitions(lambda _: [run_horovod_process(spec)]).collect()
+        except BaseException as e:  # surfaced by _supervise
+            self.error = e
+
+
+def _supervise(context, group, num_proc, start_timeout, thread, stage, service, log):
+    """Waits for the stage; on the first failing process cancels the job group and raises.
+    Returns {'results': [...], 'outcomes': [TaskOutcome...]}."""
+    started_by = time.monotonic() + start_timeout
+    started = False
+    while True:
+        failure = _first_failure(service, grace_s=_FAILURE_GRACE_SECONDS)
+        if failure is not None:
+            log('rank {} exited with {}; cancelling job group {}'.format(failure.rank, failure.exit_code, group))
+            _cancel(context, group, thread, stage)
+            raise RuntimeError(_failure_message(failure))
+        if not thread.is_alive():
+            break
+        if not started:
+            started = _all_tasks_started(context, group, num_proc)
+            if started:
+                log('all {} tasks started'.format(num_proc))
+            elif time.monotonic() > started_by:
+                _cancel(context, group, thread, stage)
+                raise Exception(START_TIMEOUT_MESSAGE)
+        thread.join(timeout=_POLL_SECONDS)
+    if stage.error is not None:
+        failure = _first_failure(service)
+        if failure is not None:
+            raise RuntimeError(_failure_message(failure)) from stage.error
+        raise RuntimeError('The Spark job of the Horovod processes failed: {}'.format(stage.error)) from stage.error
+    outcomes = sorted(stage.outcomes, key=lambda o: o.rank)
+    failed = [o for o in outcomes if o.exit_code != 0]
+    if failed:
+        raise RuntimeError(_failure_message(min(failed, key=lambda o: o.exit_time)))
+    payloads = service.results()
+    missing = [r for r in range(num_proc) if r not in payloads]
+    if missing:
+        raise RuntimeError('Horovod job finished but ranks {} returned no result'.format(missing))
+    return {'results': [cloudpickle.loads(payloads[r]) for r in range(num_proc)], 'outcomes': outcomes}
+
+
+def _cancel(context, group, thread, stage, wait_s=60):
+    """Cancels the job group until the stage's thread ends (at most ``wait_s``): a job submitted
+    just after a cancellation would otherwise run on."""
+    stage.cancelled = True
+    deadline = time.monotonic() + wait_s
+    while True:
+        context.cancelJobGroup(group)
+        thread.join(timeout=0.5)
+        if not thread.is_alive() or time.monotonic() > deadline:
+            return
+
+
+def _first_failure(service, grace_s=0.0):
+    """The process that failed first (earliest exit), or None. With ``grace_s``, once one has
+    failed, waits that long for the reports of the others: a rank that loses its peer fails a
+    moment later and may report sooner."""
+    failures = _failures(service)
+    if failures and grace_s > 0:
+        time.sleep(grace_s)
+        failures = _failures(service)
+    return min(failures, key=lambda o: o.exit_time) if failures else None
+
+
+def _failures(service):
+    values = [cloudpickle.loads(payload) for payload in service.results().values()]
+    return [v for v in values if isinstance(v, TaskOutcome) and v.exit_code != 0]
+
+
+def _failure_message(outcome):
+    message = ('Horovod detected that one or more processes exited with non-zero status, thus causing the job '
+               'to be terminated. The first process to do so was:\nProcess name: {}\nExit code: {}\n'.format(
+                   outcome.rank, outcome.exit_code))
+    tail = outcome.stderr.strip().splitlines()[-20:]
+    if tail:
+        message += 'Its last lines of stderr:\n' + '\n'.join(tail) + '\n'
+    return message
+
+
+def _all_tasks_started(context, group, num_proc):
+    tracker = context.statusTracker()
+    running = 0
+    for job_id in tracker.getJobIdsForGroup(group):
+        job = tracker.getJobInfo(job_id)
+        for stage_id in (job.stageIds if job else []):
+            info = tracker.getStageInfo(stage_id)
+            if info is not None:
+                running += info.numActiveTasks + info.numCompletedTasks
+    return running >= num_proc
+
+
+def _check_slots(context, num_proc):
+    """A barrier stage needs every task at once: more tasks than slots would only fail after
+    Spark's retries (minutes), so say so now. Skipped under dynamic allocation."""
+    conf = context.getConf()
+    if conf.get('spark.dynamicAllocation.enabled', 'false').lower() == 'true':
+        return
+    cpus_per_task = int(conf.get('spark.task.cpus', '1'))
+    slots = context.defaultParallelism // max(1, cpus_per_task)
+    if num_proc > slots:
+        raise ValueError('num_proc={} is more than the {} task slots of this Spark cluster (spark.default.parallelism '
+                         '{} / spark.task.cpus {}): a barrier stage runs all its tasks at once. Use num_proc <= {} or '
+                         'add executors.'.format(num_proc, slots, context.defaultParallelism, cpus_per_task, slots))
+
+
+def _write_output(outcomes, stdout, stderr):
+    for outcome in outcomes['outcomes']:
+        if stdout is not None and outcome.stdout:
+            stdout.write(outcome.stdout)
+        if stderr is not None and outcome.stderr:
+            stderr.write(outcome.stderr)
+
+
+def run_elastic(fn, args=(), kwargs={}, num_proc=None, min_num_proc=None, max_num_proc=None, start_timeout=None,
+                elastic_timeout=None, reset_limit=None, env=None, stdout=None, stderr=None, verbose=1, nics=None,
+                prefix_output_with_timestamp=False, min_np=None, max_np=None):
+    """Elastic Horovod on Spark: not available until elastic training lands (RuntimeError)."""
+    raise RuntimeError(ELASTIC_NOT_AVAILABLE)

@@ -1,0 +1,122 @@
+"""The training function that TorchEstimator runs in every Horovod process (through the
+backend): read this rank's shard, train with DistributedOptimizer, validate, checkpoint on rank
+0, and return the history and (rank 0) the trained weights."""
+
+import io
+
+__all__ = ['make_train_fn']
+
+
+def make_train_fn(spec):
+    """``spec`` is a TrainSpec (estimator.py): everything pickled to the processes."""
+
+    def train():
+        import cloudpickle
+        import torch
+        import horovod.torch as hvd
+        from horovod.spark.common.reader import read_shard
+
+        hvd.init()
+        if spec.random_seed is not None:
+            torch.manual_seed(spec.random_seed)
+        model = cloudpickle.loads(spec.model_bytes)
+        losses = [make() for make in spec.loss_constructors] if spec.loss_constructors else spec.losses
+        optimizer = spec.optimizer_cls(model.parameters(), **spec.optimizer_defaults)
+        optimizer.load_state_dict(spec.optimizer_state)
+        start_epoch, history = 0, {'loss': [], 'val_loss': []}
+        if spec.resume_checkpoint is not None:
+            checkpoint = torch.load(io.BytesIO(spec.resume_checkpoint), weights_only=False)
+            model.load_state_dict(checkpoint['model'])
+            optimizer.load_state_dict(checkpoint['optimizer'])
+            start_epoch, history = checkpoint['epoch'] + 1, checkpoint['history']
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+        optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
+                                             backward_passes_per_step=spec.backward_passes_per_step,
+                                             compression=spec.compression or hvd.Compression.none)
+
+        def loader(path, batch_size, shuffle):
+            arrays = read_shard(spec.store, path, spec.columns, hvd.rank(), hvd.size())
+            tensors = [torch.from_numpy(arrays[c]) for c in spec.columns]
+            generator = torch.Generator().manual_seed((spec.random_seed or 0) + hvd.rank())
+            return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(*tensors), batch_size=batch_size,
+                                               shuffle=shuffle, generator=generator)
+
+        def agreed_steps(data, wanted):
+            # Every rank must take the same number of steps (each is a collective).
+            steps = len(data) if wanted is None else min(wanted, len(data))
+            return int(hvd.allreduce(torch.tensor(steps), op=hvd.Min, name='steps').item())
+
+        def loss_of(batch):
+            n_features = len(spec.feature_cols)
+            inputs = [t.view(-1, *shape) if shape else t for t, shape in zip(batch[:n_features], spec.input_shapes)]
+            labels = [t.view(-1, *shape) if shape else t
+                      for t, shape in zip(batch[n_features:n_features + len(spec.label_cols)], spec.label_shapes)]
+            weights = batch[n_features + len(spec.label_cols)] if spec.sample_weight_col else None
+            outputs = model(*inputs)
+            outputs = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
+            total = 0.0
+            for metric in spec.metrics:
+                sums[metric.__name__] = sums.get(metric.__name__, 0.0) + float(metric(outputs[0], labels[0]))
+            for output, label, loss_fn, weight in zip(outputs, labels, losses, spec.loss_weights):
+                if label.dtype.is_floating_point and output.dim() == 2 and output.shape[1] == 1 and label.dim() == 1:
+                    label = label.view(-1, 1)
+                if weights is None:
+                    value = loss_fn(output, label)
+                else:
+                    value = (loss_fn(output, label, reduction='none').view(len(label), -1).mean(1) * weights).mean()
+                total = total + weight * value
+            return total
+
+        train_data = loader(spec.train_path, spec.batch_size, spec.shuffle)
+        val_data = loader(spec.val_path, spec.val_batch_size, False) if spec.val_path else None
+        train_steps = agreed_steps(train_data, spec.train_steps_per_epoch)
+        val_steps = agreed_steps(val_data, spec.validation_steps_per_epoch) if val_data else 0
+        sums = {}
+
+        def record(prefix, total, count):
+            history[prefix + 'loss'].append(hvd.allreduce(torch.tensor(total / max(count, 1)),
+                                                          name=prefix + 'loss').item())
+            for name, value in sorted(sums.items()):
+                history.setdefault(prefix + name, []).append(
+                    hvd.allreduce(torch.tensor(value / max(count, 1)), name=prefix + name).item())
+            sums.clear()
+
+        for epoch in range(start_epoch, spec.epochs):
+            model.train()
+            total, count = 0.0, 0
+            for step, batch in enumerate(train_data):
+                if step >= train_steps:
+                    break
+                optimizer.zero_grad()
+                loss = loss_of(batch)
+                loss.backward()
+                optimizer.step()
+                total, count = total + loss.item(), count + 1
+            record('', total, count)
+            if val_data is not None:
+                model.eval()
+                total, count = 0.0, 0
+                with torch.no_grad():
+                    for step, batch in enumerate(val_data):
+                        if step >= val_steps:
+                            break
+                        total, count = total + loss_of(batch).item(), count + 1
+                record('val_', total, count)
+            if hvd.rank() == 0:
+                if spec.verbose:
+                    print('epoch {}: {}'.format(epoch, ', '.join('{} {:.4f}'.format(k, v[-1])
+                                                                 for k, v in history.items() if v)), flush=True)
+                if spec.checkpoint_path:
+                    buffer = io.BytesIO()
+                    torch.save({'model': model.state_dict(), 'optimizer': optimizer.state_dict(), 'epoch': epoch,
+                                'history': history}, buffer)
+                    with spec.store.open(spec.checkpoint_path, 'wb') as f:
+                        f.write(buffer.getvalue())
+        if hvd.rank() != 0:
+            return None
+        buffer = io.BytesIO()
+        torch.save(model.state_dict(), buffer)
+        return {'history': history, 'state_dict': buffer.getvalue()}
+
+    return train

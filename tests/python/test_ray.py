@@ -1,0 +1,180 @@
+"""horovod.ray on a real local Ray cluster (``ray.init(num_cpus=2)``, started once for the file).
+
+Each test is bounded by pytest-timeout; a test that starts workers shuts them down and checks
+that the cluster's CPUs are free again (no leaked actors or placement groups)."""
+
+import os
+import sys
+import threading
+import time
+
+import pytest
+
+ray = pytest.importorskip('ray')
+from horovod.ray import ElasticRayExecutor, RayExecutor, report  # noqa: E402
+from horovod.ray.static import WorkerFailedError  # noqa: E402
+
+pytestmark = pytest.mark.timeout(240)
+# The workers cannot import this test module: ship its functions by value.
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+CLUSTER_CPUS = 2
+
+
+def allreduce_rank_plus_one():
+    import torch
+    import horovod.torch as hvd
+    hvd.init()
+    return hvd.allreduce(torch.tensor([hvd.rank() + 1.0]), op=hvd.Sum).item()
+
+
+def test_start_without_ray_init_names_the_fix():
+    assert not ray.is_initialized()
+    executor = RayExecutor(RayExecutor.create_settings(), num_workers=2)
+    with pytest.raises(RuntimeError, match=r'Ray is not initialized: call ray.init\(\)'):
+        executor.start()
+
+
+@pytest.mark.parametrize('kwargs, error, pattern', [
+    (dict(num_workers=2, max_workers=3), ValueError, 'max_workers requires a positive min_workers'),
+    (dict(num_workers=2, min_workers=1), ValueError, 'Both min_workers and num_workers'),
+    (dict(min_workers=1, max_workers=2), RuntimeError, 'Elastic Horovod on Ray .min_workers, max_workers. is not'),
+    (dict(num_workers=2, reset_limit=3), RuntimeError, 'not available in this build'),
+    (dict(num_workers=2, gpus_per_worker=1), ValueError, 'use_gpu is False'),
+    (dict(), ValueError, 'Give num_workers'),
+    (dict(num_workers=0), ValueError, 'at least 1'),
+])
+def test_bad_arguments(kwargs, error, pattern):
+    with pytest.raises(error, match=pattern):
+        RayExecutor(RayExecutor.create_settings(), **kwargs)
+
+
+def test_elastic_alias_says_elastic_is_missing():
+    with pytest.raises(RuntimeError, match='not available in this build'):
+        ElasticRayExecutor.create_settings(min_num_proc=1)
+    with pytest.raises(ValueError, match='gpus_per_slot'):
+        ElasticRayExecutor(None, gpus_per_slot=1)
+
+
+def test_create_settings_writes_ssh_key_once(tmp_path):
+    key = tmp_path / 'id'
+    settings = RayExecutor.create_settings(timeout_s=7, ssh_identity_file=str(key), ssh_str='KEY', nics={'lo'})
+    assert key.read_text() == 'KEY' and (os.stat(key).st_mode & 0o777) == 0o600
+    RayExecutor.create_settings(ssh_identity_file=str(key), ssh_str='OTHER')
+    assert key.read_text() == 'KEY'
+    assert settings.worker_environment() == {'HOROVOD_GLOO_TIMEOUT_SECONDS': '7', 'HOROVOD_GLOO_IFACE': 'lo'}
+
+
+@pytest.fixture(scope='module')
+def cluster():
+    ray.init(address='local', num_cpus=CLUSTER_CPUS, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def wait_for_free_cpus(seconds=30):
+    """True once every CPU of the cluster is free again (actors and placement groups released)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if ray.available_resources().get('CPU', 0) == CLUSTER_CPUS:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+class Counter:
+    def __init__(self, start):
+        self.value = start
+
+    def bump(self):
+        import os
+        self.value += 1 + int(os.environ['HOROVOD_RANK'])
+        return self.value
+
+
+def test_two_workers_allreduce_and_every_call(cluster):
+    executor = RayExecutor(RayExecutor.create_settings(timeout_s=30), num_workers=2)
+    executor.start(executable_cls=Counter, executable_args=[10], extra_env_vars={'MY_FLAG': 'x'})
+    try:
+        assert executor.run(allreduce_rank_plus_one) == [3.0, 3.0]
+        env = executor.run(lambda keys: [os.environ.get(k) for k in keys],
+                           args=[['HOROVOD_RANK', 'HOROVOD_SIZE', 'HOROVOD_LOCAL_RANK', 'HOROVOD_CROSS_SIZE',
+                                  'MY_FLAG']])
+        assert env == [['0', '2', '0', '1', 'x'], ['1', '2', '1', '1', 'x']]
+        assert executor.run(lambda a, b=0: a * 10 + b, args=[4], kwargs={'b': 2}) == [42, 42]
+        assert executor.execute(lambda counter: counter.bump()) == [11, 12]
+        assert executor.execute_single(lambda counter: counter.bump()) == 12
+        refs = executor.run_remote(lambda: int(os.environ['HOROVOD_RANK']))
+        assert ray.get(refs) == [0, 1]
+        seen = []
+
+        def reporting():
+            for step in range(3):
+                report({'step': step, 'rank': int(os.environ['HOROVOD_RANK'])})
+            return 'done'
+
+        assert executor.run(reporting, callbacks=[seen.append]) == ['done', 'done']
+        assert seen == [{'step': s, 'rank': 0} for s in range(3)]
+    finally:
+        executor.shutdown()
+    assert wait_for_free_cpus()
+
+
+def test_raising_worker_names_rank_and_releases_the_others(cluster):
+    executor = RayExecutor(RayExecutor.create_settings(timeout_s=20), num_workers=2)
+    executor.start()
+
+    def fail_on_rank_one():
+        import torch
+        import horovod.torch as hvd
+        hvd.init()
+        if hvd.rank() == 1:
+            raise ValueError('bad shard on this rank')
+        return hvd.allreduce(torch.ones(1)).item()  # waits for rank 1, which never comes
+
+    started = time.monotonic()
+    with pytest.raises(WorkerFailedError, match=r'rank 1 raised ValueError: bad shard on this rank') as info:
+        executor.run(fail_on_rank_one)
+    print(info.value)
+    assert info.value.rank == 1
+    assert time.monotonic() - started < 60
+    assert wait_for_free_cpus()
+    with pytest.raises(RuntimeError, match='shut down after a worker failed'):
+        executor.run(allreduce_rank_plus_one)
+    executor.shutdown()
+
+
+def test_killed_actor_is_an_error_within_seconds(cluster):
+    executor = RayExecutor(RayExecutor.create_settings(timeout_s=20), num_workers=2)
+    executor.start()
+    assert executor.run(allreduce_rank_plus_one) == [3.0, 3.0]  # both engines are up
+    victim = executor._job.workers[1]
+
+    def allreduce_for_a_long_time():
+        import torch
+        import horovod.torch as hvd
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            hvd.allreduce(torch.ones(1000))
+        return 'finished'
+
+    killer = threading.Timer(3.0, lambda: ray.kill(victim, no_restart=True))
+    killer.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(WorkerFailedError, match=r'rank 1 died during run') as info:
+            executor.run(allreduce_for_a_long_time)
+    finally:
+        killer.cancel()
+    print(info.value, '({:.1f} s)'.format(time.monotonic() - started))
+    assert info.value.rank == 1
+    assert time.monotonic() - started < 30
+    assert wait_for_free_cpus()
+
+
+def test_more_workers_than_cpus_is_a_clear_error(cluster):
+    settings = RayExecutor.create_settings(placement_group_timeout_s=3)
+    executor = RayExecutor(settings, num_workers=CLUSTER_CPUS + 1)
+    with pytest.raises(RuntimeError, match=r'Could not reserve resources for 3 Horovod workers .*CPU'):
+        executor.start()
+    assert wait_for_free_cpus()

@@ -1,0 +1,112 @@
+"""horovod.runner.rendezvous_server against a client written here from the wire format in
+cpp/store/store_protocol.h and cpp/common/hmac.h (the real engines use it in test_ray.py and
+test_spark.py): set/get/add/wait, blocking get, timeouts naming the missing keys, errors, and
+connections that fail the handshake."""
+
+import hashlib
+import hmac
+import os
+import socket
+import struct
+import threading
+import time
+
+import pytest
+
+from horovod.runner.rendezvous_server import RendezvousServer
+
+pytestmark = pytest.mark.timeout(60)
+SECRET = 'ab' * 32
+
+
+def recv_exact(sock, n):
+    data = b''
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError('closed')
+        data += chunk
+    return data
+
+
+def s32(data):
+    return struct.pack('<I', len(data)) + data
+
+
+class Client:
+    def __init__(self, port, secret=SECRET, identity=b'horovod-store-client'):
+        self.sock = socket.create_connection(('127.0.0.1', port), timeout=10)
+        challenge = recv_exact(self.sock, 36)
+        assert challenge[:4] == b'HVDA'
+        nonce_s, nonce_c = challenge[4:], os.urandom(32)
+        mac = hmac.new(secret.encode(), b'client' + nonce_s + identity + nonce_c, hashlib.sha256).digest()
+        self.sock.sendall(struct.pack('<H', len(identity)) + identity + nonce_c + mac)
+        answer = recv_exact(self.sock, 32)
+        expected = hmac.new(secret.encode(), b'server' + nonce_c + nonce_s + b'horovod-store-server',
+                            hashlib.sha256).digest()
+        assert answer == expected
+
+    def request(self, body):
+        self.sock.sendall(struct.pack('<I', len(body)) + body)
+        (length,) = struct.unpack('<I', recv_exact(self.sock, 4))
+        return recv_exact(self.sock, length)
+
+    def set(self, key, value):
+        return self.request(b'\x01' + s32(key) + s32(value))
+
+    def get(self, key, timeout_ms):
+        return self.request(b'\x02' + struct.pack('<Q', timeout_ms) + s32(key))
+
+    def add(self, key, delta):
+        return self.request(b'\x03' + s32(key) + struct.pack('<q', delta))
+
+    def wait(self, keys, timeout_ms):
+        return self.request(b'\x04' + struct.pack('<QI', timeout_ms, len(keys)) + b''.join(s32(k) for k in keys))
+
+
+@pytest.fixture
+def server():
+    srv = RendezvousServer(SECRET, '127.0.0.1')
+    yield srv
+    srv.shutdown()
+
+
+def test_set_get_add_wait(server):
+    c = Client(server.port)
+    assert c.set(b'k', b'v\x00x') == b'\x00'
+    assert c.get(b'k', 1000) == b'\x00' + s32(b'v\x00x')
+    assert c.add(b'n', 2) == b'\x00' + struct.pack('<q', 2)
+    assert c.add(b'n', -5) == b'\x00' + struct.pack('<q', -3)
+    assert c.get(b'n', 1000) == b'\x00' + s32(b'-3')
+    assert c.wait([b'k', b'n'], 1000) == b'\x00'
+
+
+def test_get_blocks_until_another_client_sets(server):
+    waiter, setter = Client(server.port), Client(server.port)
+    threading.Timer(0.3, lambda: setter.set(b'late', b'1')).start()
+    started = time.monotonic()
+    assert waiter.get(b'late', 10000) == b'\x00' + s32(b'1')
+    assert 0.2 < time.monotonic() - started < 5
+
+
+def test_timeout_names_missing_keys(server):
+    c = Client(server.port)
+    c.set(b'here', b'1')
+    reply = c.wait([b'here', b'absent'], 200)
+    assert reply == b'\x01' + struct.pack('<I', 1) + s32(b'absent')
+
+
+def test_errors(server):
+    c = Client(server.port)
+    c.set(b'text', b'abc')
+    reply = c.add(b'text', 1)
+    assert reply[0] == 2 and b"whose value is not an integer" in reply
+    assert c.request(b'\x09') == b'\x02' + s32(b'unknown request 9')
+    assert c.request(b'\x01\x05') == b'\x02' + s32(b'malformed set request')
+
+
+@pytest.mark.parametrize('secret, identity', [('cd' * 32, b'horovod-store-client'), (SECRET, b'someone-else')])
+def test_wrong_secret_or_identity_is_refused(server, secret, identity):
+    with pytest.raises((ConnectionError, OSError)):
+        Client(server.port, secret=secret, identity=identity)
+    assert server.refused == 1

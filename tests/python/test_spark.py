@@ -1,0 +1,141 @@
+"""horovod.spark.run on a real local Spark: ``local[2]`` (one session for the file) and, in a
+child process, ``local-cluster[2,1,1024]`` (two executor JVMs). Bounded by pytest-timeout."""
+
+import io
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+pyspark = pytest.importorskip('pyspark')
+import cloudpickle  # noqa: E402
+
+import horovod.spark  # noqa: E402
+
+pytestmark = pytest.mark.timeout(300)
+# The Horovod processes cannot import this test module: ship its functions by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def allreduce_and_topology():
+    import os
+    import torch
+    import horovod.torch as hvd
+    hvd.init()
+    total = hvd.allreduce(torch.tensor([hvd.rank() + 1.0]), op=hvd.Sum).item()
+    print('hello from rank', hvd.rank())
+    return total, hvd.rank(), hvd.local_rank(), hvd.local_size(), os.environ.get('MY_FLAG')
+
+
+def test_no_spark_context_is_the_spec_error():
+    from pyspark import SparkContext
+    assert SparkContext._active_spark_context is None
+    with pytest.raises(Exception, match='Could not find an active SparkContext, are you running in a PySpark '
+                                        'session?'):
+        horovod.spark.run(allreduce_and_topology, num_proc=2)
+
+
+def test_elastic_and_mpi_say_what_is_missing():
+    with pytest.raises(RuntimeError, match='run_elastic is not available in this build'):
+        horovod.spark.run_elastic(allreduce_and_topology, num_proc=2)
+    with pytest.raises(ValueError, match='MPI is not available'):
+        horovod.spark.run(allreduce_and_topology, use_mpi=True)
+    with pytest.raises(ValueError, match='only allow one'):
+        horovod.spark.run(allreduce_and_topology, use_mpi=True, use_gloo=True)
+
+
+@pytest.fixture(scope='module')
+def spark():
+    from pyspark.sql import SparkSession
+    session = (SparkSession.builder.master('local[2]').appName('horovod-test-spark')
+               .config('spark.ui.enabled', 'false').config('spark.ui.showConsoleProgress', 'false')
+               .getOrCreate())
+    session.sparkContext.setLogLevel('ERROR')
+    yield session
+    session.stop()
+
+
+def test_two_processes_allreduce_in_rank_order(spark):
+    out = io.StringIO()
+    results = horovod.spark.run(allreduce_and_topology, num_proc=2, env={'MY_FLAG': 'on'}, stdout=out,
+                                prefix_output_with_timestamp=True)
+    assert results == [(3.0, 0, 0, 2, 'on'), (3.0, 1, 1, 2, 'on')]
+    asctime = r'\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}'  # horovodrun's layout: the time, then the tag
+    for rank in (0, 1):
+        line = r'(?m)^' + asctime + r'\[{0}\]<stdout>:hello from rank {0}$'.format(rank)
+        assert re.search(line, out.getvalue()), out.getvalue()
+
+
+def test_raising_process_cancels_the_job(spark, tmp_path):
+    pid_dir = str(tmp_path)
+
+    def fail_on_rank_one():
+        import os
+        import time
+        rank = int(os.environ['HOROVOD_RANK'])
+        if rank == 1:
+            deadline = time.monotonic() + 60  # fail once rank 0 is up and about to wait for us
+            while not os.path.exists(os.path.join(pid_dir, '0')) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            raise ValueError('bad shard on this rank')
+        import horovod.torch as hvd
+        with open(os.path.join(pid_dir, '0'), 'w') as f:
+            f.write(str(os.getpid()))
+        hvd.init()  # waits for rank 1 (up to the 120 s rendezvous timeout) unless its task is cancelled
+
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match=r'(?s)non-zero status.*Process name: 1\nExit code: 1\n.*ValueError: '
+                                           r'bad shard on this rank'):
+        horovod.spark.run(fail_on_rank_one, num_proc=2, env={'HOROVOD_GLOO_TIMEOUT_SECONDS': '120'})
+    assert time.monotonic() - started < 90
+    pid = int(open(os.path.join(pid_dir, '0')).read())
+    deadline = time.monotonic() + 30
+    while os.path.exists('/proc/{}'.format(pid)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not os.path.exists('/proc/{}'.format(pid)), 'rank 0 outlived its cancelled task'
+    # The session is still usable.
+    assert spark.sparkContext.parallelize(range(4), 2).sum() == 6
+
+
+def test_start_timeout_cancels_and_says_so(spark):
+    with pytest.raises(Exception, match='Timed out waiting for Spark tasks to start'):
+        horovod.spark.run(allreduce_and_topology, num_proc=2, start_timeout=0.001)
+    assert spark.sparkContext.parallelize(range(4), 2).sum() == 6
+
+
+def test_more_processes_than_slots_is_a_clear_error(spark):
+    with pytest.raises(ValueError, match='num_proc=3 is more than the 2 task slots'):
+        horovod.spark.run(allreduce_and_topology, num_proc=3)
+
+
+LOCAL_CLUSTER_SCRIPT = textwrap.dedent('''
+    import sys
+    import cloudpickle
+    from pyspark.sql import SparkSession
+    import horovod.spark
+
+    def fn():
+        import torch
+        import horovod.torch as hvd
+        hvd.init()
+        return hvd.allreduce(torch.tensor([hvd.rank() + 1.0]), op=hvd.Sum).item(), hvd.local_size()
+
+    spark = (SparkSession.builder.master('local-cluster[2,1,1024]').config('spark.ui.enabled', 'false')
+             .config('spark.ui.showConsoleProgress', 'false').getOrCreate())
+    try:
+        print('RESULT', horovod.spark.run(fn, num_proc=2), flush=True)
+    finally:
+        spark.stop()
+''')
+
+
+def test_local_cluster_two_executors():
+    """Two executor JVMs on this machine: one Horovod process in each, same host hash."""
+    proc = subprocess.run([sys.executable, '-c', LOCAL_CLUSTER_SCRIPT], capture_output=True, text=True,
+                          timeout=280)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert 'RESULT [(3.0, 2), (3.0, 2)]' in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]

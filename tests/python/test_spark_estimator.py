@@ -1,0 +1,117 @@
+"""TorchEstimator / TorchModel on local[2] Spark with a LocalStore: fit on the digits data,
+transform, validation split, history, checkpoints and resume; stores and argument errors."""
+
+import sys
+
+import pytest
+
+pyspark = pytest.importorskip('pyspark')
+torch = pytest.importorskip('torch')
+import cloudpickle  # noqa: E402
+
+from horovod.spark.common.store import DBFSLocalStore, FilesystemStore, LocalStore, Store  # noqa: E402
+from horovod.spark.common.util import prepare_data  # noqa: E402
+from horovod.spark.torch import TorchEstimator, TorchModel  # noqa: E402
+
+pytestmark = pytest.mark.timeout(300)
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def test_store_create_picks_by_path(tmp_path):
+    assert type(Store.create(str(tmp_path))) is FilesystemStore
+    assert type(Store.create('dbfs:/x')) is DBFSLocalStore and Store.create('dbfs:/x').prefix_path == '/dbfs/x'
+    store = LocalStore(str(tmp_path))
+    assert store.get_train_data_path(3) == str(tmp_path / 'intermediate_train_data.3')
+    assert store.get_checkpoint_path('r1') == str(tmp_path / 'runs' / 'r1' / 'checkpoint')
+    assert store.spark_path(store.get_val_data_path()) == 'file://' + str(tmp_path / 'intermediate_val_data')
+    with store.open(store.get_checkpoint_path('r1'), 'wb') as f:
+        f.write(b'x')
+    assert store.exists(store.get_checkpoint_path('r1'))
+
+
+def accuracy(output, label):
+    return (output.argmax(1) == label).float().mean().item()
+
+
+def make_estimator(store, **overrides):
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
+    settings = dict(num_proc=2, store=store, model=model, optimizer=torch.optim.Adam(model.parameters(), lr=0.01),
+                    loss=torch.nn.functional.cross_entropy, metrics=[accuracy], feature_cols=['features'],
+                    label_cols=['label'], validation=0.2, batch_size=32, epochs=4, random_seed=1, verbose=0)
+    settings.update(overrides)
+    return TorchEstimator(**settings)
+
+
+def test_bad_arguments(tmp_path):
+    store = LocalStore(str(tmp_path))
+    with pytest.raises(ValueError, match='mutually exclusive'):
+        make_estimator(store, loss_constructors=[lambda: torch.nn.CrossEntropyLoss()])._validate()
+    with pytest.raises(NotImplementedError, match='transformation_fn=.... needs a Petastorm TransformSpec'):
+        make_estimator(store, transformation_fn=lambda x: x)._validate()
+    with pytest.raises(TypeError, match='unexpected parameters: no_such'):
+        make_estimator(store, no_such=1)
+    with pytest.raises(NotImplementedError, match='Keras adapter'):
+        from horovod.spark.keras import KerasEstimator
+        KerasEstimator(num_proc=2)
+
+
+@pytest.fixture(scope='module')
+def spark():
+    from pyspark.sql import SparkSession
+    session = (SparkSession.builder.master('local[2]').appName('horovod-test-estimator')
+               .config('spark.ui.enabled', 'false').config('spark.ui.showConsoleProgress', 'false')
+               .config('spark.sql.shuffle.partitions', '4').getOrCreate())
+    session.sparkContext.setLogLevel('ERROR')
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope='module')
+def digits(spark):
+    from pyspark.ml.linalg import Vectors
+    from sklearn.datasets import load_digits
+    data = load_digits()
+    rows = [(Vectors.dense((x / 16.0).tolist()), int(y)) for x, y in zip(data.data, data.target)]
+    return spark.createDataFrame(rows, ['features', 'label'])
+
+
+@pytest.fixture(scope='module')
+def store(tmp_path_factory):
+    return LocalStore(str(tmp_path_factory.mktemp('store')))
+
+
+def test_fit_transform_history_and_checkpoint(spark, digits, store):
+    estimator = make_estimator(store, run_id='digits')
+    model = estimator.fit(digits)
+    assert isinstance(model, TorchModel)
+    history = model.getHistory()
+    assert len(history['loss']) == 4 and len(history['val_loss']) == 4
+    assert history['loss'][-1] < history['loss'][0]
+    assert history['val_accuracy'][-1] > 0.85, history
+    assert store.exists(store.get_checkpoint_path('digits'))
+    # The intermediate data is removed after fit.
+    assert not store.exists(store.get_train_data_path(0))
+
+    predicted = model.setOutputCols(['logits']).transform(digits)
+    assert predicted.columns == ['features', 'label', 'logits']
+    rows = predicted.select('label', 'logits').collect()
+    assert len(rows) == digits.count() and len(rows[0]['logits']) == 10
+    correct = sum(int(max(range(10), key=lambda k: r['logits'][k]) == r['label']) for r in rows)
+    assert correct / len(rows) > 0.85
+
+
+def test_prepare_data_fit_on_parquet_resumes_from_checkpoint(spark, digits, store):
+    """Same run_id as the test above: its checkpoint (epoch 3 of 4 done) is resumed, so
+    epochs=5 trains one more epoch, validating on the rows flagged in the is_val column."""
+    from pyspark.sql import functions as F
+    with store.open(store.get_checkpoint_path('digits'), 'rb') as f:
+        before = torch.load(f, weights_only=False)['history']
+    df = digits.withColumn('is_val', (F.monotonically_increasing_id() % 5 == 0))
+    with prepare_data(2, store, df, label_columns=['label'], feature_columns=['features'], validation='is_val',
+                      partitions_per_process=2) as idx:
+        assert store.is_parquet_dataset(store.get_val_data_path(idx))
+        model = make_estimator(store, run_id='digits', epochs=5, validation=None).fit_on_parquet(dataset_idx=idx)
+    history = model.getHistory()
+    assert len(history['loss']) == 5 and history['loss'][:4] == before['loss']
+    assert len(history['val_loss']) == 5
+    assert not store.exists(store.get_train_data_path(idx))
