@@ -6,6 +6,7 @@ a ``TorchModel`` whose ``transform(df)`` adds the model's outputs as columns."""
 import collections
 import io
 import time
+import warnings
 
 import cloudpickle
 from pyspark.ml import Estimator
@@ -49,6 +50,11 @@ NOT_AVAILABLE = dict(
     continuous_cols='categorical/continuous column handling (give feature_cols)',
     categorical_cols='categorical/continuous column handling (give feature_cols)')
 
+# Petastorm reader tuning: meaningless for the in-memory pyarrow reader. A non-default value is
+# reported (a warning naming it), never silently dropped.
+READER_TUNING = ('train_reader_num_workers', 'val_reader_num_workers', 'reader_pool_type',
+                 'shuffle_buffer_size', 'inmemory_cache_all')
+
 
 class TorchEstimator(ParamsMixin, Estimator):
     """Horovod's TorchEstimator (spec §5). Required: store, model, optimizer (built on
@@ -58,7 +64,7 @@ class TorchEstimator(ParamsMixin, Estimator):
 
     Reader: every process loads its shard of the Parquet files into memory (see
     horovod.spark.common.reader), so the Petastorm-specific parameters (reader pool, reader
-    workers, shuffle buffer, in-memory cache) change nothing. ``use_gpu``: training runs on the
+    workers, shuffle buffer, in-memory cache) have no effect (a non-default value is warned about). ``use_gpu``: training runs on the
     CPU in this build. ``metrics``: callables ``metric(output, label) -> number``, averaged over
     the batches into the history (``<name>`` and ``val_<name>``)."""
 
@@ -73,6 +79,11 @@ class TorchEstimator(ParamsMixin, Estimator):
         for name, why in NOT_AVAILABLE.items():
             if s[name] not in (None, [], DEFAULTS[name]):
                 raise NotImplementedError('TorchEstimator({}=...) needs {}, which is not available.'.format(name, why))
+        changed = [n for n in READER_TUNING if s[n] != DEFAULTS[n]]
+        if changed:
+            warnings.warn('TorchEstimator: {} tune the Petastorm reader, which this build does not '
+                          'use (each process loads its Parquet shard into memory with pyarrow); '
+                          'they have no effect'.format(', '.join(changed)))
         if s['loss'] is not None and s['loss_constructors'] is not None:
             raise ValueError('loss and loss_constructors are mutually exclusive')
         if s['backward_passes_per_step'] is None or s['backward_passes_per_step'] <= 0:
