@@ -64,8 +64,8 @@ class TorchEstimator(ParamsMixin, Estimator):
 
     Reader: every process loads its shard of the Parquet files into memory (see
     horovod.spark.common.reader), so the Petastorm-specific parameters (reader pool, reader
-    workers, shuffle buffer, in-memory cache) have no effect (a non-default value is warned about). ``use_gpu``: training runs on the
-    CPU in this build. ``metrics``: callables ``metric(output, label) -> number``, averaged over
+    workers, shuffle buffer, in-memory cache) have no effect; a non-default value is named in a
+    warning. ``use_gpu``: training runs on the CPU in this build. ``metrics``: callables ``metric(output, label) -> number``, averaged over
     the batches into the history (``<name>`` and ``val_<name>``)."""
 
     _defaults = DEFAULTS
