@@ -1,5 +1,5 @@
-// The Horovod TensorFlow kernel library: graph ops whose asynchronous CPU kernels enqueue a
-// collective in the core of horovod._core and finish the op when it completes.
+// The Horovod TensorFlow kernel library: graph ops whose CPU kernels enqueue a collective in the
+// core of horovod._core and finish the op when it has completed.
 //
 // Loaded with tf.load_op_library() by horovod.tensorflow after `import tensorflow`: its static
 // initializer resolves TensorFlow's C API (tf_c_api.h) and registers the ops and kernels; then
