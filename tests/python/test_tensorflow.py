@@ -123,6 +123,26 @@ def test_allreduce_average_min_max_product_and_scaling():
     assert scaled.numpy().tolist() == [3 * n()] * 4
 
 
+def test_device_dense_and_sparse_place_the_ops():
+    x = tf.constant([1.0, 2.0])
+
+    @tf.function
+    def placed(x):
+        return hvd.allreduce(x, device_dense='/cpu:0', op=hvd.Sum, name='placed')
+
+    graph = placed.get_concrete_function(x).graph
+    devices = [op.device for op in graph.get_operations()
+               if op.type in ('HorovodAllreduce', 'EagerPyFunc')]
+    assert devices and all(d.endswith('CPU:0') for d in devices), devices
+    assert placed(x).numpy().tolist() == [hvd.size() * 1.0, hvd.size() * 2.0]
+    # A device this machine lacks falls back to the CPU (TensorFlow's soft placement).
+    gpu = hvd.allreduce(x, device_dense='/device:GPU:0', op=hvd.Sum, name='placed_gpu')
+    assert gpu.numpy().tolist() == [hvd.size() * 1.0, hvd.size() * 2.0]
+    sparse = tf.IndexedSlices(tf.ones([1, 2]), tf.constant([hvd.rank()], tf.int64), [4, 2])
+    gathered = hvd.allreduce(sparse, device_sparse='/cpu:0', op=hvd.Sum, name='placed_sparse')
+    assert gathered.indices.numpy().tolist() == list(range(hvd.size()))
+
+
 def test_allreduce_average_argument():
     x = tf.ones([3])
     with pytest.warns(DeprecationWarning):
