@@ -145,6 +145,19 @@ def test_optimizer_is_a_new_instance_of_the_same_class():
     assert type(hvd.DistributedOptimizer(opt)) is type(opt)  # wrapping twice: same class
 
 
+def test_device_dense_places_the_reduction():
+    """fit with device_dense set trains exactly like the single-process run (the reduction ran,
+    placed on the named device), and the optimizer carries the placement to its reducer."""
+    sgd = keras.optimizers.SGD(0.05)
+    wrap = lambda opt: hvd.DistributedOptimizer(opt, device_dense='/cpu:0')  # noqa: E731
+    model, _ = train(sgd, distributed=True, wrap=wrap)
+    reference, _ = train(keras.optimizers.SGD(0.05), distributed=False)
+    for a, b in zip(weights(model), weights(reference)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.05), device_dense='/cpu:0')
+    assert opt._hvd.device_kwargs == {'device_dense': '/cpu:0', 'device_sparse': ''}
+
+
 def test_optimizer_validation():
     sgd = keras.optimizers.SGD(0.1)
     for op in (hk.Adasum, 3):

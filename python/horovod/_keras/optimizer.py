@@ -234,11 +234,12 @@ def create_distributed_optimizer(backend, optimizer, name=None, compression=None
                                  sparse_as_dense=False, gradient_predivide_factor=1.0, op=None,
                                  backward_passes_per_step=1, average_aggregated_gradients=False,
                                  num_groups=0, groups=None, process_set=None,
-                                 scale_local_gradients=True):
+                                 scale_local_gradients=True, device_dense='', device_sparse=''):
     """Builds the distributed optimizer; ``backend`` is the Keras it runs on."""
     settings = ReduceSettings(backend, compression, sparse_as_dense, gradient_predivide_factor,
                               op, backward_passes_per_step, average_aggregated_gradients,
-                              num_groups, groups, process_set, scale_local_gradients)
+                              num_groups, groups, process_set, scale_local_gradients,
+                              device_dense=device_dense, device_sparse=device_sparse)
     base = type(optimizer)
     if issubclass(base, _DistributedMixin):  # wrapping twice: rebuild from the user's class
         base = next(c for c in base.__mro__ if not issubclass(c, _DistributedMixin))

@@ -8,8 +8,9 @@ that backend's trainer hands to ``optimizer.apply``.
   (``jax.experimental.io_callback``, ordered) around a grouped allreduce of numpy arrays; it
   also runs eagerly when the model is compiled with ``jit_compile=False``.
 
-Each takes ``(tensors, name, op, prescale_factor, postscale_factor, process_set)`` and returns a
-list of reduced tensors of the same shapes and dtypes, reduced in one call into the core.
+Each takes ``(tensors, name, op, prescale_factor, postscale_factor, process_set)`` (TensorFlow's
+also ``device_dense``/``device_sparse``) and returns a list of reduced tensors of the same shapes
+and dtypes, reduced in one call into the core.
 """
 
 import numpy as np
@@ -17,11 +18,12 @@ import numpy as np
 from horovod._keras import numpy_ops
 
 
-def tensorflow(tensors, name, op, prescale_factor, postscale_factor, process_set):
+def tensorflow(tensors, name, op, prescale_factor, postscale_factor, process_set,
+               device_dense='', device_sparse=''):
     from horovod.tensorflow.collectives import grouped_allreduce
     return grouped_allreduce(list(tensors), op=op, prescale_factor=prescale_factor,
                              postscale_factor=postscale_factor, process_set=process_set,
-                             name=name)
+                             name=name, device_dense=device_dense, device_sparse=device_sparse)
 
 
 def torch(tensors, name, op, prescale_factor, postscale_factor, process_set):

@@ -31,7 +31,11 @@ class ReduceSettings:
 
     def __init__(self, backend, compression, sparse_as_dense, gradient_predivide_factor, op,
                  backward_passes_per_step, average_aggregated_gradients, num_groups, groups,
-                 process_set, scale_local_gradients):
+                 process_set, scale_local_gradients, device_dense='', device_sparse=''):
+        if (device_dense or device_sparse) and backend.name != 'tensorflow':
+            raise ValueError('device_dense/device_sparse name TensorFlow devices; with Keras on '
+                             'the {} backend, leave them empty (gradients are reduced where the '
+                             'backend keeps them)'.format(backend.name))
         if op not in (Average, Sum):
             raise ValueError('op currently only supports Average and Sum')
         if gradient_predivide_factor != 1.0 and op != Average:
@@ -71,6 +75,9 @@ class ReduceSettings:
         self.average_aggregated_gradients = average_aggregated_gradients
         self.groups = groups
         self.process_set = process_set
+        # TensorFlow backend only (checked above): where the reduction ops run.
+        self.device_kwargs = ({'device_dense': device_dense, 'device_sparse': device_sparse}
+                              if device_dense or device_sparse else {})
         self.scale_local_gradients = scale_local_gradients
         self.local_vars = set()
         self.name = 'DistributedOptimizer_{}'.format(next(_instances))
@@ -149,7 +156,7 @@ class ReduceSettings:
                     compressed.append(c)
                     ctxs.append(ctx)
             reduced = reducer(compressed, '{}.g{}'.format(self.name, n), self.op, prescale,
-                              postscale, self.process_set)
+                              postscale, self.process_set, **self.device_kwargs)
             for i, r, ctx in zip(group, reduced, ctxs):
                 grads[i] = r if _is_sparse(r) else self.compression.decompress(r, ctx)
         return grads

@@ -48,9 +48,12 @@ def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse=''
     op: Average or Sum. gradient_predivide_factor: Average only. backward_passes_per_step:
     sum gradients locally over that many calls, then reduce and apply. ``register_local_var(var)`` on the result keeps a variable's gradient local.
     ``compression``: ``hvd.Compression.fp16``/``bf16`` cast with keras.ops on any backend.
+    ``device_dense`` / ``device_sparse``: TensorFlow devices for the reduction ops (TensorFlow
+    backend only; ValueError on the others).
     """
     return _optimizer.create_distributed_optimizer(
-        _backend, optimizer, name=name, compression=compression,
+        _backend, optimizer, name=name, compression=compression, device_dense=device_dense,
+        device_sparse=device_sparse,
         sparse_as_dense=sparse_as_dense, gradient_predivide_factor=gradient_predivide_factor,
         op=op, backward_passes_per_step=backward_passes_per_step,
         average_aggregated_gradients=average_aggregated_gradients, num_groups=num_groups,
@@ -73,7 +76,8 @@ def PartialDistributedOptimizer(optimizer, name=None, device_dense='', device_sp
         if not isinstance(layer, _keras_module.layers.Layer):
             raise ValueError('local_layers must be a Keras layer or a list of Keras layers, got '
                              '{}'.format(type(layer).__name__))
-    opt = DistributedOptimizer(optimizer, name=name, compression=compression,
+    opt = DistributedOptimizer(optimizer, name=name, device_dense=device_dense,
+                               device_sparse=device_sparse, compression=compression,
                                sparse_as_dense=sparse_as_dense,
                                gradient_predivide_factor=gradient_predivide_factor, op=op,
                                groups=groups, backward_passes_per_step=backward_passes_per_step,

@@ -48,11 +48,12 @@ def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse=''
     that many calls, then reduce and apply (divided by the count when
     average_aggregated_gradients). sparse_as_dense: reduce tf.IndexedSlices as dense tensors
     (otherwise they are gathered). register_local_var(var) on the result keeps a variable's
-    gradient local (divided by the set size when scale_local_gradients). ``device_*`` are
-    accepted for compatibility.
+    gradient local (divided by the set size when scale_local_gradients). ``device_dense`` /
+    ``device_sparse``: TensorFlow devices for the reduction ops (TensorFlow backend only).
     """
     return _optimizer.create_distributed_optimizer(
-        _backend, optimizer, name=name, compression=compression,
+        _backend, optimizer, name=name, compression=compression, device_dense=device_dense,
+        device_sparse=device_sparse,
         sparse_as_dense=sparse_as_dense, gradient_predivide_factor=gradient_predivide_factor,
         op=op, backward_passes_per_step=backward_passes_per_step,
         average_aggregated_gradients=average_aggregated_gradients, num_groups=num_groups,
