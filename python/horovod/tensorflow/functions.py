@@ -8,6 +8,7 @@ from horovod.common.process_sets import global_process_set
 from horovod.tensorflow import _execute
 from horovod.tensorflow import mpi_ops as _mpi
 
+
 def _variable_names(variables, prefix):
     """Core names for broadcasting ``variables``: position and variable name, identical on
     every rank that builds the same model."""

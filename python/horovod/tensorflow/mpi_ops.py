@@ -1,13 +1,14 @@
 """TensorFlow collectives on the Horovod core: the raw, differentiable operations.
 
-Every collective here is one call into the core for a whole group of tensors, made by
-``horovod.tensorflow._execute`` (eagerly with DLPack views; inside a graph or ``tf.function`` as
-one stateful graph op, ordered like any other stateful op). This module adds what TensorFlow users
-expect on top: Horovod's naming rules, gradients (``tf.custom_gradient``), output shapes and
-errors that are ``tf.errors`` as well as Horovod's exceptions.
+Every collective here is one op, and one call into the core, for a whole group of tensors, made
+by ``horovod.tensorflow._execute`` (Horovod's TensorFlow kernel library, or ``tf.py_function``;
+eagerly and inside a graph or ``tf.function``, where the op is stateful and keeps its program
+order). This module adds what TensorFlow users expect on top: Horovod's naming rules, gradients
+(``tf.custom_gradient``), output shapes and errors that are ``tf.errors`` as well as Horovod's
+exceptions.
 
 Naming (the matching key across ranks): eagerly, ``name`` as given, or a generated one-off name
-counted per call like torch's handles; inside a graph, the graph node name Horovod would give
+counted per call and process set; inside a graph, the graph node name Horovod would give
 (``HorovodAllreduce_<tensor name>`` under the current name scope, unique in the graph), or only
 its last component with ``ignore_name_scope=True``. The core sees ``<op prefix><name>``
 (``allreduce.``, ``allgather.``, ...), as for every adapter.
