@@ -2,9 +2,7 @@
 // (built-in or mpirun), and turn every failure into a one-line message and an exit status:
 //   0 success; 1 a worker failed or the job could not start; 2 bad input (nothing started);
 //   128 + signal when interrupted.
-#include <poll.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -13,7 +11,6 @@
 
 #include "check_build.h"
 #include "cli.h"
-#include "common/deadline.h"
 #include "config_file.h"
 #include "env.h"
 #include "gloo_launch.h"
@@ -33,45 +30,6 @@ std::string pathEnv() {
   return p != nullptr ? p : "/usr/local/bin:/usr/bin:/bin";
 }
 
-// Runs the discovery script once (this launcher has no elastic driver yet) and returns its
-// hosts. Horovod's rule: a failing first call fails the job.
-std::vector<HostSlots> discoverHostsOnce(const Options& o) {
-  SpawnRequest request;
-  request.path = o.hostDiscoveryScript->find('/') == std::string::npos
-                     ? resolveExecutable(*o.hostDiscoveryScript, pathEnv())
-                     : *o.hostDiscoveryScript;
-  if (request.path.empty() || resolveExecutable(request.path, "").empty()) {
-    throw UsageError("host discovery script " + *o.hostDiscoveryScript + " is not an executable file");
-  }
-  request.argv = {request.path};
-  EnvMap own = inheritedEnvironment();
-  request.env = renderEnvironment({&own});
-  SpawnedProcess p = spawnProcess(request);
-  std::string output;
-  Deadline deadline = Deadline::after(std::chrono::seconds(60));
-  while (p.stdoutFd >= 0 && !deadline.expired()) {
-    pollfd pfd{p.stdoutFd, POLLIN, 0};
-    poll(&pfd, 1, deadline.pollTimeoutMs(1000));
-    char buf[4096];
-    ssize_t n = read(p.stdoutFd, buf, sizeof(buf));
-    if (n > 0) {
-      output.append(buf, static_cast<size_t>(n));
-    } else if (n == 0 || errno != EAGAIN) {
-      close(p.stdoutFd);
-      p.stdoutFd = -1;
-    }
-  }
-  if (p.stdoutFd >= 0) close(p.stdoutFd);
-  close(p.stderrFd);
-  kill(-p.pid, SIGKILL);  // no-op when it finished
-  int status = 0;
-  waitpid(p.pid, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    throw LaunchError("Failed to execute discovery script: " + *o.hostDiscoveryScript +
-                      ". Exit code: " + std::to_string(exitCodeOf(status)));
-  }
-  return parseDiscoveredHosts(output, o.slotsPerHost.value_or(1));
-}
 
 int runMpiJob(const Options& o, const std::vector<HostSlots>& hosts, int signalFd) {
   std::string mpirun = resolveExecutable("mpirun", pathEnv());
@@ -138,24 +96,21 @@ int runLauncher(const std::vector<std::string>& args, int signalFd) {
     return 0;
   }
 
+  if (options.anyElasticFlag()) {
+    // No elastic driver yet: an elastic job run as a fixed one would not survive what it was
+    // asked to survive, so the flags are refused rather than ignored.
+    throw UsageError(
+        "elastic training (--min-np, --max-np, --slots-per-host, --elastic-timeout, --reset-limit, "
+        "--blacklist-cooldown-range, --host-discovery-script) is not implemented by this horovodrun "
+        "yet; run a fixed-size job with -np N and -H/--hostfile (see docs/running.md#elastic-flags)");
+  }
   std::vector<HostSlots> hosts;
-  if (options.hostDiscoveryScript.has_value()) {
-    hosts = discoverHostsOnce(options);
-  } else if (options.hostfile.has_value()) {
+  if (options.hostfile.has_value()) {
     hosts = parseHostfile(*options.hostfile);
   } else if (options.hosts.has_value()) {
     hosts = parseHosts(*options.hosts);
   }
-  if (options.elastic()) {
-    // Elastic flags are accepted; without an elastic driver the job runs with a fixed set of
-    // processes on the hosts known now.
-    if (!options.numProc.has_value()) options.numProc = options.minNumProc.value_or(totalSlots(hosts));
-    if (options.maxNumProc.has_value() && *options.numProc > *options.maxNumProc) options.numProc = options.maxNumProc;
-    say(2, "horovodrun: warning: elastic mode is not implemented by this launcher yet; running a static job with " +
-               std::to_string(*options.numProc) + " processes\n");
-  }
   if (hosts.empty()) {
-    if (options.hostDiscoveryScript.has_value()) throw LaunchError("the host discovery script found no hosts");
     hosts.push_back({"localhost", *options.numProc});
   }
 

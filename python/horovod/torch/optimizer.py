@@ -241,7 +241,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             if entry is not None:
                 return self._bucket_hook(p, entry[0], entry[1])
             if self._buckets is None and self._bucket_cap:
-                # Not built yet: record the order gradients become final, and which are sparse.
+                # Buckets are laid out after the first step: until then, record the order in
+                # which gradients become final, and which are sparse.
                 if p not in self._ready_seen:
                     self._ready_seen.add(p)
                     self._ready_order.append(p)
