@@ -1,8 +1,8 @@
 """The behaviour of ``hvd.callbacks``, independent of which Keras runs it.
 
-Each class here is a mixin: the public modules (``horovod.keras.callbacks``,
-``horovod.tensorflow.keras.callbacks``) combine it with their Keras's ``Callback`` (or
-``ModelCheckpoint``) and set ``_backend`` to their ``KerasBackend``. Values cross ranks as numpy
+Each class here is a mixin: ``define_callbacks`` combines it with a Keras's ``Callback`` (or
+``ModelCheckpoint``) and that Keras's ``KerasBackend`` into the public classes of
+``horovod.keras.callbacks`` and ``horovod.tensorflow.keras.callbacks``. Values cross ranks as numpy
 through ``numpy_ops``, so the same code runs on TensorFlow, PyTorch and JAX, and on tf-keras.
 """
 
@@ -219,3 +219,22 @@ class BestModelCheckpointImpl:
         parent = getattr(super(), 'on_train_begin', None)
         if parent is not None:
             parent(logs)
+
+
+def define_callbacks(keras, backend, module):
+    """The public callback classes for one Keras (``keras`` or ``tf.keras``) and its
+    ``KerasBackend``, in the order BroadcastGlobalVariablesCallback, MetricAverageCallback,
+    LearningRateScheduleCallback, LearningRateWarmupCallback, BestModelCheckpoint. ``module``
+    is the public module that exports them (their ``__module__``)."""
+    def define(name, impl, base):
+        return type(name, (impl, base), {'_backend': backend, '__module__': module,
+                                         '__qualname__': name, '__doc__': impl.__doc__})
+
+    callback = keras.callbacks.Callback
+    return (define('BroadcastGlobalVariablesCallback', BroadcastGlobalVariablesCallbackImpl,
+                   callback),
+            define('MetricAverageCallback', MetricAverageCallbackImpl, callback),
+            define('LearningRateScheduleCallback', LearningRateScheduleCallbackImpl, callback),
+            define('LearningRateWarmupCallback', LearningRateWarmupCallbackImpl, callback),
+            define('BestModelCheckpoint', BestModelCheckpointImpl,
+                   keras.callbacks.ModelCheckpoint))
