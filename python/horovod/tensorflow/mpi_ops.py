@@ -123,6 +123,19 @@ def _grouped_base(default_base, tensors):
     return '{}{}_{}'.format(default_base, _normalize_name(first.name), _normalize_name(last.name))
 
 
+def _group_name(op, title, tensors, name, ignore_name_scope, psid, single):
+    """(full core name, one_off) of a single (``allreduce.``, ``HorovodAllreduce_<tensor>``) or
+    grouped (``grouped_allreduce.``, ``HorovodGroupedAllreduce_<first>_<last>``) collective;
+    ``op`` is the upper-case name of its prefix in horovod.common.ops, ``title`` its name in
+    Horovod's node names."""
+    if single:
+        return _core_name(getattr(_ops, op), 'Horovod{}_'.format(title), tensors[0], name,
+                          ignore_name_scope, psid)
+    base = _grouped_base('HorovodGrouped{}_'.format(title), tensors)
+    return _core_name(getattr(_ops, 'GROUPED_' + op), base, tensors[0], name, ignore_name_scope,
+                      psid)
+
+
 def _ps_id(process_set):
     pid = process_set.process_set_id
     if pid is None:
@@ -171,13 +184,8 @@ def _grouped_allreduce(tensors, name=None, op=Sum, prescale_factor=1.0, postscal
     _check_dtypes(tensors, _REDUCE_DTYPES, 'allreduce')
     _adasum_checks(op, process_set)
     psid = _ps_id(process_set)
-    if _single:
-        full, one_off = _core_name(_ops.ALLREDUCE, 'HorovodAllreduce_', tensors[0], name,
-                                   ignore_name_scope, psid)
-    else:
-        base = _grouped_base('HorovodGroupedAllreduce_', tensors)
-        full, one_off = _core_name(_ops.GROUPED_ALLREDUCE, base, tensors[0], name,
-                                   ignore_name_scope, psid)
+    full, one_off = _group_name('ALLREDUCE', 'Allreduce', tensors, name, ignore_name_scope, psid,
+                                _single)
 
     def forward(*xs):
         return _execute.allreduce(list(xs), full, op, prescale_factor, postscale_factor, psid,
@@ -226,13 +234,8 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False,
         return []
     _check_dtypes(tensors, _MOVE_DTYPES, 'allgather')
     psid = _ps_id(process_set)
-    if _single:
-        full, one_off = _core_name(_ops.ALLGATHER, 'HorovodAllgather_', tensors[0], name,
-                                   ignore_name_scope, psid)
-    else:
-        base = _grouped_base('HorovodGroupedAllgather_', tensors)
-        full, one_off = _core_name(_ops.GROUPED_ALLGATHER, base, tensors[0], name,
-                                   ignore_name_scope, psid)
+    full, one_off = _group_name('ALLGATHER', 'Allgather', tensors, name, ignore_name_scope, psid,
+                                _single)
 
     def forward(*xs):
         return _execute.allgather(list(xs), full, psid, one_off, single=_single)
@@ -332,13 +335,8 @@ def grouped_reducescatter(tensors, name=None, op=Average, ignore_name_scope=Fals
         return []
     _check_dtypes(tensors, _REDUCESCATTER_DTYPES, 'reducescatter')
     psid = _ps_id(process_set)
-    if _single:
-        full, one_off = _core_name(_ops.REDUCESCATTER, 'HorovodReducescatter_', tensors[0], name,
-                                   ignore_name_scope, psid)
-    else:
-        base = _grouped_base('HorovodGroupedReducescatter_', tensors)
-        full, one_off = _core_name(_ops.GROUPED_REDUCESCATTER, base, tensors[0], name,
-                                   ignore_name_scope, psid)
+    full, one_off = _group_name('REDUCESCATTER', 'Reducescatter', tensors, name, ignore_name_scope, psid,
+                                _single)
     set_size, set_rank = _set_size_and_rank(process_set)
 
     def forward(*xs):
