@@ -3,7 +3,8 @@
 ``_horovod_tf_ops.so`` is built with Horovod, not against TensorFlow: it declares the part of
 TensorFlow's stable C API it uses and resolves it at load time, registers the ops
 ``HorovodAllreduce``, ``HorovodAllgather``, ``HorovodBroadcast``, ``HorovodAlltoall``,
-``HorovodReducescatter``, ``HorovodJoin`` and ``HorovodTopology`` with CPU kernels, and drives the engine of ``horovod._core`` through the table ``_core`` hands it. Each node handles
+``HorovodReducescatter``, ``HorovodJoin`` and ``HorovodTopology`` with CPU kernels, and drives
+the engine of ``horovod._core`` through the table ``_core`` hands it. Each node handles
 a whole group of tensors (one crossing into the core per gradient group), runs eagerly and in
 graphs alike, and reduces in place when TensorFlow lets an output reuse its input's buffer.
 

@@ -1,5 +1,5 @@
-"""The ``tf.py_function`` way for collectives to reach the core (``HOROVOD_TENSORFLOW_OPS=py_function``,
-and the fallback when the kernel library cannot load).
+"""The ``tf.py_function`` way for collectives to reach the core
+(``HOROVOD_TENSORFLOW_OPS=py_function``, and the fallback when the kernel library cannot load).
 
 Eagerly, tensors cross as DLPack views (no copy): inputs are read in place, outputs whose shape
 is known (allreduce, broadcast, reducescatter) are fresh TensorFlow tensors the core writes into,

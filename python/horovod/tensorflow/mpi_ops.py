@@ -335,8 +335,8 @@ def grouped_reducescatter(tensors, name=None, op=Average, ignore_name_scope=Fals
         return []
     _check_dtypes(tensors, _REDUCESCATTER_DTYPES, 'reducescatter')
     psid = _ps_id(process_set)
-    full, one_off = _group_name('REDUCESCATTER', 'Reducescatter', tensors, name, ignore_name_scope, psid,
-                                _single)
+    full, one_off = _group_name('REDUCESCATTER', 'Reducescatter', tensors, name,
+                                ignore_name_scope, psid, _single)
     set_size, set_rank = _set_size_and_rank(process_set)
 
     def forward(*xs):
