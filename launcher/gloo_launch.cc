@@ -61,33 +61,25 @@ double startTimeoutSeconds(const Options& options) {
   }
 }
 
-int runGlooJob(const Options& options, const std::vector<HostSlots>& hosts, int signalFd) {
-  int np = *options.numProc;
-  std::vector<SlotInfo> slots = assignSlots(hosts, np);
-  Deadline startDeadline =
-      Deadline::after(std::chrono::milliseconds(static_cast<int64_t>(startTimeoutSeconds(options) * 1000)));
+std::map<std::string, bool> classifyHosts(const std::vector<std::string>& hosts) {
+  std::map<std::string, bool> local;
+  for (const auto& h : hosts) {
+    if (local.count(h) == 0) local[h] = isLocalHost(h);
+  }
+  return local;
+}
+
+JobContext makeJobContext(const Options& options, bool anyLocal, bool anyRemote) {
   // Before any ssh check or process: a malformed HOROVOD_MALLOC_HUGEPAGES is a usage error.
   EnvMap inherited = inheritedEnvironment();
   EnvMap malloc = mallocEnvironment(inherited);
-
-  // Which hosts are this machine (workers forked here) and which need ssh.
-  std::map<std::string, bool> local;
-  std::vector<std::string> remoteHosts;
-  for (const auto& s : slots) {
-    if (local.count(s.hostname) > 0) continue;
-    bool isLocal = isLocalHost(s.hostname);
-    local[s.hostname] = isLocal;
-    if (!isLocal) remoteHosts.push_back(s.hostname);
-  }
-  bool anyLocal = remoteHosts.size() < local.size();
-
   JobContext job;
   job.command = options.command;
   job.cwd = currentDirectory();
   job.outputDir = options.outputFilename;
   job.timestampOutput = options.prefixOutputWithTimestamp;
   job.verbose = options.verbose;
-  job.np = np;
+  job.np = options.numProc.value_or(1);
   job.sshPort = options.sshPort;
   job.sshIdentityFile = options.sshIdentityFile;
   const char* path = std::getenv("PATH");
@@ -100,11 +92,33 @@ int runGlooJob(const Options& options, const std::vector<HostSlots>& hosts, int 
                        (options.command[0].find('/') == std::string::npos ? " (not on PATH)" : " (no such executable)"));
     }
   }
-  if (!remoteHosts.empty()) {
+  if (anyRemote) {
     job.sshPath = resolveExecutable("ssh", pathText);
     if (job.sshPath.empty()) throw UsageError("ssh not found on PATH; it is needed to start workers on remote hosts");
   }
   if (job.outputDir.has_value()) prepareOutputDirectory(*job.outputDir);
+  EnvMap knobs = knobEnvironment(options);
+  for (const EnvMap* layer : {&inherited, &malloc, &knobs}) {
+    for (const auto& [k, v] : *layer) job.environment[k] = v;
+  }
+  return job;
+}
+
+int runGlooJob(const Options& options, const std::vector<HostSlots>& hosts, int signalFd) {
+  int np = *options.numProc;
+  std::vector<SlotInfo> slots = assignSlots(hosts, np);
+  Deadline startDeadline =
+      Deadline::after(std::chrono::milliseconds(static_cast<int64_t>(startTimeoutSeconds(options) * 1000)));
+
+  std::vector<std::string> names;
+  for (const auto& s : slots) names.push_back(s.hostname);
+  std::map<std::string, bool> local = classifyHosts(names);
+  std::vector<std::string> remoteHosts;
+  for (const auto& [host, isLocal] : local) {
+    if (!isLocal) remoteHosts.push_back(host);
+  }
+  bool anyLocal = remoteHosts.size() < local.size();
+  JobContext job = makeJobContext(options, anyLocal, !remoteHosts.empty());
 
   NetworkChoice network = chooseNetwork(options.networkInterfaces, remoteHosts);
   job.remoteInterfaceFromRoute = network.detected;
@@ -122,11 +136,7 @@ int runGlooJob(const Options& options, const std::vector<HostSlots>& hosts, int 
   Rendezvous rendezvous(remoteHosts.empty() ? network.driverAddress : "0.0.0.0", job.secret);
   if (options.verbose) say("horovodrun: rendezvous server listening on port " + std::to_string(rendezvous.port()) + "\n");
 
-  EnvMap knobs = knobEnvironment(options);
-  EnvMap jobVars = jobEnvironment(network, rendezvous.port());
-  for (const EnvMap* layer : {&inherited, &malloc, &knobs, &jobVars}) {
-    for (const auto& [k, v] : *layer) job.environment[k] = v;
-  }
+  for (const auto& [k, v] : jobEnvironment(network, rendezvous.port())) job.environment[k] = v;
 
   Supervisor supervisor(signalFd, options.statusFile.value_or(""), options.verbose);
   for (const auto& slot : slots) {

@@ -12,6 +12,7 @@
 #include "check_build.h"
 #include "cli.h"
 #include "config_file.h"
+#include "elastic_launch.h"
 #include "env.h"
 #include "gloo_launch.h"
 #include "hosts.h"
@@ -96,13 +97,18 @@ int runLauncher(const std::vector<std::string>& args, int signalFd) {
     return 0;
   }
 
+  if (options.elastic()) {
+    if (options.controller == Controller::kMpi || options.controller == Controller::kJsrun) {
+      throw UsageError("Gloo support is required to use elastic training: elastic jobs run on horovodrun's own "
+                       "launcher, not under mpirun/jsrun (drop --mpi/--jsrun)");
+    }
+    return runElasticJob(options, signalFd);
+  }
   if (options.anyElasticFlag()) {
-    // No elastic driver yet: an elastic job run as a fixed one would not survive what it was
-    // asked to survive, so the flags are refused rather than ignored.
+    // Without --min-np or a discovery script the job is not elastic: these flags would do nothing.
     throw UsageError(
-        "elastic training (--min-np, --max-np, --slots-per-host, --elastic-timeout, --reset-limit, "
-        "--blacklist-cooldown-range, --host-discovery-script) is not implemented by this horovodrun "
-        "yet; run a fixed-size job with -np N and -H/--hostfile (see docs/running.md#elastic-flags)");
+        "--max-np, --slots-per-host, --elastic-timeout, --reset-limit and --blacklist-cooldown-range apply to "
+        "elastic jobs only: add --min-np or --host-discovery-script (see docs/elastic.md)");
   }
   std::vector<HostSlots> hosts;
   if (options.hostfile.has_value()) {

@@ -75,7 +75,7 @@ struct Options {
   std::optional<int64_t> autotuneBayesOptMaxSamples;
   std::optional<double> autotuneGaussianProcessNoise;
 
-  // Elastic (accepted; see main.cc for what a static launcher does with them).
+  // Elastic (elastic_launch.h).
   std::optional<int> minNumProc;
   std::optional<int> maxNumProc;
   std::optional<int> slotsPerHost;
@@ -118,7 +118,7 @@ struct Options {
   std::optional<std::string> statusFile;
 
   bool elastic() const { return minNumProc.has_value() || hostDiscoveryScript.has_value(); }
-  // Any flag of the elastic group (refused until horovodrun has an elastic driver).
+  // Any flag of the elastic group (those other than --min-np and the script need an elastic job).
   bool anyElasticFlag() const {
     return elastic() || maxNumProc.has_value() || slotsPerHost.has_value() ||
            elasticTimeout.has_value() || resetLimit.has_value() || blacklistCooldownRange.has_value();

@@ -109,6 +109,10 @@ void Supervisor::onExit(WorkerProcess& w) {
     say(2, "horovodrun: process " + std::to_string(w.slot.rank) + " on " + w.slot.hostname + " ended with " +
                describeStatus(w.status) + "\n");
   }
+  if (policy_ != nullptr) {
+    if (!terminating_) policy_->workerExited(w);  // once terminating, every exit is ours
+    return;
+  }
   if (!failed || failedIndex_.has_value() || terminating_) return;
   failedIndex_ = static_cast<int>(&w - workers_.data());
   int code = exitCodeOf(w.status);
@@ -168,7 +172,9 @@ int Supervisor::run() {
   };
   std::vector<Source> sources;
   reap();  // a worker may have exited before we started polling
-  while (!allExited()) {
+  int policyWaitMs = -1;
+  if (policy_ != nullptr) policyWaitMs = static_cast<int>(policy_->tick(*this).count());
+  while (!allExited() || (policy_ != nullptr && !terminating_ && interruptSignal_ == 0 && policy_->keepRunning())) {
     fds.clear();
     sources.clear();
     fds.push_back({signalFd_, POLLIN, 0});
@@ -187,6 +193,7 @@ int Supervisor::run() {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*killAt_ - std::chrono::steady_clock::now());
       timeoutMs = static_cast<int>(std::max<int64_t>(0, left.count()) + 1);
     }
+    if (policyWaitMs >= 0 && (timeoutMs < 0 || policyWaitMs < timeoutMs)) timeoutMs = policyWaitMs;
     int n = poll(fds.data(), fds.size(), timeoutMs);
     if (n < 0 && errno != EINTR) break;
     for (size_t k = 1; n > 0 && k < fds.size(); ++k) {
@@ -202,6 +209,10 @@ int Supervisor::run() {
     if (killAt_.has_value() && std::chrono::steady_clock::now() >= *killAt_) {
       killAt_.reset();
       killRemaining(SIGKILL);
+    }
+    if (policy_ != nullptr) {
+      reap();
+      policyWaitMs = static_cast<int>(policy_->tick(*this).count());
     }
   }
 
@@ -224,6 +235,7 @@ int Supervisor::run() {
   }
 
   if (interruptSignal_ != 0) return 128 + interruptSignal_;
+  if (policy_ != nullptr) return policy_->exitCode();
   if (failedIndex_.has_value()) {
     const auto& w = workers_[*failedIndex_];
     std::string message =

@@ -10,9 +10,9 @@
 // Exit code of run(): 0 if every worker exited 0; 1 after a worker failure; 128 + signal when
 // the launcher itself was interrupted.
 //
-// Elastic mode (later) plugs in here: a driver can add() workers for new slots between loop
-// iterations and decide per exit whether the job fails; the loop itself does not depend on a
-// fixed set of workers.
+// Elastic mode plugs in a SupervisorPolicy (elastic_driver.h): then an exit is the policy's
+// business (no termination of the others), the policy's tick() runs at least as often as it asks
+// and may add() workers or terminate() the job, and the policy gives the exit code.
 //
 // Main thread only.
 #pragma once
@@ -25,6 +25,21 @@
 #include "worker.h"
 
 namespace hvd::launcher {
+
+class Supervisor;
+
+class SupervisorPolicy {
+ public:
+  virtual ~SupervisorPolicy() = default;
+  // A worker ended (its output is drained). Must not add() workers (tick() does).
+  virtual void workerExited(const WorkerProcess& worker) = 0;
+  // Runs after every loop iteration; returns how long the loop may wait before the next call.
+  virtual std::chrono::milliseconds tick(Supervisor& supervisor) = 0;
+  // Whether the job goes on while no worker runs (e.g. waiting for hosts).
+  virtual bool keepRunning() const = 0;
+  // The launcher's exit code once the loop ended (not interrupted by a signal).
+  virtual int exitCode() const = 0;
+};
 
 class Supervisor {
  public:
@@ -41,6 +56,14 @@ class Supervisor {
   // Terminates every started worker (used when starting the job fails half-way) and waits
   // for them, bounded by the grace period. Returns when all are gone.
   void abort(const std::string& reason);
+
+  // Elastic jobs: the policy that decides about exits, ticks and the exit code (not owned).
+  void setPolicy(SupervisorPolicy* policy) { policy_ = policy; }
+  // Starts terminating every worker (SIGTERM, SIGKILL after the grace period); run() returns
+  // once all are gone. For a policy that ends the job.
+  void terminate() { beginTermination(); }
+  bool terminating() const { return terminating_; }
+  std::vector<WorkerProcess>& workers() { return workers_; }
 
   static constexpr std::chrono::seconds kGracePeriod{5};
 
@@ -63,6 +86,7 @@ class Supervisor {
   int interruptSignal_ = 0;             // signal that interrupted the launcher, if any
   bool terminating_ = false;
   std::optional<std::chrono::steady_clock::time_point> killAt_;
+  SupervisorPolicy* policy_ = nullptr;
 };
 
 }  // namespace hvd::launcher

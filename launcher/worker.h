@@ -17,7 +17,8 @@
 namespace hvd::launcher {
 
 struct WorkerProcess {
-  SlotInfo slot;
+  SlotInfo slot;       // where it started (elastic workers move between rounds: see elastic_driver.h)
+  int elasticId = -1;  // elastic jobs: the worker's id in the elastic rendezvous
   pid_t pid = -1;      // process group id too
   bool remote = false;
   int stdoutFd = -1;   // read ends, non-blocking; -1 once the stream ended

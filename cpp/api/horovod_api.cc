@@ -10,6 +10,7 @@
 #include "api/default_runtime.h"
 #include "common/logging.h"
 #include "common/messages.h"
+#include "engine/elastic_join.h"
 #include "engine/runtime.h"
 #include "horovod/horovod.h"
 #include "transport/peer_memory.h"
@@ -69,6 +70,7 @@ void initDefault(const InitOptions& options, const EnvLookup& env) {
   slot.reset();
   engine::applyLogSettings(env);
   auto config = engine::Config::fromEnvironment(env);
+  engine::joinElasticRound(config);  // elastic jobs: this init's rank and size come from the driver
   const timeline::TimelineSettings timelineSettings = readTimelineSettings(env);
   AutotuneStart autotune = prepareAutotune(env, config.rank);
   auto runtime = std::make_shared<engine::Runtime>(std::move(config));
@@ -122,6 +124,17 @@ int localSize() { return api::runtimeForQueries()->topology().localSize; }
 int crossRank() { return api::runtimeForQueries()->topology().crossRank; }
 int crossSize() { return api::runtimeForQueries()->topology().crossSize; }
 bool isHomogeneous() { return api::runtimeForQueries()->topology().homogeneous; }
+
+ElasticHostUpdates elasticHostUpdates() {
+  const engine::Config& config = api::runtimeForQueries()->config();
+  ElasticHostUpdates out;
+  out.round = config.elasticRound;
+  if (config.elasticRound < 0) return out;
+  elastic::HostUpdates u = engine::elasticHostUpdates(config);
+  out.latest = u.latest;
+  out.flags = u.flags;
+  return out;
+}
 
 // ---- Process sets ------------------------------------------------------------------------------
 

@@ -96,6 +96,13 @@ const Param<std::string> kThreadAffinity(
     "Comma list of core ids, one per local rank; the background thread of local rank i is pinned "
     "to entry i.");
 const Param<bool> kElastic("HOROVOD_ELASTIC", false, "Set by elastic launchers.");
+const Param<std::string> kElasticWorkerId(
+    "HOROVOD_ELASTIC_WORKER_ID", "",
+    "Set by horovodrun's elastic driver: this process's id in the elastic rendezvous (each init() asks "
+    "the driver for its rank in the next round).");
+const Param<double> kElasticTimeout("HOROVOD_ELASTIC_TIMEOUT", 600.0,
+                                    "Elastic jobs: seconds to wait for enough slots after a reset (the driver's "
+                                    "--elastic-timeout); a worker waits this long, plus a minute, for its next round.");
 const Param<std::string> kLogLevel("HOROVOD_LOG_LEVEL", "warning",
                                    "trace, debug, info, warning, error, fatal (unknown -> warning).");
 const Param<bool> kLogHideTime("HOROVOD_LOG_HIDE_TIME", false, "Omit the timestamp from log lines.");
@@ -265,6 +272,16 @@ Config Config::fromEnvironment(const EnvLookup& env) {
   c.interface = kIface.get(env);
   c.threadAffinity = kThreadAffinity.get(env);
   c.elastic = kElastic.get(env);
+  c.elasticWorkerId = kElasticWorkerId.get(env);
+  if (!c.elasticWorkerId.empty() && !c.elastic) {
+    throw InvalidArgument("HOROVOD_ELASTIC_WORKER_ID is set but HOROVOD_ELASTIC is not: both come from horovodrun's "
+                          "elastic driver");
+  }
+  double elasticTimeout = kElasticTimeout.get(env);
+  if (!(elasticTimeout > 0)) {
+    throw InvalidArgument("HOROVOD_ELASTIC_TIMEOUT='" + std::to_string(elasticTimeout) + "' must be > 0");
+  }
+  c.elasticTimeout = std::chrono::milliseconds(static_cast<int64_t>(elasticTimeout * 1000));
 
   std::string controller = lower(kController.get(env));
   if (controller == "mpi") {

@@ -51,6 +51,14 @@ struct Config {
   std::string transport = "auto";            // HOROVOD_TRANSPORT: auto|tcp|shm|shm+tcp|local
   std::string threadAffinity;                // HOROVOD_THREAD_AFFINITY (comma list of core ids)
   bool elastic = false;                      // HOROVOD_ELASTIC
+  // Elastic jobs under horovodrun (elastic_join.h): the worker's id in the elastic rendezvous, and
+  // how long init() waits for the driver to form its next round.
+  std::string elasticWorkerId;                          // HOROVOD_ELASTIC_WORKER_ID ("" = static job)
+  std::chrono::milliseconds elasticTimeout{600000};     // HOROVOD_ELASTIC_TIMEOUT (s)
+  // Filled by joinElasticRound(): the round this Runtime belongs to (-1 = not elastic) and the
+  // host updates the driver had announced before it formed.
+  int64_t elasticRound = -1;
+  int64_t elasticUpdatesSeen = 0;
 
   // ---- Set explicitly (autotuning leaves these knobs as they are, as Horovod does) ----------
   struct Pinned {

@@ -175,8 +175,15 @@ void Runtime::bootstrap(const InitOptions& options) {
 
   if (!store_) store_ = makeStore();
   Deadline deadline = Deadline::after(config_.timeout);
-  int64_t round = store_->add("horovod/round/" + std::to_string(rank), 1, deadline);
-  roundStore_ = std::make_shared<PrefixStore>("horovod/r" + std::to_string(round), store_);
+  // Each init of a static job is a new round for this rank (a per-rank counter keeps re-inits
+  // apart); an elastic job's round comes from its driver (elastic_join.h), as ranks change.
+  int64_t round = config_.elasticRound;
+  std::string roundPrefix = "horovod/e" + std::to_string(round);
+  if (round < 0) {
+    round = store_->add("horovod/round/" + std::to_string(rank), 1, deadline);
+    roundPrefix = "horovod/r" + std::to_string(round);
+  }
+  roundStore_ = std::make_shared<PrefixStore>(roundPrefix, store_);
 
   RankInfo mine;
   mine.hostname = config_.hostname;

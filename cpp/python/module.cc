@@ -237,6 +237,18 @@ NB_MODULE(_core, m) {
   m.def("cross_rank", [] { return hvd::crossRank(); });
   m.def("cross_size", [] { return hvd::crossSize(); });
   m.def("is_homogeneous", [] { return hvd::isHomogeneous(); });
+  m.def(
+      "elastic_host_updates",
+      [] {
+        hvd::ElasticHostUpdates u;
+        {
+          nb::gil_scoped_release release;
+          u = hvd::elasticHostUpdates();
+        }
+        return nb::make_tuple(u.round, u.latest, u.flags);
+      },
+      "(round, latest, flags): the elastic round joined at init (-1: static job) and the host-set changes "
+      "announced since it formed.");
 
   m.def(
       "add_process_set",

@@ -45,6 +45,20 @@ int crossRank();
 int crossSize();
 bool isHomogeneous();
 
+// ---- Elastic jobs --------------------------------------------------------------------------------
+
+// Under horovodrun's elastic driver: the round this process joined at its last init() (0, 1, ...;
+// -1 in a static job), and the host-set changes the driver announced since that round formed
+// (`latest`: index of the newest change, 0 if none; `flags`: 1 hosts removed | 2 hosts added).
+// The store round trip makes this cheap but not free: call it per commit, not per step.
+// InvalidArgument when not initialized.
+struct ElasticHostUpdates {
+  int64_t round = -1;
+  int64_t latest = 0;
+  int flags = 0;
+};
+ElasticHostUpdates elasticHostUpdates();
+
 // ---- Timeline ----------------------------------------------------------------------------------
 
 // A Chrome-trace timeline of the engine's work, written by rank 0 (docs/timeline.md). init()

@@ -30,6 +30,15 @@ _INIT_FAILED = ('Horovod initialization failed. Please check log messages above 
                 'descriptive error.')
 
 
+# Successful init() calls in this process. An elastic reset re-initializes Horovod with other
+# ranks: state laid out collectively (the torch optimizer's gradient buckets) is laid out again.
+_init_count = 0
+
+
+def init_count():
+    return _init_count
+
+
 def _require_core():
     if _core is None:
         raise ImportError('horovod._core (the compiled extension) is not available: {}'.format(
@@ -57,7 +66,7 @@ class HorovodBasics:
         process_sets: None, a list of ProcessSet (registered with ids 1..n in list order, must be
             identical on all ranks), or "dynamic" to allow add/remove_process_set later.
         """
-        global _dynamic_process_sets, _timeline_enabled_at_init, _atexit_registered
+        global _dynamic_process_sets, _timeline_enabled_at_init, _atexit_registered, _init_count
         core = _require_core()
         if comm is not None and not isinstance(comm, list):
             if _is_mpi_comm(comm):
@@ -91,6 +100,7 @@ class HorovodBasics:
             print('[horovod] init failed: {}: {}'.format(type(e).__name__, e), file=sys.stderr,
                   flush=True)
             raise ValueError(_INIT_FAILED) from e
+        _init_count += 1
         _timeline_enabled_at_init = bool(os.environ.get('HOROVOD_TIMELINE'))
         _ps._after_init(sets)
         if self._on_init is not None:

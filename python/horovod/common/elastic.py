@@ -62,6 +62,8 @@ class State:
     def check_host_updates(self):
         """Collective: every rank must call it at the same point. Raises HostsUpdatedInterrupt
         when a host-update notification newer than the last processed one arrived."""
+        if self._rank() == 0:
+            notification_manager.poll()  # rank 0's view is the one broadcast below
         last_updated_timestamp = prev_timestamp = self._last_updated_timestamp
         all_update = HostUpdateResult.no_update
         while not self._host_messages.empty():
@@ -129,26 +131,18 @@ class ObjectState(State):
 class WorkerNotificationManager:
     """Delivers host-update notifications from the elastic driver to registered states.
 
-    The transport is the launcher's business: when ``horovod.runner`` provides a notification
-    service it is started here (only when HOROVOD_GLOO_RENDEZVOUS_ADDR is set, i.e. under an
-    elastic launcher); otherwise listeners are kept and ``handle_hosts_updated`` can be called
-    directly (tests, embedding drivers).
+    Under horovodrun's elastic driver the driver announces host changes in the job's rendezvous
+    store; ``poll()`` reads them (one store round trip; ``State.check_host_updates`` calls it on
+    rank 0, so every ``commit()`` sees what was announced before it) and hands new ones to the
+    listeners. ``handle_hosts_updated`` can also be called directly (tests, embedding drivers).
     """
 
     def __init__(self):
         self._lock = threading.Lock()
         self._listeners = set()
-        self._service = None
 
     def init(self):
-        with self._lock:
-            if self._service is not None or not os.environ.get('HOROVOD_GLOO_RENDEZVOUS_ADDR'):
-                return
-            try:
-                from horovod.runner.elastic.worker import start_notification_service
-            except ImportError:
-                return
-            self._service = start_notification_service(self)
+        """Kept for Horovod's API: there is no listener service to start (see poll())."""
 
     def register_listener(self, listener):
         with self._lock:
@@ -157,6 +151,18 @@ class WorkerNotificationManager:
     def remove_listener(self, listener):
         with self._lock:
             self._listeners.discard(listener)
+
+    def poll(self):
+        """Delivers the host changes announced since this worker's round formed (elastic jobs
+        under horovodrun only; otherwise nothing to read)."""
+        if not os.environ.get('HOROVOD_ELASTIC_WORKER_ID'):
+            return
+        from horovod.common.basics import _core
+        if _core is None or not _core.is_initialized():
+            return
+        _round, latest, flags = _core.elastic_host_updates()
+        if flags:
+            self.handle_hosts_updated(latest, HostUpdateResult(flags))
 
     def handle_hosts_updated(self, timestamp, update_res):
         with self._lock:

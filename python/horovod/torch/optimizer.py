@@ -20,6 +20,7 @@ from contextlib import contextmanager
 
 import torch
 
+from horovod.common.basics import init_count as _init_count
 from horovod.common.process_sets import global_process_set
 from horovod.common.util import split_list
 from horovod.torch import _buckets
@@ -237,6 +238,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _make_hook(self, p):
         def hook(*ignore):
+            if self._buckets is not None and self._buckets_init != _init_count():
+                self._forget_buckets()
             entry = self._bucket_of.get(p)
             if entry is not None:
                 return self._bucket_hook(p, entry[0], entry[1])
@@ -345,6 +348,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         member's first synchronize()): gradients sparse on any rank stay out, and the layout
         follows the root's order, so that every rank builds the same buckets."""
         self._buckets = []
+        self._buckets_init = _init_count()
         by_name = {self._parameter_names[p]: p for p in self._requires_update}
         names = sorted(by_name)
         if not names:
@@ -387,6 +391,22 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._group_counts = {}
         self._ready_order = []
         self._ready_seen = set()
+
+    def _forget_buckets(self):
+        """Horovod was re-initialized (an elastic reset) since the buckets were laid out: ranks
+        new to the job have none, so every rank goes back to the per-gradient path for a step and
+        lays the buckets out again together. Gradients stay in the old views until replaced."""
+        self._requires_update |= set(self._bucket_of)
+        self._bucket_of = {}
+        self._buckets = None
+        self._bucket_busy = False
+        self._handles = {}
+        for p in self._requires_update:
+            self._allreduce_delay[p] = self.backward_passes_per_step
+        if self._p_groups is not None and self._groups is None:
+            self._groups = list(self._p_groups)
+            self._p_to_group = {p: g for g in self._p_groups for p in g}
+            self._group_counts = {g: 0 for g in self._p_groups}
 
     # ---- synchronize / step / zero_grad ---------------------------------------------------------
 

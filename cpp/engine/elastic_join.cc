@@ -1,0 +1,45 @@
+#include "engine/elastic_join.h"
+
+#include <memory>
+
+#include "horovod/errors.h"
+#include "store/tcp_store.h"
+
+namespace hvd::engine {
+namespace {
+
+std::unique_ptr<TcpStore> connect(const Config& config, Deadline deadline) {
+  if (config.rendezvousAddr.empty()) {
+    throw InvalidArgument("HOROVOD_ELASTIC_WORKER_ID is set but HOROVOD_GLOO_RENDEZVOUS_ADDR is not: elastic workers "
+                          "are started by horovodrun's elastic driver");
+  }
+  return std::make_unique<TcpStore>(config.rendezvousAddr, static_cast<uint16_t>(config.rendezvousPort),
+                                    config.secret, deadline);
+}
+
+}  // namespace
+
+void joinElasticRound(Config& config) {
+  if (config.elasticWorkerId.empty()) return;
+  Deadline deadline = Deadline::after(config.elasticTimeout + std::chrono::minutes(1));
+  auto store = connect(config, Deadline::after(config.timeout));
+  elastic::Assignment a = elastic::requestAssignment(*store, config.elasticWorkerId, deadline);
+  if (a.kind != elastic::Assignment::Kind::kJoin) throw Error(a.message);
+  config.rank = a.rank;
+  config.size = a.size;
+  config.localRank = a.localRank;
+  config.localSize = a.localSize;
+  config.crossRank = a.crossRank;
+  config.crossSize = a.crossSize;
+  config.elasticRound = a.round;
+  config.elasticUpdatesSeen = a.updatesSeen;
+}
+
+elastic::HostUpdates elasticHostUpdates(const Config& config) {
+  if (config.elasticRound < 0) return {};
+  Deadline deadline = Deadline::after(config.timeout);
+  auto store = connect(config, deadline);
+  return elastic::readHostUpdates(*store, config.elasticUpdatesSeen, deadline);
+}
+
+}  // namespace hvd::engine
