@@ -268,7 +268,9 @@ void ElasticDriver::gather(Supervisor& supervisor, Clock::time_point now) {
   if (live == 0) {
     bool anyWaiting = std::any_of(workers_.begin(), workers_.end(), [](const auto& kv) { return kv.second.waiting(); });
     if (!anyWaiting) {
-      stop(supervisor, "every worker of round " + std::to_string(round_) + " failed; the elastic job cannot continue");
+      stop(supervisor, "every worker of round " + std::to_string(round_) + " failed" +
+                           (registry_.allBlacklistedForGood() ? " and every host is blacklisted" : "") +
+                           "; the elastic job cannot continue");
       return;
     }
   }

@@ -109,28 +109,44 @@ def test_double_dash_separates_command(run):
     assert r.stdout == '[0]<stdout>:x\n'
 
 
-ELASTIC_FLAGS = [('--min-np', '1'), ('--max-np', '4'), ('--slots-per-host', '2'),
-                 ('--elastic-timeout', '60'), ('--reset-limit', '3'),
-                 ('--blacklist-cooldown-range', '10', '100')]
+ELASTIC_ONLY_FLAGS = [('--max-np', '4'), ('--slots-per-host', '2'), ('--elastic-timeout', '60'),
+                      ('--reset-limit', '3'), ('--blacklist-cooldown-range', '10', '100')]
 
 
-@pytest.mark.parametrize('flag', ELASTIC_FLAGS, ids=[f[0] for f in ELASTIC_FLAGS])
-def test_elastic_flags_are_refused(run, flag):
-    # No elastic driver yet: an elastic job must not silently run as a fixed one.
+@pytest.mark.parametrize('flag', ELASTIC_ONLY_FLAGS, ids=[f[0] for f in ELASTIC_ONLY_FLAGS])
+def test_elastic_only_flags_need_an_elastic_job(run, flag):
+    # Without --min-np or a discovery script the job is fixed: these flags would do nothing.
     r = run('-np', '2', *flag, '-H', 'localhost:2', 'sh', '-c', 'echo ran')
-    assert r.returncode != 0
+    assert r.returncode == 2
     assert 'ran' not in r.stdout
-    assert 'elastic training' in r.stderr and 'not implemented' in r.stderr, r.stderr
+    assert 'apply to elastic jobs only' in r.stderr, r.stderr
 
 
-def test_host_discovery_script_is_refused(run, tmp_path):
+def test_fault_tolerance_needs_two_hosts(run):
+    r = run('-np', '2', '--min-np', '1', '-H', 'localhost:2', 'sh', '-c', 'echo ran')
+    assert r.returncode == 2
+    assert 'Cannot run in fault tolerance mode with fewer than 2 hosts.' in r.stderr, r.stderr
+
+
+def test_elastic_needs_hosts(run):
+    r = run('-np', '2', '--min-np', '1', 'sh', '-c', 'echo ran')
+    assert r.returncode == 2
+    assert 'One of --host-discovery-script, --hosts, or --hostnames must be provided' in r.stderr, r.stderr
+
+
+def test_elastic_refuses_mpi(run):
+    r = run('-np', '2', '--min-np', '1', '-H', 'localhost:1,127.0.0.1:1', '--mpi', 'sh', '-c', 'echo ran')
+    assert r.returncode == 2
+    assert 'Gloo support is required to use elastic training' in r.stderr, r.stderr
+
+
+def test_bad_discovery_line(run, tmp_path):
     script = tmp_path / 'discover.sh'
-    script.write_text('#!/bin/sh\necho localhost:2\n')
+    script.write_text('#!/bin/sh\necho localhost:two\n')
     script.chmod(0o755)
     r = run('-np', '1', '--host-discovery-script', script, 'sh', '-c', 'echo ran')
-    assert r.returncode != 0
-    assert 'ran' not in r.stdout
-    assert '--host-discovery-script' in r.stderr and 'not implemented' in r.stderr, r.stderr
+    assert r.returncode == 2
+    assert "host discovery script printed an invalid line: 'localhost:two'" in r.stderr, r.stderr
 
 
 def test_help(run):

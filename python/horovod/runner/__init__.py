@@ -25,7 +25,8 @@ def run(func, args=(), kwargs=None, num_proc=1, min_num_proc=None, max_num_proc=
         verbose=None, use_gloo=None, use_mpi=None, mpi_args=None, network_interface=None,
         network_interfaces=None, executable=None, np=None, min_np=None, max_np=None):
     """Runs ``func(*args, **kwargs)`` on ``num_proc`` processes (on ``hosts``/``hostfile``, else
-    locally) and returns the list of return values, indexed by rank.
+    locally) and returns the list of return values, indexed by rank (elastic jobs: the first
+    ``min_num_proc`` results, by the ranks of the last round).
 
     Raises ValueError for contradictory arguments and RuntimeError when a process fails (with
     Horovod's message naming the first failing process)."""
@@ -87,7 +88,9 @@ def run(func, args=(), kwargs=None, num_proc=1, min_num_proc=None, max_num_proc=
         nics = network_interfaces if isinstance(network_interfaces, str) else ','.join(network_interfaces)
         flags += ['--network-interfaces', nics]
 
-    return _launch(func, args, kwargs, flags, num_proc, executable or sys.executable, use_mpi)
+    # Elastic jobs end with at least min_num_proc workers: their results, by final rank.
+    expected = num_proc if min_num_proc is None and host_discovery_script is None else (min_num_proc or 1)
+    return _launch(func, args, kwargs, flags, expected, executable or sys.executable, use_mpi)
 
 
 def _launch(func, args, kwargs, flags, num_proc, executable, use_mpi):

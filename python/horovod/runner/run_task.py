@@ -57,8 +57,24 @@ def main(argv):
         sys.stderr.write('User function raise error: {error}\n'.format(error=str(e)))
         sys.stderr.flush()
         raise
+    client.rank = _final_rank(rank)
     client.send_result(cloudpickle.dumps(result))
     return 0
+
+
+def _final_rank(launch_rank):
+    """The rank a result is filed under: in an elastic job ranks change from round to round, so
+    the rank of the last round this process joined (when Horovod is still initialized), else the
+    rank it was launched with."""
+    if not os.environ.get('HOROVOD_ELASTIC_WORKER_ID'):
+        return launch_rank
+    try:
+        from horovod import _core
+        if _core.is_initialized():
+            return _core.rank()
+    except ImportError:
+        pass
+    return launch_rank
 
 
 if __name__ == '__main__':
