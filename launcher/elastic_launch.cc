@@ -107,6 +107,12 @@ int runElasticJob(const Options& options, int signalFd) {
   Rendezvous rendezvous(allLocalForGood ? network.driverAddress : "0.0.0.0", job.secret);
   for (const auto& [k, v] : jobEnvironment(network, rendezvous.port())) job.environment[k] = v;
   job.environment["HOROVOD_ELASTIC"] = "1";
+  // A worker that stops answering (paused, hung) must become a reset, not a job stuck in
+  // negotiation: unless the user chose, a tensor stalled for 2 minutes fails the round.
+  if (job.environment.count("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS") == 0 &&
+      job.environment.count("HOROVOD_STALL_CHECK_DISABLE") == 0) {
+    job.environment["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"] = "120";
+  }
   job.environment["HOROVOD_ELASTIC_TIMEOUT"] = pythonFloat(static_cast<double>(settings.elasticTimeout.count()) / 1000);
   if (options.verbose) {
     say("horovodrun: elastic job; rendezvous " + network.driverAddress + ":" + std::to_string(rendezvous.port()) +

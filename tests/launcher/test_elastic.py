@@ -174,9 +174,13 @@ def test_blacklisted_host_returns_after_cooldown(run, tmp_path):
 
 
 def test_stopped_rank_is_killed_after_the_gather_timeout(run, tmp_path):
+    # A paused rank: the others stall in negotiation until the stall shutdown fails the round;
+    # the paused one never re-joins and is killed when the gather timeout expires.
     r, records = run_elastic(run, tmp_path, 'localhost:2 127.0.0.1:2', '-np', '4', '--min-np', '2',
                              schedule=[{'epoch': 1, 'rank': 3, 'do': 'stop'}],
-                             extra_env={'HOROVOD_GLOO_TIMEOUT_SECONDS': '3', 'HOROVOD_ELASTIC_GATHER_TIMEOUT': '2'})
+                             extra_env={'HOROVOD_STALL_CHECK_TIME_SECONDS': '1',
+                                        'HOROVOD_STALL_SHUTDOWN_TIME_SECONDS': '2',
+                                        'HOROVOD_ELASTIC_GATHER_TIMEOUT': '2'})
     assert r.returncode == 0, r.stderr
     assert [s for _, _, s in rounds_and_sizes(records)] == [4, 4, 2, 2, 2, 2]
     assert 'did not rejoin within 2.0 s' in r.stderr, r.stderr
