@@ -1,0 +1,48 @@
+"""A private one-node Slurm cluster (scripts/slurm_local.sh) for the tests in this folder:
+slurmctld + slurmd started once per session with their own config, state and ports, stopped
+at the end. Tests get `slurm`, whose .run(args, timeout) runs a Slurm client command (srun,
+sbatch, salloc, ...) against that cluster, bounded by a timeout. The cluster needs root and
+Debian's slurmctld, slurmd and slurm-client (scripts/setup.sh installs them); without them the
+tests skip with the reason."""
+
+import os
+import subprocess
+import tempfile
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HARNESS = os.path.join(ROOT, 'scripts', 'slurm_local.sh')
+PYTHON_DIR = os.path.join(ROOT, 'python')
+
+
+class SlurmCluster:
+    def __init__(self, directory):
+        self.directory = directory
+        self.conf = os.path.join(directory, 'slurm.conf')
+
+    def env(self, extra=None):
+        """The environment for a client command: this cluster's slurm.conf, and this checkout's
+        horovod first on PYTHONPATH unless PYTHONPATH is already set (then that horovod)."""
+        environment = dict(os.environ)
+        environment['SLURM_CONF'] = self.conf
+        environment.setdefault('PYTHONPATH', PYTHON_DIR)
+        environment.update(extra or {})
+        return environment
+
+    def run(self, args, timeout=120, extra_env=None, cwd=ROOT):
+        return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout,
+                              env=self.env(extra_env), cwd=cwd)
+
+
+@pytest.fixture(scope='session')
+def slurm():
+    directory = tempfile.mkdtemp(prefix='hvd-slurm-')
+    started = subprocess.run([HARNESS, 'start', directory, '4'], capture_output=True, text=True, timeout=90)
+    if started.returncode == 77:
+        pytest.skip('no private Slurm cluster on this machine: ' + started.stderr.strip())
+    assert started.returncode == 0, 'slurm_local.sh start failed:\n' + started.stdout + started.stderr
+    try:
+        yield SlurmCluster(directory)
+    finally:
+        subprocess.run([HARNESS, 'stop', directory], timeout=60)
