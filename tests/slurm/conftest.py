@@ -13,7 +13,6 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HARNESS = os.path.join(ROOT, 'scripts', 'slurm_local.sh')
-PYTHON_DIR = os.path.join(ROOT, 'python')
 
 
 class SlurmCluster:
@@ -22,11 +21,11 @@ class SlurmCluster:
         self.conf = os.path.join(directory, 'slurm.conf')
 
     def env(self, extra=None):
-        """The environment for a client command: this cluster's slurm.conf, and this checkout's
-        horovod first on PYTHONPATH unless PYTHONPATH is already set (then that horovod)."""
+        """The environment for a client command: ours plus this cluster's slurm.conf. srun
+        passes it on to the tasks, so they import the horovod this test process would import
+        (the installed one, or the checkout's with PYTHONPATH=<checkout>/python)."""
         environment = dict(os.environ)
         environment['SLURM_CONF'] = self.conf
-        environment.setdefault('PYTHONPATH', PYTHON_DIR)
         environment.update(extra or {})
         return environment
 
