@@ -86,6 +86,8 @@ def test_mpijob_is_valid():
     # -np equals the slots the operator's hostfile lists.
     assert int(launcher[2]) == job['spec']['slotsPerWorker'] * job['spec']['mpiReplicaSpecs']['Worker']['replicas']
     assert containers['Worker']['command'] == ['/usr/sbin/sshd', '-De']
+    assert job['spec']['launcherCreationPolicy'] == 'WaitForWorkersReady'
+    assert containers['Worker']['readinessProbe']['tcpSocket']['port'] == 22
 
 
 def test_mpijob_schema_rejects_mistakes():
@@ -118,6 +120,8 @@ def test_statefulset_manifest_is_valid():
     # Every host in the launcher's -H is a pod of the StatefulSet, through the headless Service.
     command = containers_of(launcher)['Job']['command'][2]
     hosts = re.search(r'-H (\S+)', command).group(1).split(',')
+    waited = re.search(r'wait-for-workers.sh ([^&]+)&&', command).group(1).split()
+    assert waited == [host.split(':')[0] for host in hosts]
     assert hosts == ['{}-{}.{}:2'.format(workers['metadata']['name'], i, service['metadata']['name'])
                      for i in range(workers['spec']['replicas'])]
     assert '-np {}'.format(2 * workers['spec']['replicas']) in command
@@ -129,6 +133,19 @@ def test_kubernetes_validate_rejects_a_bad_manifest():
     workers['spec']['replicas'] = 'two'
     with pytest.raises(kv.ValidationError):
         kv.validate(workers, KUBE_VERSION, strict=True)
+
+
+def test_wait_for_workers_script_is_bounded(tmp_path):
+    """The launcher's wait-for-workers.sh, run for real against a host with no sshd: it gives up
+    after WORKER_WAIT_SECONDS with a message naming the host."""
+    (configmap,) = [r for r in load_all(deploy('kubernetes', 'statefulset.yaml')) if r['kind'] == 'ConfigMap']
+    script = tmp_path / 'wait-for-workers.sh'
+    script.write_text(configmap['data']['wait-for-workers.sh'])
+    env = dict(os.environ, WORKER_WAIT_SECONDS='3')
+    result = subprocess.run(['sh', str(script), 'no-such-worker.invalid'], capture_output=True, text=True,
+                            timeout=60, env=env)
+    assert result.returncode == 1
+    assert 'no ssh to no-such-worker.invalid after 3 s' in result.stderr
 
 
 # ---------------------------------------------------------------------------- Helm
@@ -167,6 +184,8 @@ def test_helm_chart_renders_valid_manifests(replicas, slots):
                                for i in range(replicas))
     assert args[5] == '--verbose' and args[6:8] == ['python3', '/horovod/examples/pytorch/pytorch_mnist.py']
     assert 'demo-horovod-launcher' in rendered['horovod/templates/NOTES.txt']
+    waited = re.search(r'wait-for-workers.sh ([^&]+)&&', containers_of(by_kind['Job'])['Job']['command'][2]).group(1)
+    assert waited.split() == [host.split(':')[0] for host in args[4].split(',')]
 
 
 def test_helm_values_schema_rejects_bad_values():

@@ -14,6 +14,16 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
+{{/* The workers' DNS names, space-separated: <worker>-<i>.<service>. */}}
+{{- define "horovod.workerAddresses" -}}
+{{- $worker := include "horovod.workerName" . -}}
+{{- $hosts := list -}}
+{{- range $i := until (int .Values.workers.replicas) -}}
+{{- $hosts = append $hosts (printf "%s-%d.%s" $worker $i $worker) -}}
+{{- end -}}
+{{- join " " $hosts -}}
+{{- end -}}
+
 {{/* horovodrun's -H value: <worker-i>.<service>:<slots> for every worker pod. */}}
 {{- define "horovod.hosts" -}}
 {{- $worker := include "horovod.workerName" . -}}
