@@ -1,7 +1,8 @@
-"""A private one-node Slurm cluster (scripts/slurm_local.sh) for the tests in this folder:
-slurmctld + slurmd started once per session with their own config, state and ports, stopped
-at the end. Tests get `slurm`, whose .run(args, timeout) runs a Slurm client command (srun,
-sbatch, salloc, ...) against that cluster, bounded by a timeout. The cluster needs root and
+"""Private Slurm clusters (scripts/slurm_local.sh) for the tests in this folder, each started
+once per session with its own config, state and ports, and stopped at the end: `slurm`, one
+node (this host), and `slurm2`, two nodes in their own network and UTS namespaces (host names
+node1 and node2). Their .run(args, timeout) runs a Slurm client command (srun, sbatch, salloc,
+...) against the cluster, bounded by a timeout. The cluster needs root and
 Debian's slurmctld, slurmd and slurm-client (scripts/setup.sh installs them); without them the
 tests skip with the reason."""
 
@@ -34,10 +35,10 @@ class SlurmCluster:
                               env=self.env(extra_env), cwd=cwd)
 
 
-@pytest.fixture(scope='session')
-def slurm():
+def _cluster(cpus, nodes):
     directory = tempfile.mkdtemp(prefix='hvd-slurm-')
-    started = subprocess.run([HARNESS, 'start', directory, '4'], capture_output=True, text=True, timeout=90)
+    started = subprocess.run([HARNESS, 'start', directory, str(cpus), str(nodes)], capture_output=True, text=True,
+                             timeout=90)
     if started.returncode == 77:
         pytest.skip('no private Slurm cluster on this machine: ' + started.stderr.strip())
     assert started.returncode == 0, 'slurm_local.sh start failed:\n' + started.stdout + started.stderr
@@ -45,3 +46,13 @@ def slurm():
         yield SlurmCluster(directory)
     finally:
         subprocess.run([HARNESS, 'stop', directory], timeout=60)
+
+
+@pytest.fixture(scope='session')
+def slurm():
+    yield from _cluster(cpus=4, nodes=1)
+
+
+@pytest.fixture(scope='session')
+def slurm2():
+    yield from _cluster(cpus=2, nodes=2)

@@ -1,6 +1,7 @@
-"""Horovod under a real Slurm (the private cluster of conftest.py): the environment srun gives
+"""Horovod under a real Slurm (the private clusters of conftest.py): the environment srun gives
 each task, training under `srun`, an `sbatch` job (deploy/slurm/train.sbatch) and `salloc` +
-`horovodrun`. Every command is bounded by a timeout."""
+`horovodrun` on one node; the environment, an allreduce and the sbatch recipe across two nodes
+(network namespaces with their own host names). Every command is bounded by a timeout."""
 
 import json
 import os
@@ -15,11 +16,17 @@ MNIST = os.path.join(ROOT, 'examples', 'pytorch', 'pytorch_mnist.py')
 SBATCH_RECIPE = os.path.join(ROOT, 'deploy', 'slurm', 'train.sbatch')
 TRAIN_TIMEOUT = 300
 
-# Prints rank/size/local rank as the engine computed them, and the result of one allreduce.
+# Prints the place in the job as the engine computed it, and the result of one allreduce.
 HVD_PROBE = ('import horovod.torch as hvd, torch; hvd.init(); '
              's = hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), op=hvd.Sum).item(); '
-             'print("probe rank=%d size=%d local_rank=%d local_size=%d sum=%g" '
-             '% (hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), s), flush=True)')
+             'print("probe rank=%d size=%d local_rank=%d local_size=%d cross_rank=%d cross_size=%d sum=%g" '
+             '% (hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), hvd.cross_size(), s), '
+             'flush=True)')
+
+
+def probe_lines(result):
+    assert result.returncode == 0, result.stdout + result.stderr
+    return sorted(line for line in result.stdout.splitlines() if line.startswith('probe'))
 
 
 def task_envs(slurm, srun_options, directory):
@@ -63,10 +70,8 @@ def test_srun_horovod_with_rendezvous_dir(slurm, tmp_path):
     """Ranks from SLURM_*, rendezvous through a shared directory: works without horovodrun."""
     result = slurm.run(['srun', '-n', 2, 'python3', '-c', HVD_PROBE], timeout=TRAIN_TIMEOUT,
                        extra_env={'HOROVOD_RENDEZVOUS_DIR': str(tmp_path)})
-    assert result.returncode == 0, result.stdout + result.stderr
-    lines = sorted(line for line in result.stdout.splitlines() if line.startswith('probe'))
-    assert lines == ['probe rank=0 size=2 local_rank=0 local_size=2 sum=3',
-                     'probe rank=1 size=2 local_rank=1 local_size=2 sum=3']
+    assert probe_lines(result) == ['probe rank=0 size=2 local_rank=0 local_size=2 cross_rank=0 cross_size=1 sum=3',
+                                   'probe rank=1 size=2 local_rank=1 local_size=2 cross_rank=0 cross_size=1 sum=3']
 
 
 def test_srun_trains_the_pytorch_example(slurm, tmp_path):
@@ -119,3 +124,33 @@ def test_salloc_then_horovodrun(slurm):
     assert result.returncode == 0, result.stdout + result.stderr
     assert 'Granted job allocation' in result.stderr
     assert result.stdout.count('size=2 local_rank=') == 2 and 'sum=3' in result.stdout
+
+
+# ---------------------------------------------------------------------------- two nodes
+
+def test_srun_two_nodes_environment(slurm2, tmp_path):
+    tasks = task_envs(slurm2, ['-N', 2, '-n', 4], tmp_path)
+    assert [task['host'] for task in tasks] == ['node1', 'node1', 'node2', 'node2']
+    assert [task['env']['SLURM_NODEID'] for task in tasks] == ['0', '0', '1', '1']
+    assert [task['env']['SLURM_LOCALID'] for task in tasks] == ['0', '1', '0', '1']
+    assert all(task['env']['SLURM_NTASKS'] == '4' and task['env']['SLURM_NNODES'] == '2' for task in tasks)
+    assert all(task['env']['SLURM_STEP_NODELIST'] == 'node[1-2]' for task in tasks)
+
+
+def test_srun_horovod_across_two_nodes(slurm2, tmp_path):
+    """Local and cross ranks from the host names, an allreduce between the nodes over TCP."""
+    result = slurm2.run(['srun', '-N', 2, '-n', 4, 'python3', '-c', HVD_PROBE], timeout=TRAIN_TIMEOUT,
+                        extra_env={'HOROVOD_RENDEZVOUS_DIR': str(tmp_path)})
+    assert probe_lines(result) == [
+        'probe rank={} size=4 local_rank={} local_size=2 cross_rank={} cross_size=2 sum=10'.format(r, r % 2, r // 2)
+        for r in range(4)]
+
+
+def test_sbatch_recipe_on_two_nodes(slurm2, tmp_path):
+    output = tmp_path / 'job.out'
+    result = slurm2.run(['sbatch', '--wait', '--nodes=2', '--ntasks=4', '--output=' + str(output), SBATCH_RECIPE,
+                         '--epochs', 1], timeout=TRAIN_TIMEOUT, cwd=tmp_path, extra_env={'TRAIN_SCRIPT': MNIST})
+    log = output.read_text() if output.exists() else '(no job output)'
+    assert result.returncode == 0, result.stdout + result.stderr + log
+    assert '4 tasks on node[1-2]' in log
+    assert '(4 workers, global batch 128)' in log
