@@ -154,3 +154,11 @@ def test_sbatch_recipe_on_two_nodes(slurm2, tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr + log
     assert '4 tasks on node[1-2]' in log
     assert '(4 workers, global batch 128)' in log
+
+
+def test_salloc_host_list_for_horovodrun(slurm2):
+    """The -H list docs/schedulers.md builds inside an allocation, from SLURM_JOB_NODELIST."""
+    result = slurm2.run(['salloc', '-N', 2, '-n', 4, 'bash', '-c',
+                         'scontrol show hostnames "$SLURM_JOB_NODELIST" | sed "s/$/:2/" | paste -sd,'], timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip() == 'node1:2,node2:2'
