@@ -194,3 +194,20 @@ def test_first_discovery_failure_fails_the_job(run, tmp_path):
     r = run('-np', '2', '--host-discovery-script', str(script), 'true')
     assert r.returncode == 1
     assert 'Failed to execute discovery script: {}. Exit code: 7'.format(script) in r.stderr, r.stderr
+
+
+def test_keras_fit_survives_a_failed_worker(run, tmp_path):
+    # model.fit inside hvd.elastic.run: the failed collective surfaces from the compiled train
+    # step as tf.errors.UnknownError; run() treats it as a HorovodInternalError and resumes.
+    pytest.importorskip('tensorflow')
+    log = tmp_path / 'log.jsonl'
+    hosts = tmp_path / 'hosts'
+    hosts.write_text('localhost:1\n127.0.0.1:1\n127.0.0.2:1\n')
+    r = run('-np', '3', '--min-np', '2', '--host-discovery-script', 'cat {}'.format(hosts), sys.executable, '-W',
+            'ignore', os.path.join(HERE, 'elastic', 'train_keras.py'), timeout=240,
+            extra_env={'ELASTIC_LOG': str(log), 'ELASTIC_FAIL_AT': '1:2', 'ELASTIC_EPOCHS': '4'})
+    assert r.returncode == 0, r.stderr[-3000:]
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert rounds_and_sizes(records) == [(0, 0, 3), (1, 1, 2), (2, 1, 2), (3, 1, 2)]
+    assert state_continues(records)
+    assert 'done: rank 0 of 2' in r.stdout

@@ -1,10 +1,13 @@
 """Elastic training for Keras, independent of which Keras runs it: ``KerasState`` and the
-callbacks that keep it current during ``model.fit``. The public modules bind them to their Keras
-(``_backend``, the ``Callback`` base) and add ``run``."""
+callbacks that keep it current during ``model.fit``, and ``run``. The public modules bind them to
+their Keras (``_backend``, the ``Callback`` base, ``init``/``shutdown``)."""
+
+import functools
 
 from horovod._keras import numpy_ops
 from horovod.common import basics
-from horovod.common.elastic import ObjectState
+from horovod.common.elastic import ObjectState, run_fn
+from horovod.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 
 
 def _rank():
@@ -123,3 +126,42 @@ class UpdateEpochStateCallbackImpl:
 
     def on_epoch_end(self, epoch, logs=None):
         self.state.epoch = self.initial_epoch + epoch + 1
+
+
+# Ops whose failure inside a compiled function (a TensorFlow graph, an XLA callback) reaches the
+# training loop wrapped in the framework's own error type, naming the op.
+_HOROVOD_OP_NAMES = ('HorovodAllreduce', 'HorovodAllgather', 'HorovodBroadcast', 'HorovodAlltoall',
+                     'HorovodReducescatter')
+
+
+def _failed_collective(error):
+    """Whether `error` is, or wraps, a failed Horovod collective."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, HorovodInternalError):
+            return True
+        if any(op in str(error) for op in _HOROVOD_OP_NAMES):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def run(func, reset):
+    """Elastic retry loop around ``func(state, ...)`` (horovod.common.elastic.run_fn) for Keras:
+    a failed collective that surfaces wrapped by the backend (``tf.errors.UnknownError`` naming
+    ``HorovodAllreduce`` from a compiled train step, a JAX callback error) counts as a
+    ``HorovodInternalError``: restore, reset, retry."""
+
+    @functools.wraps(func)
+    def wrapper(state, *args, **kwargs):
+        try:
+            return func(state, *args, **kwargs)
+        except (HorovodInternalError, HostsUpdatedInterrupt):
+            raise
+        except Exception as e:
+            if _failed_collective(e):
+                raise HorovodInternalError(e) from e
+            raise
+
+    return run_fn(wrapper, reset)

@@ -4,7 +4,6 @@ import keras
 
 from horovod._keras import elastic as _impl
 from horovod._keras.basics import init, shutdown
-from horovod.common.elastic import run_fn
 from horovod.keras import _backend
 
 _Callback = keras.callbacks.Callback
@@ -40,8 +39,8 @@ class UpdateEpochStateCallback(_impl.UpdateEpochStateCallbackImpl, _Callback):
 
 
 def run(func):
-    """Elastic retry loop around ``func(state, ...)`` (see horovod.common.elastic.run_fn)."""
-    return run_fn(func, _reset)
+    """Elastic retry loop around ``func(state, ...)`` (see horovod._keras.elastic.run)."""
+    return _impl.run(func, _reset)
 
 
 def _reset():
