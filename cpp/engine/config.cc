@@ -117,6 +117,11 @@ const Param<double> kStallCheckTime(
     "Seconds a tensor may wait for the remaining ranks before the coordinator (rank 0) warns, naming "
     "the tensor, the ranks that submitted it and the ranks that did not; repeated every such period "
     "while the stall lasts. Fractions are accepted.");
+const Param<double> kLivenessTimeout(
+    "HOROVOD_LIVENESS_TIMEOUT_SECONDS", 3.0,
+    "Seconds without a sign of life from a rank (its watch thread bumps a counter in the rendezvous "
+    "store every sixth of this) after which its peers fail with PeerLost naming it: catches paused, "
+    "hung and cut-off ranks whose connections stay open. 0 = off.");
 const Param<double> kStallShutdownTime(
     "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", 0.0,
     "Seconds after which a stalled tensor shuts the job down: every rank's pending and later "
@@ -312,6 +317,7 @@ Config Config::fromEnvironment(const EnvLookup& env) {
   c.stallCheck = !kStallCheckDisable.get(env);
   c.stallCheckTime = secondsParam(kStallCheckTime, env, false);
   c.stallShutdownTime = secondsParam(kStallShutdownTime, env, true);
+  c.livenessTimeout = secondsParam(kLivenessTimeout, env, true);
   checkInertKnobs(env, /*warn=*/c.rank == 0);
   return c;
 }

@@ -47,6 +47,7 @@
 #include "engine/drive_gate.h"
 #include "engine/executor.h"
 #include "engine/knobs.h"
+#include "engine/liveness.h"
 #include "engine/message.h"
 #include "engine/observer.h"
 #include "engine/process_set_table.h"
@@ -200,6 +201,9 @@ class Runtime {
   void completeEntry(Entry* entry, std::exception_ptr error);
   void failAll(const ErrorInfo& reason);
   void onFatal(std::exception_ptr error, bool notifyPeers);
+  // The liveness watch found `rank` silent (its thread): the engine fails with PeerLost naming
+  // it at its next step; if it is stuck in a transfer for a second more, the transport is aborted.
+  void onSilentPeer(int rank, const std::string& message);
   void pinThread();
   // ---- observer events that need the runtime's state (runtime_observe.cc) ----
   void publishEntry(EngineEventKind kind, const Entry& entry, uint32_t cacheId = kNoCacheId, bool failed = false);
@@ -234,6 +238,11 @@ class Runtime {
   TensorQueue queue_;
   std::unique_ptr<Coordinator> coordinator_;  // rank 0
   std::unique_ptr<StallInspector> stall_;     // rank 0
+  std::unique_ptr<LivenessWatch> liveness_;  // size > 1, unless HOROVOD_LIVENESS_TIMEOUT_SECONDS=0
+  std::atomic<bool> silentPeer_{false};
+  std::mutex silentMu_;
+  int silentRank_ = -1;             // guarded by silentMu_
+  std::string silentMessage_;       // guarded by silentMu_
   int64_t nextStallScanNs_ = 0;
   CacheReplica replica_;
   // What backends working in host memory share; then the backends themselves, by (process

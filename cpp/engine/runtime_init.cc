@@ -270,12 +270,25 @@ void Runtime::bootstrap(const InitOptions& options) {
     loopExited_ = false;
   }
   thread_ = std::thread([this] { loop(); });
+  if (size > 1 && config_.livenessTimeout.count() > 0) {
+    LivenessWatch::Options lopts;
+    lopts.rank = rank;
+    lopts.size = size;
+    lopts.hostOf = hosts;
+    lopts.timeout = config_.livenessTimeout;
+    lopts.interval = std::max(std::chrono::milliseconds(50), config_.livenessTimeout / 6);
+    liveness_ = std::make_unique<LivenessWatch>(
+        roundStore_, lopts, [this](int silent, const std::string& message) { onSilentPeer(silent, message); });
+  }
   HVD_LOG(Debug) << "Horovod initialized: rank " << rank << " of " << size << ", transport "
                  << transport_->name() << ", job " << jobId_;
 }
 
 void Runtime::shutdown() {
   std::lock_guard<std::mutex> lock(lifecycleMu_);
+  // First: the watch may be about to abort the transport, and peers must not take this rank's
+  // departure for silence.
+  if (liveness_) liveness_->stop();
   if (!transport_) {
     initialized_ = false;
     return;
@@ -316,6 +329,7 @@ void Runtime::shutdown() {
   transport_.reset();
   coordinator_.reset();
   stall_.reset();
+  liveness_.reset();
   host_.outputs->close();  // cached blocks go back; outputs still held stay valid
   initialized_ = false;
 }

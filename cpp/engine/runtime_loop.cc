@@ -109,6 +109,11 @@ void Runtime::loop() {
     }
   } catch (...) {
     std::exception_ptr error = std::current_exception();
+    if (silentPeer_.load()) {
+      // The transport may have been aborted for it: name the silent rank, not the abort.
+      std::lock_guard<std::mutex> lock(silentMu_);
+      error = std::make_exception_ptr(PeerLost(silentRank_, silentMessage_));
+    }
     reason = ErrorInfo::fromException(error);
     bool fromPeer = reason.message.rfind("[from rank ", 0) == 0;
     onFatal(error, !fromPeer);
@@ -233,6 +238,10 @@ void Runtime::maybeScanStalls() {
 }
 
 bool Runtime::step() {
+  if (silentPeer_.load(std::memory_order_relaxed)) [[unlikely]] {
+    std::lock_guard<std::mutex> lock(silentMu_);
+    throw PeerLost(silentRank_, silentMessage_);
+  }
   if (stall_) [[unlikely]] maybeScanStalls();
   if (observers_.wants(EngineEventKind::kStallTick)) [[unlikely]] maybeStallTick();
   RequestList& mine = outgoing_;  // may hold requests collected at enqueue already
@@ -596,6 +605,23 @@ void Runtime::runData(Response& r) {
   // Copy: completing an entry may free it.
   std::vector<Entry*> done = entriesScratch_;
   for (Entry* e : done) completeEntry(e, error);
+}
+
+void Runtime::onSilentPeer(int rank, const std::string& message) {
+  {
+    std::lock_guard<std::mutex> lock(silentMu_);
+    silentRank_ = rank;
+    silentMessage_ = message;
+  }
+  silentPeer_.store(true);
+  transport_->wake();
+  gate_->unpark();
+  // A step notices at once; an engine stuck in a transfer with the silent rank would only at the
+  // transfer's deadline.
+  std::unique_lock<std::mutex> exitLock(exitMu_);
+  if (!exitCv_.wait_for(exitLock, std::chrono::seconds(1), [&] { return loopExited_; })) {
+    transport_->abort(message);
+  }
 }
 
 void Runtime::onFatal(std::exception_ptr error, bool notifyPeers) {

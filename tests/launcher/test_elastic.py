@@ -174,16 +174,29 @@ def test_blacklisted_host_returns_after_cooldown(run, tmp_path):
 
 
 def test_stopped_rank_is_killed_after_the_gather_timeout(run, tmp_path):
-    # A paused rank: the others stall in negotiation until the stall shutdown fails the round;
-    # the paused one never re-joins and is killed when the gather timeout expires.
+    # A paused rank: the liveness watch names it (HOROVOD_LIVENESS_TIMEOUT_SECONDS), the others
+    # re-join, and the paused one, which never does, is killed when the gather timeout expires.
     r, records = run_elastic(run, tmp_path, 'localhost:2 127.0.0.1:2', '-np', '4', '--min-np', '2',
                              schedule=[{'epoch': 1, 'rank': 3, 'do': 'stop'}],
+                             extra_env={'HOROVOD_ELASTIC_GATHER_TIMEOUT': '2'})
+    assert r.returncode == 0, r.stderr
+    assert [s for _, _, s in rounds_and_sizes(records)] == [4, 4, 2, 2, 2, 2]
+    assert 'Horovod lost rank 3 (host 127.0.0.1): it stopped responding' in r.stderr, r.stderr
+    assert 'did not rejoin within 2.0 s' in r.stderr, r.stderr
+    assert state_continues(records)
+
+
+def test_stalled_round_becomes_a_reset(run, tmp_path):
+    # A rank that is alive but never submits what the others wait for (here: it sleeps in the
+    # middle of the epoch): the stall shutdown fails the round, and the job goes on.
+    r, records = run_elastic(run, tmp_path, 'localhost:2 127.0.0.1:2', '-np', '4', '--min-np', '2',
+                             schedule=[{'epoch': 1, 'rank': 3, 'do': 'hang'}],
                              extra_env={'HOROVOD_STALL_CHECK_TIME_SECONDS': '1',
                                         'HOROVOD_STALL_SHUTDOWN_TIME_SECONDS': '2',
                                         'HOROVOD_ELASTIC_GATHER_TIMEOUT': '2'})
     assert r.returncode == 0, r.stderr
     assert [s for _, _, s in rounds_and_sizes(records)] == [4, 4, 2, 2, 2, 2]
-    assert 'did not rejoin within 2.0 s' in r.stderr, r.stderr
+    assert 'HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=2' in r.stderr, r.stderr
     assert state_continues(records)
 
 
