@@ -1,0 +1,88 @@
+// The liveness watch over a shared MemoryStore: a rank that never shows a sign of life is named
+// after the timeout; one that departs (stop()) is not; a live one never is.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "engine/liveness.h"
+#include "store/memory_store.h"
+
+namespace hvd::engine {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Silence {
+  std::mutex mu;
+  int rank = -1;
+  std::string message;
+  std::atomic<int> calls{0};
+  LivenessWatch::SilentFn fn() {
+    return [this](int r, const std::string& m) {
+      std::lock_guard<std::mutex> lock(mu);
+      rank = r;
+      message = m;
+      calls++;
+    };
+  }
+};
+
+LivenessWatch::Options options(int rank, int size) {
+  LivenessWatch::Options o;
+  o.rank = rank;
+  o.size = size;
+  o.hostOf = std::vector<std::string>(size, "hostA");
+  o.hostOf[size - 1] = "hostB";
+  o.interval = 20ms;
+  o.timeout = 200ms;
+  return o;
+}
+
+TEST(Liveness, RankWithoutSignOfLifeIsNamed) {
+  auto store = std::make_shared<MemoryStore>();
+  Silence seen;
+  auto start = std::chrono::steady_clock::now();
+  LivenessWatch watch0(store, options(0, 3), seen.fn());
+  LivenessWatch watch1(store, options(1, 3), Silence().fn());
+  // Rank 2 never runs a watch: it is paused from the start.
+  while (seen.calls == 0 && std::chrono::steady_clock::now() - start < 5s) std::this_thread::sleep_for(10ms);
+  auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_EQ(seen.calls, 1);
+  EXPECT_EQ(seen.rank, 2);
+  EXPECT_NE(seen.message.find("Horovod lost rank 2 (host hostB): it stopped responding"), std::string::npos)
+      << seen.message;
+  EXPECT_GE(took, 200ms);
+  EXPECT_LT(took, 2s);
+}
+
+TEST(Liveness, LiveAndDepartedRanksAreNotNamed) {
+  auto store = std::make_shared<MemoryStore>();
+  Silence seen0, seen1, seen2;
+  LivenessWatch watch0(store, options(0, 3), seen0.fn());
+  LivenessWatch watch1(store, options(1, 3), seen1.fn());
+  {
+    LivenessWatch watch2(store, options(2, 3), seen2.fn());
+    std::this_thread::sleep_for(100ms);
+  }  // rank 2 shuts down: marked departed
+  std::this_thread::sleep_for(600ms);
+  EXPECT_EQ(seen0.calls, 0) << seen0.message;
+  EXPECT_EQ(seen1.calls, 0) << seen1.message;
+  EXPECT_EQ(seen2.calls, 0) << seen2.message;
+}
+
+TEST(Liveness, WorkersWatchRankZero) {
+  auto store = std::make_shared<MemoryStore>();
+  Silence seen;
+  LivenessWatch watch1(store, options(1, 2), seen.fn());  // rank 0 never shows up
+  auto start = std::chrono::steady_clock::now();
+  while (seen.calls == 0 && std::chrono::steady_clock::now() - start < 5s) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(seen.rank, 0);
+}
+
+}  // namespace
+}  // namespace hvd::engine
