@@ -38,8 +38,10 @@ def test_start_without_ray_init_names_the_fix():
 @pytest.mark.parametrize('kwargs, error, pattern', [
     (dict(num_workers=2, max_workers=3), ValueError, 'max_workers requires a positive min_workers'),
     (dict(num_workers=2, min_workers=1), ValueError, 'Both min_workers and num_workers'),
-    (dict(min_workers=1, max_workers=2), RuntimeError, 'Elastic Horovod on Ray .min_workers, max_workers. is not'),
-    (dict(num_workers=2, reset_limit=3), RuntimeError, 'not available in this build'),
+    (dict(num_workers=2, reset_limit=3), ValueError, 'reset_limit and cooldown_range apply to elastic mode'),
+    (dict(min_workers=1, cooldown_range=(1, 2)), NotImplementedError, 'do not blacklist nodes'),
+    (dict(min_workers=1, override_discovery=False), NotImplementedError, 'override_discovery=False'),
+    (dict(min_workers=2, max_workers=1), ValueError, 'must not be below min_workers'),
     (dict(num_workers=2, gpus_per_worker=1), ValueError, 'use_gpu is False'),
     (dict(), ValueError, 'Give num_workers'),
     (dict(num_workers=0), ValueError, 'at least 1'),
@@ -49,9 +51,9 @@ def test_bad_arguments(kwargs, error, pattern):
         RayExecutor(RayExecutor.create_settings(), **kwargs)
 
 
-def test_elastic_alias_says_elastic_is_missing():
-    with pytest.raises(RuntimeError, match='not available in this build'):
-        ElasticRayExecutor.create_settings(min_num_proc=1)
+def test_elastic_alias_checks_its_arguments():
+    settings = ElasticRayExecutor.create_settings(min_num_proc=1, max_num_proc=2, reset_limit=3)
+    assert (settings.min_num_proc, settings.max_num_proc, settings.reset_limit) == (1, 2, 3)
     with pytest.raises(ValueError, match='gpus_per_slot'):
         ElasticRayExecutor(None, gpus_per_slot=1)
 
@@ -177,4 +179,54 @@ def test_more_workers_than_cpus_is_a_clear_error(cluster):
     executor = RayExecutor(settings, num_workers=CLUSTER_CPUS + 1)
     with pytest.raises(RuntimeError, match=r'Could not reserve resources for 3 Horovod workers .*CPU'):
         executor.start()
+    assert wait_for_free_cpus()
+
+
+def elastic_train(marker):
+    """Trains 5 epochs inside hvd.elastic.run; rank 1 of the first round dies in epoch 2."""
+    import os
+    import torch
+    import horovod.torch as hvd
+    hvd.init()
+    torch.manual_seed(0)
+    model = torch.nn.Linear(2, 1)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                         named_parameters=model.named_parameters())
+    state = hvd.elastic.TorchState(model, optimizer, epoch=0)
+    seen = []
+
+    @hvd.elastic.run
+    def train(state):
+        while state.epoch < 5:
+            loss = model(torch.ones(4, 2) * (hvd.rank() + 1)).sum()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            seen.append((state.epoch, hvd.rank(), hvd.size()))
+            if state.epoch == 2 and hvd.rank() == 1 and not os.path.exists(marker):
+                open(marker, 'w').close()
+                os._exit(1)
+            state.epoch += 1
+            state.commit()
+
+    train(state)
+    return hvd.rank(), hvd.size(), seen, float(model.weight.detach().sum())
+
+
+def test_elastic_job_replaces_a_lost_worker(cluster, tmp_path):
+    executor = RayExecutor(RayExecutor.create_settings(timeout_s=30), min_workers=1, max_workers=2,
+                           elastic_timeout=60)
+    executor.start()
+    try:
+        results = executor.run(elastic_train, args=[str(tmp_path / 'died')])
+        log = [what for _, what in executor._job.log]
+    finally:
+        executor.shutdown()
+    assert [(rank, size) for rank, size, _, _ in results] == [(0, 2), (1, 2)]
+    survivor, replacement = results[0][2], results[1][2]
+    assert survivor == [(e, 0, 2) for e in range(5)]
+    assert replacement == [(3, 1, 2), (4, 1, 2)]  # joined after the rollback to epoch 3's commit
+    assert results[0][3] == results[1][3]         # state synced from rank 0
+    assert log[0] == 'round 0 with 2 workers (2 new)' and log[-1] == 'round 1 with 2 workers (1 new)', log
+    assert any('failed' in line for line in log), log
     assert wait_for_free_cpus()

@@ -5,27 +5,24 @@
     results = executor.run(train_fn)      # train_fn calls hvd.init(); results in rank order
     executor.shutdown()
 
-Static jobs only in this build: the elastic arguments raise until elastic training lands.
+With ``min_workers`` the job is elastic (elastic_job.py): ``run(train_fn)`` where train_fn
+trains inside ``hvd.elastic.run`` survives lost workers and grows back up to ``max_workers``.
 """
 
 import ray
 
 from horovod.ray.settings import create_settings
+from horovod.ray.elastic_job import ElasticJob
 from horovod.ray.static import StaticJob
 
-__all__ = ['RayExecutor', 'ELASTIC_NOT_AVAILABLE']
-
-ELASTIC_NOT_AVAILABLE = (
-    'Elastic Horovod on Ray ({what}) is not available in this build: it needs elastic training '
-    '(horovod.elastic / horovodrun --min-np), which has not landed yet. Run a static job with '
-    'num_workers (or num_hosts and num_workers_per_host) instead.')
+__all__ = ['RayExecutor']
 
 _NOT_INITIALIZED = ('Ray is not initialized: call ray.init() (a local cluster) or ray.init(address=...) '
                     '(an existing cluster or "ray://host:10001" for Ray Client) before RayExecutor.start().')
 
 
 class RayExecutor:
-    """A fixed-size Horovod job on Ray (spec: horovod.ray.RayExecutor).
+    """A Horovod job on Ray (spec: horovod.ray.RayExecutor), fixed-size or elastic.
 
     settings: from ``RayExecutor.create_settings``.
     num_workers: number of Horovod processes, packed onto as few nodes as possible; or
@@ -33,9 +30,10 @@ class RayExecutor:
     cpus_per_worker, use_gpu, gpus_per_worker (default 1 with use_gpu): each actor's resources.
     use_current_placement_group: inside a placement group (a Ray Tune trial), place the workers
         in it rather than reserving a new one.
-    min_workers, max_workers, reset_limit, cooldown_range: elastic mode; not available yet
-        (RuntimeError naming what is missing). elastic_timeout and override_discovery only apply
-        to elastic mode and are otherwise ignored, as in Horovod.
+    min_workers, max_workers, reset_limit, elastic_timeout: elastic mode (at least min_workers
+        actors, up to max_workers, new ones wherever Ray has room; see elastic_job.py). Ray owns
+        node health, so cooldown_range (a node blacklist) and override_discovery=False are refused
+        with NotImplementedError. elastic_timeout is ignored in a static job, as in Horovod.
 
     Through Ray Client (``ray.init("ray://...")``) the job is driven from an actor on the
     cluster, so that the workers can reach its rendezvous server.
@@ -52,11 +50,31 @@ class RayExecutor:
         if min_workers is not None and num_workers is not None:
             raise ValueError('Both min_workers and num_workers provided: min_workers selects elastic mode, '
                              'num_workers a static job; give one of them')
-        elastic = [name for name, value in (('min_workers', min_workers), ('max_workers', max_workers),
-                                            ('reset_limit', reset_limit), ('cooldown_range', cooldown_range))
-                   if value is not None]
-        if elastic:
-            raise RuntimeError(ELASTIC_NOT_AVAILABLE.format(what=', '.join(elastic)))
+        if min_workers is None and (reset_limit is not None or cooldown_range is not None):
+            raise ValueError('reset_limit and cooldown_range apply to elastic mode: give min_workers')
+        if cooldown_range is not None:
+            raise NotImplementedError('cooldown_range: elastic jobs on Ray do not blacklist nodes (Ray owns node '
+                                      'health and places replacement actors), so there is nothing to cool down')
+        if min_workers is not None and not override_discovery:
+            raise NotImplementedError('override_discovery=False: elastic jobs on Ray find capacity from Ray\'s '
+                                      'resources only')
+        if min_workers is not None:
+            if min_workers < 1:
+                raise ValueError('min_workers must be at least 1, got {}'.format(min_workers))
+            if max_workers is not None and max_workers < min_workers:
+                raise ValueError('max_workers ({}) must not be below min_workers ({})'.format(max_workers, min_workers))
+            if cpus_per_worker <= 0:
+                raise ValueError('cpus_per_worker must be positive, got {}'.format(cpus_per_worker))
+            if gpus_per_worker is not None and not use_gpu:
+                raise ValueError('gpus_per_worker is set but use_gpu is False')
+            self.settings = settings
+            self.num_workers = None
+            self._job_cls = ElasticJob
+            self._job_args = (settings, min_workers, max_workers, cpus_per_worker, use_gpu, gpus_per_worker,
+                              reset_limit, elastic_timeout)
+            self._job = None
+            self._remote = None
+            return
         if gpus_per_worker is not None and not use_gpu:
             raise ValueError('gpus_per_worker is set but use_gpu is False')
         if num_hosts is not None:
@@ -73,6 +91,7 @@ class RayExecutor:
             raise ValueError('cpus_per_worker must be positive, got {}'.format(cpus_per_worker))
         self.settings = settings
         self.num_workers = num_workers
+        self._job_cls = StaticJob
         self._job_args = (settings, num_workers, num_hosts, num_workers_per_host, cpus_per_worker, use_gpu,
                           gpus_per_worker, use_current_placement_group)
         self._job = None      # StaticJob in this process, or
@@ -87,14 +106,14 @@ class RayExecutor:
             raise RuntimeError('RayExecutor.start() was already called; call shutdown() first')
         args = (executable_cls, executable_args, executable_kwargs, extra_env_vars)
         if _is_ray_client():
-            self._remote = ray.remote(num_cpus=0)(StaticJob).remote(*self._job_args)
+            self._remote = ray.remote(num_cpus=0)(self._job_cls).remote(*self._job_args)
             try:
                 ray.get(self._remote.start.remote(*args))
             except BaseException:
                 self.shutdown()
                 raise
         else:
-            self._job = StaticJob(*self._job_args)
+            self._job = self._job_cls(*self._job_args)
             self._job.start(*args)
 
     def run(self, fn, args=None, kwargs=None, callbacks=None):
