@@ -20,9 +20,10 @@ pytestmark = pytest.mark.timeout(300)
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
-def digits_model(keras_module=keras):
-    return keras_module.Sequential([keras_module.Input((64,)), keras_module.layers.Dense(32, activation='relu'),
-                                    keras_module.layers.Dense(10, activation='softmax')])
+def digits_model(keras_module=keras, input_shape=(64,)):
+    layers = keras_module.layers
+    return keras_module.Sequential([keras_module.Input(input_shape), layers.Flatten(),
+                                    layers.Dense(32, activation='relu'), layers.Dense(10, activation='softmax')])
 
 
 def make_estimator(store, keras_module=keras, **overrides):
@@ -38,7 +39,9 @@ def driver_accuracy(model):
     """The trained Keras model's accuracy on the whole digits set, computed on the driver."""
     from sklearn.datasets import load_digits
     x, y = load_digits(return_X_y=True)
-    return float((model.getModel().predict(x / 16.0, verbose=0).argmax(1) == y).mean())
+    keras_model = model.getModel()
+    x = (x / 16.0).reshape((len(x),) + tuple(keras_model.inputs[0].shape[1:]))
+    return float((keras_model.predict(x, verbose=0).argmax(1) == y).mean())
 
 
 def transformed_accuracy(model, df):
@@ -65,6 +68,11 @@ def test_bad_arguments(tmp_path):
 @pytest.fixture(scope='module')
 def store(tmp_path_factory):
     return LocalStore(str(tmp_path_factory.mktemp('keras_store')))
+
+
+def top2(y_true, y_pred):
+    """A metric given as a plain function (pickled to the processes with cloudpickle)."""
+    return keras.metrics.sparse_top_k_categorical_accuracy(y_true, y_pred, k=2)
 
 
 class EpochCounter(keras.callbacks.Callback):
@@ -101,17 +109,21 @@ def test_resume_with_checkpoint_callback_and_sample_weights(spark, digits, store
     with prepare_data(2, store, df, label_columns=['label'], feature_columns=['features'], validation='is_val',
                       sample_weight_col='weight', partitions_per_process=2) as idx:
         estimator = make_estimator(store, run_id='digits', epochs=6, validation=None, sample_weight_col='weight',
+                                   loss=keras.losses.SparseCategoricalCrossentropy(), metrics=['accuracy', top2],
                                    checkpoint_callback=hvd_keras.callbacks.BestModelCheckpoint(monitor='val_loss'))
         model = estimator.fit_on_parquet(dataset_idx=idx)
     history = model.getHistory()
     assert len(history['loss']) == 6 and len(history['val_loss']) == 6
     assert history['loss'][:4] == checkpoint_before['history']['loss']
+    assert len(history['top2']) == 2 and history['val_top2'][-1] > 0.9, history
     assert driver_accuracy(model) > 0.85
 
 
-def test_tf_keras_model(spark, digits, tmp_path):
+def test_tf_keras_model_with_image_input(spark, digits, tmp_path):
+    """A tf-keras model whose input is 8x8: the 64-element feature vectors are reshaped to it."""
     tf_keras = pytest.importorskip('tf_keras')
-    model = make_estimator(LocalStore(str(tmp_path)), keras_module=tf_keras, epochs=3, validation=None).fit(digits)
+    model = make_estimator(LocalStore(str(tmp_path)), keras_module=tf_keras, model=digits_model(tf_keras, (8, 8)),
+                           epochs=3, validation=None, use_gpu=False).fit(digits)
     assert isinstance(model.getModel(), tf_keras.Model)
     assert model.getHistory()['accuracy'][-1] > 0.85
     assert driver_accuracy(model) > 0.85

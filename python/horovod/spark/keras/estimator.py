@@ -19,7 +19,7 @@ TrainSpec = collections.namedtuple('TrainSpec', [
     'callbacks', 'checkpoint_callback', 'compression', 'feature_cols', 'label_cols', 'sample_weight_col', 'columns',
     'label_shapes', 'store', 'train_path', 'val_path', 'batch_size', 'val_batch_size', 'epochs',
     'train_steps_per_epoch', 'validation_steps_per_epoch', 'shuffle', 'random_seed', 'backward_passes_per_step',
-    'checkpoint_path', 'resume_checkpoint', 'verbose'])
+    'checkpoint_path', 'resume_checkpoint', 'verbose', 'use_gpu'])
 
 # EstimatorParams plus KerasEstimator's own.
 DEFAULTS = dict(COMMON_DEFAULTS, custom_objects=None, checkpoint_callback=None, backend_env=None,
@@ -51,7 +51,8 @@ class KerasEstimator(HorovodEstimator):
     Reader: as TorchEstimator (every process loads its Parquet shard into memory with pyarrow),
     so the Petastorm-specific parameters have no effect and ``transformation_fn``,
     ``data_module``, ``tensorflow_dataset_prefetch_buffer_size`` raise NotImplementedError.
-    ``use_gpu``: the processes use what Keras finds."""
+    ``use_gpu=False`` hides the GPUs from the training processes (CUDA_VISIBLE_DEVICES=-1);
+    with True each process uses the devices Keras finds."""
 
     _defaults = DEFAULTS
     NOT_AVAILABLE = NOT_AVAILABLE
@@ -100,4 +101,4 @@ class KerasEstimator(HorovodEstimator):
             epochs=s['epochs'], train_steps_per_epoch=s['train_steps_per_epoch'],
             validation_steps_per_epoch=s['validation_steps_per_epoch'], shuffle=s['shuffle'],
             random_seed=s['random_seed'], backward_passes_per_step=s['backward_passes_per_step'],
-            checkpoint_path=checkpoint_path, resume_checkpoint=resume, verbose=s['verbose'])
+            checkpoint_path=checkpoint_path, resume_checkpoint=resume, verbose=s['verbose'], use_gpu=s['use_gpu'])

@@ -19,6 +19,8 @@ def make_train_fn(spec):
         from horovod.spark.common.reader import read_shard
         from horovod.spark.keras import util
 
+        if not spec.use_gpu:
+            os.environ['CUDA_VISIBLE_DEVICES'] = '-1'  # before Keras (and its backend) is imported
         keras = util.import_keras(spec.flavour, spec.env)
         if spec.flavour == util.TF_KERAS:
             import horovod.tensorflow.keras as hvd
