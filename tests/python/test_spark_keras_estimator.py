@@ -62,6 +62,12 @@ def test_bad_arguments(tmp_path):
         make_estimator(store, checkpoint_callback=keras.callbacks.Callback())._validate()
     with pytest.raises(TypeError, match='unexpected parameters: no_such'):
         make_estimator(store, no_such=1)
+    with pytest.raises(ValueError, match='no_such_loss'):
+        make_estimator(store, loss='no_such_loss')._validate()
+    with pytest.raises(ValueError, match='The model has 1 inputs but 2 feature columns'):
+        make_estimator(store, feature_cols=['features', 'other'])._validate()
+    with pytest.raises(ValueError, match='label_shapes has 2 entries for 1 label columns'):
+        make_estimator(store, label_shapes=[[1], [1]])._validate()
     assert make_estimator(store).setEpochs(7).getEpochs() == 7
 
 
@@ -117,6 +123,14 @@ def test_resume_with_checkpoint_callback_and_sample_weights(spark, digits, store
     assert history['loss'][:4] == checkpoint_before['history']['loss']
     assert len(history['top2']) == 2 and history['val_top2'][-1] > 0.9, history
     assert driver_accuracy(model) > 0.85
+
+
+def test_features_that_do_not_fit_the_model_fail_before_training(spark, digits, tmp_path):
+    store = LocalStore(str(tmp_path))
+    with pytest.raises(ValueError, match=r"feature column 'features' \(model input 0\) has 64 values per row, "
+                                         r"which do not fit shape \(10,\)"):
+        make_estimator(store, model=digits_model(keras, (10,)), validation=None).fit(digits)
+    assert not store.exists(store.get_runs_path())
 
 
 def test_tf_keras_model_with_image_input(spark, digits, tmp_path):

@@ -8,6 +8,7 @@ import collections
 import cloudpickle
 
 from horovod.spark.common.estimator import COMMON_DEFAULTS, PETASTORM_ONLY, HorovodEstimator
+from horovod.spark.common.reader import read_first_row
 from horovod.spark.keras import util
 from horovod.spark.keras.model import KerasModel
 from horovod.spark.keras.remote import make_train_fn
@@ -28,6 +29,13 @@ DEFAULTS = dict(COMMON_DEFAULTS, custom_objects=None, checkpoint_callback=None, 
 # Accepted only at their defaults: what each non-default value would need.
 NOT_AVAILABLE = dict(PETASTORM_ONLY, tensorflow_dataset_prefetch_buffer_size=(
     'a tf.data pipeline (this build feeds model.fit from in-memory numpy batches)'))
+
+
+def _names(values):
+    """The strings in a loss given as a name, list or dict."""
+    values = values.values() if isinstance(values, dict) else values
+    values = values if isinstance(values, (list, tuple)) else [values]
+    return [v for v in values if isinstance(v, str)]
 
 
 class KerasEstimator(HorovodEstimator):
@@ -61,7 +69,16 @@ class KerasEstimator(HorovodEstimator):
 
     def _validate_own(self):
         s = self._settings
-        util.flavour_of(s['model'])
+        keras = util.import_keras(util.flavour_of(s['model']))
+        inputs = util.model_inputs(s['model'])
+        if inputs is not None and len(inputs) != len(s['feature_cols']):
+            raise ValueError('The model has {} inputs but {} feature columns are given ({})'.format(
+                len(inputs), len(s['feature_cols']), s['feature_cols']))
+        if s['label_shapes'] is not None and len(s['label_shapes']) != len(s['label_cols']):
+            raise ValueError('label_shapes has {} entries for {} label columns'.format(
+                len(s['label_shapes']), len(s['label_cols'])))
+        for loss in _names(s['loss']):
+            keras.losses.get(loss)  # ValueError naming an unknown loss, before any process starts
         if s['backward_passes_per_step'] is None or s['backward_passes_per_step'] <= 0:
             raise ValueError('backward_passes_per_step must be > 0')
         callback = s['checkpoint_callback']
@@ -71,6 +88,7 @@ class KerasEstimator(HorovodEstimator):
 
     def _train(self, train_path, val_path, run_id, checkpoint_path, resume):
         s = self._settings
+        self._check_data(train_path)
         spec = self._train_spec(train_path, val_path, checkpoint_path, resume)
         env = dict(spec.env)
         env.update(s['backend_env'] or {})
@@ -79,6 +97,17 @@ class KerasEstimator(HorovodEstimator):
         model = util.model_from_bytes(keras, trained['model'], s['custom_objects'])
         return KerasModel(model=model, history=trained['history'], feature_cols=list(s['feature_cols']),
                           label_cols=list(s['label_cols']), custom_objects=s['custom_objects'], run_id=run_id)
+
+    def _check_data(self, train_path):
+        """ValueError when a feature column's values per row do not fit its model input (checked
+        on the first row, on the driver, before any process starts)."""
+        s = self._settings
+        row = read_first_row(s['store'], train_path, list(s['feature_cols']))
+        if row is None:
+            return
+        shapes = util.input_shapes(s['model'], len(s['feature_cols']))
+        for i, (column, shape) in enumerate(zip(s['feature_cols'], shapes)):
+            util.reshape(row[column], shape, 'feature column {!r} (model input {})'.format(column, i))
 
     def _train_spec(self, train_path, val_path, checkpoint_path, resume):
         s = self._settings

@@ -29,11 +29,12 @@ class KerasModel(HorovodModel):
 def _load_predictor(flavour, env, model_bytes, custom_objects, features):
     keras = util.import_keras(flavour, env)
     model = util.model_from_bytes(keras, model_bytes, cloudpickle.loads(custom_objects))
-    shapes = util.input_shapes(model)
+    shapes = util.input_shapes(model, len(features))
 
     def predict(rows):
         import numpy as np
-        inputs = [util.reshape(a, shape) for a, shape in zip(feature_arrays(rows, features), shapes)]
+        inputs = [util.reshape(a, shape, 'feature column {!r}'.format(c))
+                  for a, shape, c in zip(feature_arrays(rows, features), shapes, features)]
         out = model.predict_on_batch(inputs[0] if len(inputs) == 1 else inputs)
         out = list(out) if isinstance(out, (tuple, list)) else [out]
         per_output = [np.asarray(o, dtype=np.float64).reshape(len(rows), -1).tolist() for o in out]

@@ -47,8 +47,11 @@ def make_train_fn(spec):
 
         def batches(path, batch_size, wanted_steps, shuffle):
             arrays = read_shard(spec.store, path, spec.columns, hvd.rank(), hvd.size())
-            inputs = [util.reshape(arrays[c], shape) for c, shape in zip(spec.feature_cols, util.input_shapes(model))]
-            labels = [util.reshape(arrays[c], shape) for c, shape in zip(spec.label_cols, spec.label_shapes)]
+            shapes = util.input_shapes(model, len(spec.feature_cols))
+            inputs = [util.reshape(arrays[c], shape, 'feature column {!r} (model input {})'.format(c, i))
+                      for i, (c, shape) in enumerate(zip(spec.feature_cols, shapes))]
+            labels = [util.reshape(arrays[c], shape, 'label column {!r}'.format(c))
+                      for c, shape in zip(spec.label_cols, spec.label_shapes)]
             weights = arrays[spec.sample_weight_col].astype(np.float32) if spec.sample_weight_col else None
             rows = len(inputs[0])
             steps = -(-rows // batch_size)

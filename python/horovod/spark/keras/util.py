@@ -7,6 +7,7 @@ import sys
 import tempfile
 
 import cloudpickle
+import numpy as np
 
 __all__ = ['KERAS3', 'TF_KERAS', 'flavour_of', 'import_keras', 'flavour_env', 'model_to_bytes', 'model_from_bytes',
            'pack_objects', 'unpack_objects', 'variable_values', 'input_shapes', 'reshape']
@@ -93,18 +94,37 @@ def unpack_objects(keras, packed, custom_objects=None):
 
 def variable_values(variables):
     """numpy copies of Keras variables (any backend)."""
-    import numpy as np
     return [np.array(v.numpy() if hasattr(v, 'numpy') else v) for v in variables]
 
 
-def input_shapes(model):
-    """Each model input's shape without the batch dimension, or None where not fully known."""
+def model_inputs(model):
+    """The model's input tensors, or None for a model that has none defined yet (a subclassed
+    model never called)."""
+    try:
+        return list(model.inputs) if model.inputs is not None else None
+    except AttributeError:
+        return None
+
+
+def input_shapes(model, count):
+    """Each of the ``count`` model inputs' shape without the batch dimension, or None where not
+    fully known (all None when the model has no inputs defined)."""
+    inputs = model_inputs(model)
+    if inputs is None:
+        return [None] * count
     shapes = []
-    for tensor in model.inputs:
+    for tensor in inputs:
         shape = tuple(tensor.shape)[1:]
         shapes.append(shape if all(d is not None for d in shape) else None)
     return shapes
 
 
-def reshape(array, shape):
-    return array.reshape((len(array),) + tuple(shape)) if shape else array
+def reshape(array, shape, what):
+    """``array`` (rows first) as rows of ``shape``; ValueError naming ``what`` when the sizes
+    differ."""
+    if not shape:
+        return array
+    per_row = int(np.prod(array.shape[1:])) if array.ndim > 1 else 1
+    if per_row != int(np.prod(shape)):
+        raise ValueError('{} has {} values per row, which do not fit shape {}'.format(what, per_row, tuple(shape)))
+    return array.reshape((len(array),) + tuple(shape))
