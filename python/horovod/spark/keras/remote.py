@@ -30,20 +30,7 @@ def make_train_fn(spec):
         if spec.random_seed is not None:
             keras.utils.set_random_seed(spec.random_seed)
         custom_objects = cloudpickle.loads(spec.custom_objects)
-        checkpoint = pickle.loads(spec.resume_checkpoint) if spec.resume_checkpoint is not None else None
-        model = util.model_from_bytes(keras, checkpoint['model'] if checkpoint else spec.model_bytes,
-                                      custom_objects)
-        optimizer = hvd.DistributedOptimizer(
-            keras.optimizers.deserialize(spec.optimizer_config, custom_objects=custom_objects),
-            compression=spec.compression or hvd.Compression.none,
-            backward_passes_per_step=spec.backward_passes_per_step)
-        model.compile(optimizer=optimizer, loss=util.unpack_objects(keras, spec.loss, custom_objects),
-                      loss_weights=spec.loss_weights,
-                      metrics=util.unpack_objects(keras, spec.metrics, custom_objects))
-        start_epoch, history = 0, {}
-        if checkpoint:
-            _restore_optimizer(optimizer, model, checkpoint['optimizer'])
-            start_epoch, history = checkpoint['epoch'] + 1, checkpoint['history']
+        model, start_epoch, history = _compiled_model(keras, hvd, spec, custom_objects)
 
         def batches(path, batch_size, wanted_steps, shuffle):
             arrays = read_shard(spec.store, path, spec.columns, hvd.rank(), hvd.size())
@@ -65,32 +52,48 @@ def make_train_fn(spec):
         val_data = (batches(spec.val_path, spec.val_batch_size, spec.validation_steps_per_epoch, False)
                     if spec.val_path else None)
 
-        user_callbacks = cloudpickle.loads(spec.callbacks)
         callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0), hvd.callbacks.MetricAverageCallback()]
-        callbacks += user_callbacks
-        tmp = tempfile.mkdtemp(prefix='hvd_keras_estimator_')
-        best = None
-        if hvd.rank() == 0:
-            if spec.checkpoint_callback is not None:
+        callbacks += cloudpickle.loads(spec.callbacks)
+        if hvd.rank() == 0 and spec.checkpoint_path:
+            callbacks.append(_store_checkpoint_callback(keras, spec, history))
+        with tempfile.TemporaryDirectory(prefix='hvd_keras_estimator_') as tmp:
+            best = None
+            if hvd.rank() == 0 and spec.checkpoint_callback is not None:
                 best = cloudpickle.loads(spec.checkpoint_callback)
                 best.filepath = os.path.join(tmp, 'best.weights.h5' if best.save_weights_only else 'best.keras')
                 callbacks.append(best)
-            if spec.checkpoint_path:
-                callbacks.append(_store_checkpoint_callback(keras, spec, history))
-        fitted = model.fit(train_data, validation_data=val_data, epochs=spec.epochs, initial_epoch=start_epoch,
-                           verbose=spec.verbose if hvd.rank() == 0 else 0, callbacks=callbacks, shuffle=False)
-        for key, values in fitted.history.items():
-            history.setdefault(key, []).extend(float(v) for v in values)
-        if hvd.rank() != 0:
-            return None
-        if best is not None and os.path.exists(best.filepath):
-            if best.save_weights_only:
-                model.load_weights(best.filepath)
-            else:
-                model = keras.models.load_model(best.filepath, custom_objects=custom_objects, compile=False)
-        return {'history': history, 'model': util.model_to_bytes(model)}
+            fitted = model.fit(train_data, validation_data=val_data, epochs=spec.epochs, initial_epoch=start_epoch,
+                               verbose=spec.verbose if hvd.rank() == 0 else 0, callbacks=callbacks, shuffle=False)
+            for key, values in fitted.history.items():
+                history.setdefault(key, []).extend(float(v) for v in values)
+            if hvd.rank() != 0:
+                return None
+            if best is not None and os.path.exists(best.filepath):
+                # The model checkpoint_callback saved last is the one returned.
+                if best.save_weights_only:
+                    model.load_weights(best.filepath)
+                else:
+                    model = keras.models.load_model(best.filepath, custom_objects=custom_objects, compile=False)
+            return {'history': history, 'model': util.model_to_bytes(model)}
 
     return train
+
+
+def _compiled_model(keras, hvd, spec, custom_objects):
+    """(model, first epoch, history so far): the spec's model, or the checkpoint's with its
+    optimizer state when resuming, compiled with DistributedOptimizer."""
+    from horovod.spark.keras import util
+    checkpoint = pickle.loads(spec.resume_checkpoint) if spec.resume_checkpoint is not None else None
+    model = util.model_from_bytes(keras, checkpoint['model'] if checkpoint else spec.model_bytes, custom_objects)
+    optimizer = hvd.DistributedOptimizer(
+        keras.optimizers.deserialize(spec.optimizer_config, custom_objects=custom_objects),
+        compression=spec.compression or hvd.Compression.none, backward_passes_per_step=spec.backward_passes_per_step)
+    model.compile(optimizer=optimizer, loss=util.unpack_objects(keras, spec.loss, custom_objects),
+                  loss_weights=spec.loss_weights, metrics=util.unpack_objects(keras, spec.metrics, custom_objects))
+    if not checkpoint:
+        return model, 0, {}
+    _restore_optimizer(optimizer, model, checkpoint['optimizer'])
+    return model, checkpoint['epoch'] + 1, checkpoint['history']
 
 
 def _batch_dataset(keras, inputs, labels, weights, batch_size, steps, shuffle, seed):
