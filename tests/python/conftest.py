@@ -8,12 +8,15 @@ does not collect them directly: test_distributed.py launches each of them under
 
 import os
 
+import pytest
+
 DISTRIBUTED_FILES = ['test_core.py', 'test_torch.py', 'test_torch_optimizer.py', 'test_peer_lost.py',
                      'test_timeline.py', 'test_tensorflow.py', 'test_keras.py']
 SINGLE_PROCESS_FILES = ['test_distributed.py', 'test_single_process.py', 'test_build_queries.py',
                         'test_tf_examples.py', 'test_tensorflow_tf1.py', 'test_keras_backends.py',
                         'test_ray.py', 'test_ray_cluster.py', 'test_rendezvous_server.py',
-                        'test_spark.py', 'test_spark_estimator.py']
+                        'test_spark.py', 'test_spark_estimator.py',
+                        'test_spark_keras_estimator.py']
 
 
 def under_launcher():
@@ -21,3 +24,28 @@ def under_launcher():
 
 
 collect_ignore = SINGLE_PROCESS_FILES if under_launcher() else DISTRIBUTED_FILES
+
+
+# The Spark estimator tests' session (local[2]) and DataFrame (the digits set, features as ml
+# vectors scaled to [0, 1], integer labels).
+
+@pytest.fixture(scope='module')
+def spark():
+    from pyspark.sql import SparkSession
+    session = (SparkSession.builder.master('local[2]').appName('horovod-test-estimator')
+               .config('spark.ui.enabled', 'false').config('spark.ui.showConsoleProgress', 'false')
+               .config('spark.sql.shuffle.partitions', '4').getOrCreate())
+    session.sparkContext.setLogLevel('ERROR')
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope='module')
+def digits(spark):
+    from pyspark.ml.linalg import Vectors
+    from sklearn.datasets import load_digits
+    data = load_digits()
+    rows = [(Vectors.dense((x / 16.0).tolist()), int(y)) for x, y in zip(data.data, data.target)]
+    return spark.createDataFrame(rows, ['features', 'label'])
+
+

@@ -50,29 +50,6 @@ def test_bad_arguments(tmp_path):
         make_estimator(store, transformation_fn=lambda x: x)._validate()
     with pytest.raises(TypeError, match='unexpected parameters: no_such'):
         make_estimator(store, no_such=1)
-    with pytest.raises(NotImplementedError, match='Keras adapter'):
-        from horovod.spark.keras import KerasEstimator
-        KerasEstimator(num_proc=2)
-
-
-@pytest.fixture(scope='module')
-def spark():
-    from pyspark.sql import SparkSession
-    session = (SparkSession.builder.master('local[2]').appName('horovod-test-estimator')
-               .config('spark.ui.enabled', 'false').config('spark.ui.showConsoleProgress', 'false')
-               .config('spark.sql.shuffle.partitions', '4').getOrCreate())
-    session.sparkContext.setLogLevel('ERROR')
-    yield session
-    session.stop()
-
-
-@pytest.fixture(scope='module')
-def digits(spark):
-    from pyspark.ml.linalg import Vectors
-    from sklearn.datasets import load_digits
-    data = load_digits()
-    rows = [(Vectors.dense((x / 16.0).tolist()), int(y)) for x, y in zip(data.data, data.target)]
-    return spark.createDataFrame(rows, ['features', 'label'])
 
 
 @pytest.fixture(scope='module')

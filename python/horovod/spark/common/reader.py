@@ -9,7 +9,7 @@ pyarrow reader needs nothing beyond what Spark's Parquet output already is."""
 import numpy as np
 import pyarrow.parquet as pq
 
-__all__ = ['read_shard']
+__all__ = ['read_shard', 'read_first_row']
 
 
 def read_shard(store, path, columns, rank, size):
@@ -21,7 +21,21 @@ def read_shard(store, path, columns, rank, size):
     if not files:
         raise ValueError('No Parquet files under {}: was the data prepared (prepare_data / fit)?'.format(path))
     mine = files[rank::size] or files[:1]
-    tables = [pq.read_table(f, columns=columns, filesystem=store.fs) for f in mine]
+    return _to_arrays([pq.read_table(f, columns=columns, filesystem=store.fs) for f in mine], columns)
+
+
+def read_first_row(store, path, columns):
+    """{column: numpy array of one row} of the dataset at ``path`` (the first row of its first
+    non-empty file), as read_shard converts them; None when the dataset has no rows. Lets the
+    driver check the data against the model before any process starts."""
+    for f in store.parquet_files(path):
+        table = pq.read_table(f, columns=columns, filesystem=store.fs)
+        if table.num_rows:
+            return _to_arrays([table.slice(0, 1)], columns)
+    return None
+
+
+def _to_arrays(tables, columns):
     arrays = {}
     for column in columns:
         chunks = [t.column(column).to_pylist() for t in tables]

@@ -1,0 +1,166 @@
+"""The training function that KerasEstimator runs in every Horovod process (through the
+backend): read this rank's shard, compile the model with DistributedOptimizer, ``model.fit``
+with the broadcast and metric-averaging callbacks, checkpoint every epoch on rank 0, and return
+the history and (rank 0) the trained model as ``.keras`` bytes."""
+
+import os
+import pickle
+import tempfile
+
+__all__ = ['make_train_fn']
+
+
+def make_train_fn(spec):
+    """``spec`` is a TrainSpec (estimator.py): everything pickled to the processes."""
+
+    def train():
+        import cloudpickle
+        import numpy as np
+        from horovod.spark.common.reader import read_shard
+        from horovod.spark.keras import util
+
+        if not spec.use_gpu:
+            os.environ['CUDA_VISIBLE_DEVICES'] = '-1'  # before Keras (and its backend) is imported
+        keras = util.import_keras(spec.flavour, spec.env)
+        if spec.flavour == util.TF_KERAS:
+            import horovod.tensorflow.keras as hvd
+        else:
+            import horovod.keras as hvd
+        hvd.init()
+        if spec.random_seed is not None:
+            keras.utils.set_random_seed(spec.random_seed)
+        custom_objects = cloudpickle.loads(spec.custom_objects)
+        model, start_epoch, history = _compiled_model(keras, hvd, spec, custom_objects)
+
+        def batches(path, batch_size, wanted_steps, shuffle):
+            arrays = read_shard(spec.store, path, spec.columns, hvd.rank(), hvd.size())
+            shapes = util.input_shapes(model, len(spec.feature_cols))
+            inputs = [util.reshape(arrays[c], shape, 'feature column {!r} (model input {})'.format(c, i))
+                      for i, (c, shape) in enumerate(zip(spec.feature_cols, shapes))]
+            labels = [util.reshape(arrays[c], shape, 'label column {!r}'.format(c))
+                      for c, shape in zip(spec.label_cols, spec.label_shapes)]
+            weights = arrays[spec.sample_weight_col].astype(np.float32) if spec.sample_weight_col else None
+            rows = len(inputs[0])
+            steps = -(-rows // batch_size)
+            steps = steps if wanted_steps is None else min(wanted_steps, steps)
+            # Every rank must take the same number of steps (each is a collective).
+            steps = int(np.min(np.asarray(hvd.allgather(np.array([steps], dtype=np.int64)))))
+            seed = (spec.random_seed or 0) + 1000 * hvd.rank()
+            return _batch_dataset(keras, inputs, labels, weights, batch_size, steps, shuffle, seed)
+
+        train_data = batches(spec.train_path, spec.batch_size, spec.train_steps_per_epoch, spec.shuffle)
+        val_data = (batches(spec.val_path, spec.val_batch_size, spec.validation_steps_per_epoch, False)
+                    if spec.val_path else None)
+
+        callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0), hvd.callbacks.MetricAverageCallback()]
+        callbacks += cloudpickle.loads(spec.callbacks)
+        if hvd.rank() == 0 and spec.checkpoint_path:
+            callbacks.append(_store_checkpoint_callback(keras, spec, history))
+        with tempfile.TemporaryDirectory(prefix='hvd_keras_estimator_') as tmp:
+            best = None
+            if hvd.rank() == 0 and spec.checkpoint_callback is not None:
+                best = cloudpickle.loads(spec.checkpoint_callback)
+                best.filepath = os.path.join(tmp, 'best.weights.h5' if best.save_weights_only else 'best.keras')
+                callbacks.append(best)
+            fitted = model.fit(train_data, validation_data=val_data, epochs=spec.epochs, initial_epoch=start_epoch,
+                               verbose=spec.verbose if hvd.rank() == 0 else 0, callbacks=callbacks, shuffle=False)
+            for key, values in fitted.history.items():
+                history.setdefault(key, []).extend(float(v) for v in values)
+            if hvd.rank() != 0:
+                return None
+            if best is not None and os.path.exists(best.filepath):
+                # The model checkpoint_callback saved last is the one returned.
+                if best.save_weights_only:
+                    model.load_weights(best.filepath)
+                else:
+                    model = keras.models.load_model(best.filepath, custom_objects=custom_objects, compile=False)
+            return {'history': history, 'model': util.model_to_bytes(model)}
+
+    return train
+
+
+def _compiled_model(keras, hvd, spec, custom_objects):
+    """(model, first epoch, history so far): the spec's model, or the checkpoint's with its
+    optimizer state when resuming, compiled with DistributedOptimizer."""
+    from horovod.spark.keras import util
+    checkpoint = pickle.loads(spec.resume_checkpoint) if spec.resume_checkpoint is not None else None
+    model = util.model_from_bytes(keras, checkpoint['model'] if checkpoint else spec.model_bytes, custom_objects)
+    optimizer = hvd.DistributedOptimizer(
+        keras.optimizers.deserialize(spec.optimizer_config, custom_objects=custom_objects),
+        compression=spec.compression or hvd.Compression.none, backward_passes_per_step=spec.backward_passes_per_step)
+    model.compile(optimizer=optimizer, loss=util.unpack_objects(keras, spec.loss, custom_objects),
+                  loss_weights=spec.loss_weights, metrics=util.unpack_objects(keras, spec.metrics, custom_objects))
+    if not checkpoint:
+        return model, 0, {}
+    _restore_optimizer(optimizer, model, checkpoint['optimizer'])
+    return model, checkpoint['epoch'] + 1, checkpoint['history']
+
+
+def _batch_dataset(keras, inputs, labels, weights, batch_size, steps, shuffle, seed):
+    """A Keras PyDataset (tf-keras: Sequence) of ``steps`` batches per epoch, reshuffled every
+    epoch when ``shuffle``; batch ``i`` is rows ``[i*batch_size, (i+1)*batch_size)`` of the
+    epoch's order."""
+    import numpy as np
+    base = getattr(keras.utils, 'PyDataset', None) or keras.utils.Sequence
+    rng = np.random.default_rng(seed)
+    rows = len(inputs[0])
+
+    class Batches(base):
+        def __init__(self):
+            super().__init__()
+            self.order = rng.permutation(rows) if shuffle else np.arange(rows)
+
+        def __len__(self):
+            return steps
+
+        def __getitem__(self, i):
+            index = self.order[i * batch_size:(i + 1) * batch_size]
+            x = inputs[0][index] if len(inputs) == 1 else tuple(a[index] for a in inputs)
+            y = labels[0][index] if len(labels) == 1 else tuple(a[index] for a in labels)
+            return (x, y) if weights is None else (x, y, weights[index])
+
+        def on_epoch_end(self):
+            if shuffle:
+                self.order = rng.permutation(rows)
+
+    return Batches()
+
+
+def _restore_optimizer(optimizer, model, values):
+    """Builds ``optimizer`` for the model and sets its variables to the checkpoint's values
+    (shapes must match one to one; otherwise the error names the mismatch)."""
+    from horovod.spark.keras.util import variable_values
+    optimizer.build(model.trainable_variables)
+    variables = optimizer.variables
+    variables = variables() if callable(variables) else variables
+    current = variable_values(variables)
+    if len(current) != len(values) or any(a.shape != b.shape for a, b in zip(current, values)):
+        raise ValueError('The checkpoint\'s optimizer state ({} variables) does not fit the optimizer ({} '
+                         'variables): was the optimizer changed since the run that wrote it? Use another run_id.'
+                         .format(len(values), len(current)))
+    for variable, value in zip(variables, values):
+        variable.assign(value)
+
+
+def _store_checkpoint_callback(keras, spec, history):
+    """Rank 0: after every epoch, writes the model, the optimizer state, the epoch and the
+    history so far (averaged over ranks: this callback runs after MetricAverageCallback) to the
+    store's checkpoint file of the run."""
+    from horovod.spark.keras.util import model_to_bytes, variable_values
+
+    class StoreCheckpoint(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.so_far = {k: list(v) for k, v in history.items()}
+
+        def on_epoch_end(self, epoch, logs=None):
+            for key, value in (logs or {}).items():
+                self.so_far.setdefault(key, []).append(float(value))
+            variables = self.model.optimizer.variables
+            variables = variables() if callable(variables) else variables
+            state = {'model': model_to_bytes(self.model), 'optimizer': variable_values(variables), 'epoch': epoch,
+                     'history': self.so_far}
+            with spec.store.open(spec.checkpoint_path, 'wb') as f:
+                f.write(pickle.dumps(state))
+
+    return StoreCheckpoint()

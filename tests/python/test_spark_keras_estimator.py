@@ -1,0 +1,143 @@
+"""KerasEstimator / KerasModel on local[2] Spark with a LocalStore (fixtures in conftest.py):
+fit on the digits data, transform, validation split, averaged history, user callbacks,
+checkpoints and resume, checkpoint_callback, sample weights, tf-keras; argument errors."""
+
+import pickle
+import sys
+
+import pytest
+
+pyspark = pytest.importorskip('pyspark')
+keras = pytest.importorskip('keras')
+import cloudpickle  # noqa: E402
+
+import horovod.keras as hvd_keras  # noqa: E402
+from horovod.spark.common.store import LocalStore  # noqa: E402
+from horovod.spark.common.util import prepare_data  # noqa: E402
+from horovod.spark.keras import KerasEstimator, KerasModel  # noqa: E402
+
+pytestmark = pytest.mark.timeout(300)
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def digits_model(keras_module=keras, input_shape=(64,)):
+    layers = keras_module.layers
+    return keras_module.Sequential([keras_module.Input(input_shape), layers.Flatten(),
+                                    layers.Dense(32, activation='relu'), layers.Dense(10, activation='softmax')])
+
+
+def make_estimator(store, keras_module=keras, **overrides):
+    settings = dict(num_proc=2, store=store, model=digits_model(keras_module),
+                    optimizer=keras_module.optimizers.Adam(0.01), loss='sparse_categorical_crossentropy',
+                    metrics=['accuracy'], feature_cols=['features'], label_cols=['label'], validation=0.2,
+                    batch_size=32, epochs=4, random_seed=1, verbose=0)
+    settings.update(overrides)
+    return KerasEstimator(**settings)
+
+
+def driver_accuracy(model):
+    """The trained Keras model's accuracy on the whole digits set, computed on the driver."""
+    from sklearn.datasets import load_digits
+    x, y = load_digits(return_X_y=True)
+    keras_model = model.getModel()
+    x = (x / 16.0).reshape((len(x),) + tuple(keras_model.inputs[0].shape[1:]))
+    return float((keras_model.predict(x, verbose=0).argmax(1) == y).mean())
+
+
+def transformed_accuracy(model, df):
+    rows = model.setOutputCols(['probabilities']).transform(df).select('label', 'probabilities').collect()
+    assert len(rows) == df.count() and len(rows[0]['probabilities']) == 10
+    return sum(int(max(range(10), key=lambda k: r['probabilities'][k]) == r['label']) for r in rows) / len(rows)
+
+
+def test_bad_arguments(tmp_path):
+    store = LocalStore(str(tmp_path))
+    with pytest.raises(TypeError, match='needs a Keras model'):
+        make_estimator(store, model=object())._validate()
+    with pytest.raises(ValueError, match='KerasEstimator needs loss'):
+        make_estimator(store, loss=None)._validate()
+    with pytest.raises(NotImplementedError, match=r'prefetch_buffer_size=...\) needs a tf.data'):
+        make_estimator(store, tensorflow_dataset_prefetch_buffer_size=4)._validate()
+    with pytest.raises(ValueError, match='checkpoint_callback must be a ModelCheckpoint'):
+        make_estimator(store, checkpoint_callback=keras.callbacks.Callback())._validate()
+    with pytest.raises(TypeError, match='unexpected parameters: no_such'):
+        make_estimator(store, no_such=1)
+    with pytest.raises(ValueError, match='no_such_loss'):
+        make_estimator(store, loss='no_such_loss')._validate()
+    with pytest.raises(ValueError, match='The model has 1 inputs but 2 feature columns'):
+        make_estimator(store, feature_cols=['features', 'other'])._validate()
+    with pytest.raises(ValueError, match='label_shapes has 2 entries for 1 label columns'):
+        make_estimator(store, label_shapes=[[1], [1]])._validate()
+    assert make_estimator(store).setEpochs(7).getEpochs() == 7
+
+
+@pytest.fixture(scope='module')
+def store(tmp_path_factory):
+    return LocalStore(str(tmp_path_factory.mktemp('keras_store')))
+
+
+def top2(y_true, y_pred):
+    """A metric given as a plain function (pickled to the processes with cloudpickle)."""
+    return keras.metrics.sparse_top_k_categorical_accuracy(y_true, y_pred, k=2)
+
+
+class EpochCounter(keras.callbacks.Callback):
+    """Writes the epochs it saw on rank ``hvd.rank()`` into the history (through the logs)."""
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs['seen_epoch'] = float(epoch)
+
+
+def test_fit_transform_history_and_checkpoint(spark, digits, store):
+    model = make_estimator(store, run_id='digits', callbacks=[EpochCounter()]).fit(digits)
+    assert isinstance(model, KerasModel) and isinstance(model.getModel(), keras.Model)
+    history = model.getHistory()
+    assert len(history['loss']) == 4 and len(history['val_loss']) == 4
+    assert history['seen_epoch'] == [0.0, 1.0, 2.0, 3.0]
+    assert history['loss'][-1] < history['loss'][0]
+    assert history['val_accuracy'][-1] > 0.85, history
+    with store.open(store.get_checkpoint_path('digits'), 'rb') as f:
+        checkpoint = pickle.loads(f.read())
+    assert checkpoint['epoch'] == 3 and checkpoint['history']['val_loss'] == history['val_loss']
+    assert not store.exists(store.get_train_data_path(0))
+    assert transformed_accuracy(model, digits) > 0.85
+
+
+def test_resume_with_checkpoint_callback_and_sample_weights(spark, digits, store):
+    """Same run_id as above: its checkpoint (epochs 0-3 done) is resumed, so epochs=6 trains
+    two more, validating on the rows flagged in is_val; BestModelCheckpoint picks the model
+    that is returned."""
+    from pyspark.sql import functions as F
+    with store.open(store.get_checkpoint_path('digits'), 'rb') as f:
+        checkpoint_before = pickle.loads(f.read())
+    df = (digits.withColumn('is_val', F.monotonically_increasing_id() % 5 == 0)
+          .withColumn('weight', F.lit(1.0)))
+    with prepare_data(2, store, df, label_columns=['label'], feature_columns=['features'], validation='is_val',
+                      sample_weight_col='weight', partitions_per_process=2) as idx:
+        estimator = make_estimator(store, run_id='digits', epochs=6, validation=None, sample_weight_col='weight',
+                                   loss=keras.losses.SparseCategoricalCrossentropy(), metrics=['accuracy', top2],
+                                   checkpoint_callback=hvd_keras.callbacks.BestModelCheckpoint(monitor='val_loss'))
+        model = estimator.fit_on_parquet(dataset_idx=idx)
+    history = model.getHistory()
+    assert len(history['loss']) == 6 and len(history['val_loss']) == 6
+    assert history['loss'][:4] == checkpoint_before['history']['loss']
+    assert len(history['top2']) == 2 and history['val_top2'][-1] > 0.9, history
+    assert driver_accuracy(model) > 0.85
+
+
+def test_features_that_do_not_fit_the_model_fail_before_training(spark, digits, tmp_path):
+    store = LocalStore(str(tmp_path))
+    with pytest.raises(ValueError, match=r"feature column 'features' \(model input 0\) has 64 values per row, "
+                                         r"which do not fit shape \(10,\)"):
+        make_estimator(store, model=digits_model(keras, (10,)), validation=None).fit(digits)
+    assert not store.exists(store.get_runs_path())
+
+
+def test_tf_keras_model_with_image_input(spark, digits, tmp_path):
+    """A tf-keras model whose input is 8x8: the 64-element feature vectors are reshaped to it."""
+    tf_keras = pytest.importorskip('tf_keras')
+    model = make_estimator(LocalStore(str(tmp_path)), keras_module=tf_keras, model=digits_model(tf_keras, (8, 8)),
+                           epochs=3, validation=None, use_gpu=False).fit(digits)
+    assert isinstance(model.getModel(), tf_keras.Model)
+    assert model.getHistory()['accuracy'][-1] > 0.85
+    assert driver_accuracy(model) > 0.85
