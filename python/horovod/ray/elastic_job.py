@@ -44,6 +44,7 @@ class _Worker:
         self.published = 0       # assignments written
         self.rank = None         # in the latest round it joined
         self.node = None
+        self.info = None         # node_info() of its actor
         self.alive = True
         self.retired = False     # removed, told to stop, or killed as a straggler
 
@@ -148,8 +149,12 @@ class ElasticJob:
         if self.round >= 0 and not survivors:
             raise RuntimeError('No hosts from previous set remaining, unable to broadcast state.')
         fresh = [self._new_actor() for _ in range(new_count)]
+        # Survivors are busy in fn (an actor runs one call at a time): their node is remembered.
+        fresh_infos = ray.get([w.actor.node_info.remote() for w in fresh], timeout=max(60, self.settings.timeout_s))
+        for w, info in zip(fresh, fresh_infos):
+            w.info = info
         ids = list(survivors) + [w.id for w in fresh]
-        infos = ray.get([self.workers[i].actor.node_info.remote() for i in ids], timeout=max(60, self.settings.timeout_s))
+        infos = [self.workers[i].info for i in ids]
         names = _host_names(infos)
         slots = assign_slots([info[0] for info in infos])
         self.round += 1

@@ -27,9 +27,10 @@ START_TIMEOUT_MESSAGE = (
     'Horovod processes. Each Horovod process runs in a Spark task. You may need to increase the '
     'start_timeout parameter to a larger value if your Spark resources are allocated on-demand.')
 ELASTIC_NOT_AVAILABLE = (
-    'horovod.spark.run_elastic is not available in this build: it needs elastic training '
-    '(horovod.elastic / horovodrun --min-np), which has not landed yet. Use horovod.spark.run for a '
-    'fixed number of processes.')
+    'horovod.spark.run_elastic is not available in this build: a lost Spark task cannot be replaced '
+    'inside a barrier stage and the non-barrier driver it needs has not been written. Use '
+    'horovod.spark.run for a fixed number of processes, or horovodrun --min-np / '
+    'RayExecutor(min_workers=...) for elastic jobs.')
 
 # What each task needs from the driver (pickled into the task closure).
 SparkJobSpec = collections.namedtuple(
