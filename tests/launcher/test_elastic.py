@@ -224,3 +224,19 @@ def test_keras_fit_survives_a_failed_worker(run, tmp_path):
     assert rounds_and_sizes(records) == [(0, 0, 3), (1, 1, 2), (2, 1, 2), (3, 1, 2)]
     assert state_continues(records)
     assert 'done: rank 0 of 2' in r.stdout
+
+
+def test_horovod_run_elastic_returns_results_by_final_rank(hvdrun):
+    import horovod
+
+    def fn():
+        import horovod.torch as hvd
+        hvd.init()
+        return hvd.rank(), hvd.size()
+
+    os.environ['HOROVOD_RUN_BINARY'] = hvdrun
+    try:
+        results = horovod.run(fn, num_proc=2, min_num_proc=2, hosts='localhost:1,127.0.0.1:1')
+    finally:
+        del os.environ['HOROVOD_RUN_BINARY']
+    assert results == [(0, 2), (1, 2)]

@@ -320,6 +320,26 @@ else
   echo "ok 11 # SKIP cloudpickle not installed"
 fi
 
+begin
+# 12. An elastic job over ssh: a worker on host B is killed; the job goes on with host A's.
+if python3 -c "import torch, horovod.torch" 2>/dev/null; then
+  printf '%s\n%s\n' "$HOST_A:1" "$HOST_B:1" > "$TMP/elastic_hosts"
+  ELASTIC_LOG="$TMP/elastic.jsonl" ELASTIC_HOSTS="$TMP/elastic_hosts" ELASTIC_EPOCHS=5 \
+    ELASTIC_SCHEDULE='[{"epoch": 1, "rank": 1, "do": "kill"}]' HOROVOD_ELASTIC_DISCOVERY_INTERVAL=0.2 \
+    run 180 -np 2 --min-np 1 --host-discovery-script "cat $TMP/elastic_hosts" -i "$TMP/id" \
+    python3 -W ignore "$ROOT/tests/launcher/elastic/train.py"
+  [ $RC = 0 ] || fail "elastic job over ssh exited $RC: $ERR"
+  grep -qF "blacklisting host $HOST_B" "$TMP/err" || fail "elastic over ssh: $HOST_B not blacklisted: $ERR"
+  last=$(tail -n 1 "$TMP/elastic.jsonl" 2>/dev/null)
+  case "$last" in
+    *'"epoch": 4'*'"size": 1'*'"round": 1'*"\"host\": \"$HOST_A\""*) ;;
+    *) fail "elastic over ssh: last epoch record: $last" ;;
+  esac
+  report "12 - elastic job over ssh survives a killed remote worker"
+else
+  echo "ok 12 # SKIP torch or horovod.torch not importable"
+fi
+
 if [ $FAILED != 0 ]; then
   echo "--- sshd logs"; cat "$TMP"/sshd_*.log 2>/dev/null
   exit 1
