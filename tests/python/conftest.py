@@ -17,7 +17,8 @@ SINGLE_PROCESS_FILES = ['test_distributed.py', 'test_single_process.py', 'test_b
 
 
 def under_launcher():
-    return 'HOROVOD_RANK' in os.environ or 'OMPI_COMM_WORLD_RANK' in os.environ
+    return any(name in os.environ for name in ('HOROVOD_RANK', 'OMPI_COMM_WORLD_RANK', 'PMI_RANK',
+                                                'SLURM_PROCID'))
 
 
 collect_ignore = SINGLE_PROCESS_FILES if under_launcher() else DISTRIBUTED_FILES
