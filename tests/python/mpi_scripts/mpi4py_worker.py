@@ -18,6 +18,12 @@ if mode == 'sub':
     # Ranks 0..size-2 form the Horovod job; the last rank only takes part in mpi4py calls.
     sub = world.Split(0 if wrank < wsize - 1 else MPI.UNDEFINED, wrank)
     if sub == MPI.COMM_NULL:
+        try:
+            hvd.init(comm=sub)
+        except ValueError as e:
+            assert 'not a member' in str(e), e
+        else:
+            raise AssertionError('hvd.init(comm=MPI.COMM_NULL) was accepted')
         total = world.allreduce(1)  # matches the members' mpi4py allreduce below
         assert total == wsize
         print('OK', wrank, 'outside', flush=True)
@@ -51,5 +57,6 @@ for step in range(3):
 if evens.included():
     s = hvd.allreduce(torch.ones(2), op=hvd.Sum, process_set=evens, name='evens')
     assert torch.equal(s, torch.full((2,), float(len(evens.ranks))))
+hvd.barrier()  # shutdown ends the job for every rank: wait for the set's members
 hvd.shutdown()
 print('OK', wrank, flush=True)
