@@ -17,9 +17,6 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = os.path.join(HERE, 'mpi_scripts')
 TIMEOUT = int(os.environ.get('HOROVOD_TEST_TIMEOUT', '300'))
-# mpi4py built against MPICH lives apart from the default one (built against Open MPI):
-# scripts/setup.sh installs it here.
-MPI4PY_MPICH = os.environ.get('HOROVOD_TEST_MPI4PY_MPICH', '/opt/horovod-test/mpi4py-mpich')
 
 try:
     from horovod import _core
@@ -103,24 +100,29 @@ def test_torch_suite_under_plain_mpirun(flavor, np_):
     assert out.count(' passed') == np_, out[-12000:]
 
 
-def _mpi4py_env(flavor):
+def _mpi4py_env(flavor, tmp_path):
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        pytest.skip('mpi4py not installed (pip install mpi4py==4.1.2)')
     if flavor == 'openmpi':
-        try:
-            import mpi4py  # noqa: F401
-        except ImportError:
-            pytest.skip('mpi4py not installed (pip install mpi4py==4.1.2)')
-        return _env()
-    if not os.path.isdir(os.path.join(MPI4PY_MPICH, 'mpi4py')):
-        pytest.skip('mpi4py built against MPICH not found in {} (scripts/setup.sh)'.format(MPI4PY_MPICH))
-    return _env(PYTHONPATH=os.pathsep.join([MPI4PY_MPICH] + [p for p in sys.path if p]))
+        return _env()  # mpi4py's wheel loads libmpi.so: Open MPI's on Debian
+    # mpi4py's wheel carries an MPICH-ABI module linked to libmpi.so.12, MPICH's standard ABI
+    # name; Debian names the same library libmpich.so.12 (docs/mpi.md).
+    libmpich = '/usr/lib/x86_64-linux-gnu/libmpich.so.12'
+    if not os.path.exists(libmpich):
+        pytest.skip('{} not found (apt-get install libmpich-dev)'.format(libmpich))
+    os.symlink(libmpich, str(tmp_path / 'libmpi.so.12'))
+    return _env(MPI4PY_MPIABI='mpich', MPI4PY_LIBMPI=str(tmp_path / 'libmpi.so.12'),
+                LD_LIBRARY_PATH=str(tmp_path))
 
 
 @pytest.mark.parametrize('case', ['world', 'sub', 'dynamic'])
 @pytest.mark.parametrize('flavor', ['openmpi', 'mpich'])
-def test_mpi4py_interplay(flavor, case):
+def test_mpi4py_interplay(flavor, case, tmp_path):
     _require_mpi_built()
     pytest.importorskip('torch')
-    env = _mpi4py_env(flavor)
+    env = _mpi4py_env(flavor, tmp_path)
     script = 'mpi4py_dynamic_worker.py' if case == 'dynamic' else 'mpi4py_worker.py'
     args = [] if case == 'dynamic' else [case]
     code, out = _run(_mpirun(flavor, 3) + [sys.executable, os.path.join(SCRIPTS, script)] + args, env)

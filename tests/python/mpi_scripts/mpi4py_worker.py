@@ -2,6 +2,7 @@
 sub-communicator, process sets from communicators (static and dynamic), and mpi4py collectives
 interleaved with Horovod's. argv[1]: 'world' or 'sub'. Prints 'OK <rank>' on success."""
 
+import os
 import sys
 
 from mpi4py import MPI  # initializes MPI first: Horovod must then leave init/finalize to mpi4py
@@ -26,7 +27,7 @@ if mode == 'sub':
             raise AssertionError('hvd.init(comm=MPI.COMM_NULL) was accepted')
         total = world.allreduce(1)  # matches the members' mpi4py allreduce below
         assert total == wsize
-        print('OK', wrank, 'outside', flush=True)
+        os.write(1, 'OK {} outside\n'.format(wrank).encode())
         sys.exit(0)
     hvd.init(comm=sub)
     assert (hvd.rank(), hvd.size()) == (sub.Get_rank(), sub.Get_size())
@@ -35,7 +36,7 @@ if mode == 'sub':
     total = world.allreduce(1)
     assert total == wsize
     hvd.shutdown()
-    print('OK', wrank, flush=True)
+    os.write(1, 'OK {}\n'.format(wrank).encode())  # one write: MPICH interleaves output
     sys.exit(0)
 
 # Static process sets from communicators: the even ranks (others pass COMM_NULL).
@@ -59,4 +60,4 @@ if evens.included():
     assert torch.equal(s, torch.full((2,), float(len(evens.ranks))))
 hvd.barrier()  # shutdown ends the job for every rank: wait for the set's members
 hvd.shutdown()
-print('OK', wrank, flush=True)
+os.write(1, 'OK {}\n'.format(wrank).encode())  # one write: MPICH interleaves output
