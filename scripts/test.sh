@@ -57,9 +57,13 @@ fi
 # local-cluster): their own stage and time bound (~4-5 min on a 2-core machine).
 ray_spark_tests=(tests/python/test_rendezvous_server.py tests/python/test_ray.py tests/python/test_ray_cluster.py
                  tests/python/test_spark.py tests/python/test_spark_estimator.py)
+# Plain mpirun.openmpi / mpiexec.mpich / srun-style launches without horovodrun (~5 min).
+mpi_tests=(tests/python/test_mpi.py)
 if [ -d tests/python ]; then
-  stage "python tests" 2400 python3 -m pytest -q -x tests/python "${ray_spark_tests[@]/#/--ignore=}"
+  stage "python tests" 2400 python3 -m pytest -q -x tests/python "${ray_spark_tests[@]/#/--ignore=}" \
+    "${mpi_tests[@]/#/--ignore=}"
   stage "ray and spark tests" 900 python3 -m pytest -q -x "${ray_spark_tests[@]}"
+  stage "mpi tests" 900 python3 -m pytest -q -x "${mpi_tests[@]}"
 fi
 if [ $quick = 0 ]; then
   # The same build against an older TensorFlow (downloads TensorFlow 2.16 into a venv).

@@ -6,6 +6,7 @@
 #include "common/logging.h"
 #include "horovod/errors.h"
 #include "mpi/mpi_bootstrap.h"
+#include "mpi/mpi_library.h"
 #include "store/served_tcp_store.h"
 #include "store/tcp_store.h"
 
@@ -24,10 +25,16 @@ std::shared_ptr<Store> mpiRendezvous(engine::Config& config, const InitOptions& 
   o.timeout = config.timeout;
   o.interface = config.interface;
   mpi::MpiJob job = mpi::bootstrapOverMpi(o);
-  if (config.launchedBy != "default" && config.launchedBy != "horovod" && options.mpiComm == HVD_MPI_WORLD_COMM &&
+  if ((config.launchedBy == "openmpi" || config.launchedBy == "pmi") && options.mpiComm == HVD_MPI_WORLD_COMM &&
       (config.rank != job.rank || config.size != job.size)) {
-    HVD_LOG(Warning) << "MPI says rank " << job.rank << " of " << job.size << ", the " << config.launchedBy
-                     << " environment said rank " << config.rank << " of " << config.size << "; using MPI's";
+    // Typically an MPI library other than the launcher's (mpi4py loaded Open MPI under MPICH's
+    // mpiexec): every process would run alone as rank 0 of 1.
+    throw InvalidArgument("the " + std::string(config.launchedBy == "pmi" ? "MPICH (Hydra)" : "Open MPI") +
+                          " launcher started rank " + std::to_string(config.rank) + " of " +
+                          std::to_string(config.size) + ", but MPI_COMM_WORLD (" + mpi::mpiState().flavor +
+                          " library) says rank " + std::to_string(job.rank) + " of " + std::to_string(job.size) +
+                          ": the MPI loaded in this process is not the launcher's. Use the mpirun of the MPI the "
+                          "program loads (docs/mpi.md)");
   }
   config.rank = job.rank;
   config.size = job.size;

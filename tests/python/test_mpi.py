@@ -196,3 +196,14 @@ def test_srun_environment(layout):
     expected = ['OK {} {} {}'.format(r, local_of[r], node_of[r]) for r in range(size)]
     assert lines == expected, '\n'.join(outs)
 
+
+
+def test_launcher_and_library_mismatch_fails_on_every_rank():
+    # mpi4py loads Open MPI's libmpi under MPICH's mpiexec: each process is an MPI singleton.
+    # Horovod must refuse instead of running three one-rank jobs.
+    _require_mpi_built()
+    env = _mpi4py_env('openmpi', None)
+    code_text = 'from mpi4py import MPI\nimport horovod.torch as hvd\nhvd.init()\n'
+    code, out = _run(_mpirun('mpich', 3) + [sys.executable, '-c', code_text], env, timeout=120)
+    assert code != 0
+    assert out.count('the MPI loaded in this process is not the launcher') >= 3, out[-8000:]
