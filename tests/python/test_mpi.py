@@ -117,14 +117,14 @@ def _mpi4py_env(flavor, tmp_path):
                 LD_LIBRARY_PATH=str(tmp_path))
 
 
-@pytest.mark.parametrize('case', ['world', 'sub', 'dynamic'])
+@pytest.mark.parametrize('case', ['world', 'sub', 'dynamic', 'late'])
 @pytest.mark.parametrize('flavor', ['openmpi', 'mpich'])
 def test_mpi4py_interplay(flavor, case, tmp_path):
     _require_mpi_built()
     pytest.importorskip('torch')
     env = _mpi4py_env(flavor, tmp_path)
-    script = 'mpi4py_dynamic_worker.py' if case == 'dynamic' else 'mpi4py_worker.py'
-    args = [] if case == 'dynamic' else [case]
+    script = {'dynamic': 'mpi4py_dynamic_worker.py', 'late': 'mpi4py_late_worker.py'}.get(case, 'mpi4py_worker.py')
+    args = [case] if script == 'mpi4py_worker.py' else []
     code, out = _run(_mpirun(flavor, 3) + [sys.executable, os.path.join(SCRIPTS, script)] + args, env)
     assert code == 0, out[-8000:]
     assert _oks(out) == ['0', '1', '2'], out[-8000:]
