@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <map>
+
 #include "common/hmac.h"
 #include "common/logging.h"
 #include "horovod/errors.h"
@@ -25,12 +27,14 @@ std::shared_ptr<Store> mpiRendezvous(engine::Config& config, const InitOptions& 
   o.timeout = config.timeout;
   o.interface = config.interface;
   mpi::MpiJob job = mpi::bootstrapOverMpi(o);
-  if ((config.launchedBy == "openmpi" || config.launchedBy == "pmi") && options.mpiComm == HVD_MPI_WORLD_COMM &&
+  if (config.launchedBy != "default" && options.mpiComm == HVD_MPI_WORLD_COMM &&
       (config.rank != job.rank || config.size != job.size)) {
     // Typically an MPI library other than the launcher's (mpi4py loaded Open MPI under MPICH's
-    // mpiexec): every process would run alone as rank 0 of 1.
-    throw InvalidArgument("the " + std::string(config.launchedBy == "pmi" ? "MPICH (Hydra)" : "Open MPI") +
-                          " launcher started rank " + std::to_string(config.rank) + " of " +
+    // mpiexec), or MPI asked for (HOROVOD_CONTROLLER=mpi) under a launcher that is not MPI's:
+    // every process would run alone as rank 0 of 1.
+    static const std::map<std::string, std::string> kLaunchers = {
+        {"openmpi", "Open MPI"}, {"pmi", "MPICH (Hydra)"}, {"slurm", "srun"}, {"horovod", "horovodrun"}};
+    throw InvalidArgument("the " + kLaunchers.at(config.launchedBy) + " launcher started rank " + std::to_string(config.rank) + " of " +
                           std::to_string(config.size) + ", but MPI_COMM_WORLD (" + mpi::mpiState().flavor +
                           " library) says rank " + std::to_string(job.rank) + " of " + std::to_string(job.size) +
                           ": the MPI loaded in this process is not the launcher's. Use the mpirun of the MPI the "
