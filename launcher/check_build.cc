@@ -104,14 +104,13 @@ std::string pythonInterpreter() {
 
 BuildInfo probeBuild() {
   BuildInfo info;
-  auto ok = pythonSucceeds({"import torch, horovod._core", "import horovod.tensorflow"});
+  auto ok = pythonSucceeds({"import torch, horovod._core", "import horovod.tensorflow",
+                            "from horovod import _core; assert _core.mpi_built()"});
   info.pytorch = ok[0];
   info.tensorflow = ok[1];
-#ifdef HOROVODRUN_WITH_MPI_TRANSPORT
-  // The same CMake condition that makes horovod._core report mpi_built() == True.
-  info.mpiController = true;
-  info.mpiOps = true;
-#endif
+  // MPI plugins built (horovod.mpi_built()): jobs under mpirun/mpiexec rendezvous through MPI and
+  // HOROVOD_CONTROLLER=mpi is accepted. There is no MPI data plane (mpiOps stays false).
+  info.mpiController = ok[2];
   info.mpirun = resolveExecutable("mpirun", pathEnv());
   return info;
 }
@@ -132,7 +131,12 @@ std::string formatBuildInfo(const BuildInfo& info) {
   out += mark(info.cclOps) + std::string("CCL\n");
   out += mark(info.mpiOps) + std::string("MPI\n");
   out += mark(info.glooOps) + std::string("Gloo\n");
-  if (!info.mpiController && !info.mpirun.empty()) {
+  if (info.mpiController) {
+    out += "\nMPI starts jobs run under plain mpirun/mpiexec (or HOROVOD_CONTROLLER=mpi): it places the\n"
+           "ranks and carries the rendezvous. Negotiation and tensors then use Horovod's own channel:\n"
+           "shared memory between ranks of a host (one copy, ranks reduce each other's slices in\n"
+           "place) and TCP across hosts, as under horovodrun; docs/mpi.md says why.\n";
+  } else if (!info.mpirun.empty()) {
     // Launching through mpirun and being built with MPI are different things; say which holds.
     out += "\nMPI is not built into this Horovod (horovod.mpi_built() is False). horovodrun --mpi\n"
            "can still start the processes with " + info.mpirun + "; they then use Horovod's\n"

@@ -1,10 +1,10 @@
 // --check-build: Horovod's build summary, from what this installation can actually do:
 //   PyTorch    [X] iff python3 imports both torch and horovod._core
 //   TensorFlow [X] iff python3 imports horovod.tensorflow; MXNet [ ]
-//   Controllers: Gloo [X] (the built-in controller answers to that name); MPI [X] only with an
-//     MPI transport in the build (CMake target hvd_transport_mpi, the condition under which
-//     horovod._core's mpi_built() is True; there is none yet)
-//   Tensor operations: Gloo [X]; MPI [X] under the same condition; NCCL, DDL, CCL [ ].
+//   Controllers: Gloo [X] (the built-in controller answers to that name); MPI [X] iff
+//     horovod._core's mpi_built() (MPI plugins built: jobs under mpirun rendezvous through MPI, and
+//     a note after the table says which data plane runs and why)
+//   Tensor operations: Gloo [X]; MPI, NCCL, DDL, CCL [ ] (no MPI data plane).
 // Launching with mpirun is a different thing: --mpi delegates to mpirun whenever it is on PATH,
 // and the processes then use the built-in controller. When MPI is not built but mpirun is
 // found, a note after the table says so.

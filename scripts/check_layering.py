@@ -23,10 +23,11 @@ import sys
 
 # Layers from the bottom up. A layer may include itself and the layers below it (rule
 # "layer order"). 'transport/*' stands for every backend folder under cpp/transport/ (shm, tcp,
-# local, and mpi/nccl to come); 'transport' is the generic headers directly in cpp/transport/.
+# local, and nccl to come); 'transport' is the generic headers directly in cpp/transport/. 'mpi'
+# is the MPI library reached through run-time plugins (bootstrap over MPI), used by the API.
 # 'vocabulary' is the public headers every layer shares (error classes, data types) and 'public'
 # the rest of cpp/include/horovod/ (the C++ and C API), which sits at the level of 'api'.
-ORDER = ['vocabulary', 'common', 'store', 'transport', 'transport/*', 'collectives', 'engine',
+ORDER = ['vocabulary', 'common', 'store', 'transport', 'transport/*', 'mpi', 'collectives', 'engine',
          'autotune', 'timeline', ['api', 'public'], ['python', 'frameworks']]
 
 # Public headers (under cpp/include/) that count as 'vocabulary'; the others are 'public'.

@@ -5,7 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
-command -v mpirun >/dev/null || need_apt+=(openmpi-bin libopenmpi-dev)
+# Open MPI and MPICH side by side: the core builds one MPI plugin per MPI (found with pkg-config),
+# and tests/python/test_mpi.py runs mpirun.openmpi and mpiexec.mpich by name.
+command -v mpirun.openmpi >/dev/null && [ -f /usr/lib/x86_64-linux-gnu/pkgconfig/ompi-c.pc ] || need_apt+=(openmpi-bin libopenmpi-dev)
+command -v mpiexec.mpich >/dev/null && [ -f /usr/lib/x86_64-linux-gnu/pkgconfig/mpich.pc ] || need_apt+=(mpich libmpich-dev)
+command -v pkg-config >/dev/null || need_apt+=(pkg-config)
 [ -f /usr/include/gtest/gtest.h ] || need_apt+=(libgtest-dev googletest)
 command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server openssh-client)
 command -v ip >/dev/null || need_apt+=(iproute2)
@@ -31,7 +35,7 @@ fi
 python3 -m pip install -q --disable-pip-version-check \
   "torch==2.13.0" "tensorflow-cpu==2.21.0" "keras==3.15.1" "tf-keras==2.21.0" numpy cloudpickle pyyaml packaging pytest scikit-learn matplotlib \
   "ray[tune,train,client]==2.58.0" "pyspark==4.3.0" "pyarrow==26.0.1" "pandas==2.3.3" fsspec pytest-timeout \
-  "nanobind==3.1.0" scikit-build-core cmake ninja 2>&1 | grep -v -E "^WARNING: (Running pip as|Location)" || true
+  "nanobind==3.1.0" scikit-build-core cmake ninja "mpi4py==4.1.2" 2>&1 | grep -v -E "^WARNING: (Running pip as|Location)" || true
 
 # The validators of the deploy/ recipes (tests/deploy): Kubernetes JSON schemas, Helm's Go SDK
 # (chart rendering and lint), hadolint and a Dockerfile parser, a Singularity recipe parser.

@@ -52,7 +52,7 @@ installed_horovodrun() {
 }
 
 if [ -d tests/launcher ]; then
-  stage "launcher tests" 900 env HOROVODRUN="$(installed_horovodrun)" python3 -m pytest -q -x tests/launcher
+  stage "launcher tests" 1500 env HOROVODRUN="$(installed_horovodrun)" python3 -m pytest -q -x tests/launcher
 fi
 # Ray and Spark start real clusters (a local Ray, a two-node Ray, Spark local[2] and
 # local-cluster; the Keras estimator's processes each import TensorFlow): their own stage and
@@ -60,9 +60,13 @@ fi
 ray_spark_tests=(tests/python/test_rendezvous_server.py tests/python/test_ray.py tests/python/test_ray_cluster.py
                  tests/python/test_spark.py tests/python/test_spark_estimator.py
                  tests/python/test_spark_keras_estimator.py)
+# Plain mpirun.openmpi / mpiexec.mpich / srun-style launches without horovodrun (~5 min).
+mpi_tests=(tests/python/test_mpi.py)
 if [ -d tests/python ]; then
-  stage "python tests" 2400 python3 -m pytest -q -x tests/python "${ray_spark_tests[@]/#/--ignore=}"
+  stage "python tests" 2400 python3 -m pytest -q -x tests/python "${ray_spark_tests[@]/#/--ignore=}" \
+    "${mpi_tests[@]/#/--ignore=}"
   stage "ray and spark tests" 1500 python3 -m pytest -q -x "${ray_spark_tests[@]}"
+  stage "mpi tests" 900 python3 -m pytest -q -x "${mpi_tests[@]}"
 fi
 # A private one-node Slurm cluster: srun's environment, srun / sbatch / salloc training.
 if [ -d tests/slurm ]; then

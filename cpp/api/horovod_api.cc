@@ -8,6 +8,7 @@
 #include <shared_mutex>
 
 #include "api/default_runtime.h"
+#include "api/launch_bootstrap.h"
 #include "common/logging.h"
 #include "common/messages.h"
 #include "engine/elastic_join.h"
@@ -71,9 +72,10 @@ void initDefault(const InitOptions& options, const EnvLookup& env) {
   engine::applyLogSettings(env);
   auto config = engine::Config::fromEnvironment(env);
   engine::joinElasticRound(config);  // elastic jobs: this init's rank and size come from the driver
+  std::shared_ptr<Store> store = bootstrapWithoutLauncher(config, options);  // may set rank and size
   const timeline::TimelineSettings timelineSettings = readTimelineSettings(env);
   AutotuneStart autotune = prepareAutotune(env, config.rank);
-  auto runtime = std::make_shared<engine::Runtime>(std::move(config));
+  auto runtime = std::make_shared<engine::Runtime>(std::move(config), std::move(store));
   runtime->init(options);
   startTimelineAtInit(runtime, timelineSettings);
   startAutotuneAtInit(runtime, std::move(autotune));

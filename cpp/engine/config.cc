@@ -32,9 +32,22 @@ const Param<int64_t> kOmpiLocalRank("OMPI_COMM_WORLD_LOCAL_RANK", -1, "Open MPI:
 const Param<int64_t> kOmpiLocalSize("OMPI_COMM_WORLD_LOCAL_SIZE", -1, "Open MPI: local size.");
 const Param<int64_t> kPmiRank("PMI_RANK", -1, "MPICH/Hydra: rank (used when HOROVOD_RANK is unset).");
 const Param<int64_t> kPmiSize("PMI_SIZE", -1, "MPICH/Hydra: size (used when HOROVOD_RANK is unset).");
+const Param<int64_t> kHydraLocalRank("MPI_LOCALRANKID", -1, "MPICH/Hydra: local rank (marks a Hydra launch).");
+const Param<int64_t> kHydraLocalSize("MPI_LOCALNRANKS", -1, "MPICH/Hydra: local size.");
 const Param<int64_t> kSlurmProcId("SLURM_PROCID", -1, "Slurm srun: rank (used when HOROVOD_RANK is unset).");
 const Param<int64_t> kSlurmNTasks("SLURM_NTASKS", -1, "Slurm srun: size (used when HOROVOD_RANK is unset).");
+const Param<int64_t> kSlurmStepNTasks("SLURM_STEP_NUM_TASKS", -1,
+                                      "Slurm srun: tasks of the step (preferred over SLURM_NTASKS).");
 const Param<int64_t> kSlurmLocalId("SLURM_LOCALID", -1, "Slurm srun: local rank.");
+const Param<int64_t> kSlurmJobId("SLURM_JOB_ID", -1, "Slurm: job id (srun rendezvous port and key).");
+const Param<int64_t> kSlurmStepId("SLURM_STEP_ID", -1, "Slurm: step id (srun rendezvous port and key).");
+const Param<int64_t> kSlurmNodeId("SLURM_NODEID", -1,
+                                  "Slurm: index of this node in the step (node 0 hosts the srun rendezvous).");
+const Param<int64_t> kSlurmStepNumNodes("SLURM_STEP_NUM_NODES", -1, "Slurm: nodes of the step.");
+const Param<std::string> kSlurmStepNodeList("SLURM_STEP_NODELIST", "",
+                                            "Slurm: nodes of the step; the first hosts the srun rendezvous.");
+const Param<std::string> kSlurmJobNodeList("SLURM_JOB_NODELIST", "",
+                                           "Slurm: nodes of the job (used when SLURM_STEP_NODELIST is unset).");
 
 // ---- Rendezvous ----------------------------------------------------------------------------
 const Param<std::string> kRendezvousAddr("HOROVOD_GLOO_RENDEZVOUS_ADDR", "",
@@ -84,10 +97,15 @@ const Param<bool> kDisableGroupFusion("HOROVOD_DISABLE_GROUP_FUSION", false,
 const Param<int64_t> kTimeoutSeconds("HOROVOD_GLOO_TIMEOUT_SECONDS", 30,
                                      "Rendezvous and data-plane operation timeout (seconds).");
 const Param<std::string> kIface("HOROVOD_GLOO_IFACE", "", "Network interface for the TCP transport.");
-const Param<std::string> kController("HOROVOD_CONTROLLER", "gloo",
-                                     "Negotiation backend: gloo (the built-in controller). mpi is not built.");
-const Param<std::string> kCpuOperations("HOROVOD_CPU_OPERATIONS", "gloo",
-                                        "CPU data path: gloo (our transports). mpi and ccl are not built.");
+const Param<std::string> kController(
+    "HOROVOD_CONTROLLER", "gloo",
+    "gloo (the built-in controller) or mpi: rendezvous through MPI (initializing it if needed) even when "
+    "not launched by mpirun. Either way the negotiation runs over the engine's own shm/tcp channel "
+    "(docs/mpi.md).");
+const Param<std::string> kCpuOperations(
+    "HOROVOD_CPU_OPERATIONS", "gloo",
+    "CPU data path: gloo (the engine's shm/tcp transports). mpi and ccl data planes are not built: "
+    "setting them fails init.");
 const Param<std::string> kTransport("HOROVOD_TRANSPORT", "auto",
                                     "Transport: auto (shm on one host, tcp across hosts, composite when "
                                     "mixed), tcp, shm, shm+tcp, local (threads of one process).");
@@ -141,7 +159,10 @@ const Param<int64_t> kNcclStreams("HOROVOD_NUM_NCCL_STREAMS", 1, "NCCL streams p
 const Param<int64_t> kAdasumChunk("HOROVOD_ADASUM_MPI_CHUNK_SIZE", int64_t(1) << 30, "MPI Adasum chunk size.");
 const Param<bool> kXlaOps("HOROVOD_ENABLE_XLA_OPS", false, "TensorFlow XLA ops.");
 const Param<bool> kNvtx("HOROVOD_DISABLE_NVTX_RANGES", false, "NVTX ranges (GPU profiling).");
-const Param<bool> kMpiThreadsDisable("HOROVOD_MPI_THREADS_DISABLE", false, "MPI threading level.");
+const Param<bool> kMpiThreadsDisable(
+    "HOROVOD_MPI_THREADS_DISABLE", false,
+    "When Horovod initializes MPI (plain mpirun, HOROVOD_CONTROLLER=mpi): MPI_THREAD_SINGLE instead of "
+    "MPI_THREAD_MULTIPLE; mpi_threads_supported() is then False.");
 const Param<bool> kCclCache("HOROVOD_CCL_CACHE", false, "oneCCL cache hint.");
 
 std::string lower(std::string text) {
@@ -179,7 +200,6 @@ void checkInertKnobs(const EnvLookup& env, bool warn) {
   inert(kNvtx, env, warn, kNoGpu);
   inert(kAdasumChunk, env, warn, "Adasum is not supported by this build");
   inert(kXlaOps, env, warn, "it concerns TensorFlow's XLA ops, which this build does not provide");
-  inert(kMpiThreadsDisable, env, warn, "this build has no MPI backend");
   inert(kCclCache, env, warn, "this build has no oneCCL backend");
   (void)kLogHideTime.get(env);
 }
@@ -229,15 +249,24 @@ Config Config::fromEnvironment(const EnvLookup& env) {
     c.localRank = toInt(kOmpiLocalRank, env);
     c.localSize = toInt(kOmpiLocalSize, env);
     c.launchedBy = "openmpi";
-  } else if (kPmiRank.isSet(env)) {
+  } else if (kPmiRank.isSet(env) && (kHydraLocalRank.isSet(env) || !kSlurmProcId.isSet(env))) {
+    // MPICH's Hydra (mpiexec). srun's PMI plugins set PMI_RANK too, but not MPI_LOCALRANKID:
+    // those launches are Slurm's, below.
     c.rank = toInt(kPmiRank, env);
     c.size = toInt(kPmiSize, env);
+    c.localRank = toInt(kHydraLocalRank, env);
+    c.localSize = toInt(kHydraLocalSize, env);
     c.launchedBy = "pmi";
   } else if (kSlurmProcId.isSet(env)) {
     c.rank = toInt(kSlurmProcId, env);
-    c.size = toInt(kSlurmNTasks, env);
+    c.size = toInt(kSlurmStepNTasks.isSet(env) ? kSlurmStepNTasks : kSlurmNTasks, env);
     c.localRank = toInt(kSlurmLocalId, env);
     c.launchedBy = "slurm";
+    c.slurmJobId = kSlurmJobId.get(env);
+    c.slurmStepId = kSlurmStepId.get(env);
+    c.slurmNodeId = kSlurmNodeId.get(env);
+    c.slurmNumNodes = kSlurmStepNumNodes.get(env);
+    c.slurmNodeList = kSlurmStepNodeList.isSet(env) ? kSlurmStepNodeList.get(env) : kSlurmJobNodeList.get(env);
   }
   if (c.size < 1) {
     throw InvalidArgument("Invalid job size " + std::to_string(c.size) + " (HOROVOD_SIZE or the launcher's size variable)");
@@ -289,16 +318,19 @@ Config Config::fromEnvironment(const EnvLookup& env) {
   c.elasticTimeout = std::chrono::milliseconds(static_cast<int64_t>(elasticTimeout * 1000));
 
   std::string controller = lower(kController.get(env));
-  if (controller == "mpi") {
-    throw InvalidArgument("HOROVOD_CONTROLLER=mpi: this Horovod was not built with MPI support; use gloo");
-  } else if (controller != "gloo") {
+  c.controllerMpi = controller == "mpi";
+  c.mpiThreadsDisable = kMpiThreadsDisable.get(env);
+  if (controller != "gloo" && controller != "mpi") {
     throw InvalidArgument("Unsupported controller type, only MPI and Gloo are supported (HOROVOD_CONTROLLER='" +
                           kController.get(env) + "')");
   }
   std::string cpuOps = lower(kCpuOperations.get(env));
-  if (cpuOps == "mpi" || cpuOps == "ccl") {
-    throw InvalidArgument("HOROVOD_CPU_OPERATIONS=" + cpuOps + ": this Horovod was not built with " +
-                          (cpuOps == "mpi" ? "MPI" : "oneCCL") + " support; use gloo");
+  if (cpuOps == "mpi") {
+    throw InvalidArgument(
+        "HOROVOD_CPU_OPERATIONS=mpi: this Horovod has no MPI data plane; CPU collectives run over its own "
+        "shm/tcp transports (under mpirun too: MPI is used to rendezvous). Unset it or set gloo (docs/mpi.md)");
+  } else if (cpuOps == "ccl") {
+    throw InvalidArgument("HOROVOD_CPU_OPERATIONS=ccl: this Horovod was not built with oneCCL support; use gloo");
   } else if (cpuOps != "gloo") {
     throw InvalidArgument(
         "Unsupported CPU operation type, only MPI, oneCCL, and Gloo are supported (HOROVOD_CPU_OPERATIONS='" +

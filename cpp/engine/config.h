@@ -27,14 +27,22 @@ struct Config {
   int crossRank = -1;
   int crossSize = -1;
   std::string hostname;  // HOROVOD_HOSTNAME, else gethostname()
-  // Where rank/size came from: "horovod", "openmpi", "pmi", "slurm" or "default" (single rank).
+  // Where rank/size came from: "horovod", "openmpi", "pmi" (MPICH's Hydra), "slurm" (srun) or
+  // "default" (single rank).
   std::string launchedBy = "default";
+  // Slurm step (srun without MPI): for the rendezvous host and port (api/launch_bootstrap.h).
+  int64_t slurmJobId = -1, slurmStepId = -1, slurmNodeId = -1, slurmNumNodes = -1;
+  std::string slurmNodeList;
 
   // ---- Rendezvous -------------------------------------------------------------------------
   std::string rendezvousAddr;  // HOROVOD_GLOO_RENDEZVOUS_ADDR ("" = none)
   int rendezvousPort = -1;     // HOROVOD_GLOO_RENDEZVOUS_PORT
   std::string rendezvousDir;   // HOROVOD_RENDEZVOUS_DIR (FileStore), ours
   std::string secret;          // HOROVOD_SECRET_KEY as given (hex text from horovodrun)
+  // HOROVOD_CONTROLLER=mpi: rendezvous through MPI even when not launched by mpirun. The
+  // negotiation itself always runs over the engine's own shm/tcp channel.
+  bool controllerMpi = false;
+  bool mpiThreadsDisable = false;  // HOROVOD_MPI_THREADS_DISABLE
 
   // ---- Engine -----------------------------------------------------------------------------
   int64_t fusionThreshold = 128 << 20;  // bytes; 0 = no fusion (rounded at init, see roundFusionThreshold)

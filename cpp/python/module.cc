@@ -185,10 +185,11 @@ WorkHandle joinAsync() {
 
 // ---- lifecycle ---------------------------------------------------------------------------------
 
-void initCore(const std::optional<std::vector<std::vector<int>>>& processSets, bool dynamic) {
+void initCore(const std::optional<std::vector<std::vector<int>>>& processSets, bool dynamic, int64_t mpiComm) {
   InitOptions options;
   if (processSets) options.processSets = *processSets;
   options.dynamicProcessSets = dynamic;
+  options.mpiComm = mpiComm;
   {
     nb::gil_scoped_release release;
     hvd::init(options);
@@ -221,8 +222,9 @@ NB_MODULE(_core, m) {
   bindWork(m);
   bindHandles(m);
 
-  m.def("init", &initCore, "process_sets"_a.none() = nb::none(), "dynamic"_a = false,
-        "Joins the job described by the environment; blocks until every rank has joined.");
+  m.def("init", &initCore, "process_sets"_a.none() = nb::none(), "dynamic"_a = false, "mpi_comm"_a = -1,
+        "Joins the job described by the environment; blocks until every rank has joined. mpi_comm: the "
+        "Fortran handle (mpi4py Comm.py2f()) of the communicator forming the job, -1 for MPI_COMM_WORLD.");
   m.def("shutdown", &shutdownCore, "Stops the engine; pending operations fail.");
   m.def("is_initialized", [] { return hvd::isInitialized(); });
   m.def("start_timeline", &hvd::startTimeline, "file_path"_a, "mark_cycles"_a = false,
@@ -274,19 +276,18 @@ NB_MODULE(_core, m) {
     return hvd::processSetIds();
   });
 
-  // Built features. The native controller and CPU collectives answer to the Gloo name.
-#ifdef HVD_PY_MPI_BUILT
-  m.def("mpi_built", [] { return true; });
-#else
-  m.def("mpi_built", [] { return false; });
-#endif
+  // Built features. The native controller and CPU collectives answer to the Gloo name; MPI is
+  // what the job rendezvoused through (plugins loaded at run time, docs/mpi.md).
+  m.def("mpi_built", [] { return hvd::mpiBuilt(); });
+  m.def("mpi_threads_supported", [] { return hvd::mpiThreadsSupported(); });
+  m.def("mpi_description", [] { return hvd::mpiDescription(); });
   m.def("gloo_built", [] { return true; });
   m.def("nccl_built", [] { return 0; });
   m.def("ddl_built", [] { return false; });
   m.def("ccl_built", [] { return false; });
   m.def("cuda_built", [] { return false; });
   m.def("rocm_built", [] { return false; });
-  m.def("mpi_enabled", [] { return false; });
+  m.def("mpi_enabled", [] { return hvd::mpiEnabled(); });
   m.def("gloo_enabled", [] { return hvd::isInitialized(); });
 
   // Collectives. Positional arguments in this order; `name` is the full matching key.

@@ -46,19 +46,34 @@ def rank_tensor(dtype, dims, value=None):
 
 # ---- basics --------------------------------------------------------------------------------------
 
+# Plain mpirun / mpiexec (no horovodrun): the job rendezvouses through MPI (docs/mpi.md).
+UNDER_MPI = (not os.environ.get('HOROVOD_GLOO_RENDEZVOUS_ADDR') and 'HOROVOD_RANK' not in os.environ
+             and ('OMPI_COMM_WORLD_RANK' in os.environ or 'PMI_RANK' in os.environ))
+
+
+def _launcher_rank_size():
+    for rank, size in (('HOROVOD_RANK', 'HOROVOD_SIZE'), ('OMPI_COMM_WORLD_RANK', 'OMPI_COMM_WORLD_SIZE'),
+                       ('PMI_RANK', 'PMI_SIZE')):
+        if rank in os.environ:
+            return int(os.environ[rank]), int(os.environ[size])
+    return 0, 1
+
 def test_rank_size_match_environment():
     assert hvd.is_initialized()
-    assert hvd.rank() == int(os.environ.get('HOROVOD_RANK', '0'))
-    assert hvd.size() == int(os.environ.get('HOROVOD_SIZE', '1'))
+    assert (hvd.rank(), hvd.size()) == _launcher_rank_size()
     assert hvd.local_size() >= 1 and hvd.cross_size() >= 1
-    assert hvd.gloo_built() and hvd.gloo_enabled() and not hvd.mpi_enabled()
+    assert hvd.gloo_built() and hvd.gloo_enabled() and hvd.mpi_enabled() == UNDER_MPI
     assert hvd.nccl_built() == 0 and isinstance(hvd.nccl_built(), int)
     assert not hvd.cuda_built() and not hvd.rocm_built() and not hvd.ddl_built()
     assert hvd.global_process_set.ranks == list(range(hvd.size()))
     assert (hvd.Average, hvd.Sum, hvd.Adasum, hvd.Min, hvd.Max, hvd.Product) == (0, 1, 2, 3, 4, 5)
 
 
-def test_mpi_threads_supported_without_mpi():
+def test_mpi_threads_supported():
+    if UNDER_MPI:
+        threads = os.environ.get('HOROVOD_MPI_THREADS_DISABLE', '0') in ('', '0')
+        assert hvd.mpi_threads_supported() == threads
+        return
     with pytest.raises(ValueError, match='Horovod MPI is not enabled'):
         hvd.mpi_threads_supported()
 

@@ -59,6 +59,19 @@ struct ElasticHostUpdates {
 };
 ElasticHostUpdates elasticHostUpdates();
 
+// ---- MPI (docs/mpi.md) ---------------------------------------------------------------------------
+
+// Whether MPI plugins were built with this core (Open MPI and/or MPICH).
+bool mpiBuilt();
+// Whether this process initialized MPI or found it initialized, and rendezvoused through it
+// (launched by mpirun/mpiexec, init with an MPI communicator, HOROVOD_CONTROLLER=mpi). Stays true
+// after shutdown: MPI stays initialized until the process exits.
+bool mpiEnabled();
+// Whether MPI runs with MPI_THREAD_MULTIPLE; false while MPI is not enabled.
+bool mpiThreadsSupported();
+// "openmpi" / "mpich" and MPI_Get_library_version's first line, or "" while MPI is not enabled.
+std::string mpiDescription();
+
 // ---- Timeline ----------------------------------------------------------------------------------
 
 // A Chrome-trace timeline of the engine's work, written by rank 0 (docs/timeline.md). init()

@@ -82,6 +82,10 @@ struct InitOptions {
   std::vector<std::vector<int>> processSets;
   // Allow addProcessSet/removeProcessSet after init (also HOROVOD_DYNAMIC_PROCESS_SETS=1).
   bool dynamicProcessSets = false;
+  // The MPI communicator that forms the job, as a Fortran handle (MPI_Comm_c2f; mpi4py's
+  // Comm.py2f()); -1 = MPI_COMM_WORLD when launched by mpirun, no MPI otherwise. A communicator
+  // makes init rendezvous through MPI, with this process's rank and size in it.
+  int64_t mpiComm = -1;
 };
 
 }  // namespace hvd

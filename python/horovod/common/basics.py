@@ -68,25 +68,33 @@ class HorovodBasics:
         """
         global _dynamic_process_sets, _timeline_enabled_at_init, _atexit_registered, _init_count
         core = _require_core()
+        mpi_comm = None
         if comm is not None and not isinstance(comm, list):
-            if _is_mpi_comm(comm):
-                if not core.mpi_built():
-                    raise ValueError('Horovod has not been built with MPI support. Ensure MPI is '
-                                     'installed and reinstall Horovod with HOROVOD_WITH_MPI=1 to '
-                                     'debug the build error.')
-                raise NotImplementedError('Initializing Horovod from an mpi4py communicator is '
-                                          'not supported by this build.')
-            raise ValueError('Invalid type of argument comm. Expected list of rank ids or '
-                             'mpi4py communicator, got {}'.format(type(comm)))
+            if not _is_mpi_comm(comm):
+                raise ValueError('Invalid type of argument comm. Expected list of rank ids or '
+                                 'mpi4py communicator, got {}'.format(type(comm)))
+            if not core.mpi_built():
+                raise ValueError('Horovod has not been built with MPI support. Ensure MPI is '
+                                 'installed and reinstall Horovod with HOROVOD_WITH_MPI=1 to '
+                                 'debug the build error.')
+            mpi_comm = comm
         sets, dynamic = _ps._parse_init_argument(process_sets)
-        if any(ps.mpi_comm is not None for ps in sets):
-            if isinstance(comm, list) and comm:
-                raise NotImplementedError('Process sets defined by MPI communicators are not '
-                                          'supported together with a list of ranks as comm.')
+        if any(ps.mpi_comm is not None for ps in sets) and isinstance(comm, list) and comm:
             raise NotImplementedError('Process sets defined by MPI communicators are not '
-                                      'supported by this build.')
+                                      'supported together with a list of ranks as comm.')
         if core.is_initialized():
             return
+        comm_handle = -1
+        if mpi_comm is not None:
+            from mpi4py import MPI
+            if mpi_comm == MPI.COMM_NULL:
+                raise ValueError('hvd.init(comm=...) got MPI.COMM_NULL: this process is not a member '
+                                 'of the communicator; call hvd.init(comm=...) only on its members.')
+            comm_handle = mpi_comm.py2f()
+        if any(ps.mpi_comm is not None for ps in sets):
+            # Collective over the job's communicator, before the core starts (docs/mpi.md).
+            _ps._resolve_mpi_sets(sets, mpi_comm)
+        _ps._set_job_comm(mpi_comm)
         if dynamic:
             os.environ['HOROVOD_DYNAMIC_PROCESS_SETS'] = '1'
             _dynamic_process_sets = True
@@ -95,7 +103,7 @@ class HorovodBasics:
             _atexit_registered = True
         try:
             core.init([ps.ranks for ps in sets] if sets else None,
-                      dynamic or env_bool('HOROVOD_DYNAMIC_PROCESS_SETS'))
+                      dynamic or env_bool('HOROVOD_DYNAMIC_PROCESS_SETS'), comm_handle)
         except Exception as e:
             print('[horovod] init failed: {}: {}'.format(type(e).__name__, e), file=sys.stderr,
                   flush=True)
@@ -164,7 +172,7 @@ class HorovodBasics:
         if not _core.mpi_enabled():
             raise ValueError("Horovod MPI is not enabled; Please make sure it's installed and "
                              "enabled.")
-        return True
+        return bool(_core.mpi_threads_supported())
 
     def mpi_enabled(self):
         return bool(_core is not None and _core.mpi_enabled())

@@ -11,6 +11,8 @@ import numbers
 from horovod.common.util import NOT_INITIALIZED_MESSAGE, env_bool
 
 _core = None  # set by HorovodBasics once the extension is loaded
+# The mpi4py communicator that forms the job (hvd.init(comm=...)); None = MPI.COMM_WORLD.
+_job_comm = None
 
 
 def _is_mpi_comm(obj):
@@ -92,6 +94,55 @@ def _setup(core):
     _core = core
 
 
+def _set_job_comm(comm):
+    global _job_comm
+    _job_comm = comm
+
+
+def _mpi_set_ranks(comm, job_comm):
+    """Collective over job_comm: the sorted job ranks of the processes in ``comm`` (an mpi4py
+    communicator, MPI.COMM_NULL on processes outside it). Every process of job_comm must call it
+    for the same set; a mismatch raises ValueError on every process, naming the ranks."""
+    from mpi4py import MPI
+    if job_comm is None:
+        job_comm = MPI.COMM_WORLD
+    if comm == MPI.COMM_NULL:
+        mine = ('null', None)
+    else:
+        translated = comm.Get_group().Translate_ranks(list(range(comm.Get_size())), job_comm.Get_group())
+        if any(r == MPI.UNDEFINED for r in translated):
+            mine = ('error', 'its communicator has processes outside the Horovod job')
+        else:
+            mine = ('ranks', sorted(translated))
+    views = job_comm.allgather(mine)
+    for rank, (kind, value) in enumerate(views):
+        if kind == 'error':
+            raise ValueError('ProcessSet(mpi4py communicator) on rank {}: {}'.format(rank, value))
+    members = {rank: value for rank, (kind, value) in enumerate(views) if kind == 'ranks'}
+    if not members:
+        raise ValueError('ProcessSet(mpi4py communicator): the communicator is MPI.COMM_NULL on every '
+                         'rank; a process set needs at least one member.')
+    first = next(iter(members))
+    for rank, ranks in members.items():
+        if ranks != members[first]:
+            raise ValueError('ProcessSet(mpi4py communicator) differs between ranks: rank {} has {}, rank '
+                             '{} has {}. Every member must pass the same communicator (others '
+                             'MPI.COMM_NULL).'.format(first, members[first], rank, ranks))
+    outside = sorted(set(members[first]) ^ set(members))
+    if outside:
+        raise ValueError('ProcessSet(mpi4py communicator): ranks {} disagree about membership (the '
+                         'communicator has ranks {}); processes outside it must pass '
+                         'MPI.COMM_NULL.'.format(outside, members[first]))
+    return members[first]
+
+
+def _resolve_mpi_sets(process_sets, job_comm):
+    """Fills in ``ranks`` of the sets defined by mpi4py communicators (collective)."""
+    for ps in process_sets:
+        if ps.mpi_comm is not None:
+            ps.ranks = _mpi_set_ranks(ps.mpi_comm, job_comm)
+
+
 def _parse_init_argument(process_sets):
     """Returns (list of ProcessSet, dynamic) for ``init(process_sets=...)``."""
     if process_sets is None:
@@ -150,8 +201,7 @@ def add_process_set(process_set):
     if not isinstance(process_set, ProcessSet):
         process_set = ProcessSet(process_set)
     if process_set.mpi_comm is not None:
-        raise NotImplementedError('Adding process sets based on MPI communicators is not '
-                                  'supported.')
+        process_set.ranks = _mpi_set_ranks(process_set.mpi_comm, _job_comm)
     for ps_id in _core.process_set_ids():
         if ps_id != 0 and list(_core.process_set_ranks(ps_id)) == process_set.ranks:
             raise ValueError('Attempted to add a duplicate process set: {}'.format(process_set))

@@ -116,7 +116,9 @@ TEST(Config, BadValuesNameVariableAndValue) {
   expectBad("HOROVOD_BURST_QUIET_US", "soon", "");
   expectBad("HOROVOD_CONTROLLER", "nccl", "Unsupported controller type, only MPI and Gloo are supported");
   expectBad("HOROVOD_CPU_OPERATIONS", "cuda", "Unsupported CPU operation type, only MPI, oneCCL, and Gloo are supported");
-  expectBad("HOROVOD_CONTROLLER", "mpi", "not built with MPI");
+  expectBad("HOROVOD_CPU_OPERATIONS", "mpi", "no MPI data plane");
+  // HOROVOD_CONTROLLER=mpi is accepted: it means "rendezvous through MPI" (api/launch_bootstrap.h).
+  EXPECT_TRUE(engine::Config::fromEnvironment(mapEnvironment({{"HOROVOD_CONTROLLER", "MPI"}})).controllerMpi);
   expectBad("HOROVOD_GLOO_TIMEOUT_SECONDS", "0", "");
   EXPECT_NO_THROW(engine::Config::fromEnvironment(mapEnvironment({{"HOROVOD_CONTROLLER", "GLOO"},
                                                                   {"HOROVOD_CPU_OPERATIONS", "gloo"},
@@ -157,8 +159,25 @@ TEST(Config, LauncherVariableMapping) {
   EXPECT_EQ(c.rank, 3);
   EXPECT_EQ(c.size, 8);
   EXPECT_EQ(c.localRank, 1);
+  EXPECT_EQ(c.launchedBy, "slurm");
   c = engine::Config::fromEnvironment(mapEnvironment({{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}, {"HOROVOD_RANK", "0"}, {"HOROVOD_SIZE", "1"}}));
   EXPECT_EQ(c.size, 1);  // horovodrun's variables win
+  // Hydra marks its launches with MPI_LOCALRANKID; srun's PMI plugin sets PMI_RANK without it.
+  c = engine::Config::fromEnvironment(mapEnvironment({{"PMI_RANK", "1"}, {"PMI_SIZE", "4"}, {"MPI_LOCALRANKID", "1"},
+                                                      {"MPI_LOCALNRANKS", "2"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}}));
+  EXPECT_EQ(c.launchedBy, "pmi");
+  EXPECT_EQ(c.rank, 1);
+  EXPECT_EQ(c.localSize, 2);
+  c = engine::Config::fromEnvironment(mapEnvironment({{"PMI_RANK", "5"}, {"PMI_SIZE", "8"}, {"SLURM_PROCID", "5"},
+                                                      {"SLURM_STEP_NUM_TASKS", "8"}, {"SLURM_NTASKS", "16"},
+                                                      {"SLURM_JOB_ID", "77"}, {"SLURM_STEP_ID", "2"},
+                                                      {"SLURM_NODEID", "1"}, {"SLURM_STEP_NODELIST", "n[1-2]"}}));
+  EXPECT_EQ(c.launchedBy, "slurm");
+  EXPECT_EQ(c.size, 8);  // the step's tasks, not the job's
+  EXPECT_EQ(c.slurmJobId, 77);
+  EXPECT_EQ(c.slurmStepId, 2);
+  EXPECT_EQ(c.slurmNodeId, 1);
+  EXPECT_EQ(c.slurmNodeList, "n[1-2]");
   expectThrowWith<InvalidArgument>([] { engine::Config::fromEnvironment(mapEnvironment({{"HOROVOD_RANK", "3"}, {"HOROVOD_SIZE", "2"}})); },
                                    "Invalid rank 3");
 }

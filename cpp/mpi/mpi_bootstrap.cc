@@ -1,0 +1,87 @@
+#include "mpi/mpi_bootstrap.h"
+
+#include <cstring>
+
+#include "common/hmac.h"
+#include "common/logging.h"
+#include "common/socket.h"
+#include "horovod/errors.h"
+#include "mpi/mpi_library.h"
+#include "store/served_tcp_store.h"
+#include "store/tcp_store.h"
+
+namespace hvd::mpi {
+namespace {
+
+constexpr int kPayloadBytes = 512;  // "host\nport\nsecret" or "!reason", NUL-padded
+
+std::string hexSecret() {
+  unsigned char raw[32];
+  randomBytes(raw, sizeof(raw));
+  return toHex(raw, sizeof(raw));
+}
+
+void check(int rc, const char* err, const std::string& what) {
+  if (rc != 0) throw Error("MPI bootstrap: " + what + ": " + err);
+}
+
+}  // namespace
+
+MpiJob bootstrapOverMpi(const MpiBootstrapOptions& options) {
+  const HvdMpiPlugin& plugin = initMpi(options.threadsDisable);
+  char err[1024] = {0};
+  MpiJob job;
+  check(plugin.rankSize(options.comm, &job.rank, &job.size, err, sizeof(err)), err, "rank and size");
+  check(plugin.placement(options.comm, &job.localRank, &job.localSize, &job.crossRank, &job.crossSize, err,
+                         sizeof(err)),
+        err, "node placement");
+
+  Deadline deadline = Deadline::after(options.timeout);
+  char payload[kPayloadBytes] = {0};
+  std::unique_ptr<TcpStoreServer> server;
+  std::string host;
+  if (job.rank == 0) {
+    // One host: loopback only. Several: all interfaces, published under one routable address.
+    const bool oneHost = job.localSize == job.size;
+    std::string text;
+    try {
+      if (oneHost) {
+        host = "127.0.0.1";
+      } else if (!options.interface.empty()) {
+        host = interfaceAddress(options.interface);
+        if (host.empty()) throw Error("HOROVOD_GLOO_IFACE='" + options.interface + "' has no address on rank 0");
+      } else {
+        host = routableHostAddress();
+        if (host.empty()) throw Error("rank 0's host has no routable address; set HOROVOD_GLOO_IFACE");
+      }
+      job.secret = hexSecret();
+      server = std::make_unique<TcpStoreServer>(oneHost ? "127.0.0.1" : "0.0.0.0", 0, job.secret);
+      text = host + "\n" + std::to_string(server->port()) + "\n" + job.secret;
+    } catch (const std::exception& e) {
+      text = std::string("!") + e.what();  // tell the other ranks instead of leaving them waiting
+    }
+    std::strncpy(payload, text.c_str(), kPayloadBytes - 1);
+  }
+  check(plugin.broadcast(options.comm, payload, kPayloadBytes, 0, err, sizeof(err)), err,
+        "broadcast of the rendezvous address");
+  std::string text(payload);
+  if (!text.empty() && text[0] == '!') {
+    throw Error("MPI bootstrap: rank 0 could not start the rendezvous server: " + text.substr(1));
+  }
+  size_t a = text.find('\n'), b = text.find('\n', a + 1);
+  if (a == std::string::npos || b == std::string::npos) throw Error("MPI bootstrap: malformed rendezvous address");
+  host = text.substr(0, a);
+  const auto port = static_cast<uint16_t>(std::stoi(text.substr(a + 1, b - a - 1)));
+  job.secret = text.substr(b + 1);
+  if (server) {
+    job.store = std::make_shared<ServedTcpStore>(std::move(server), host, job.secret, deadline);
+  } else {
+    job.store = std::make_shared<TcpStore>(host, port, job.secret, deadline);
+  }
+  HVD_LOG(Debug) << "MPI bootstrap: rank " << job.rank << " of " << job.size << " (local " << job.localRank << "/"
+                 << job.localSize << ", cross " << job.crossRank << "/" << job.crossSize << "), rendezvous at "
+                 << host << ":" << port;
+  return job;
+}
+
+}  // namespace hvd::mpi
