@@ -281,6 +281,11 @@ class Runtime {
   std::mutex exitMu_;
   std::condition_variable exitCv_;
   bool loopExited_ = true;
+  // The loop ended on an error (a lost peer, an abort relayed by a peer, a stall shutdown): the
+  // job is broken, so shutdown() does not wait for the other ranks' goodbyes.
+  std::atomic<bool> loopFailed_{false};
+  // The rank whose shutdown ended the engine (from the coordinator's last list), or -1.
+  std::atomic<int> shutdownBy_{-1};
   std::atomic<uint64_t> nonameCounter_{0};
 
   // Knobs in force (applyKnobs); the engine's thread writes them, knobs() reads under knobsMu_.

@@ -110,8 +110,15 @@ void Runtime::loop() {
   } catch (...) {
     std::exception_ptr error = std::current_exception();
     reason = ErrorInfo::fromException(error);
+    loopFailed_ = true;
     bool fromPeer = reason.message.rfind("[from rank ", 0) == 0;
     onFatal(error, !fromPeer);
+  }
+  const int by = shutdownBy_.load();
+  if (by >= 0 && by != topology_.rank && reason.kind == ErrorKind::kAborted && reason.message == kShutdownMessage) {
+    // Name the rank that left first: usually the one that finished its loop early.
+    reason.message += " Rank " + std::to_string(by) + " shut down first (rank " + std::to_string(by) +
+                      " called hvd.shutdown() or exited).";
   }
   gate_->close();
   failAll(reason);
@@ -414,6 +421,7 @@ bool Runtime::processList(ResponseList& list) {
   }
   for (auto& response : list.items) processResponse(response);
   lastSeq_ = list.seq;
+  if (list.shutdown) shutdownBy_ = list.shutdownBy;
   return list.shutdown;
 }
 
@@ -616,6 +624,9 @@ void Runtime::onFatal(std::exception_ptr error, bool notifyPeers) {
       }
     }
   }
+  // The rank to blame travels with the transport's abort notice too: a peer that only sees this
+  // rank's connections close then names the lost rank, not this (live) messenger.
+  if (info.kind == ErrorKind::kPeerLost && info.rank >= 0) transport_->noteCulprit(info.rank);
   // Then abort the transport: peers blocked in a data-plane wait involving this rank (over
   // shared memory: in any wait) fail now rather than at their timeout, even if this process
   // stays alive.

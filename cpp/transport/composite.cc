@@ -292,6 +292,11 @@ bool CompositeTransport::waitForMessage(Deadline deadline) {
 
 void CompositeTransport::wake() { remote_->wake(); }
 
+void CompositeTransport::noteCulprit(int rank) {
+  // Global numbers: the remote sub-transport is built over all ranks.
+  if (remote_) remote_->noteCulprit(rank);
+}
+
 void CompositeTransport::abort(const std::string& reason) {
   if (local_) local_->abort(reason);
   remote_->abort(reason);

@@ -9,6 +9,8 @@
 
 #include <cerrno>
 #include <climits>
+#include <cstdio>
+#include <cstring>
 #include <ctime>
 
 #include "common/messages.h"
@@ -125,7 +127,7 @@ bool Waiter::peersAlive(const PeerFilter& needs) {
     if (blamed != 0 && static_cast<int>(blamed - 1) != closed->rank) {
       const int silent = static_cast<int>(blamed - 1);
       latch(std::make_exception_ptr(
-          Timeout("Horovod rank " + std::to_string(silent) + (silent == rank_ ? " (this rank)" : "") +
+          PeerLost(silent, "Horovod rank " + std::to_string(silent) + (silent == rank_ ? " (this rank)" : "") +
                   " did not answer in time: rank " + std::to_string(closed->rank) + " timed out waiting for it and "
                   "aborted while rank " + std::to_string(rank_) + " was waiting for rank " +
                   std::to_string(closed->rank) + " (is rank " + std::to_string(silent) +
@@ -169,6 +171,22 @@ void Waiter::failWaitingFor(int peer, std::exception_ptr error) {
     own_->timedOutOn.compare_exchange_strong(none, static_cast<uint32_t>(peer) + 1, std::memory_order_seq_cst);
   }
   fail(std::move(error));
+}
+
+int Waiter::stoppedPeer() const {
+  for (const auto& peer : peers_) {
+    std::string path = "/proc/" + std::to_string(peer.pid) + "/stat";
+    FILE* f = std::fopen(path.c_str(), "r");
+    if (f == nullptr) continue;
+    char buf[512];
+    size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+    std::fclose(f);
+    buf[n] = '\0';
+    // "pid (comm) S ...": comm may hold spaces and parentheses, the state follows the last ')'.
+    const char* close = std::strrchr(buf, ')');
+    if (close != nullptr && close[1] == ' ' && (close[2] == 'T' || close[2] == 't')) return peer.rank;
+  }
+  return -1;
 }
 
 void Waiter::rethrow() const {

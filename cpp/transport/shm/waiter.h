@@ -101,6 +101,10 @@ class Waiter {
   // A data-plane wait of this rank timed out waiting for `peer`: latches `error` (a Timeout),
   // records the peer in this rank's header (SegmentHeader::timedOutOn) and throws.
   [[noreturn]] void failWaitingFor(int peer, std::exception_ptr error);
+  // A watched peer whose process is stopped (SIGSTOP, a debugger: state T or t in
+  // /proc/<pid>/stat), or -1. Such a peer is alive but answers nothing; it is the one to blame
+  // when a wait times out, whichever peer the wait was for.
+  int stoppedPeer() const;
   void throwIfFailed() const {
     if (failed_.load(std::memory_order_acquire)) rethrow();
   }

@@ -112,7 +112,7 @@ std::string TcpTransport::readControlLocked(int peer) {
     uint32_t length;
     std::memcpy(&length, p.in.data() + p.inStart, 4);
     uint8_t kind = p.in[p.inStart + 4];
-    if (length > kMaxMessageBytes || (kind != kFrameMessage && kind != kFrameGoodbye)) {
+    if (length > kMaxMessageBytes || kind < kFrameMessage || kind > kFramePong) {
       p.ctrlClosed = true;
       return "it sent a malformed control frame";
     }
@@ -120,8 +120,21 @@ std::string TcpTransport::readControlLocked(int peer) {
     const uint8_t* body = p.in.data() + p.inStart + kFrameHeader;
     if (kind == kFrameMessage) {
       inbox_.push_back(MailboxMessage{peer, std::vector<uint8_t>(body, body + length)});
-    } else {
+    } else if (kind == kFrameGoodbye) {
       p.departed = true;
+    } else if (kind == kFrameAbort) {
+      int32_t blamed = -1;
+      if (length >= sizeof(blamed)) std::memcpy(&blamed, body, sizeof(blamed));
+      p.blamed = blamed >= 0 && blamed < size_ ? blamed : -1;
+      p.gaveUpReason = length > sizeof(blamed) ? std::string(reinterpret_cast<const char*>(body) + sizeof(blamed),
+                                                              length - sizeof(blamed))
+                                               : std::string("no reason given");
+      p.gaveUp = true;
+    } else if (kind == kFramePing) {
+      appendFrame(p, kFramePong, nullptr, 0);
+      (void)flushLocked(p);
+    } else {
+      p.pongs++;
     }
     p.inStart += kFrameHeader + length;
   }
