@@ -295,6 +295,9 @@ void CompositeTransport::wake() { remote_->wake(); }
 void CompositeTransport::noteCulprit(int rank) {
   // Global numbers: the remote sub-transport is built over all ranks.
   if (remote_) remote_->noteCulprit(rank);
+  // Local peers read the blame from the shared header, in local numbers (a remote culprit has
+  // none there: they name this rank's abort instead).
+  if (rank >= 0 && rank < static_cast<int>(localIndex_.size()) && isLocal(rank)) local_->noteCulprit(localIndex_[rank]);
 }
 
 void CompositeTransport::abort(const std::string& reason) {

@@ -100,6 +100,9 @@ class ShmTransport final : public Transport {
   bool waitForMessage(Deadline deadline) override;
   void wake() override;
   void abort(const std::string& reason) override;
+  void noteCulprit(int rank) override {
+    if (waiter_) waiter_->recordBlame(rank);
+  }
 
   // True when segments are named (/dev/shm) rather than anonymous; for tests.
   bool usesNamedSegments() const { return named_; }

@@ -29,6 +29,20 @@ int openPidfd(int pid) {
 #endif
 }
 
+// True when the process is stopped (SIGSTOP, a debugger): state T or t in /proc/<pid>/stat.
+bool processStopped(int pid) {
+  std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) return false;
+  char buf[512];
+  size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  // "pid (comm) S ...": comm may hold spaces and parentheses, the state follows the last ')'.
+  const char* close = std::strrchr(buf, ')');
+  return close != nullptr && close[1] == ' ' && (close[2] == 'T' || close[2] == 't');
+}
+
 }  // namespace
 
 void yieldCpu() { ::sched_yield(); }
@@ -120,6 +134,33 @@ bool Waiter::peersAlive(const PeerFilter& needs) {
     return false;
   }
   if (exitedClosed != nullptr) closed = exitedClosed;
+  if (closed == nullptr && stopLimit_.count() > 0) {
+    // A peer stopped for longer than the operation timeout is lost, even when no wait of this
+    // rank has a deadline (waiting for a coordinator that is stopped would otherwise hang).
+    std::lock_guard<std::mutex> lock(pollMutex_);
+    auto now = std::chrono::steady_clock::now();
+    if (now - lastStopCheck_ >= std::chrono::milliseconds(250)) {
+      lastStopCheck_ = now;
+      stoppedSince_.resize(peers_.size());
+      for (size_t i = 0; i < peers_.size(); ++i) {
+        if (!processStopped(peers_[i].pid)) {
+          stoppedSince_[i] = {};
+          continue;
+        }
+        if (stoppedSince_[i] == std::chrono::steady_clock::time_point{}) stoppedSince_[i] = now;
+        auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - stoppedSince_[i]);
+        if (ms > stopLimit_) {
+          recordBlame(peers_[i].rank);
+          latch(std::make_exception_ptr(PeerLost(
+              peers_[i].rank, "Horovod rank " + std::to_string(peers_[i].rank) + " (pid " +
+                                  std::to_string(peers_[i].pid) + ") on this host has been stopped (SIGSTOP or a "
+                                  "debugger) for " + std::to_string(ms.count()) +
+                                  " ms, longer than HOROVOD_GLOO_TIMEOUT_SECONDS; it did not answer in time")));
+          return false;
+        }
+      }
+    }
+  }
   if (closed != nullptr) {
     // A peer that gave up because a third rank did not answer it: blame that rank (a stopped or
     // hung process is alive but silent), not the messenger.
@@ -175,16 +216,7 @@ void Waiter::failWaitingFor(int peer, std::exception_ptr error) {
 
 int Waiter::stoppedPeer() const {
   for (const auto& peer : peers_) {
-    std::string path = "/proc/" + std::to_string(peer.pid) + "/stat";
-    FILE* f = std::fopen(path.c_str(), "r");
-    if (f == nullptr) continue;
-    char buf[512];
-    size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
-    std::fclose(f);
-    buf[n] = '\0';
-    // "pid (comm) S ...": comm may hold spaces and parentheses, the state follows the last ')'.
-    const char* close = std::strrchr(buf, ')');
-    if (close != nullptr && close[1] == ' ' && (close[2] == 'T' || close[2] == 't')) return peer.rank;
+    if (processStopped(peer.pid)) return peer.rank;
   }
   return -1;
 }

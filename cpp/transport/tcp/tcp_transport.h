@@ -89,6 +89,8 @@ class TcpTransport final : public Transport {
     int blamed = -1;                  // the rank it blamed, -1 if none
     std::string gaveUpReason;
     std::atomic<uint32_t> pongs{0};  // answers to our liveness probes
+    // Keep-alive while waiting for messages (ctrlMu_): when the oldest unanswered ping went out.
+    std::chrono::steady_clock::time_point pingSentAt{};
     // Control plane, guarded by ctrlMu_.
     std::vector<uint8_t> in;
     size_t inStart = 0;
@@ -129,6 +131,9 @@ class TcpTransport final : public Transport {
   int probePeers(const std::vector<int>& preferred, int& silent);
   // A peer that gave up; -1 if none (ctrlMu_ not held).
   int peerThatGaveUp();
+  // waitForMessage's keep-alive: pings peers every quarter of the timeout; throws PeerLost for a
+  // peer whose ping stayed unanswered for the whole timeout (called with all input read).
+  void keepAlive(std::chrono::steady_clock::time_point now);
   std::string describePeer(int peer) const;
 
   // Data plane.
@@ -178,6 +183,7 @@ class TcpTransport final : public Transport {
   std::deque<MailboxMessage> inbox_;
   std::atomic<int> outPending_{0};  // peers with unflushed control bytes
   std::vector<pollfd> mailFds_;     // controller thread
+  std::chrono::steady_clock::time_point nextKeepAlive_{};  // controller thread
   std::vector<PollOwner> mailOwners_;
 };
 
