@@ -224,12 +224,17 @@ def run_once(hvdrun, cluster, kind, scenario, victim, np_, bound):
             if all(ready) or proc.poll() is not None:
                 break
             time.sleep(0.05)
+        if not all(os.path.exists(os.path.join(work, 'ready{}'.format(r))) for r in range(np_)):
+            # The job did not start (e.g. its 1 s rendezvous deadline on a loaded machine): no
+            # fault was injected, so the run says nothing about fault handling.
+            return dict(ok=True, hung=False, started=False, notes=['did not start'], detections={})
         if proc.poll() is None and os.path.exists(os.path.join(work, 'ready{}'.format(victim))):
             pid = int(open(os.path.join(work, 'ready{}'.format(victim))).read())
             t_inject = scenario.inject(cluster, pid)
         survivors = [r for r in range(np_) if r != victim or scenario.needs_links]
         deadline = time.time() + bound
         resumed = False
+        launcher_gone = None
         while time.time() < deadline:
             have = [os.path.exists(os.path.join(work, 'rank{}.json'.format(r))) for r in survivors]
             if all(have) and not resumed and pid is not None:
@@ -237,7 +242,11 @@ def run_once(hvdrun, cluster, kind, scenario, victim, np_, bound):
                 resumed = True
                 deadline = min(deadline, time.time() + 3)
             if proc.poll() is not None:
-                break
+                # The launcher stops the others after the first failure (SIGTERM, which the
+                # workers ignore, then SIGKILL after its grace): survivors still report meanwhile.
+                launcher_gone = launcher_gone or time.time()
+                if all(have) or time.time() - launcher_gone > 6:
+                    break
             time.sleep(0.05)
         hung = not all(os.path.exists(os.path.join(work, 'rank{}.json'.format(r))) for r in survivors)
     finally:
@@ -268,7 +277,7 @@ def run_once(hvdrun, cluster, kind, scenario, victim, np_, bound):
         shutil.rmtree(work, ignore_errors=True)
     elif not hung:
         notes.append('log: ' + work)
-    return dict(ok=ok, hung=hung, notes=notes, detections=detections)
+    return dict(ok=ok, hung=hung, started=True, notes=notes, detections=detections)
 
 
 def find_hvdrun():
@@ -314,12 +323,18 @@ def main():
     usable = [SCENARIOS[n] for n in names if cluster.has_links or not SCENARIOS[n].needs_links]
     skipped = [n for n in names if SCENARIOS[n] not in usable]
     kind = JOB_KINDS[args.kind]
-    rows, failures, hangs, all_detections = [], 0, 0, []
+    rows, failures, hangs, all_detections, not_started = [], 0, 0, [], 0
     for i in range(args.runs):
         scenario = usable[i % len(usable)] if i < len(usable) else rng.choice(usable)
         victim = rng.randrange(args.np)
         t0 = time.time()
-        result = run_once(hvdrun, cluster, kind, scenario, victim, args.np, args.bound)
+        for _ in range(3):  # a run that did not start is tried again (counted in the summary)
+            result = run_once(hvdrun, cluster, kind, scenario, victim, args.np, args.bound)
+            if result['started']:
+                break
+            not_started += 1
+        if not result['started']:
+            result['ok'] = False  # three launches in a row did not start: a failure of its own
         failures += not result['ok']
         hangs += result['hung']
         det = result['detections']
@@ -335,9 +350,9 @@ def main():
         print(row, flush=True)
     over = sum(1 for d in all_detections if d > TARGET_DETECTION_S)
     summary = ('{} runs ({} job, {} cluster, seed {}): {} failed, {} hung; detection over {} s on {} of {} '
-               'survivors; max detection {}').format(
+               'survivors; max detection {}; {} launch(es) did not start and were retried').format(
         args.runs, kind.name, cluster.name, seed, failures, hangs, TARGET_DETECTION_S, over, len(all_detections),
-        '{:.2f} s'.format(max(all_detections)) if all_detections else '-')
+        '{:.2f} s'.format(max(all_detections)) if all_detections else '-', not_started)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, 'w') as f:
         f.write('# Fault-injection gate\n\n`{}`\n\n{}\n\n'.format(

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The full test suite: set-up, the include-layering check (docs/architecture.md), C++ unit tests (also under ASan+UBSan; ctest also runs the
 # multi-process and network-namespace tests), launcher tests (incl. ssh across namespaces),
-# Python tests under horovodrun, benchmark smoke.
+# Python tests under horovodrun, a short fault-injection gate, benchmark smoke.
 # Every stage is bounded by a timeout so a hang fails fast. Usage: scripts/test.sh [--quick]
 #   --quick  skips the sanitizer build and the benchmark smoke.
 set -uo pipefail
@@ -60,6 +60,11 @@ ray_spark_tests=(tests/python/test_rendezvous_server.py tests/python/test_ray.py
 if [ -d tests/python ]; then
   stage "python tests" 2400 python3 -m pytest -q -x tests/python "${ray_spark_tests[@]/#/--ignore=}"
   stage "ray and spark tests" 900 python3 -m pytest -q -x "${ray_spark_tests[@]}"
+fi
+if [ -x bench/fault_gate.py ]; then
+  # Ten randomized fault runs (docs/failures.md); the committed 200-run result stays untouched.
+  stage "fault gate (10 runs)" 900 env HOROVODRUN="$(installed_horovodrun)" \
+    python3 bench/fault_gate.py --runs 10 --out build/fault_gate_ci.md
 fi
 if [ $quick = 0 ]; then
   # The same build against an older TensorFlow (downloads TensorFlow 2.16 into a venv).

@@ -200,6 +200,9 @@ class Runtime {
   void completeEntry(Entry* entry, std::exception_ptr error);
   void failAll(const ErrorInfo& reason);
   void onFatal(std::exception_ptr error, bool notifyPeers);
+  // The error to report for `error`: a peer's relayed PeerLost naming another rank when this
+  // rank only saw that peer give up (or timed out behind it); else `error` itself.
+  std::exception_ptr preferRelayedCause(std::exception_ptr error);
   void pinThread();
   // ---- observer events that need the runtime's state (runtime_observe.cc) ----
   void publishEntry(EngineEventKind kind, const Entry& entry, uint32_t cacheId = kNoCacheId, bool failed = false);

@@ -108,7 +108,7 @@ void Runtime::loop() {
       if (step()) break;
     }
   } catch (...) {
-    std::exception_ptr error = std::current_exception();
+    std::exception_ptr error = preferRelayedCause(std::current_exception());
     reason = ErrorInfo::fromException(error);
     loopFailed_ = true;
     bool fromPeer = reason.message.rfind("[from rank ", 0) == 0;
@@ -604,6 +604,39 @@ void Runtime::runData(Response& r) {
   // Copy: completing an entry may free it.
   std::vector<Entry*> done = entriesScratch_;
   for (Entry* e : done) completeEntry(e, error);
+}
+
+std::exception_ptr Runtime::preferRelayedCause(std::exception_ptr error) {
+  ErrorInfo mine = ErrorInfo::fromException(error);
+  if (!transport_ || mine.message.rfind("[from rank ", 0) == 0) return error;
+  if (mine.kind != ErrorKind::kPeerLost && mine.kind != ErrorKind::kTimeout) return error;
+  // This rank may only have seen a messenger: a peer that gave up because a third rank did not
+  // answer or died (it aborted, so this rank lost it), or a local wait that timed out behind a
+  // silent remote rank. That peer's abort notice names the culprit and is on its way: wait for
+  // it a little (a peer's liveness probe takes up to 0.5 s). The transports say when the lost
+  // rank aborted: TCP "failed and aborted", shm "failed (aborted its transport".
+  const bool lostAMessenger = mine.message.find("failed and aborted") != std::string::npos ||
+                              mine.message.find("failed (aborted its transport") != std::string::npos;
+  const auto wait = std::chrono::milliseconds(mine.kind == ErrorKind::kTimeout ? 1000 : lostAMessenger ? 500 : 0);
+  Deadline grace = Deadline::after(wait);
+  try {
+    while (true) {
+      auto message = transport_->poll();
+      if (!message) {
+        if (grace.expired() || !transport_->waitForMessage(grace)) break;
+        continue;
+      }
+      if (messageType(message->bytes) != MessageType::kAbort) continue;  // the engine is ending
+      ErrorInfo relayed = decodeErrorInfo(message->bytes);
+      const bool fromMessenger = mine.kind == ErrorKind::kTimeout || message->from == mine.rank || lostAMessenger;
+      if (fromMessenger && relayed.kind == ErrorKind::kPeerLost && relayed.rank >= 0 && relayed.rank != mine.rank) {
+        return relayed.toException();
+      }
+    }
+  } catch (const std::exception&) {
+    // The transport has failed too: nothing more to read.
+  }
+  return error;
 }
 
 void Runtime::onFatal(std::exception_ptr error, bool notifyPeers) {

@@ -277,16 +277,19 @@ void CompositeTransport::post(int peer, const void* data, size_t bytes) {
 }
 
 std::optional<MailboxMessage> CompositeTransport::poll() {
-  checkUsable();
+  // Messages that already arrived come first even after a failure (as over TCP alone): a peer's
+  // abort notice may name the rank at fault.
   std::optional<MailboxMessage> message;
   guarded(false, [&] { message = remote_->poll(); });
+  if (!message) checkUsable();
   return message;
 }
 
 bool CompositeTransport::waitForMessage(Deadline deadline) {
-  checkUsable();
+  // As poll(): a failure of the local sub-transport does not hide the mailbox (the remote one).
   bool result = false;
   guarded(false, [&] { result = remote_->waitForMessage(deadline); });
+  if (!result) checkUsable();
   return result;
 }
 
