@@ -134,7 +134,8 @@ bool Waiter::peersAlive(const PeerFilter& needs) {
     return false;
   }
   if (exitedClosed != nullptr) closed = exitedClosed;
-  if (closed == nullptr && stopLimit_.count() > 0) {
+  const auto stopLimit = std::chrono::milliseconds(stopLimitMs_.load());
+  if (closed == nullptr && stopLimit.count() > 0) {
     // A peer stopped for longer than the operation timeout is lost, even when no wait of this
     // rank has a deadline (waiting for a coordinator that is stopped would otherwise hang).
     std::lock_guard<std::mutex> lock(pollMutex_);
@@ -149,7 +150,7 @@ bool Waiter::peersAlive(const PeerFilter& needs) {
         }
         if (stoppedSince_[i] == std::chrono::steady_clock::time_point{}) stoppedSince_[i] = now;
         auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - stoppedSince_[i]);
-        if (ms > stopLimit_) {
+        if (ms > stopLimit) {
           recordBlame(peers_[i].rank);
           latch(std::make_exception_ptr(PeerLost(
               peers_[i].rank, "Horovod rank " + std::to_string(peers_[i].rank) + " (pid " +

@@ -107,7 +107,7 @@ class Waiter {
   int stoppedPeer() const;
   // Waits fail with PeerLost once a watched peer has stayed stopped longer than `limit` (0: never),
   // even waits without a deadline of their own (a rank waiting for the coordinator's next list).
-  void setStopLimit(std::chrono::milliseconds limit) { stopLimit_ = limit; }
+  void setStopLimit(std::chrono::milliseconds limit) { stopLimitMs_.store(limit.count()); }
   // Records in this rank's header whom its failure is blamed on (first one wins), so that peers
   // that see it close name that rank (SegmentHeader::timedOutOn).
   void recordBlame(int peer) {
@@ -168,7 +168,7 @@ class Waiter {
   std::vector<WatchedPeer> peers_;
   std::mutex pollMutex_;  // guards lastPoll_ (waits from several threads)
   std::chrono::steady_clock::time_point lastPoll_{};
-  std::chrono::milliseconds stopLimit_{0};
+  std::atomic<int64_t> stopLimitMs_{0};  // set after the helper threads may have started
   std::chrono::steady_clock::time_point lastStopCheck_{};  // guarded by pollMutex_
   std::vector<std::chrono::steady_clock::time_point> stoppedSince_;  // per peer; {} = running
 
