@@ -2,7 +2,7 @@
 # The full test suite: set-up, the include-layering check (docs/architecture.md), C++ unit tests (also under ASan+UBSan; ctest also runs the
 # multi-process and network-namespace tests), launcher tests (incl. ssh across namespaces),
 # Python tests under horovodrun, Slurm (a private slurmctld + slurmd), the deploy/ recipes'
-# validators, benchmark smoke.
+# validators, a short fault-injection gate, benchmark smoke.
 # Every stage is bounded by a timeout so a hang fails fast. Usage: scripts/test.sh [--quick]
 #   --quick  skips the sanitizer build and the benchmark smoke.
 set -uo pipefail
@@ -75,6 +75,11 @@ fi
 # The deploy/ recipes, each checked by a real validator (Kubernetes schemas, Helm, hadolint, ...).
 if [ -d tests/deploy ]; then
   stage "deploy recipes" 300 python3 -m pytest -q tests/deploy
+fi
+if [ -x bench/fault_gate.py ]; then
+  # Ten randomized fault runs (docs/failures.md); the committed 200-run result stays untouched.
+  stage "fault gate (10 runs)" 900 env HOROVODRUN="$(installed_horovodrun)" \
+    python3 bench/fault_gate.py --runs 10 --out build/fault_gate_ci.md
 fi
 if [ $quick = 0 ]; then
   # The same build against an older TensorFlow (downloads TensorFlow 2.16 into a venv).

@@ -51,7 +51,10 @@ int Coordinator::required(int32_t processSet, Kind kind) const {
 
 void Coordinator::ingest(int rank, RequestList& list) {
   if (rank >= 0 && rank < options_.size) lastSeqOf_[rank] = std::max(lastSeqOf_[rank], list.lastSeq);
-  if (list.shutdown) shutdown_ = true;
+  if (list.shutdown && !shutdown_) {
+    shutdown_ = true;
+    shutdownBy_ = rank;
+  }
   for (uint32_t id : list.hits) addHit(rank, id);
   for (auto& request : list.requests) {
     request.rank = rank;
@@ -543,6 +546,7 @@ ResponseList Coordinator::build() {
     evicted_.clear();
   }
   out.shutdown = shutdown_;
+  out.shutdownBy = shutdownBy_;
   return out;
 }
 

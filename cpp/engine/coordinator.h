@@ -136,6 +136,7 @@ class Coordinator {
   CoordinatorCache cache_;
   uint64_t seq_ = 0;
   bool shutdown_ = false;
+  int32_t shutdownBy_ = -1;  // the first rank whose requests asked for the shutdown
   std::map<int32_t, std::vector<int>> sets_;
   int32_t nextSetId_ = 1;
   std::unordered_map<NameKey, Pending, NameKeyHash, NameKeyEq> pending_;

@@ -303,6 +303,7 @@ void encode(const ResponseList& list, std::vector<uint8_t>& out) {
   w.u8(static_cast<uint8_t>(MessageType::kResponses));
   w.varint(list.seq);
   w.u8((list.shutdown ? kListShutdownFlag : 0) | (list.knobs.has_value() ? kListKnobsFlag : 0));
+  if (list.shutdown) w.svarint(list.shutdownBy);
   if (list.knobs.has_value()) writeKnobs(w, *list.knobs);
   writeIds(w, list.hits);
   w.varint(list.items.size());
@@ -343,6 +344,7 @@ ResponseList decodeResponseList(const std::vector<uint8_t>& bytes) {
   list.seq = in.varint();
   const uint8_t flags = in.u8();
   list.shutdown = (flags & kListShutdownFlag) != 0;
+  if (list.shutdown) list.shutdownBy = static_cast<int32_t>(in.svarint());
   if (flags & kListKnobsFlag) list.knobs = readKnobs(in);
   readIds(in, list.hits);
   size_t n = in.count();

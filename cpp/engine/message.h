@@ -136,6 +136,7 @@ struct RequestList {
 struct ResponseList {
   uint64_t seq = 0;
   bool shutdown = false;
+  int32_t shutdownBy = -1;  // with shutdown: the first rank that asked for it (-1: unknown)
   // Set when the knobs change with this list: every rank applies them before its responses.
   std::optional<Knobs> knobs;
   std::vector<uint32_t> hits;

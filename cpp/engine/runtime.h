@@ -204,6 +204,9 @@ class Runtime {
   // The liveness watch found `rank` silent (its thread): the engine fails with PeerLost naming
   // it at its next step; if it is stuck in a transfer for a second more, the transport is aborted.
   void onSilentPeer(int rank, const std::string& message);
+  // The error to report for `error`: a peer's relayed PeerLost naming another rank when this
+  // rank only saw that peer give up (or timed out behind it); else `error` itself.
+  std::exception_ptr preferRelayedCause(std::exception_ptr error);
   void pinThread();
   // ---- observer events that need the runtime's state (runtime_observe.cc) ----
   void publishEntry(EngineEventKind kind, const Entry& entry, uint32_t cacheId = kNoCacheId, bool failed = false);
@@ -290,6 +293,11 @@ class Runtime {
   std::mutex exitMu_;
   std::condition_variable exitCv_;
   bool loopExited_ = true;
+  // The loop ended on an error (a lost peer, an abort relayed by a peer, a stall shutdown): the
+  // job is broken, so shutdown() does not wait for the other ranks' goodbyes.
+  std::atomic<bool> loopFailed_{false};
+  // The rank whose shutdown ended the engine (from the coordinator's last list), or -1.
+  std::atomic<int> shutdownBy_{-1};
   std::atomic<uint64_t> nonameCounter_{0};
 
   // Knobs in force (applyKnobs); the engine's thread writes them, knobs() reads under knobsMu_.

@@ -308,15 +308,19 @@ void Runtime::shutdown() {
     exitLock.unlock();
     thread_.join();
   }
-  // Give the other ranks a moment to read what we posted last, then close.
-  try {
-    Deadline grace = Deadline::after(kTeardownGrace);
-    roundStore_->set("bye/" + std::to_string(config_.rank), Bytes{1}, grace);
-    std::vector<std::string> keys;
-    for (int r = 0; r < config_.size; ++r) keys.push_back("bye/" + std::to_string(r));
-    roundStore_->wait(keys, grace);
-  } catch (const std::exception&) {
-    // Other ranks left earlier or are gone; nothing to wait for.
+  // Give the other ranks a moment to read what we posted last, then close. After a failure the
+  // survivors have had their abort notice already and the lost ranks will never say goodbye:
+  // waiting would only hold every survivor's shutdown for the whole grace.
+  if (!loopFailed_) {
+    try {
+      Deadline grace = Deadline::after(kTeardownGrace);
+      roundStore_->set("bye/" + std::to_string(config_.rank), Bytes{1}, grace);
+      std::vector<std::string> keys;
+      for (int r = 0; r < config_.size; ++r) keys.push_back("bye/" + std::to_string(r));
+      roundStore_->wait(keys, grace);
+    } catch (const std::exception&) {
+      // Other ranks left earlier or are gone; nothing to wait for.
+    }
   }
   {
     std::lock_guard<std::mutex> tunerLock(tunerMu_);

@@ -113,10 +113,19 @@ void Runtime::loop() {
       // The transport may have been aborted for it: name the silent rank, not the abort.
       std::lock_guard<std::mutex> lock(silentMu_);
       error = std::make_exception_ptr(PeerLost(silentRank_, silentMessage_));
+    } else {
+      error = preferRelayedCause(error);
     }
     reason = ErrorInfo::fromException(error);
+    loopFailed_ = true;
     bool fromPeer = reason.message.rfind("[from rank ", 0) == 0;
     onFatal(error, !fromPeer);
+  }
+  const int by = shutdownBy_.load();
+  if (by >= 0 && by != topology_.rank && reason.kind == ErrorKind::kAborted && reason.message == kShutdownMessage) {
+    // Name the rank that left first: usually the one that finished its loop early.
+    reason.message += " Rank " + std::to_string(by) + " shut down first (rank " + std::to_string(by) +
+                      " called hvd.shutdown() or exited).";
   }
   gate_->close();
   failAll(reason);
@@ -423,6 +432,7 @@ bool Runtime::processList(ResponseList& list) {
   }
   for (auto& response : list.items) processResponse(response);
   lastSeq_ = list.seq;
+  if (list.shutdown) shutdownBy_ = list.shutdownBy;
   return list.shutdown;
 }
 
@@ -620,8 +630,42 @@ void Runtime::onSilentPeer(int rank, const std::string& message) {
   // transfer's deadline.
   std::unique_lock<std::mutex> exitLock(exitMu_);
   if (!exitCv_.wait_for(exitLock, std::chrono::seconds(1), [&] { return loopExited_; })) {
+    transport_->noteCulprit(rank);
     transport_->abort(message);
   }
+}
+
+std::exception_ptr Runtime::preferRelayedCause(std::exception_ptr error) {
+  ErrorInfo mine = ErrorInfo::fromException(error);
+  if (!transport_ || mine.message.rfind("[from rank ", 0) == 0) return error;
+  if (mine.kind != ErrorKind::kPeerLost && mine.kind != ErrorKind::kTimeout) return error;
+  // This rank may only have seen a messenger: a peer that gave up because a third rank did not
+  // answer or died (it aborted, so this rank lost it), or a local wait that timed out behind a
+  // silent remote rank. That peer's abort notice names the culprit and is on its way: wait for
+  // it a little (a peer's liveness probe takes up to 0.5 s). The transports say when the lost
+  // rank aborted: TCP "failed and aborted", shm "failed (aborted its transport".
+  const bool lostAMessenger = mine.message.find("failed and aborted") != std::string::npos ||
+                              mine.message.find("failed (aborted its transport") != std::string::npos;
+  const auto wait = std::chrono::milliseconds(mine.kind == ErrorKind::kTimeout ? 1000 : lostAMessenger ? 500 : 0);
+  Deadline grace = Deadline::after(wait);
+  try {
+    while (true) {
+      auto message = transport_->poll();
+      if (!message) {
+        if (grace.expired() || !transport_->waitForMessage(grace)) break;
+        continue;
+      }
+      if (messageType(message->bytes) != MessageType::kAbort) continue;  // the engine is ending
+      ErrorInfo relayed = decodeErrorInfo(message->bytes);
+      const bool fromMessenger = mine.kind == ErrorKind::kTimeout || message->from == mine.rank || lostAMessenger;
+      if (fromMessenger && relayed.kind == ErrorKind::kPeerLost && relayed.rank >= 0 && relayed.rank != mine.rank) {
+        return relayed.toException();
+      }
+    }
+  } catch (const std::exception&) {
+    // The transport has failed too: nothing more to read.
+  }
+  return error;
 }
 
 void Runtime::onFatal(std::exception_ptr error, bool notifyPeers) {
@@ -642,6 +686,9 @@ void Runtime::onFatal(std::exception_ptr error, bool notifyPeers) {
       }
     }
   }
+  // The rank to blame travels with the transport's abort notice too: a peer that only sees this
+  // rank's connections close then names the lost rank, not this (live) messenger.
+  if (info.kind == ErrorKind::kPeerLost && info.rank >= 0) transport_->noteCulprit(info.rank);
   // Then abort the transport: peers blocked in a data-plane wait involving this rank (over
   // shared memory: in any wait) fail now rather than at their timeout, even if this process
   // stays alive.

@@ -1,5 +1,7 @@
 #include "store/tcp_store.h"
 
+#include <poll.h>
+
 #include "common/logging.h"
 #include "horovod/errors.h"
 #include "store/store_protocol.h"
@@ -16,6 +18,20 @@ using store_wire::Status;
 constexpr auto kAnswerGrace = std::chrono::seconds(10);
 // Bound for opening an extra pooled connection when the call itself has no deadline.
 constexpr auto kReconnectBound = std::chrono::seconds(30);
+// After a connection broke, how long a call keeps trying to reach the server again (within its
+// own deadline): long enough for a reset connection or a short outage, short enough that a
+// launcher that is gone is an error in seconds, not at the end of a long get/wait.
+constexpr auto kReconnectWindow = std::chrono::seconds(3);
+// Requests sent again on fresh connections before giving up (each one needs a new break).
+constexpr int kMaxResends = 3;
+
+// True when an idle pooled connection is known broken: an idle authenticated connection never
+// has anything to read, so readable means EOF, a reset or a stray byte, all unusable.
+bool looksBroken(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  int rc = ::poll(&p, 1, 0);
+  return rc != 0;
+}
 
 uint64_t timeoutMs(Deadline deadline) {
   return deadline.isNever() ? store_wire::kNoTimeout : static_cast<uint64_t>(deadline.remaining().count());
@@ -54,39 +70,67 @@ Socket TcpStore::connect(Deadline deadline) {
   return s;
 }
 
-std::vector<uint8_t> TcpStore::roundTrip(const std::vector<uint8_t>& request, Deadline deadline,
-                                         const std::string& what) {
-  Socket s;
+Socket TcpStore::takeConnection(Deadline connectBy) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!idle_.empty()) {
-      s = std::move(idle_.back());
+    while (!idle_.empty()) {
+      Socket s = std::move(idle_.back());
       idle_.pop_back();
+      if (!looksBroken(s.fd())) return s;
+      HVD_LOG(Debug) << "rendezvous connection to " << serverAddress() << " was closed while idle; reconnecting";
     }
   }
-  if (!s.valid()) s = connect(deadline.isNever() ? Deadline::after(kReconnectBound) : deadline);
+  return connect(connectBy);
+}
 
-  Deadline answerBy = deadline.isNever() ? deadline : Deadline::after(deadline.remaining() + kAnswerGrace);
-  std::vector<uint8_t> body;
-  try {
-    sendAll(s.fd(), request.data(), request.size(), answerBy);
-    uint8_t header[store_wire::kHeaderBytes];
-    recvAll(s.fd(), header, sizeof(header), answerBy);
-    uint32_t length = store_wire::frameLength(header);
-    if (length == 0 || length > store_wire::kMaxFrameBytes) {
-      throw StoreError("bad response frame of " + std::to_string(length) + " bytes");
+std::vector<uint8_t> TcpStore::roundTrip(const std::function<std::vector<uint8_t>()>& encode, Deadline deadline,
+                                         const std::string& what, bool idempotent) {
+  Deadline connectBy = deadline.isNever() ? Deadline::after(kReconnectBound) : deadline;
+  for (int resends = 0;; ++resends) {
+    Socket s;
+    try {
+      s = takeConnection(connectBy);
+    } catch (const StoreError& e) {
+      if (resends == 0) throw;
+      throw StoreError("lost connection to rendezvous server at " + serverAddress() + " during " + what +
+                       " and could not reconnect within " + std::to_string(kReconnectWindow.count()) +
+                       " s: " + e.what());
     }
-    body.resize(length);
-    recvAll(s.fd(), body.data(), body.size(), answerBy);
-  } catch (const Timeout&) {
-    throw Timeout("Timed out in " + what + ": rendezvous server at " + serverAddress() + " did not answer");
-  } catch (const Error& e) {
-    throw StoreError("lost connection to rendezvous server at " + serverAddress() + " during " + what + ": " +
-                     e.what());
+    Deadline answerBy = deadline.isNever() ? deadline : Deadline::after(deadline.remaining() + kAnswerGrace);
+    const std::vector<uint8_t> request = encode();  // again on each send: timeouts shrink
+    std::vector<uint8_t> body;
+    try {
+      sendAll(s.fd(), request.data(), request.size(), answerBy);
+      uint8_t header[store_wire::kHeaderBytes];
+      recvAll(s.fd(), header, sizeof(header), answerBy);
+      uint32_t length = store_wire::frameLength(header);
+      if (length == 0 || length > store_wire::kMaxFrameBytes) {
+        throw StoreError("bad response frame of " + std::to_string(length) + " bytes");
+      }
+      body.resize(length);
+      recvAll(s.fd(), body.data(), body.size(), answerBy);
+    } catch (const Timeout&) {
+      throw Timeout("Timed out in " + what + ": rendezvous server at " + serverAddress() + " did not answer");
+    } catch (const StoreError& e) {
+      throw StoreError("rendezvous server at " + serverAddress() + " during " + what + ": " + e.what());
+    } catch (const Error& e) {
+      // The connection broke after the request may have reached the server.
+      std::string lost = "lost connection to rendezvous server at " + serverAddress() + " during " + what + ": " +
+                         e.what();
+      if (!idempotent) {
+        throw StoreError(lost + " (not sent again: add() is not idempotent, and whether the server applied it "
+                                "is unknown)");
+      }
+      if (resends >= kMaxResends || deadline.expired()) throw StoreError(lost);
+      HVD_LOG(Debug) << lost << "; reconnecting and sending it again";
+      connectBy = Deadline::after(kReconnectWindow);
+      if (!deadline.isNever() && deadline.remaining() < kReconnectWindow) connectBy = deadline;
+      continue;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    idle_.push_back(std::move(s));
+    return body;
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  idle_.push_back(std::move(s));
-  return body;
 }
 
 namespace {
@@ -112,16 +156,22 @@ ByteReader checkStatus(const std::vector<uint8_t>& body, const std::string& op, 
 }  // namespace
 
 void TcpStore::set(const std::string& key, const Bytes& value, Deadline deadline) {
-  store_wire::Writer w;
-  w.body().u8(static_cast<uint8_t>(Op::kSet)).str32(key).str32(value.data(), value.size());
-  auto body = roundTrip(w.finish(), deadline, "set('" + key + "')");
+  auto encode = [&] {
+    store_wire::Writer w;
+    w.body().u8(static_cast<uint8_t>(Op::kSet)).str32(key).str32(value.data(), value.size());
+    return w.finish();
+  };
+  auto body = roundTrip(encode, deadline, "set('" + key + "')", /*idempotent=*/true);
   checkStatus(body, "set", serverAddress());
 }
 
 Bytes TcpStore::get(const std::string& key, Deadline deadline) {
-  store_wire::Writer w;
-  w.body().u8(static_cast<uint8_t>(Op::kGet)).u64(timeoutMs(deadline)).str32(key);
-  auto body = roundTrip(w.finish(), deadline, "get('" + key + "')");
+  auto encode = [&] {
+    store_wire::Writer w;
+    w.body().u8(static_cast<uint8_t>(Op::kGet)).u64(timeoutMs(deadline)).str32(key);
+    return w.finish();
+  };
+  auto body = roundTrip(encode, deadline, "get('" + key + "')", /*idempotent=*/true);
   auto r = checkStatus(body, "get", serverAddress());
   try {
     return r.bytes32();
@@ -131,9 +181,12 @@ Bytes TcpStore::get(const std::string& key, Deadline deadline) {
 }
 
 int64_t TcpStore::add(const std::string& key, int64_t delta, Deadline deadline) {
-  store_wire::Writer w;
-  w.body().u8(static_cast<uint8_t>(Op::kAdd)).str32(key).i64(delta);
-  auto body = roundTrip(w.finish(), deadline, "add('" + key + "')");
+  auto encode = [&] {
+    store_wire::Writer w;
+    w.body().u8(static_cast<uint8_t>(Op::kAdd)).str32(key).i64(delta);
+    return w.finish();
+  };
+  auto body = roundTrip(encode, deadline, "add('" + key + "')", /*idempotent=*/false);
   auto r = checkStatus(body, "add", serverAddress());
   try {
     return r.i64();
@@ -143,11 +196,14 @@ int64_t TcpStore::add(const std::string& key, int64_t delta, Deadline deadline) 
 }
 
 void TcpStore::wait(const std::vector<std::string>& keys, Deadline deadline) {
-  store_wire::Writer w;
-  w.body().u8(static_cast<uint8_t>(Op::kWait)).u64(timeoutMs(deadline));
-  w.body().u32(static_cast<uint32_t>(keys.size()));
-  for (const auto& k : keys) w.body().str32(k);
-  auto body = roundTrip(w.finish(), deadline, "wait(" + store_detail::quoteKeys(keys) + ")");
+  auto encode = [&] {
+    store_wire::Writer w;
+    w.body().u8(static_cast<uint8_t>(Op::kWait)).u64(timeoutMs(deadline));
+    w.body().u32(static_cast<uint32_t>(keys.size()));
+    for (const auto& k : keys) w.body().str32(k);
+    return w.finish();
+  };
+  auto body = roundTrip(encode, deadline, "wait(" + store_detail::quoteKeys(keys) + ")", /*idempotent=*/true);
   checkStatus(body, "wait", serverAddress());
 }
 

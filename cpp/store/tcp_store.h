@@ -5,12 +5,21 @@
 // blocking get on one thread while another sets the key) each get their own; get and wait
 // block on the server, not by polling.
 //
+// Reconnection: a connection that breaks (reset by the network, closed while idle) is replaced
+// by a new, re-authenticated one and the request sent again, within the call's deadline and at
+// most 3 s of trying to reach the server again (a launcher that is gone is a StoreError within
+// seconds, not at the end of a long wait). set, get and wait are sent again because repeating
+// them means the same. add is not idempotent: it is sent again only when the break was seen
+// before sending (an idle pooled connection found closed); a break after it was sent is a
+// StoreError saying that whether the server applied it is unknown.
+//
 // Errors: StoreError "could not connect to rendezvous server at HOST:PORT: ..." when the
 // server cannot be reached by the connect deadline, "rendezvous server at HOST:PORT refused
 // authentication ..." when the secret is wrong; hvd::Timeout naming the keys for get/wait.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -38,8 +47,13 @@ class TcpStore : public Store {
 
  private:
   Socket connect(Deadline deadline);
-  // Sends one request frame and returns the response body (status byte first).
-  std::vector<uint8_t> roundTrip(const std::vector<uint8_t>& request, Deadline deadline, const std::string& what);
+  // An idle pooled connection that is still open, else a new one (connected by connectBy).
+  Socket takeConnection(Deadline connectBy);
+  // Sends one request frame and returns the response body (status byte first). `idempotent`:
+  // the request may be sent again on a new connection when the old one breaks.
+  // `encode` builds the request frame (called again for each send).
+  std::vector<uint8_t> roundTrip(const std::function<std::vector<uint8_t>()>& encode, Deadline deadline,
+                                 const std::string& what, bool idempotent);
 
   std::string host_;
   uint16_t port_;

@@ -31,8 +31,16 @@ using Clock = std::chrono::steady_clock;
 using store_wire::Op;
 using store_wire::Status;
 
-// An unauthenticated connection must finish the handshake within this time.
-constexpr auto kHandshakeTimeout = std::chrono::seconds(30);
+// An unauthenticated connection must finish the handshake within this time. A real client
+// answers the challenge in one round trip; the bound only has to cover a loaded machine.
+constexpr auto kHandshakeTimeout = std::chrono::seconds(5);
+// At most this many connections may be in the handshake at once: an unauthenticated flood holds
+// a bounded number of descriptors, and the oldest pending one is dropped to admit a new one (a
+// real client finishes within a round trip, so it is rarely the oldest).
+constexpr size_t kMaxPendingHandshakes = 256;
+// Refusal warnings: at most kRefusalLogBurst per kRefusalLogWindow, then one summary line.
+constexpr int kRefusalLogBurst = 5;
+constexpr auto kRefusalLogWindow = std::chrono::seconds(10);
 constexpr size_t kReadChunk = 64 * 1024;
 
 struct Conn {
@@ -90,6 +98,9 @@ struct TcpStoreServer::Impl {
   void flush(Conn& c);
   void refuse(Conn& c, const std::string& why);
   std::vector<std::string> missing(const std::vector<std::string>& keys) const;
+  void dropOldestPendingIfFull();
+  void logRefusal(const std::string& peer, const std::string& why);
+  void flushRefusalSummary(Clock::time_point now);
 
   std::string secret;
   Socket listener;
@@ -102,6 +113,10 @@ struct TcpStoreServer::Impl {
   // Owned by the I/O thread.
   std::unordered_map<std::string, Bytes> data;
   std::list<Conn> conns;
+  Clock::time_point logWindowStart{};
+  int loggedInWindow = 0;
+  int64_t suppressed = 0;  // refusals not logged in the current window
+  std::string lastSuppressed;
 };
 
 void TcpStoreServer::Impl::run() {
@@ -121,6 +136,7 @@ void TcpStoreServer::Impl::run() {
       if (!c.authenticated) next = std::min(next, c.handshakeDeadline);
       if (c.waiting) next = std::min(next, c.waitUntil);
     }
+    if (suppressed > 0) next = std::min(next, logWindowStart + kRefusalLogWindow);
     int timeoutMs = -1;
     if (next != Clock::time_point::max()) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(next - Clock::now()).count() + 1;
@@ -154,6 +170,7 @@ void TcpStoreServer::Impl::run() {
       }
     }
     auto now = Clock::now();
+    flushRefusalSummary(now);
     for (auto& c : conns) {
       if (c.dead) continue;
       if (!c.authenticated && now >= c.handshakeDeadline) {
@@ -171,6 +188,47 @@ void TcpStoreServer::Impl::run() {
   }
 }
 
+void TcpStoreServer::Impl::dropOldestPendingIfFull() {
+  // conns is in accept order, so the first live pending one is the oldest.
+  Conn* oldest = nullptr;
+  size_t pending = 0;
+  for (auto& c : conns) {
+    if (c.dead || c.authenticated) continue;
+    if (!oldest) oldest = &c;
+    pending++;
+  }
+  if (pending < kMaxPendingHandshakes) return;
+  refuse(*oldest, "dropped before authenticating: " + std::to_string(kMaxPendingHandshakes) +
+                      " connections were already in the handshake");
+}
+
+void TcpStoreServer::Impl::logRefusal(const std::string& peer, const std::string& why) {
+  auto now = Clock::now();
+  flushRefusalSummary(now);
+  if (now - logWindowStart >= kRefusalLogWindow) {
+    logWindowStart = now;
+    loggedInWindow = 0;
+  }
+  if (loggedInWindow < kRefusalLogBurst) {
+    loggedInWindow++;
+    HVD_LOG(Warning) << "Rendezvous server refused a connection from " << peer << ": " << why;
+    return;
+  }
+  suppressed++;
+  lastSuppressed = peer + ": " + why;
+}
+
+void TcpStoreServer::Impl::flushRefusalSummary(Clock::time_point now) {
+  if (suppressed == 0 || now - logWindowStart < kRefusalLogWindow) return;
+  HVD_LOG(Warning) << "Rendezvous server refused " << suppressed << " more connection(s) in "
+                   << kRefusalLogWindow.count() << " s (not logged one by one; the last from " << lastSuppressed
+                   << ")";
+  suppressed = 0;
+  lastSuppressed.clear();
+  logWindowStart = now;
+  loggedInWindow = 0;
+}
+
 void TcpStoreServer::Impl::acceptAll() {
   while (true) {
     int fd = ::accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
@@ -182,6 +240,7 @@ void TcpStoreServer::Impl::acceptAll() {
       return;
     }
     setNoDelay(fd);
+    dropOldestPendingIfFull();
     conns.emplace_back(Socket(fd), secret);
     Conn& c = conns.back();
     c.out = c.handshake.challenge();
@@ -379,7 +438,7 @@ void TcpStoreServer::Impl::flush(Conn& c) {
 
 void TcpStoreServer::Impl::refuse(Conn& c, const std::string& why) {
   refused++;
-  HVD_LOG(Warning) << "Rendezvous server refused a connection from " << c.peer << ": " << why;
+  logRefusal(c.peer, why);
   c.dead = true;
   c.sock.close();
 }

@@ -277,20 +277,31 @@ void CompositeTransport::post(int peer, const void* data, size_t bytes) {
 }
 
 std::optional<MailboxMessage> CompositeTransport::poll() {
-  checkUsable();
+  // Messages that already arrived come first even after a failure (as over TCP alone): a peer's
+  // abort notice may name the rank at fault.
   std::optional<MailboxMessage> message;
   guarded(false, [&] { message = remote_->poll(); });
+  if (!message) checkUsable();
   return message;
 }
 
 bool CompositeTransport::waitForMessage(Deadline deadline) {
-  checkUsable();
+  // As poll(): a failure of the local sub-transport does not hide the mailbox (the remote one).
   bool result = false;
   guarded(false, [&] { result = remote_->waitForMessage(deadline); });
+  if (!result) checkUsable();
   return result;
 }
 
 void CompositeTransport::wake() { remote_->wake(); }
+
+void CompositeTransport::noteCulprit(int rank) {
+  // Global numbers: the remote sub-transport is built over all ranks.
+  if (remote_) remote_->noteCulprit(rank);
+  // Local peers read the blame from the shared header, in local numbers (a remote culprit has
+  // none there: they name this rank's abort instead).
+  if (rank >= 0 && rank < static_cast<int>(localIndex_.size()) && isLocal(rank)) local_->noteCulprit(localIndex_[rank]);
+}
 
 void CompositeTransport::abort(const std::string& reason) {
   if (local_) local_->abort(reason);

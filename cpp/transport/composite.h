@@ -61,6 +61,7 @@ class CompositeTransport final : public Transport {
   std::optional<MailboxMessage> poll() override;
   bool waitForMessage(Deadline deadline) override;
   void wake() override;
+  void noteCulprit(int rank) override;
   void abort(const std::string& reason) override;
 
   // For tests: whether a local sub-transport exists, and the rank's local ranks (global ids).

@@ -120,6 +120,9 @@ class Transport {
 
   // ---- Failure ----------------------------------------------------------------------------
   virtual void abort(const std::string& reason) = 0;
+  // Before abort(): the rank this one's failure is blamed on (a lost or silent peer, or this
+  // rank), so that a transport that tells its peers about the abort can name it. Optional.
+  virtual void noteCulprit(int rank) { (void)rank; }
 };
 
 // What a transport factory gets at init. Everything a backend needs to connect.

@@ -110,3 +110,47 @@ def test_wrong_secret_or_identity_is_refused(server, secret, identity):
     with pytest.raises((ConnectionError, OSError)):
         Client(server.port, secret=secret, identity=identity)
     assert server.refused == 1
+
+
+def _closed_by_server(sock):
+    """True once the server has closed `sock` (the challenge bytes are read and dropped)."""
+    sock.setblocking(False)
+    try:
+        while True:
+            chunk = sock.recv(4096)
+            if not chunk:
+                return True
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def test_unauthenticated_flood_is_capped_and_logged_briefly(server, caplog):
+    flood = [socket.create_connection(('127.0.0.1', server.port), timeout=10) for _ in range(400)]
+    try:
+        deadline = time.monotonic() + 10
+        closed = 0
+        while time.monotonic() < deadline:
+            closed = sum(1 for s in flood if _closed_by_server(s))
+            if closed >= 400 - 256:
+                break
+            time.sleep(0.05)
+        assert closed >= 400 - 256
+        c = Client(server.port)  # a real client is still served while the flood holds its slots
+        assert c.set(b'k', b'v') == b'\x00'
+        refusals = [r for r in caplog.records if 'refused a connection from' in r.getMessage()]
+        assert len(refusals) <= 5
+        assert server.refused >= 400 - 256
+    finally:
+        for s in flood:
+            s.close()
+
+
+def test_silent_connection_is_dropped_after_the_handshake_deadline(server):
+    s = socket.create_connection(('127.0.0.1', server.port), timeout=20)
+    started = time.monotonic()
+    recv_exact(s, 36)  # the challenge
+    assert s.recv(1) == b''  # then nothing until the server hangs up
+    assert time.monotonic() - started < 8
+    assert server.refused == 1

@@ -148,3 +148,50 @@ def test_unnamed_calls_stay_out_of_the_response_cache(naming):
     assert out.returncode == 0, out.stderr
     evicted = 'evicted from cache' in out.stderr
     assert evicted == (naming == 'named'), out.stderr
+
+
+_ERRORS_BEFORE_INIT = r'''
+import importlib, os, sys
+import numpy as np
+from horovod.common.exceptions import HorovodInternalError
+MSG = 'Horovod has not been initialized; use hvd.init().'
+hvd = importlib.import_module(sys.argv[1])
+for name in ('rank', 'size', 'local_rank', 'local_size', 'cross_rank', 'cross_size'):
+    try:
+        getattr(hvd, name)()
+        sys.exit('{}() did not raise'.format(name))
+    except ValueError as e:
+        assert str(e) == MSG, (name, str(e))
+if sys.argv[1] == 'horovod.tensorflow':
+    import tensorflow as tf
+    value = tf.ones([2])
+else:
+    value = np.ones(2, np.float32)
+for name, call in (('allreduce', lambda: hvd.allreduce(value)),
+                   ('allgather', lambda: hvd.allgather(value)),
+                   ('broadcast', lambda: hvd.broadcast(value, 0))):
+    try:
+        call()
+        sys.exit('{}() did not raise'.format(name))
+    except HorovodInternalError as e:
+        assert MSG in str(e), (name, str(e))
+    except Exception as e:  # noqa: B902 - any other class is the defect under test
+        sys.exit('{}() raised {}: {}'.format(name, type(e).__name__, e))
+print('consistent')
+'''
+
+
+@pytest.mark.parametrize('module, env', [
+    ('horovod.tensorflow', {}),
+    ('horovod.tensorflow.keras', {}),
+    ('horovod.keras', {}),
+    ('horovod.keras', {'KERAS_BACKEND': 'torch'}),
+])
+def test_errors_before_init_are_the_same_in_every_adapter(module, env):
+    """rank()/size() and friends raise ValueError, collectives HorovodInternalError, both with
+    Horovod's message, whatever the adapter (torch: test_errors_before_init)."""
+    pytest.importorskip('tensorflow' if 'KERAS_BACKEND' not in env else 'keras')
+    proc = subprocess.run([sys.executable, '-c', _ERRORS_BEFORE_INIT, module], capture_output=True,
+                          text=True, timeout=240,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', **env))
+    assert proc.returncode == 0 and 'consistent' in proc.stdout, proc.stdout[-2000:] + proc.stderr[-3000:]

@@ -339,6 +339,18 @@ void setEngineOutput(Call& call, int i, const OwnedTensor& tensor) {
   call.setOutput(i, t);
 }
 
+// rank() for a collective: before init, rank() throws InvalidArgument (Python's ValueError, as
+// hvd.rank() does), but a collective before init fails as every other collective does (an Error:
+// HorovodInternalError), with the same message.
+int rankForCollective(const ApiTable& api) {
+  try {
+    return api.rank();
+  } catch (const InvalidArgument& e) {
+    if (std::strncmp(e.what(), "Horovod has not been initialized", 32) == 0) throw Error(e.what());
+    throw;
+  }
+}
+
 // This rank's (set size, index in the set).
 std::pair<int, int> setSizeAndRank(const ApiTable& api, int processSet) {
   if (processSet == 0) return {api.size_(), api.rank()};
@@ -404,7 +416,7 @@ void computeBroadcast(void* kernel, TF_OpKernelContext* ctx, TF_AsyncOpKernelDon
       throw InvalidArgument("Horovod: HorovodBroadcast got " + std::to_string(n) +
                             " tensors but " + std::to_string(names.size()) + " names");
     }
-    bool isRoot = api.rank() == cfg.root;
+    bool isRoot = rankForCollective(api) == cfg.root;
     for (int i = 0; i < n; ++i) {
       TF_Tensor* t = call.input(i);
       TF_Tensor* out = t;

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common/check.h"
+#include "transport/shm/name_reaper.h"
 
 namespace hvd::shm {
 namespace {
@@ -56,6 +57,8 @@ Segment Segment::create(size_t bytes, bool named, const std::string& name) {
     }
   } else {
     HVD_CHECK(!name.empty() && name[0] == '/') << "bad shm name '" << name << "'";
+    // Registered before it exists: a kill between here and seal() cannot leave it behind.
+    NameReaper::instance().add(name);
     seg.fd_ = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     if (seg.fd_ < 0 && errno == EEXIST) {
       // Left by an earlier crashed job with the same id: the id is unique per job and init
@@ -63,7 +66,11 @@ Segment Segment::create(size_t bytes, bool named, const std::string& name) {
       ::shm_unlink(name.c_str());
       seg.fd_ = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     }
-    if (seg.fd_ < 0) throw Error("shm: shm_open('" + name + "') failed: " + errnoText(errno));
+    if (seg.fd_ < 0) {
+      int err = errno;
+      NameReaper::instance().remove(name);
+      throw Error("shm: shm_open('" + name + "') failed: " + errnoText(err));
+    }
     seg.name_ = name;  // from here on, reset() unlinks it
     if (::ftruncate(seg.fd_, static_cast<off_t>(bytes)) != 0) {
       throw Error("shm: cannot size '" + name + "' to " + std::to_string(bytes) + " bytes: " + errnoText(errno));
@@ -125,6 +132,7 @@ std::string Segment::descriptor() const {
 void Segment::seal() {
   if (!name_.empty()) {
     ::shm_unlink(name_.c_str());
+    NameReaper::instance().remove(name_);
     name_.clear();
   }
   if (fd_ >= 0) {

@@ -6,7 +6,8 @@
 //    when. memfd memory is not limited by the size of /dev/shm (Docker's 64 MiB default).
 //  * Named (fallback when /proc/<pid>/fd cannot be opened, e.g. hardened /proc or separate pid
 //    namespaces): shm_open under "/hvd-<job>-<tag>"; the owner unlinks the name as soon as every
-//    peer has mapped it, and in its destructor if that never happened. Space is reserved with
+//    peer has mapped it, and in its destructor if that never happened; if the process dies
+//    first (SIGKILL included), a helper process unlinks it (name_reaper.h). Space is reserved with
 //    fallocate so a full /dev/shm is a clean error at init instead of SIGBUS later.
 //
 // A peer refers to a segment by its descriptor string ("fd:<pid>:<fd>" or "name:<name>"),

@@ -124,6 +124,7 @@ ShmTransport::ShmTransport(const TransportContext& context, ShmOptions options)
   dataChunk_ = std::min<size_t>(size_t{64} << 10, options_.ringBytes / 2);
   layout_ = SegmentLayout{size_, options_.ringBytes, options_.mailboxBytes};
   connect(Deadline::after(context.timeout));
+  waiter_->setStopLimit(context.timeout);
 }
 
 ShmTransport::~ShmTransport() {

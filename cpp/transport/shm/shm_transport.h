@@ -100,6 +100,9 @@ class ShmTransport final : public Transport {
   bool waitForMessage(Deadline deadline) override;
   void wake() override;
   void abort(const std::string& reason) override;
+  void noteCulprit(int rank) override {
+    if (waiter_) waiter_->recordBlame(rank);
+  }
 
   // True when segments are named (/dev/shm) rather than anonymous; for tests.
   bool usesNamedSegments() const { return named_; }
@@ -151,7 +154,16 @@ class ShmTransport final : public Transport {
           return ready();
         },
         deadline, needs);
-    if (!ok) waiter_->failWaitingFor(silent(), std::make_exception_ptr(Timeout(describe())));
+    if (ok) return;
+    // A stopped peer answers nothing: it is to blame, whichever peer this wait was for.
+    const int stopped = waiter_->stoppedPeer();
+    if (stopped >= 0) {
+      waiter_->failWaitingFor(stopped, std::make_exception_ptr(PeerLost(
+                                           stopped, "Horovod rank " + std::to_string(stopped) +
+                                                        " is stopped (SIGSTOP or a debugger) and did not answer in "
+                                                        "time: " + describe())));
+    }
+    waiter_->failWaitingFor(silent(), std::make_exception_ptr(Timeout(describe())));
   }
   // Moves data through the rings: to `to` and from `from` at once (send/recv/sendRecv).
   void transfer(int to, const void* sendData, size_t sendBytes, int from, void* recvData, size_t recvBytes,

@@ -9,6 +9,8 @@
 
 #include <cerrno>
 #include <climits>
+#include <cstdio>
+#include <cstring>
 #include <ctime>
 
 #include "common/messages.h"
@@ -25,6 +27,20 @@ int openPidfd(int pid) {
   errno = ENOSYS;
   return -1;
 #endif
+}
+
+// True when the process is stopped (SIGSTOP, a debugger): state T or t in /proc/<pid>/stat.
+bool processStopped(int pid) {
+  std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) return false;
+  char buf[512];
+  size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  // "pid (comm) S ...": comm may hold spaces and parentheses, the state follows the last ')'.
+  const char* close = std::strrchr(buf, ')');
+  return close != nullptr && close[1] == ' ' && (close[2] == 'T' || close[2] == 't');
 }
 
 }  // namespace
@@ -118,6 +134,34 @@ bool Waiter::peersAlive(const PeerFilter& needs) {
     return false;
   }
   if (exitedClosed != nullptr) closed = exitedClosed;
+  const auto stopLimit = std::chrono::milliseconds(stopLimitMs_.load());
+  if (closed == nullptr && stopLimit.count() > 0) {
+    // A peer stopped for longer than the operation timeout is lost, even when no wait of this
+    // rank has a deadline (waiting for a coordinator that is stopped would otherwise hang).
+    std::lock_guard<std::mutex> lock(pollMutex_);
+    auto now = std::chrono::steady_clock::now();
+    if (now - lastStopCheck_ >= std::chrono::milliseconds(250)) {
+      lastStopCheck_ = now;
+      stoppedSince_.resize(peers_.size());
+      for (size_t i = 0; i < peers_.size(); ++i) {
+        if (!processStopped(peers_[i].pid)) {
+          stoppedSince_[i] = {};
+          continue;
+        }
+        if (stoppedSince_[i] == std::chrono::steady_clock::time_point{}) stoppedSince_[i] = now;
+        auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - stoppedSince_[i]);
+        if (ms > stopLimit) {
+          recordBlame(peers_[i].rank);
+          latch(std::make_exception_ptr(PeerLost(
+              peers_[i].rank, "Horovod rank " + std::to_string(peers_[i].rank) + " (pid " +
+                                  std::to_string(peers_[i].pid) + ") on this host has been stopped (SIGSTOP or a "
+                                  "debugger) for " + std::to_string(ms.count()) +
+                                  " ms, longer than HOROVOD_GLOO_TIMEOUT_SECONDS; it did not answer in time")));
+          return false;
+        }
+      }
+    }
+  }
   if (closed != nullptr) {
     // A peer that gave up because a third rank did not answer it: blame that rank (a stopped or
     // hung process is alive but silent), not the messenger.
@@ -125,7 +169,7 @@ bool Waiter::peersAlive(const PeerFilter& needs) {
     if (blamed != 0 && static_cast<int>(blamed - 1) != closed->rank) {
       const int silent = static_cast<int>(blamed - 1);
       latch(std::make_exception_ptr(
-          Timeout("Horovod rank " + std::to_string(silent) + (silent == rank_ ? " (this rank)" : "") +
+          PeerLost(silent, "Horovod rank " + std::to_string(silent) + (silent == rank_ ? " (this rank)" : "") +
                   " did not answer in time: rank " + std::to_string(closed->rank) + " timed out waiting for it and "
                   "aborted while rank " + std::to_string(rank_) + " was waiting for rank " +
                   std::to_string(closed->rank) + " (is rank " + std::to_string(silent) +
@@ -169,6 +213,13 @@ void Waiter::failWaitingFor(int peer, std::exception_ptr error) {
     own_->timedOutOn.compare_exchange_strong(none, static_cast<uint32_t>(peer) + 1, std::memory_order_seq_cst);
   }
   fail(std::move(error));
+}
+
+int Waiter::stoppedPeer() const {
+  for (const auto& peer : peers_) {
+    if (processStopped(peer.pid)) return peer.rank;
+  }
+  return -1;
 }
 
 void Waiter::rethrow() const {

@@ -101,6 +101,19 @@ class Waiter {
   // A data-plane wait of this rank timed out waiting for `peer`: latches `error` (a Timeout),
   // records the peer in this rank's header (SegmentHeader::timedOutOn) and throws.
   [[noreturn]] void failWaitingFor(int peer, std::exception_ptr error);
+  // A watched peer whose process is stopped (SIGSTOP, a debugger: state T or t in
+  // /proc/<pid>/stat), or -1. Such a peer is alive but answers nothing; it is the one to blame
+  // when a wait times out, whichever peer the wait was for.
+  int stoppedPeer() const;
+  // Waits fail with PeerLost once a watched peer has stayed stopped longer than `limit` (0: never),
+  // even waits without a deadline of their own (a rank waiting for the coordinator's next list).
+  void setStopLimit(std::chrono::milliseconds limit) { stopLimitMs_.store(limit.count()); }
+  // Records in this rank's header whom its failure is blamed on (first one wins), so that peers
+  // that see it close name that rank (SegmentHeader::timedOutOn).
+  void recordBlame(int peer) {
+    uint32_t none = 0;
+    if (peer >= 0 && peer != rank_) own_->timedOutOn.compare_exchange_strong(none, static_cast<uint32_t>(peer) + 1);
+  }
   void throwIfFailed() const {
     if (failed_.load(std::memory_order_acquire)) rethrow();
   }
@@ -155,6 +168,9 @@ class Waiter {
   std::vector<WatchedPeer> peers_;
   std::mutex pollMutex_;  // guards lastPoll_ (waits from several threads)
   std::chrono::steady_clock::time_point lastPoll_{};
+  std::atomic<int64_t> stopLimitMs_{0};  // set after the helper threads may have started
+  std::chrono::steady_clock::time_point lastStopCheck_{};  // guarded by pollMutex_
+  std::vector<std::chrono::steady_clock::time_point> stoppedSince_;  // per peer; {} = running
 
   std::atomic<bool> failed_{false};
   mutable std::mutex failureMutex_;

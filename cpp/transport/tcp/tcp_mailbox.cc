@@ -3,6 +3,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -112,16 +113,30 @@ std::string TcpTransport::readControlLocked(int peer) {
     uint32_t length;
     std::memcpy(&length, p.in.data() + p.inStart, 4);
     uint8_t kind = p.in[p.inStart + 4];
-    if (length > kMaxMessageBytes || (kind != kFrameMessage && kind != kFrameGoodbye)) {
+    if (length > kMaxMessageBytes || kind < kFrameMessage || kind > kFramePong) {
       p.ctrlClosed = true;
       return "it sent a malformed control frame";
     }
     if (p.in.size() - p.inStart < kFrameHeader + length) break;
     const uint8_t* body = p.in.data() + p.inStart + kFrameHeader;
+    p.pingSentAt = {};  // any frame shows the peer's transport running
     if (kind == kFrameMessage) {
       inbox_.push_back(MailboxMessage{peer, std::vector<uint8_t>(body, body + length)});
-    } else {
+    } else if (kind == kFrameGoodbye) {
       p.departed = true;
+    } else if (kind == kFrameAbort) {
+      int32_t blamed = -1;
+      if (length >= sizeof(blamed)) std::memcpy(&blamed, body, sizeof(blamed));
+      p.blamed = blamed >= 0 && blamed < size_ ? blamed : -1;
+      p.gaveUpReason = length > sizeof(blamed) ? std::string(reinterpret_cast<const char*>(body) + sizeof(blamed),
+                                                              length - sizeof(blamed))
+                                               : std::string("no reason given");
+      p.gaveUp = true;
+    } else if (kind == kFramePing) {
+      appendFrame(p, kFramePong, nullptr, 0);
+      (void)flushLocked(p);
+    } else {
+      p.pongs++;
     }
     p.inStart += kFrameHeader + length;
   }
@@ -195,6 +210,40 @@ std::optional<MailboxMessage> TcpTransport::poll() {
   return std::nullopt;
 }
 
+void TcpTransport::keepAlive(std::chrono::steady_clock::time_point now) {
+  if (now < nextKeepAlive_) return;
+  const auto period = std::max<std::chrono::milliseconds>(timeout_ / 4, std::chrono::milliseconds(50));
+  nextKeepAlive_ = now + period;
+  int silent = -1;
+  std::chrono::milliseconds silentFor{0};
+  {
+    std::lock_guard<std::mutex> lock(ctrlMu_);
+    for (int r = 0; r < size_; ++r) {
+      Peer& p = peers_[r];
+      if (r == rank_ || p.departed || p.ctrlClosed || p.gaveUp) continue;
+      if (p.pingSentAt == std::chrono::steady_clock::time_point{}) {
+        appendFrame(p, kFramePing, nullptr, 0);
+        (void)flushLocked(p);
+        p.pingSentAt = now;
+        continue;
+      }
+      auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - p.pingSentAt);
+      if (waited > timeout_ && silent < 0) {
+        silent = r;
+        silentFor = waited;
+      }
+    }
+  }
+  int gave = peerThatGaveUp();
+  if (gave >= 0) lost(gave, "");
+  if (silent >= 0) {
+    fail(silent, "Horovod " + describePeer(silent) + " did not answer a liveness probe for " +
+                     std::to_string(silentFor.count()) +
+                     " ms while rank " + std::to_string(rank_) + " waited for messages (is it stopped, hung, or is "
+                     "its host unreachable? see HOROVOD_GLOO_TIMEOUT_SECONDS)");
+  }
+}
+
 bool TcpTransport::waitForMessage(Deadline deadline) {
   if (aborted_) throwAborted();
   {
@@ -203,6 +252,7 @@ bool TcpTransport::waitForMessage(Deadline deadline) {
   }
   checkUsable(false);
   while (true) {
+    keepAlive(std::chrono::steady_clock::now());
     mailFds_.clear();
     mailOwners_.clear();
     mailFds_.push_back({abortFd_.fd(), POLLIN, 0});
@@ -226,7 +276,12 @@ bool TcpTransport::waitForMessage(Deadline deadline) {
         }
       }
     }
-    int rc = ::poll(mailFds_.data(), mailFds_.size(), deadline.pollTimeoutMs());
+    // Wake for the next keep-alive round too (it needs every input read first: done below).
+    int waitMs = deadline.pollTimeoutMs();
+    auto untilKeepAlive = std::chrono::duration_cast<std::chrono::milliseconds>(
+                              nextKeepAlive_ - std::chrono::steady_clock::now()).count() + 1;
+    if (waitMs < 0 || untilKeepAlive < waitMs) waitMs = static_cast<int>(std::max<long long>(untilKeepAlive, 0));
+    int rc = ::poll(mailFds_.data(), mailFds_.size(), waitMs);
     if (rc < 0 && errno == EINTR) continue;
     HVD_SYSCHECK(rc >= 0, "poll");
     if (rc == 0) {

@@ -3,6 +3,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -27,6 +28,10 @@ const Param<int64_t> kSocketBufferBytes(
 constexpr auto kGoodbyeGrace = 1s;
 // How long the destructor tries to deliver queued control messages and the goodbye.
 constexpr auto kCloseFlush = 1s;
+// After a data-plane deadline, how long peers get to answer the liveness probe. A live peer's
+// transport answers from any wait within milliseconds; the window also gives a peer that timed
+// out at about the same moment the time to send its abort frame naming whom it blames.
+constexpr auto kProbeWindow = 500ms;
 
 const bool kRegistered = [] {
   registerTransport("tcp", [](const TransportContext& context) { return std::make_unique<TcpTransport>(context); });
@@ -131,16 +136,48 @@ std::string TcpTransport::describePeer(int peer) const {
 }
 
 void TcpTransport::lost(int peer, const std::string& why) {
-  std::string message = "Horovod lost connection to " + describePeer(peer) + ": " + why;
+  Peer& p = peers_[peer];
+  if (p.gaveUp) {
+    // The peer is alive and gave up itself: name whom it blamed, not the messenger.
+    int blamed;
+    std::string reason;
+    {
+      std::lock_guard<std::mutex> lock(ctrlMu_);
+      blamed = p.blamed;
+      reason = p.gaveUpReason;
+    }
+    if (blamed == rank_) {
+      fail(rank_, "Horovod rank " + std::to_string(rank_) + " (this rank) did not answer its peers in time: " +
+                      describePeer(peer) + " gave up waiting for it (" + reason +
+                      "). Was this process stopped (SIGSTOP, a debugger) or starved of CPU? See "
+                      "HOROVOD_GLOO_TIMEOUT_SECONDS.");
+    }
+    if (blamed >= 0 && blamed < size_) {
+      fail(blamed, "Horovod " + describePeer(blamed) + " did not answer in time: " + describePeer(peer) +
+                       " gave up waiting for it (" + reason + ")");
+    }
+    fail(peer, "Horovod " + describePeer(peer) + " failed and aborted: " + reason);
+  }
+  fail(peer, "Horovod lost connection to " + describePeer(peer) + ": " + why);
+}
+
+void TcpTransport::fail(int culprit, const std::string& message) {
   {
     std::lock_guard<std::mutex> lock(stateMu_);
     if (!failed_) {
-      lostRank_ = peer;
+      lostRank_ = culprit;
       lostMessage_ = message;
       failed_ = true;
     }
   }
-  throw PeerLost(peer, message);
+  int none = -1;
+  if (culprit != rank_) blameRank_.compare_exchange_strong(none, culprit);
+  throw PeerLost(culprit, message);
+}
+
+void TcpTransport::noteCulprit(int rank) {
+  int none = -1;
+  if (rank >= 0 && rank < size_ && rank != rank_) blameRank_.compare_exchange_strong(none, rank);
 }
 
 void TcpTransport::abort(const std::string& reason) {
@@ -152,6 +189,95 @@ void TcpTransport::abort(const std::string& reason) {
   }
   uint64_t one = 1;
   (void)!::write(abortFd_.fd(), &one, sizeof(one));
+  // Tell the peers (best effort, never blocking): they name the rank blamed here instead of
+  // this one when they see this rank's connections close.
+  const int32_t blamed = blameRank_.load();
+  std::vector<uint8_t> payload(sizeof(blamed));
+  std::memcpy(payload.data(), &blamed, sizeof(blamed));
+  payload.insert(payload.end(), reason.begin(), reason.begin() + std::min<size_t>(reason.size(), 4096));
+  std::lock_guard<std::mutex> lock(ctrlMu_);
+  for (int r = 0; r < size_; ++r) {
+    Peer& p = peers_[r];
+    if (r == rank_ || p.departed || p.ctrlClosed || !p.ctrl.valid()) continue;
+    appendFrame(p, kFrameAbort, payload.data(), payload.size());
+    (void)flushLocked(p);
+  }
+}
+
+int TcpTransport::peerThatGaveUp() {
+  std::lock_guard<std::mutex> lock(ctrlMu_);
+  int any = -1;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_ || !peers_[r].gaveUp) continue;
+    if (peers_[r].blamed >= 0) return r;  // one that knows whom to blame first
+    if (any < 0) any = r;
+  }
+  return any;
+}
+
+int TcpTransport::probePeers(const std::vector<int>& preferred, int& silent) {
+  silent = -1;
+  std::vector<uint32_t> before(size_, 0);
+  std::vector<char> asked(size_, 0);
+  {
+    std::lock_guard<std::mutex> lock(ctrlMu_);
+    for (int r = 0; r < size_; ++r) {
+      Peer& p = peers_[r];
+      if (r == rank_ || p.departed || p.ctrlClosed || p.gaveUp) continue;
+      before[r] = p.pongs.load();
+      appendFrame(p, kFramePing, nullptr, 0);
+      (void)flushLocked(p);
+      asked[r] = 1;
+    }
+  }
+  auto unanswered = [&](int r) { return asked[r] && peers_[r].pongs.load() == before[r] && !peers_[r].departed; };
+  Deadline window = Deadline::after(kProbeWindow);
+  std::vector<pollfd> fds;
+  std::vector<int> owners;
+  while (peerThatGaveUp() < 0 && !window.expired()) {
+    fds.clear();
+    owners.clear();
+    fds.push_back({abortFd_.fd(), POLLIN, 0});
+    owners.push_back(-1);
+    {
+      std::lock_guard<std::mutex> lock(ctrlMu_);
+      for (int r = 0; r < size_; ++r) {
+        Peer& p = peers_[r];
+        if (!unanswered(r) || p.ctrlClosed) continue;
+        short events = POLLIN;
+        if (p.outStart < p.out.size()) events |= POLLOUT;
+        fds.push_back({p.ctrl.fd(), events, 0});
+        owners.push_back(r);
+      }
+    }
+    if (fds.size() == 1) break;  // everyone answered (or closed)
+    int rc = ::poll(fds.data(), fds.size(), window.pollTimeoutMs());
+    if (rc < 0 && errno != EINTR) break;
+    if (rc <= 0) continue;
+    if (fds[0].revents != 0) break;  // aborted meanwhile: the caller's error stands
+    std::lock_guard<std::mutex> lock(ctrlMu_);
+    for (size_t i = 1; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      Peer& p = peers_[owners[i]];
+      if (fds[i].revents & POLLOUT) (void)flushLocked(p);
+      if (fds[i].revents & ~POLLOUT) (void)readControlLocked(owners[i]);
+    }
+  }
+  int gave = peerThatGaveUp();
+  if (gave >= 0) return gave;
+  for (int r : preferred) {
+    if (r >= 0 && r < size_ && r != rank_ && unanswered(r)) {
+      silent = r;
+      return -1;
+    }
+  }
+  for (int r = 0; r < size_; ++r) {
+    if (r != rank_ && unanswered(r)) {
+      silent = r;
+      return -1;
+    }
+  }
+  return -1;
 }
 
 void TcpTransport::wake() {
@@ -270,7 +396,8 @@ void TcpTransport::transfer(Leg* legs, int count, Deadline deadline, const char*
         dataFds_.push_back({p.data.fd(), events, 0});
         dataOwners_.push_back({PollKind::kData, r});
       }
-      short ctrlEvents = p.ctrlClosed ? 0 : POLLRDHUP;
+      // POLLIN too: answer liveness probes and learn of a peer's abort while waiting.
+      short ctrlEvents = p.ctrlClosed ? 0 : (POLLRDHUP | POLLIN);
       if (outLock.owns_lock() && p.outStart < p.out.size()) ctrlEvents |= POLLOUT;
       if (ctrlEvents != 0) {
         dataFds_.push_back({p.ctrl.fd(), ctrlEvents, 0});
@@ -295,6 +422,21 @@ void TcpTransport::transfer(Leg* legs, int count, Deadline deadline, const char*
       }
       message.pop_back();
       brokenMessage_ = "TCP transport streams are out of step after an earlier failure: " + message;
+      // Name the rank that does not answer, not the one this rank happened to wait for (it may
+      // be waiting for the silent one itself).
+      std::vector<int> preferred;
+      for (int i = 0; i < count; ++i) {
+        if (legs[i].left > 0) preferred.push_back(legs[i].peer);
+      }
+      int silent = -1;
+      int gaveUp = probePeers(preferred, silent);
+      if (gaveUp >= 0) lost(gaveUp, "");
+      if (silent >= 0) {
+        fail(silent, "Horovod " + describePeer(silent) + " did not answer in time: " + message +
+                         "; it did not answer a liveness probe within " + std::to_string(kProbeWindow.count()) +
+                         " ms either (is it stopped, hung, or is its host unreachable? see "
+                         "HOROVOD_GLOO_TIMEOUT_SECONDS)");
+      }
       throw Timeout(message);
     }
     for (size_t i = 0; i < dataFds_.size(); ++i) {
@@ -309,7 +451,17 @@ void TcpTransport::transfer(Leg* legs, int count, Deadline deadline, const char*
         if (!active && (revents & (POLLRDHUP | POLLHUP | POLLERR))) onHangup(owner.peer, true, revents);
       } else {
         if (revents & POLLOUT) flushAllControl();
-        if (revents & (POLLRDHUP | POLLHUP | POLLERR)) onHangup(owner.peer, false, revents);
+        if (revents & (POLLRDHUP | POLLHUP | POLLERR)) {
+          onHangup(owner.peer, false, revents);
+        } else if (revents & POLLIN) {
+          std::string why;
+          {
+            std::lock_guard<std::mutex> lock(ctrlMu_);
+            why = readControlLocked(owner.peer);
+          }
+          if (peers_[owner.peer].gaveUp) lost(owner.peer, why);
+          if (!why.empty()) onHangup(owner.peer, false, revents);
+        }
       }
     }
   }
@@ -322,6 +474,7 @@ void TcpTransport::onHangup(int peer, bool onData, short revents) {
     std::lock_guard<std::mutex> lock(ctrlMu_);
     why = readControlLocked(peer);
   }
+  if (p.gaveUp) lost(peer, why);
   Deadline grace = Deadline::after(kGoodbyeGrace);
   while (!p.departed && why.empty() && !p.ctrlClosed && !grace.expired()) {
     // The data connection closed but the control one is open: a clean shutdown's goodbye may

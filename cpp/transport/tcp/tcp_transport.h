@@ -21,8 +21,17 @@
 // blocking call throw PeerLost naming it: "Horovod lost connection to rank R (host H): ...".
 // The destructor says goodbye first (unless aborted or failed), so a rank that shuts down
 // cleanly is not reported as lost; an operation that still needs it fails with PeerLost.
-// abort() wakes every wait (eventfd) and makes it and later calls throw Aborted. A data-plane
-// deadline throws Timeout naming the op and peer; the stream is then unusable (Error).
+// abort() wakes every wait (eventfd) and makes it and later calls throw Aborted, and tells every
+// peer that this rank gave up (an abort frame naming the rank it blames, if any).
+//
+// Blame: the rank named is the one that did not answer. A data-plane deadline sends a liveness
+// probe (ping) to every peer and waits for the answers: a peer that does not answer
+// within 0.5 s (stopped, hung, its host unreachable) is named in a PeerLost; when all answer, the
+// error is a Timeout naming the op and peer (slow, or the ranks diverged). A peer that gave up
+// itself is not the culprit: its abort frame names the rank it blames, and that rank is named
+// (a rank blamed by its peers says that it did not answer, instead of blaming them). Data waits
+// read the control connections, so a rank answers probes and learns of aborts while it waits.
+// After a deadline the stream is unusable (Error).
 #pragma once
 
 #include <poll.h>
@@ -61,6 +70,7 @@ class TcpTransport final : public Transport {
   bool waitForMessage(Deadline deadline) override;
   void wake() override;
   void abort(const std::string& reason) override;
+  void noteCulprit(int rank) override;
 
   // The address this rank listened on during setup, and how many connection attempts it
   // refused for failing authentication (for tests and logs).
@@ -75,6 +85,12 @@ class TcpTransport final : public Transport {
     std::atomic<bool> departed{false};  // said goodbye: closing its connections is not a loss
     std::atomic<bool> ctrlClosed{false};
     std::atomic<bool> dataClosed{false};
+    std::atomic<bool> gaveUp{false};  // sent an abort frame (guarded by ctrlMu_: blamed, gaveUpReason)
+    int blamed = -1;                  // the rank it blamed, -1 if none
+    std::string gaveUpReason;
+    std::atomic<uint32_t> pongs{0};  // answers to our liveness probes
+    // Keep-alive while waiting for messages (ctrlMu_): when the oldest unanswered ping went out.
+    std::chrono::steady_clock::time_point pingSentAt{};
     // Control plane, guarded by ctrlMu_.
     std::vector<uint8_t> in;
     size_t inStart = 0;
@@ -97,6 +113,9 @@ class TcpTransport final : public Transport {
 
   static constexpr uint8_t kFrameMessage = 1;
   static constexpr uint8_t kFrameGoodbye = 2;
+  static constexpr uint8_t kFrameAbort = 3;  // i32 blamed rank (-1 none) | reason text
+  static constexpr uint8_t kFramePing = 4;
+  static constexpr uint8_t kFramePong = 5;
   static constexpr size_t kFrameHeader = 5;  // u32 payload length | u8 kind
 
   void checkPeer(int peer, const char* op) const;
@@ -104,6 +123,17 @@ class TcpTransport final : public Transport {
   void checkUsable(bool dataPlane);
   [[noreturn]] void throwAborted();
   [[noreturn]] void lost(int peer, const std::string& why);
+  // Latches and throws PeerLost(culprit, message) (first failure wins).
+  [[noreturn]] void fail(int culprit, const std::string& message);
+  // After a data-plane deadline: pings every peer and waits up to the probe window. Returns a
+  // peer that gave up (its abort frame read), else -1 with `silent` set to a peer that did not
+  // answer (preferring one of `preferred`), or -1 when all answered.
+  int probePeers(const std::vector<int>& preferred, int& silent);
+  // A peer that gave up; -1 if none (ctrlMu_ not held).
+  int peerThatGaveUp();
+  // waitForMessage's keep-alive: pings peers every quarter of the timeout; throws PeerLost for a
+  // peer whose ping stayed unanswered for the whole timeout (called with all input read).
+  void keepAlive(std::chrono::steady_clock::time_point now);
   std::string describePeer(int peer) const;
 
   // Data plane.
@@ -138,6 +168,7 @@ class TcpTransport final : public Transport {
   std::mutex stateMu_;  // guards the texts below
   std::string abortReason_;
   int lostRank_ = -1;
+  std::atomic<int> blameRank_{-1};  // the rank this one found silent or lost (for the abort frame)
   std::string lostMessage_;
   std::string brokenMessage_;  // data thread only
 
@@ -152,6 +183,7 @@ class TcpTransport final : public Transport {
   std::deque<MailboxMessage> inbox_;
   std::atomic<int> outPending_{0};  // peers with unflushed control bytes
   std::vector<pollfd> mailFds_;     // controller thread
+  std::chrono::steady_clock::time_point nextKeepAlive_{};  // controller thread
   std::vector<PollOwner> mailOwners_;
 };
 

@@ -14,6 +14,7 @@ from horovod.common import basics as _basics
 from horovod.common import ops as _ops
 from horovod.common.exceptions import HorovodInternalError
 from horovod.common.process_sets import global_process_set
+from horovod.common.util import NOT_INITIALIZED_MESSAGE
 
 _counter = 0
 
@@ -43,7 +44,9 @@ def _psid(process_set):
 def _core():
     core = _basics._require_core()
     if not core.is_initialized():
-        raise ValueError('Horovod has not been initialized; use hvd.init().')
+        # Collectives before init fail as every adapter's do (the spec's "not initialized" row):
+        # HorovodInternalError; rank()/size() and friends raise ValueError instead.
+        raise HorovodInternalError(NOT_INITIALIZED_MESSAGE)
     return core
 
 

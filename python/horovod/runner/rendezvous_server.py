@@ -17,6 +17,10 @@ Wire format, in short (integers little-endian):
     wait u64 timeout_ms, u32 n, str...  -> ok | timeout u32 n, str missing...
   str/bytes are u32 length | bytes. A failed handshake closes the connection unanswered.
 
+Unauthenticated connections are bounded as in the C++ server: each must finish the handshake
+within 5 s, at most 256 may be in the handshake at once (the oldest is dropped to admit a new
+one), and refusals are logged at most 5 times per 10 s, then summarised.
+
 One thread per connection; a blocking get/wait parks its thread on a condition variable until
 the keys exist or its timeout passes. Jobs have a handful of connections per worker, so threads
 are cheap enough here.
@@ -29,6 +33,7 @@ import os
 import socket
 import socketserver
 import struct
+import collections
 import threading
 import time
 
@@ -41,7 +46,10 @@ _MAX_IDENTITY_BYTES = 1024
 _MAX_FRAME_BYTES = 1 << 30
 _CLIENT_IDENTITY = b'horovod-store-client'
 _SERVER_IDENTITY = b'horovod-store-server'
-_HANDSHAKE_TIMEOUT_S = 30
+_HANDSHAKE_TIMEOUT_S = 5
+_MAX_PENDING_HANDSHAKES = 256
+_REFUSAL_LOG_BURST = 5
+_REFUSAL_LOG_WINDOW_S = 10.0
 _NO_TIMEOUT = (1 << 64) - 1
 
 _OP_SET, _OP_GET, _OP_ADD, _OP_WAIT = 1, 2, 3, 4
@@ -126,7 +134,12 @@ class _Handler(socketserver.BaseRequestHandler):
         sock = self.request
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
-            if not self._authenticate(server, sock):
+            server.begin_handshake(sock, self.client_address)
+            try:
+                authenticated = self._authenticate(server, sock)
+            finally:
+                dropped = server.end_handshake(sock)
+            if not authenticated or dropped:
                 return
             sock.settimeout(None)
             while not server.stopping.is_set():
@@ -137,7 +150,10 @@ class _Handler(socketserver.BaseRequestHandler):
                     return
                 reply = self._answer(server, _Reader(_recv_exact(sock, length)))
                 sock.sendall(struct.pack('<I', len(reply)) + reply)
-        except (ConnectionError, OSError, socket.timeout):
+        except socket.timeout:
+            server.note_refused(self.client_address,
+                                'did not authenticate within {} s'.format(_HANDSHAKE_TIMEOUT_S))
+        except (ConnectionError, OSError):
             return
 
     def _authenticate(self, server, sock):
@@ -200,6 +216,7 @@ class _Server(socketserver.ThreadingMixIn, socketserver.TCPServer):
     daemon_threads = True
     block_on_close = False  # connection threads may sit in recv(); shutdown() must not wait for them
     allow_reuse_address = True
+    request_queue_size = socket.SOMAXCONN  # a job's workers connect at once
 
 
 class RendezvousServer:
@@ -212,6 +229,13 @@ class RendezvousServer:
         self.store = _KeyValues()
         self.stopping = threading.Event()
         self.refused = 0
+        self._pending = collections.OrderedDict()  # socket -> peer, in accept order
+        self._dropped = set()
+        self._log_lock = threading.Lock()
+        self._log_window_start = 0.0
+        self._logged_in_window = 0
+        self._suppressed = 0
+        self._last_suppressed = ''
         self._server = _Server((bind_host, port), _Handler)
         self._server.owner = self
         self._thread = threading.Thread(target=self._server.serve_forever, name='horovod-rendezvous',
@@ -222,9 +246,49 @@ class RendezvousServer:
     def port(self):
         return self._server.server_address[1]
 
+    def begin_handshake(self, sock, peer):
+        """Registers a connection in the handshake; drops the oldest one when too many are."""
+        with self._log_lock:
+            oldest = None
+            if len(self._pending) >= _MAX_PENDING_HANDSHAKES:
+                oldest, oldest_peer = self._pending.popitem(last=False)
+                self._dropped.add(oldest)
+            self._pending[sock] = peer
+        if oldest is not None:
+            self.note_refused(oldest_peer, 'dropped before authenticating: {} connections were already in '
+                              'the handshake'.format(_MAX_PENDING_HANDSHAKES))
+            try:
+                oldest.shutdown(socket.SHUT_RDWR)  # its thread's recv ends now
+            except OSError:
+                pass
+
+    def end_handshake(self, sock):
+        """Unregisters a connection; True when it was dropped meanwhile."""
+        with self._log_lock:
+            self._pending.pop(sock, None)
+            if sock in self._dropped:
+                self._dropped.discard(sock)
+                return True
+            return False
+
     def note_refused(self, peer, why):
-        self.refused += 1
-        _log.warning('Rendezvous server refused a connection from %s: %s', peer, why)
+        with self._log_lock:
+            self.refused += 1
+            now = time.monotonic()
+            if now - self._log_window_start >= _REFUSAL_LOG_WINDOW_S:
+                if self._suppressed:
+                    _log.warning('Rendezvous server refused %d more connection(s) in %d s (not logged one by '
+                                 'one; the last from %s)', self._suppressed, _REFUSAL_LOG_WINDOW_S,
+                                 self._last_suppressed)
+                self._log_window_start = now
+                self._logged_in_window = 0
+                self._suppressed = 0
+            if self._logged_in_window < _REFUSAL_LOG_BURST:
+                self._logged_in_window += 1
+                _log.warning('Rendezvous server refused a connection from %s: %s', peer, why)
+            else:
+                self._suppressed += 1
+                self._last_suppressed = '{}: {}'.format(peer, why)
 
     def shutdown(self):
         """Stops serving; parked get/wait requests end within a second. Idempotent."""

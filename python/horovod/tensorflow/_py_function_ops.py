@@ -14,11 +14,20 @@ import tensorflow as tf
 
 from horovod.common import basics as _basics_mod
 from horovod.common.exceptions import HorovodInternalError
+from horovod.common.util import NOT_INITIALIZED_MESSAGE
 from horovod.tensorflow._errors import invalid_argument, translated as _translated
 
 _core = _basics_mod._core
 _to_dlpack = tf.experimental.dlpack.to_dlpack
 _from_dlpack = tf.experimental.dlpack.from_dlpack
+
+
+def _is_root(root_rank):
+    """Whether this rank is broadcast's root. Before init a collective fails with its own
+    not-initialized error (HorovodInternalError), not with rank()'s ValueError."""
+    if not _core.is_initialized():
+        raise HorovodInternalError(NOT_INITIALIZED_MESSAGE)
+    return _core.rank() == root_rank
 
 
 def _run(start):
@@ -107,7 +116,7 @@ def broadcast(tensors, root_rank, name, psid, one_off):
     def eager(x):
         # The root only sends from its buffer, so it passes its input itself (read, never
         # written) and returns it; the other ranks receive into a fresh tensor.
-        out = x if _core.rank() == root_rank else _empty_like(x)
+        out = x if _is_root(root_rank) else _empty_like(x)
         _run(lambda: _core.broadcast_async(_to_dlpack(out), root_rank, name, psid, one_off))
         return [out]
 
@@ -209,7 +218,7 @@ def broadcast_many(tensors, root_rank, names, psid):
     operation is started before the first wait, so N variables cost one negotiation round, not
     N."""
     def eager(*xs):
-        is_root = _core.rank() == root_rank
+        is_root = _is_root(root_rank)
         outs = [x if is_root else _empty_like(x) for x in xs]
         try:
             works = [_core.broadcast_async(_to_dlpack(o), root_rank, n, psid, False)

@@ -1,8 +1,15 @@
 // TcpStoreServer + TcpStore specifics: authentication, errors naming the server, shutdown.
 #include <gtest/gtest.h>
 
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <list>
+#include <mutex>
 #include <thread>
 
+#include "common/hmac.h"
 #include "common/socket.h"
 #include "store/store_protocol.h"
 #include "store/tcp_store.h"
@@ -12,6 +19,76 @@ namespace hvd {
 namespace {
 
 using namespace std::chrono_literals;
+
+// A TCP relay between clients and a server that can cut every relayed connection at once, as
+// a network reset would: both sides see their connection end.
+class CuttingProxy {
+ public:
+  explicit CuttingProxy(uint16_t serverPort)
+      : serverPort_(serverPort), listener_(listenTcp("127.0.0.1", 0, 64)), port_(localPort(listener_.fd())) {
+    acceptor_ = std::thread([this] { acceptLoop(); });
+  }
+  ~CuttingProxy() {
+    stopping_ = true;
+    ::shutdown(listener_.fd(), SHUT_RDWR);
+    cutAll();
+    acceptor_.join();
+    for (auto& t : pumps_) t.join();
+  }
+  uint16_t port() const { return port_; }
+  void cutAll() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& pair : pairs_) {
+      ::shutdown(pair.first.fd(), SHUT_RDWR);
+      ::shutdown(pair.second.fd(), SHUT_RDWR);
+    }
+  }
+
+ private:
+  void acceptLoop() {
+    while (!stopping_) {
+      pollfd p{listener_.fd(), POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      int fd = ::accept(listener_.fd(), nullptr, nullptr);
+      if (fd < 0) continue;
+      Socket client(fd);
+      Socket server;
+      try {
+        server = connectTcp("127.0.0.1", serverPort_, Deadline::after(5s), false);
+      } catch (const Error&) {
+        continue;  // the server is gone: the client sees its connection close
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      pairs_.emplace_back(std::move(client), std::move(server));
+      auto& pair = pairs_.back();
+      pumps_.emplace_back([a = pair.first.fd(), b = pair.second.fd()] { pump(a, b); });
+    }
+  }
+  static void pump(int a, int b) {
+    pollfd fds[2] = {{a, POLLIN, 0}, {b, POLLIN, 0}};
+    char buf[65536];
+    while (::poll(fds, 2, -1) > 0) {
+      for (int i = 0; i < 2; ++i) {
+        if (fds[i].revents == 0) continue;
+        ssize_t n = ::recv(fds[i].fd, buf, sizeof buf, 0);
+        if (n <= 0 || ::send(fds[1 - i].fd, buf, n, MSG_NOSIGNAL) != n) {
+          ::shutdown(a, SHUT_RDWR);
+          ::shutdown(b, SHUT_RDWR);
+          return;
+        }
+      }
+    }
+  }
+
+  uint16_t serverPort_;
+  Socket listener_;
+  uint16_t port_;
+  std::atomic<bool> stopping_{false};
+  std::mutex mu_;
+  std::list<std::pair<Socket, Socket>> pairs_;
+  std::vector<std::thread> pumps_;
+  std::thread acceptor_;
+};
 
 std::string errorOf(const std::function<void()>& f) {
   try {
@@ -146,6 +223,165 @@ TEST(TcpStore, ConcurrentBlockingGetAndSetThroughOneClient) {
   std::this_thread::sleep_for(50ms);
   setString(client, "x", "y", Deadline::after(2s));
   getter.join();
+}
+
+TEST(TcpStore, ReconnectsAfterTheConnectionsAreCut) {
+  TcpStoreServer server("127.0.0.1", 0, "s");
+  CuttingProxy proxy(server.port());
+  TcpStore client("127.0.0.1", proxy.port(), "s", Deadline::after(5s));
+  client.set("a", {1}, Deadline::after(5s));
+  proxy.cutAll();
+  std::this_thread::sleep_for(50ms);  // the pooled connection is now closed while idle
+  EXPECT_EQ(client.get("a", Deadline::after(5s)), Bytes{1});
+  proxy.cutAll();
+  std::this_thread::sleep_for(50ms);
+  client.set("b", {2}, Deadline::after(5s));
+  proxy.cutAll();
+  std::this_thread::sleep_for(50ms);
+  client.wait({"a", "b"}, Deadline::after(5s));
+  proxy.cutAll();
+  std::this_thread::sleep_for(50ms);
+  // Found broken before sending: add can go again safely.
+  EXPECT_EQ(client.add("n", 3, Deadline::after(5s)), 3);
+  EXPECT_EQ(client.add("n", 1, Deadline::after(5s)), 4);
+}
+
+TEST(TcpStore, BlockedGetSurvivesACutAndStillSeesTheLaterSet) {
+  TcpStoreServer server("127.0.0.1", 0, "s");
+  CuttingProxy proxy(server.port());
+  TcpStore viaProxy("127.0.0.1", proxy.port(), "s", Deadline::after(5s));
+  TcpStore direct("127.0.0.1", server.port(), "s", Deadline::after(5s));
+  std::thread getter([&] { EXPECT_EQ(getString(viaProxy, "late", Deadline::after(10s)), "v"); });
+  std::this_thread::sleep_for(150ms);
+  proxy.cutAll();  // the get is parked on the server when its connection goes
+  std::this_thread::sleep_for(150ms);
+  setString(direct, "late", "v", Deadline::after(5s));
+  getter.join();
+}
+
+TEST(TcpStore, GoneServerFailsWithinTheReconnectWindow) {
+  auto server = std::make_unique<TcpStoreServer>("127.0.0.1", 0, "s");
+  CuttingProxy proxy(server->port());
+  TcpStore client("127.0.0.1", proxy.port(), "s", Deadline::after(5s));
+  EXPECT_EQ(client.add("n", 1, Deadline::after(5s)), 1);
+  auto start = std::chrono::steady_clock::now();
+  server.reset();  // gone for good: reconnecting gives up within its window, not the deadline
+  std::string what = errorOf([&] { client.get("n", Deadline::after(30s)); });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+  EXPECT_NE(what.find("rendezvous server at 127.0.0.1:" + std::to_string(proxy.port())), std::string::npos) << what;
+}
+
+// A server that authenticates each connection, reads one request, counts it and hangs up.
+class HangUpServer {
+ public:
+  HangUpServer() : listener_(listenTcp("127.0.0.1", 0, 16)), port_(localPort(listener_.fd())) {
+    thread_ = std::thread([this] {
+      while (!stopping_) {
+        pollfd p{listener_.fd(), POLLIN, 0};
+        if (::poll(&p, 1, 50) <= 0) continue;
+        Socket c(::accept(listener_.fd(), nullptr, nullptr));
+        auth::ServerHandshake hs("s", store_wire::kServerIdentity);
+        sendAll(c.fd(), hs.challenge().data(), hs.challenge().size(), Deadline::after(5s));
+        uint8_t head[2];
+        recvAll(c.fd(), head, 2, Deadline::after(5s));
+        std::vector<uint8_t> proof(*auth::ServerHandshake::proofBytes(head));
+        proof[0] = head[0];
+        proof[1] = head[1];
+        recvAll(c.fd(), proof.data() + 2, proof.size() - 2, Deadline::after(5s));
+        std::vector<uint8_t> answer;
+        if (!hs.verify(proof.data(), proof.size(), answer)) continue;
+        sendAll(c.fd(), answer.data(), answer.size(), Deadline::after(5s));
+        uint8_t header[store_wire::kHeaderBytes];
+        recvAll(c.fd(), header, sizeof header, Deadline::after(5s));
+        std::vector<uint8_t> body(store_wire::frameLength(header));
+        recvAll(c.fd(), body.data(), body.size(), Deadline::after(5s));
+        requests++;
+      }
+    });
+  }
+  ~HangUpServer() {
+    stopping_ = true;
+    thread_.join();
+  }
+  uint16_t port() const { return port_; }
+  std::atomic<int> requests{0};
+
+ private:
+  Socket listener_;
+  uint16_t port_;
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+};
+
+TEST(TcpStore, AddIsNotSentAgainWhenTheConnectionBreaksAfterSending) {
+  HangUpServer server;
+  TcpStore client("127.0.0.1", server.port(), "s", Deadline::after(5s));
+  std::string what = errorOf([&] { client.add("n", 1, Deadline::after(5s)); });
+  EXPECT_NE(what.find("not idempotent"), std::string::npos) << what;
+  EXPECT_EQ(server.requests.load(), 1);
+  // set is sent again on fresh connections, a bounded number of times.
+  what = errorOf([&] { client.set("k", {1}, Deadline::after(5s)); });
+  EXPECT_NE(what.find("lost connection to rendezvous server"), std::string::npos) << what;
+  EXPECT_EQ(server.requests.load(), 1 + 4);
+}
+
+TEST(TcpStore, UnauthenticatedFloodIsCappedAndLoggedBriefly) {
+  TcpStoreServer server("127.0.0.1", 0, "s");
+  testing::internal::CaptureStderr();
+  std::vector<Socket> flood;
+  for (int i = 0; i < 400; ++i) flood.push_back(connectTcp("127.0.0.1", server.port(), Deadline::after(5s), false));
+  // The server keeps at most 256 in the handshake: the oldest ones are closed.
+  int closed = 0;
+  auto until = std::chrono::steady_clock::now() + 3s;
+  while (closed < 400 - 256 && std::chrono::steady_clock::now() < until) {
+    closed = 0;
+    for (auto& s : flood) {
+      char buf[256];
+      pollfd p{s.fd(), POLLIN, 0};
+      if (::poll(&p, 1, 0) <= 0) continue;
+      ssize_t n = ::recv(s.fd(), buf, sizeof buf, MSG_DONTWAIT | MSG_PEEK);
+      if (n == 0) closed++;
+      if (n > 0) {
+        // Challenge bytes: drain them and look again next round.
+        (void)!::recv(s.fd(), buf, static_cast<size_t>(n), MSG_DONTWAIT);
+      }
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_GE(closed, 400 - 256);
+  // A real client is still served while the flood holds its slots.
+  TcpStore good("127.0.0.1", server.port(), "s", Deadline::after(5s));
+  good.set("k", {1}, Deadline::after(5s));
+  std::this_thread::sleep_for(50ms);
+  std::string log = testing::internal::GetCapturedStderr();
+  size_t lines = 0;
+  for (size_t at = log.find("refused a connection from"); at != std::string::npos;
+       at = log.find("refused a connection from", at + 1)) {
+    lines++;
+  }
+  EXPECT_LE(lines, 5u) << log;
+  EXPECT_GE(server.refusedConnections(), 400 - 256);
+}
+
+TEST(TcpStore, SilentConnectionIsDroppedAfterTheHandshakeDeadline) {
+  TcpStoreServer server("127.0.0.1", 0, "s");
+  Socket raw = connectTcp("127.0.0.1", server.port(), Deadline::after(5s), false);
+  testing::internal::CaptureStderr();
+  auto start = std::chrono::steady_clock::now();
+  std::vector<uint8_t> sink(4096);
+  bool closed = false;
+  while (!closed && std::chrono::steady_clock::now() - start < 20s) {
+    try {
+      recvAll(raw.fd(), sink.data(), 1, Deadline::after(20s));
+    } catch (const SocketClosed&) {
+      closed = true;
+    } catch (const Timeout&) {
+      break;
+    }
+  }
+  testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(closed);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 8s);
 }
 
 }  // namespace

@@ -309,6 +309,53 @@ TEST(TcpTransport, DataTimeoutNamesOpAndPeer) {
   });
 }
 
+// Rank 1 is silent (as if stopped: nothing reads its sockets), rank 2 waits for rank 1 and rank
+// 0 for rank 2. Whoever times out first, every survivor names rank 1, not the rank it waited
+// for, and rank 1, once it runs again, says that it did not answer instead of blaming a peer.
+class TcpBlame : public ::testing::TestWithParam<bool> {};
+
+TEST_P(TcpBlame, SilentRankIsNamedOnEveryRankAndBlamesItself) {
+  const bool messengerFirst = GetParam();  // rank 2 (waiting for the silent one) times out first
+  std::atomic<int> survivorsDone{0};
+  std::vector<int> blamed(3, -2);
+  std::vector<std::string> errors(3);
+  runRanks("tcp", 3, [&](int rank, Transport& t) {
+    uint8_t buf[16] = {};
+    auto attempt = [&](const std::function<void()>& f) {
+      try {
+        f();
+        errors[rank] = "returned";
+      } catch (const PeerLost& e) {
+        blamed[rank] = e.rank();
+        errors[rank] = e.what();
+        t.noteCulprit(e.rank());  // as the engine does before it aborts
+        t.abort(e.what());
+      } catch (const std::exception& e) {
+        errors[rank] = e.what();
+        t.abort(e.what());
+      }
+    };
+    if (rank == 1) {
+      while (survivorsDone < 2) std::this_thread::sleep_for(5ms);
+      attempt([&] { t.recv(0, buf, sizeof(buf), Deadline::after(3s)); });
+      return;
+    }
+    auto shortWait = Deadline::after(300ms), longWait = Deadline::after(3s);
+    if (rank == 2) attempt([&] { t.recv(1, buf, sizeof(buf), messengerFirst ? shortWait : longWait); });
+    if (rank == 0) attempt([&] { t.recv(2, buf, sizeof(buf), messengerFirst ? longWait : shortWait); });
+    survivorsDone++;
+  });
+  for (int r : {0, 2}) {
+    EXPECT_EQ(blamed[r], 1) << "rank " << r << ": " << errors[r];
+    EXPECT_NE(errors[r].find("rank 1"), std::string::npos) << errors[r];
+  }
+  EXPECT_EQ(blamed[1], 1) << errors[1];
+  EXPECT_NE(errors[1].find("(this rank) did not answer"), std::string::npos) << errors[1];
+}
+
+INSTANTIATE_TEST_SUITE_P(WhoTimesOutFirst, TcpBlame, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "Messenger" : "FarRank"; });
+
 TEST(TcpTransport, CleanShutdownIsNotALoss) {
   auto contexts = makeContexts(3);
   std::atomic<bool> rank2Gone{false};
@@ -341,7 +388,7 @@ TEST(TcpTransport, CleanShutdownIsNotALoss) {
 
 TEST(TcpTransport, AbruptLossFailsEveryRankWithinSeconds) {
   // Rank 2 aborts (no goodbye) and drops its transport while rank 0 waits for data from rank 1
-  // and rank 1 waits for a message: both fail with PeerLost(2) quickly.
+  // and rank 1 waits for a message: both fail with PeerLost(2) quickly, with rank 2's reason.
   auto contexts = makeContexts(3);
   std::atomic<int> noticed{0};
   runRanks("tcp", contexts, [&](int rank, Transport& t) {
@@ -362,7 +409,10 @@ TEST(TcpTransport, AbruptLossFailsEveryRankWithinSeconds) {
       ADD_FAILURE() << "rank " << rank << " did not notice the loss";
     } catch (const PeerLost& e) {
       EXPECT_EQ(e.rank(), 2) << "on rank " << rank;
-      EXPECT_NE(std::string(e.what()).find("lost connection to rank 2"), std::string::npos) << e.what();
+      // Its abort frame came first: the survivors name it with the reason it gave.
+      EXPECT_NE(std::string(e.what()).find("rank 2 (host localhost) failed and aborted: simulated crash"),
+                std::string::npos)
+          << e.what();
     }
     EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
     // Sticky: later calls fail the same way.

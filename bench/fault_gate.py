@@ -1,0 +1,371 @@
+#!/usr/bin/env python3
+"""Fault-injection gate: randomized 4-rank runs with one fault each; every survivor must end with a
+typed error (HorovodInternalError) naming the faulty rank within a bound, and nothing may hang.
+
+    python3 bench/fault_gate.py [--runs 10] [--seed S] [--scenarios sigkill,sigstop,...]
+                                [--kind static] [--cluster auto|local|netns] [--out FILE]
+
+Clusters: "netns" runs 2 network namespaces x 2 ranks started over ssh (it re-executes itself
+inside tests/multiproc/launcher_ssh_netns.sh, which sets the namespaces and sshd up; needs root);
+"local" runs 4 ranks on this host; "auto" picks netns when it can be set up, else local. The
+link-down scenario needs netns and is skipped locally.
+
+Scenarios (SCENARIOS below): sigkill, sigstop (the rank is resumed after the survivors reported,
+and must then blame itself, not a live peer), linkdown (the victim's host loses its veth: ranks
+on both sides must name a rank of the other side), slow (one rank 5x slower: the job must finish
+without error), leave (one rank leaves the loop early and shuts down).
+
+Job kinds (JOB_KINDS below) say how a run is started and judged; "static" is a plain horovodrun
+job. An elastic kind plugs in beside it (its own start command and judge, e.g. resume from the
+last commit instead of a typed error).
+
+Per run it reports each survivor's detection time (its error's wall time minus the injection's),
+whether the error was typed and named the right rank, and hangs (a run past --bound). Writes a
+Markdown table (bench/results/fault_gate.md by default). Exit status 1 when any run failed its
+checks or hung; the 2 s detection target is reported, not enforced (CI machines are noisy).
+"""
+
+import argparse
+import glob
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+WORKER = os.path.join(HERE, 'fault_gate_worker.py')
+NETNS_SCRIPT = os.path.join(ROOT, 'tests', 'multiproc', 'launcher_ssh_netns.sh')
+TARGET_DETECTION_S = 2.0
+
+
+# ---- Clusters: where the 4 ranks run --------------------------------------------------------
+
+class LocalCluster:
+    name = 'local'
+    has_links = False
+
+    def hosts_args(self, np_):
+        return ['-np', str(np_), '-H', 'localhost:{}'.format(np_)]
+
+    def host_of(self, rank):
+        return 0
+
+    def link_down(self, pid):
+        raise RuntimeError('link-down needs network namespaces')
+
+    def restore_links(self):
+        pass
+
+
+class NetnsCluster:
+    """Inside launcher_ssh_netns.sh (NETNS_SHELL): HOST_A and HOST_B are namespaces with sshd."""
+    name = 'netns'
+    has_links = True
+
+    def __init__(self):
+        self.hosts = [os.environ['HOST_A'], os.environ['HOST_B']]
+        self.identity = os.path.join(os.environ['TMP'], 'id')
+        self.downed = []
+
+    def hosts_args(self, np_):
+        per = np_ // 2
+        return ['-np', str(np_), '-H', '{}:{},{}:{}'.format(self.hosts[0], per, self.hosts[1], per), '-i',
+                self.identity]
+
+    def host_of(self, rank):
+        return rank // 2  # horovodrun fills hosts in order
+
+    def link_down(self, pid):
+        ns = subprocess.run(['ip', 'netns', 'identify', str(pid)], capture_output=True, text=True,
+                            check=True).stdout.strip()
+        links = subprocess.run(['ip', 'netns', 'exec', ns, 'ip', '-o', 'link', 'show'], capture_output=True,
+                               text=True, check=True).stdout.splitlines()
+        for line in links:
+            dev = line.split(':')[1].strip().split('@')[0]
+            if dev != 'lo':
+                subprocess.run(['ip', 'netns', 'exec', ns, 'ip', 'link', 'set', dev, 'down'], check=True)
+                self.downed.append((ns, dev))
+
+    def restore_links(self):
+        for ns, dev in self.downed:
+            subprocess.run(['ip', 'netns', 'exec', ns, 'ip', 'link', 'set', dev, 'up'], check=False)
+        self.downed = []
+
+
+# ---- Scenarios: what is done to the victim --------------------------------------------------
+
+class Scenario:
+    def __init__(self, name, role='', expect_error=True, needs_links=False):
+        self.name, self.role, self.expect_error, self.needs_links = name, role, expect_error, needs_links
+
+    def inject(self, cluster, pid):
+        """Hits the victim (pid); returns the injection's wall time (None: the worker records it)."""
+        if self.name == 'sigkill':
+            t = time.time()
+            os.kill(pid, signal.SIGKILL)
+            return t
+        if self.name == 'sigstop':
+            t = time.time()
+            os.kill(pid, signal.SIGSTOP)
+            return t
+        if self.name == 'linkdown':
+            t = time.time()
+            cluster.link_down(pid)
+            return t
+        return None
+
+    def after(self, cluster, pid):
+        if self.name == 'sigstop':
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        if self.name == 'linkdown':
+            cluster.restore_links()
+
+
+SCENARIOS = {s.name: s for s in [
+    Scenario('sigkill'),
+    Scenario('sigstop'),
+    Scenario('linkdown', needs_links=True),
+    Scenario('slow', role='slow', expect_error=False),
+    Scenario('leave', role='leave'),
+]}
+
+
+# ---- Job kinds: how a run is started and judged ---------------------------------------------
+
+class StaticJob:
+    name = 'static'
+
+    def env(self, scenario, victim):
+        env = {'HOROVOD_GLOO_TIMEOUT_SECONDS': '1'}
+        if scenario.role:
+            env['GATE_ROLE_{}'.format(victim)] = scenario.role
+        if not scenario.expect_error:
+            env['GATE_STEPS'] = '150'
+        return env
+
+    def judge(self, scenario, cluster, victim, np_, records, t_inject):
+        """Returns (ok, notes, detections {rank: seconds}) for one run."""
+        notes, detections, ok = [], {}, True
+        if not scenario.expect_error:
+            for r in range(np_):
+                rec = records.get(r)
+                if not rec or rec['event'] != 'done':
+                    ok = False
+                    notes.append('rank {}: {}'.format(r, rec['message'][:160] if rec else 'no result'))
+            return ok, notes, detections
+        if scenario.needs_links:
+            side = cluster.host_of(victim)
+            survivors = range(np_)
+            culprits = lambda r: [q for q in range(np_) if cluster.host_of(q) != cluster.host_of(r)]  # noqa: E731
+        else:
+            side = None
+            survivors = [r for r in range(np_) if r != victim]
+            culprits = lambda r: [victim]  # noqa: E731
+        for r in survivors:
+            rec = records.get(r)
+            if not rec or rec['event'] != 'error':
+                ok = False
+                notes.append('rank {}: no error recorded ({})'.format(r, rec['event'] if rec else 'nothing'))
+                continue
+            if rec['type'] not in ('HorovodInternalError', 'HorovodPeerLostError'):
+                ok = False
+                notes.append('rank {}: untyped {}'.format(r, rec['type']))
+            named = rec.get('err_rank') in culprits(r) or any(
+                'rank {} '.format(q) in rec['message'] or 'rank {})'.format(q) in rec['message']
+                for q in culprits(r))
+            if not named:
+                ok = False
+                notes.append('rank {} blamed {}: {}'.format(r, rec.get('err_rank'), rec['message'][:200]))
+            if t_inject is not None:
+                detections[r] = rec['t'] - t_inject
+        if scenario.name == 'sigstop':
+            rec = records.get(victim)
+            if rec and rec['event'] == 'error':
+                if rec.get('err_rank') not in (victim, None) and 'this rank' not in rec['message']:
+                    ok = False
+                    notes.append('paused rank {} blamed live rank {}: {}'.format(victim, rec.get('err_rank'),
+                                                                               rec['message'][:200]))
+                else:
+                    notes.append('paused rank: "{}"'.format(rec['message'][:120]))
+        del side
+        return ok, notes, detections
+
+
+JOB_KINDS = {'static': StaticJob()}
+
+
+# ---- One run --------------------------------------------------------------------------------
+
+def run_once(hvdrun, cluster, kind, scenario, victim, np_, bound):
+    work = tempfile.mkdtemp(prefix='hvd-gate.')
+    env = dict(os.environ, GATE_DIR=work, PYTHONUNBUFFERED='1', **kind.env(scenario, victim))
+    if glob.glob(os.path.join(ROOT, 'python', 'horovod', '_core*.so')):
+        # A development tree with the module copied in; otherwise the installed package.
+        env['PYTHONPATH'] = os.path.join(ROOT, 'python') + os.pathsep + env.get('PYTHONPATH', '')
+    cmd = [hvdrun] + cluster.hosts_args(np_) + [sys.executable, WORKER]
+    log = open(os.path.join(work, 'launcher.log'), 'w')
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    started = time.time()
+    hung = False
+    t_inject = None
+    pid = None
+    try:
+        while time.time() - started < bound:
+            ready = [os.path.exists(os.path.join(work, 'ready{}'.format(r))) for r in range(np_)]
+            if all(ready) or proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        if not all(os.path.exists(os.path.join(work, 'ready{}'.format(r))) for r in range(np_)):
+            # The job did not start (e.g. its 1 s rendezvous deadline on a loaded machine): no
+            # fault was injected, so the run says nothing about fault handling.
+            return dict(ok=True, hung=False, started=False, notes=['did not start'], detections={})
+        if proc.poll() is None and os.path.exists(os.path.join(work, 'ready{}'.format(victim))):
+            pid = int(open(os.path.join(work, 'ready{}'.format(victim))).read())
+            t_inject = scenario.inject(cluster, pid)
+        survivors = [r for r in range(np_) if r != victim or scenario.needs_links]
+        deadline = time.time() + bound
+        resumed = False
+        launcher_gone = None
+        while time.time() < deadline:
+            have = [os.path.exists(os.path.join(work, 'rank{}.json'.format(r))) for r in survivors]
+            if all(have) and not resumed and pid is not None:
+                scenario.after(cluster, pid)  # e.g. resume the paused rank: it must blame itself
+                resumed = True
+                deadline = min(deadline, time.time() + 3)
+            if proc.poll() is not None:
+                # The launcher stops the others after the first failure (SIGTERM, which the
+                # workers ignore, then SIGKILL after its grace): survivors still report meanwhile.
+                launcher_gone = launcher_gone or time.time()
+                if all(have) or time.time() - launcher_gone > 6:
+                    break
+            time.sleep(0.05)
+        hung = not all(os.path.exists(os.path.join(work, 'rank{}.json'.format(r))) for r in survivors)
+    finally:
+        if pid is not None:
+            scenario.after(cluster, pid)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        log.close()
+    records = {}
+    for r in range(np_):
+        path = os.path.join(work, 'rank{}.json'.format(r))
+        if os.path.exists(path):
+            with open(path) as f:
+                rec = json.load(f)
+            records[r] = rec
+    if scenario.name == 'leave' and victim in records and records[victim]['event'] == 'left':
+        t_inject = records[victim]['t']
+    ok, notes, detections = kind.judge(scenario, cluster, victim, np_, records, t_inject)
+    if hung:
+        ok = False
+        notes.append('HANG: a survivor had no result within {} s (log: {})'.format(bound, work))
+    if ok and not hung:
+        shutil.rmtree(work, ignore_errors=True)
+    elif not hung:
+        notes.append('log: ' + work)
+    return dict(ok=ok, hung=hung, started=True, notes=notes, detections=detections)
+
+
+def find_hvdrun():
+    for candidate in (os.environ.get('HOROVODRUN'), os.path.join(ROOT, 'build', 'launcher', 'horovodrun'),
+                      shutil.which('horovodrun')):
+        if candidate and os.access(candidate, os.X_OK):
+            return os.path.abspath(candidate)
+    sys.exit('fault_gate: horovodrun not found (build it, or set HOROVODRUN)')
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--runs', type=int, default=10)
+    parser.add_argument('--seed', type=int, default=None)
+    parser.add_argument('--scenarios', default=','.join(SCENARIOS))
+    parser.add_argument('--kind', default='static', choices=sorted(JOB_KINDS))
+    parser.add_argument('--cluster', default='auto', choices=['auto', 'local', 'netns'])
+    parser.add_argument('--np', type=int, default=4)
+    parser.add_argument('--bound', type=float, default=20.0, help='seconds before a run counts as hung')
+    parser.add_argument('--out', default=os.path.join(HERE, 'results', 'fault_gate.md'))
+    parser.add_argument('--inside-netns', action='store_true', help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    hvdrun = find_hvdrun()
+
+    if args.cluster in ('auto', 'netns') and not args.inside_netns:
+        if os.geteuid() == 0 and shutil.which('ip') and os.path.exists('/usr/sbin/sshd'):
+            inner = ' '.join([sys.executable, os.path.abspath(__file__), '--inside-netns'] +
+                             [a for a in sys.argv[1:] if not a.startswith('--cluster')])
+            r = subprocess.run([NETNS_SCRIPT, hvdrun], env=dict(os.environ, NETNS_SHELL=inner))
+            if r.returncode != 77:
+                sys.exit(r.returncode)
+            print('fault_gate: network namespaces unavailable; running 4 local ranks')
+        elif args.cluster == 'netns':
+            sys.exit('fault_gate: --cluster netns needs root, ip and /usr/sbin/sshd')
+    cluster = NetnsCluster() if args.inside_netns else LocalCluster()
+
+    seed = args.seed if args.seed is not None else random.randrange(1 << 30)
+    rng = random.Random(seed)
+    names = [n for n in args.scenarios.split(',') if n]
+    for n in names:
+        if n not in SCENARIOS:
+            sys.exit('fault_gate: unknown scenario {!r} (known: {})'.format(n, ', '.join(SCENARIOS)))
+    usable = [SCENARIOS[n] for n in names if cluster.has_links or not SCENARIOS[n].needs_links]
+    skipped = [n for n in names if SCENARIOS[n] not in usable]
+    kind = JOB_KINDS[args.kind]
+    rows, failures, hangs, all_detections, not_started = [], 0, 0, [], 0
+    for i in range(args.runs):
+        scenario = usable[i % len(usable)] if i < len(usable) else rng.choice(usable)
+        victim = rng.randrange(args.np)
+        t0 = time.time()
+        for _ in range(3):  # a run that did not start is tried again (counted in the summary)
+            result = run_once(hvdrun, cluster, kind, scenario, victim, args.np, args.bound)
+            if result['started']:
+                break
+            not_started += 1
+        if not result['started']:
+            result['ok'] = False  # three launches in a row did not start: a failure of its own
+        failures += not result['ok']
+        hangs += result['hung']
+        det = result['detections']
+        all_detections += det.values()
+        det_text = ', '.join('r{} {:.2f}s'.format(r, s) for r, s in sorted(det.items())) or '-'
+        worst = max(det.values()) if det else None
+        row = '| {} | {} | {} | {} | {} | {} | {:.1f} | {} |'.format(
+            i, scenario.name, victim, det_text,
+            '-' if worst is None else ('yes' if worst <= TARGET_DETECTION_S else 'NO'),
+            'PASS' if result['ok'] else ('HANG' if result['hung'] else 'FAIL'), time.time() - t0,
+            '; '.join(result['notes']).replace('|', '/').replace('\n', ' ')[:400])
+        rows.append(row)
+        print(row, flush=True)
+    over = sum(1 for d in all_detections if d > TARGET_DETECTION_S)
+    summary = ('{} runs ({} job, {} cluster, seed {}): {} failed, {} hung; detection over {} s on {} of {} '
+               'survivors; max detection {}; {} launch(es) did not start and were retried').format(
+        args.runs, kind.name, cluster.name, seed, failures, hangs, TARGET_DETECTION_S, over, len(all_detections),
+        '{:.2f} s'.format(max(all_detections)) if all_detections else '-', not_started)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, 'w') as f:
+        f.write('# Fault-injection gate\n\n`{}`\n\n{}\n\n'.format(
+            ' '.join(['python3', 'bench/fault_gate.py'] + [a for a in sys.argv[1:] if a != '--inside-netns']),
+            summary))
+        if skipped:
+            f.write('Skipped (needs network namespaces): {}\n\n'.format(', '.join(skipped)))
+        f.write('| run | scenario | victim | detection per survivor | <= 2 s | result | run s | notes |\n')
+        f.write('|---|---|---|---|---|---|---|---|\n')
+        f.write('\n'.join(rows) + '\n')
+    print(summary)
+    sys.exit(1 if failures or hangs else 0)
+
+
+if __name__ == '__main__':
+    main()
