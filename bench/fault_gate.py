@@ -16,8 +16,10 @@ on both sides must name a rank of the other side), slow (one rank 5x slower: the
 without error), leave (one rank leaves the loop early and shuts down).
 
 Job kinds (JOB_KINDS below) say how a run is started and judged; "static" is a plain horovodrun
-job. An elastic kind plugs in beside it (its own start command and judge, e.g. resume from the
-last commit instead of a typed error).
+job (every survivor must end with a typed error naming the victim); "elastic" runs
+horovodrun --min-np with workers training inside hvd.elastic.run: the job must finish, every
+resumed worker must start from bytes identical to a commit, and the detection column then shows
+the recovery time (injection to the first step of the next round).
 
 Per run it reports each survivor's detection time (its error's wall time minus the injection's),
 whether the error was typed and named the right rank, and hangs (a run past --bound). Writes a
@@ -200,17 +202,145 @@ class StaticJob:
         return ok, notes, detections
 
 
-JOB_KINDS = {'static': StaticJob()}
+class ElasticJob:
+    """horovodrun --min-np (np - 2) over the same hosts, workers training a small torch model inside
+    hvd.elastic.run (fault_gate_elastic_worker.py). A fault must cost a reset, not the job: the
+    launcher exits 0, the final round finished every step, and every worker that resumed started
+    from bytes identical to a commit. Reports recovery: injection to the first entry of the next
+    round (detection, re-rendezvous and state sync)."""
+    name = 'elastic'
+    worker = os.path.join(HERE, 'fault_gate_elastic_worker.py')
+
+    def env(self, scenario, victim):
+        env = {'HOROVOD_ELASTIC_GATHER_TIMEOUT': '2', 'HOROVOD_ELASTIC_DISCOVERY_INTERVAL': '0.5'}
+        if scenario.role:
+            env['GATE_ROLE_{}'.format(victim)] = scenario.role
+        return env
+
+    def launcher_args(self, cluster, np_):
+        args = cluster.hosts_args(np_)
+        if isinstance(cluster, LocalCluster):
+            per = np_ // 2
+            args = ['-np', str(np_), '-H', 'localhost:{},127.0.0.1:{}'.format(per, np_ - per)]
+        return args + ['--min-np', str(max(1, np_ // 2))]
+
+    def run_once(self, hvdrun, cluster, scenario, victim, np_, bound):
+        work = tempfile.mkdtemp(prefix='hvd-gate.')
+        env = dict(os.environ, GATE_DIR=work, PYTHONUNBUFFERED='1', **self.env(scenario, victim))
+        _use_tree(env)
+        cmd = [hvdrun] + self.launcher_args(cluster, np_) + [sys.executable, '-W', 'ignore', self.worker]
+        log = open(os.path.join(work, 'launcher.log'), 'w')
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        started = time.time()
+        pid, t_inject, hung = None, None, False
+        ready = os.path.join(work, 'ready{}'.format(victim))
+        try:
+            while time.time() - started < bound and proc.poll() is None and not os.path.exists(ready):
+                time.sleep(0.05)
+            if not os.path.exists(ready):
+                return dict(ok=True, hung=False, started=False, notes=['did not start'], detections={})
+            time.sleep(0.05)  # the pid is written
+            pid = int(open(ready).read())
+            t_inject = scenario.inject(cluster, pid)
+            try:
+                rc = proc.wait(bound)
+            except subprocess.TimeoutExpired:
+                rc, hung = None, True
+        finally:
+            if pid is not None:
+                scenario.after(cluster, pid)
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+            log.close()
+        if scenario.name == 'leave':
+            left = glob.glob(os.path.join(work, 'left*.json'))
+            t_inject = json.load(open(left[0]))['t'] if left else t_inject
+        ok, notes, recovery = self.judge(scenario, work, np_, rc, t_inject)
+        if hung:
+            ok = False
+            notes.append('HANG: the job did not end within {} s (log: {})'.format(bound, work))
+        if ok:
+            shutil.rmtree(work, ignore_errors=True)
+        elif not hung:
+            notes.append('log: ' + work)
+        return dict(ok=ok, hung=hung, started=True, notes=notes, detections=recovery)
+
+    def judge(self, scenario, work, np_, rc, t_inject):
+        def load(pattern):
+            out = []
+            for path in glob.glob(os.path.join(work, pattern)):
+                with open(path) as f:
+                    out.append((os.path.basename(path), json.load(f)))
+            return out
+        notes, recovery, ok = [], {}, True
+        commits = {}
+        for name, rec in load('commit*.json'):
+            commits.setdefault(int(name[len('commit'):].split('.')[0]), set()).add(rec['hash'])
+        for step, hashes in commits.items():
+            if len(hashes) != 1:
+                ok = False
+                notes.append('ranks committed different states at step {}'.format(step))
+        entries = [rec for _, rec in load('entry.*')]
+        resumed = [e for e in entries if e['round'] > 0]
+        for e in resumed:
+            if e['step'] and commits.get(e['step']) != {e['hash']}:
+                ok = False
+                notes.append('round {} rank {} resumed at step {} from a state that is not the commit'.format(
+                    e['round'], e['rank'], e['step']))
+        if scenario.name == 'leave':
+            # A worker that leaves and exits 0 ends an elastic job (any success stops new rounds):
+            # what matters is that it ends, which the caller checks (no hang).
+            notes.append('launcher exit {}'.format(rc))
+            return ok, notes, recovery
+        if rc != 0:
+            ok = False
+            notes.append('launcher exit {}: {}'.format(rc, _tail(os.path.join(work, 'launcher.log'))))
+        done = [rec for _, rec in load('done*.json')]
+        if not done or any(d['steps'] != done[0]['steps'] for d in done) or len(done) != done[0]['size']:
+            ok = False
+            notes.append('final round incomplete: {}'.format(done))
+        if scenario.expect_error:
+            if not resumed:
+                ok = False
+                notes.append('no reset happened')
+            elif t_inject is not None:
+                first = min(e['t'] for e in resumed)
+                recovery = {e['rank']: first - t_inject for e in resumed if e['t'] == first}
+                sizes = sorted({e['size'] for e in resumed})
+                notes.append('resumed at step {} with size {}'.format(min(e['step'] for e in resumed), sizes))
+        return ok, notes, recovery
+
+
+def _tail(path, lines=3):
+    try:
+        with open(path) as f:
+            return ' / '.join(f.read().strip().splitlines()[-lines:])[:300]
+    except OSError:
+        return ''
+
+
+def _use_tree(env):
+    if glob.glob(os.path.join(ROOT, 'python', 'horovod', '_core*.so')):
+        # A development tree with the module copied in; otherwise the installed package.
+        env['PYTHONPATH'] = os.path.join(ROOT, 'python') + os.pathsep + env.get('PYTHONPATH', '')
+
+
+JOB_KINDS = {'static': StaticJob(), 'elastic': ElasticJob()}
 
 
 # ---- One run --------------------------------------------------------------------------------
 
 def run_once(hvdrun, cluster, kind, scenario, victim, np_, bound):
+    if hasattr(kind, 'run_once'):  # a kind with its own way to run and judge (elastic)
+        return kind.run_once(hvdrun, cluster, scenario, victim, np_, bound)
     work = tempfile.mkdtemp(prefix='hvd-gate.')
     env = dict(os.environ, GATE_DIR=work, PYTHONUNBUFFERED='1', **kind.env(scenario, victim))
-    if glob.glob(os.path.join(ROOT, 'python', 'horovod', '_core*.so')):
-        # A development tree with the module copied in; otherwise the installed package.
-        env['PYTHONPATH'] = os.path.join(ROOT, 'python') + os.pathsep + env.get('PYTHONPATH', '')
+    _use_tree(env)
     cmd = [hvdrun] + cluster.hosts_args(np_) + [sys.executable, WORKER]
     log = open(os.path.join(work, 'launcher.log'), 'w')
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

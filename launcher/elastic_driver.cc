@@ -275,11 +275,23 @@ void ElasticDriver::gather(Supervisor& supervisor, Clock::time_point now) {
     }
   }
   if (!pending.empty()) {
-    if (now - gatherStart_ < settings_.gatherTimeout) return;
+    // A worker the others reported lost (silent: paused, hung, cut off) is not waited for.
+    std::vector<int> suspects;
+    for (int id : pending) {
+      if (elastic::isSuspect(*store_, round_, workers_.at(id).slot.rank, storeDeadline())) suspects.push_back(id);
+    }
+    const bool timedOut = now - gatherStart_ >= settings_.gatherTimeout;
+    if (!timedOut && suspects.size() < pending.size()) {
+      if (suspects.empty()) return;
+      pending = suspects;  // kill those now; wait for the others
+    }
     for (int id : pending) {
       Worker& w = workers_[id];
-      say("horovodrun: elastic: worker " + workerName(w) + " did not rejoin within " +
-          seconds(settings_.gatherTimeout) + " (HOROVOD_ELASTIC_GATHER_TIMEOUT); killing it\n");
+      bool suspect = std::find(suspects.begin(), suspects.end(), id) != suspects.end();
+      say("horovodrun: elastic: worker " + workerName(w) +
+          (suspect ? " was reported lost by the others and did not rejoin"
+                   : " did not rejoin within " + seconds(settings_.gatherTimeout) + " (HOROVOD_ELASTIC_GATHER_TIMEOUT)") +
+          "; killing it\n");
       for (auto& p : supervisor.workers()) {
         if (p.elasticId == id && !p.exited) {
           if (p.remote && p.stdinFd >= 0) {
@@ -291,6 +303,11 @@ void ElasticDriver::gather(Supervisor& supervisor, Clock::time_point now) {
       }
       w.retired = true;
       blacklistHost(w.slot.hostname, now, "a worker there stopped answering");
+    }
+    // Killed suspects only: the others of the round still have time to ask.
+    for (int id : roundMembers_) {
+      const Worker& w = workers_.at(id);
+      if (w.alive && !w.retired && !w.waiting()) return;
     }
   }
   beginReset(now);

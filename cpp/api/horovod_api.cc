@@ -54,6 +54,16 @@ std::shared_ptr<engine::Runtime> runtimeForQueries() {
   return runtime;
 }
 
+// The elastic round this process last left and the rank its engine lost there (-1: none).
+struct ElasticLoss {
+  int64_t round = -1;
+  int rank = -1;
+};
+ElasticLoss& lastElasticLoss() {
+  static ElasticLoss loss;
+  return loss;
+}
+
 void shutdownAtExit() {
   try {
     shutdownDefault();
@@ -71,7 +81,8 @@ void initDefault(const InitOptions& options, const EnvLookup& env) {
   slot.reset();
   engine::applyLogSettings(env);
   auto config = engine::Config::fromEnvironment(env);
-  engine::joinElasticRound(config);  // elastic jobs: this init's rank and size come from the driver
+  // Elastic jobs: this init's rank and size come from the driver (told whom the last round lost).
+  engine::joinElasticRound(config, lastElasticLoss().round, lastElasticLoss().rank);
   std::shared_ptr<Store> store = bootstrapWithoutLauncher(config, options);  // may set rank and size
   const timeline::TimelineSettings timelineSettings = readTimelineSettings(env);
   AutotuneStart autotune = prepareAutotune(env, config.rank);
@@ -92,6 +103,7 @@ void shutdownDefault() {
   }
   if (runtime) runtime->shutdown();
   stopTimelineAtShutdown();
+  if (runtime) lastElasticLoss() = {runtime->config().elasticRound, runtime->lostPeer()};
 }
 
 }  // namespace api

@@ -19,10 +19,11 @@ std::unique_ptr<TcpStore> connect(const Config& config, Deadline deadline) {
 
 }  // namespace
 
-void joinElasticRound(Config& config) {
+void joinElasticRound(Config& config, int64_t previousRound, int suspect) {
   if (config.elasticWorkerId.empty()) return;
   Deadline deadline = Deadline::after(config.elasticTimeout + std::chrono::minutes(1));
   auto store = connect(config, Deadline::after(config.timeout));
+  if (previousRound >= 0 && suspect >= 0) elastic::reportSuspect(*store, previousRound, suspect, deadline);
   elastic::Assignment a = elastic::requestAssignment(*store, config.elasticWorkerId, deadline);
   if (a.kind != elastic::Assignment::Kind::kJoin) throw Error(a.message);
   config.rank = a.rank;

@@ -14,7 +14,9 @@ namespace hvd::engine {
 // config.elasticTimeout plus a minute). Throws hvd::Error with the driver's message when this
 // worker was removed from the job ("<host>[<local_rank>] has been removed from elastic job") or
 // the job is ending, and StoreError / Timeout when the driver cannot be reached.
-void joinElasticRound(Config& config);
+// `suspect`: the rank of the previous round this worker's engine lost (or -1), reported first so
+// that the driver removes a silent worker at once instead of after its gather timeout.
+void joinElasticRound(Config& config, int64_t previousRound = -1, int suspect = -1);
 
 // Host-set changes the driver announced after `config`'s round formed (none when not elastic).
 elastic::HostUpdates elasticHostUpdates(const Config& config);

@@ -116,6 +116,8 @@ class Runtime {
   // init() done and shutdown() not called on this rank (a remote shutdown keeps it true; later
   // operations then fail with the shutdown error).
   bool initialized() const { return initialized_.load(); }
+  // The peer whose loss ended this runtime's engine (PeerLost), or -1.
+  int lostPeer() const { return lostPeer_.load(); }
 
   const Topology& topology() const { return topology_; }
   const Config& config() const { return config_; }
@@ -296,6 +298,7 @@ class Runtime {
   // The loop ended on an error (a lost peer, an abort relayed by a peer, a stall shutdown): the
   // job is broken, so shutdown() does not wait for the other ranks' goodbyes.
   std::atomic<bool> loopFailed_{false};
+  std::atomic<int> lostPeer_{-1};
   // The rank whose shutdown ended the engine (from the coordinator's last list), or -1.
   std::atomic<int> shutdownBy_{-1};
   std::atomic<uint64_t> nonameCounter_{0};

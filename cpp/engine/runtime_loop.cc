@@ -118,6 +118,9 @@ void Runtime::loop() {
     }
     reason = ErrorInfo::fromException(error);
     loopFailed_ = true;
+    if (reason.kind == ErrorKind::kPeerLost && reason.rank >= 0 && reason.rank != topology_.rank) {
+      lostPeer_ = reason.rank;
+    }
     bool fromPeer = reason.message.rfind("[from rank ", 0) == 0;
     onFatal(error, !fromPeer);
   }

@@ -69,6 +69,14 @@ HostUpdates readHostUpdates(Store& store, int64_t since, Deadline deadline) {
   return u;
 }
 
+void reportSuspect(Store& store, int64_t round, int rank, Deadline deadline) {
+  store.add(kPrefix + "suspect/" + std::to_string(round) + "/" + std::to_string(rank), 1, deadline);
+}
+
+bool isSuspect(Store& store, int64_t round, int rank, Deadline deadline) {
+  return store.add(kPrefix + "suspect/" + std::to_string(round) + "/" + std::to_string(rank), 0, deadline) > 0;
+}
+
 int64_t readEvents(Store& store, Deadline deadline) { return store.add(kEvents, 0, deadline); }
 
 int64_t readInits(Store& store, const std::string& workerId, Deadline deadline) {

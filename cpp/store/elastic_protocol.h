@@ -10,6 +10,7 @@
 //                    or Removed / Abort with the message the worker raises
 //   updates          counter: host-set changes the driver announced
 //   update/<i>       the i-th change's flags (kHostsRemoved | kHostsAdded), i from 1
+//   suspect/<r>/<k>  counter: workers of round r whose engine lost rank k (a silent or dead peer)
 //
 // A worker's k-th init waits for assign/<id>/k; the driver writes assign/<id>/0 before it spawns
 // the worker and assign/<id>/k (k > 0) when it forms the round after the worker asked again.
@@ -53,7 +54,13 @@ struct HostUpdates {
 // The host-set changes announced after index `since`.
 HostUpdates readHostUpdates(Store& store, int64_t since, Deadline deadline);
 
+// Before asking for its next round: this worker's engine lost rank `rank` of round `round`.
+void reportSuspect(Store& store, int64_t round, int rank, Deadline deadline);
+
 // ---- driver side ----
+
+// Whether some worker reported rank `rank` of round `round` as lost.
+bool isSuspect(Store& store, int64_t round, int rank, Deadline deadline);
 
 // The events counter (changes whenever some worker asked for an assignment).
 int64_t readEvents(Store& store, Deadline deadline);
