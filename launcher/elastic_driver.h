@@ -10,8 +10,9 @@
 //   workers, hosts ordered by first appearance.
 // * A worker exiting non-zero blacklists its host (cooldown: host_registry.h); the survivors see
 //   HorovodInternalError, roll back, and call init() again, which asks the driver for their next
-//   round. A worker that does not ask within the gather timeout (stopped, hung) is killed and its
-//   host blacklisted.
+//   round, reporting the rank their engine lost. A worker reported lost (silent: paused, hung, cut
+//   off) is killed at once, one that merely does not ask within the gather timeout too; either
+//   way its host is blacklisted.
 // * A new round keeps survivors on their hosts (hosts that had survivors first, in their old
 //   rank order, so rank 0 holds the state to broadcast), starts new workers on new slots, and
 //   tells workers whose slots are gone that they were removed.
@@ -49,7 +50,7 @@ struct ElasticSettings {
   std::optional<int> maxNp;   // --max-np
   std::optional<int> resetLimit;
   std::chrono::milliseconds elasticTimeout{600000};
-  std::chrono::milliseconds gatherTimeout{5000};
+  std::chrono::milliseconds gatherTimeout{30000};
   std::string statusFile;     // horovod.run(): where a failure message goes
   bool verbose = false;
 };

@@ -29,10 +29,10 @@ const Param<double> kElasticTimeout("HOROVOD_ELASTIC_TIMEOUT", 600.0,
 const Param<double> kDiscoveryInterval("HOROVOD_ELASTIC_DISCOVERY_INTERVAL", 1.0,
                                        "horovodrun: seconds between runs of the host discovery script");
 const Param<double> kGatherTimeout(
-    "HOROVOD_ELASTIC_GATHER_TIMEOUT", 5.0,
+    "HOROVOD_ELASTIC_GATHER_TIMEOUT", 30.0,
     "horovodrun: seconds the elastic driver waits, once a reset began, for every worker of the round to "
-    "ask for the next one; a worker that has not (stopped, hung in a long step without collectives) is "
-    "killed and its host blacklisted");
+    "ask for the next one; a worker that has not (and that no survivor reported lost) is killed and its "
+    "host blacklisted. Longer than your longest stretch without a collective (a step, an evaluation)");
 
 void say(const std::string& text) { writeAll(2, text.data(), text.size()); }
 
