@@ -276,9 +276,17 @@ void ElasticDriver::gather(Supervisor& supervisor, Clock::time_point now) {
   }
   if (!pending.empty()) {
     // A worker the others reported lost (silent: paused, hung, cut off) is not waited for.
+    // So is one on a host blacklisted meanwhile (a reported worker's host: cut off as a whole).
     std::vector<int> suspects;
     for (int id : pending) {
       if (elastic::isSuspect(*store_, round_, workers_.at(id).slot.rank, storeDeadline())) suspects.push_back(id);
+    }
+    for (int id : suspects) blacklistHost(workers_.at(id).slot.hostname, now, "a worker there stopped answering");
+    for (int id : pending) {
+      if (std::find(suspects.begin(), suspects.end(), id) == suspects.end() &&
+          registry_.isBlacklisted(workers_.at(id).slot.hostname, now)) {
+        suspects.push_back(id);
+      }
     }
     const bool timedOut = now - gatherStart_ >= settings_.gatherTimeout;
     if (!timedOut && suspects.size() < pending.size()) {
@@ -287,11 +295,13 @@ void ElasticDriver::gather(Supervisor& supervisor, Clock::time_point now) {
     }
     for (int id : pending) {
       Worker& w = workers_[id];
-      bool suspect = std::find(suspects.begin(), suspects.end(), id) != suspects.end();
-      say("horovodrun: elastic: worker " + workerName(w) +
-          (suspect ? " was reported lost by the others and did not rejoin"
-                   : " did not rejoin within " + seconds(settings_.gatherTimeout) + " (HOROVOD_ELASTIC_GATHER_TIMEOUT)") +
-          "; killing it\n");
+      std::string why = " did not rejoin within " + seconds(settings_.gatherTimeout) + " (HOROVOD_ELASTIC_GATHER_TIMEOUT)";
+      if (elastic::isSuspect(*store_, round_, w.slot.rank, storeDeadline())) {
+        why = " was reported lost by the others and did not rejoin";
+      } else if (std::find(suspects.begin(), suspects.end(), id) != suspects.end()) {
+        why = " did not rejoin and its host is blacklisted";
+      }
+      say("horovodrun: elastic: worker " + workerName(w) + why + "; killing it\n");
       for (auto& p : supervisor.workers()) {
         if (p.elasticId == id && !p.exited) {
           if (p.remote && p.stdinFd >= 0) {
