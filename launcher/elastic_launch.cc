@@ -96,9 +96,8 @@ int runElasticJob(const Options& options, int signalFd) {
   for (const auto& [host, isLocal] : local) {
     if (!isLocal) remoteHosts.push_back(host);
   }
-  // Later hosts may be remote: resolve ssh too when a discovery script can add hosts.
-  bool mayBeRemote = !remoteHosts.empty() || options.hostDiscoveryScript.has_value();
-  JobContext job = makeJobContext(options, /*anyLocal=*/true, mayBeRemote && !remoteHosts.empty());
+  // ssh is resolved now for remote hosts known at start, else when the first one appears (spawn).
+  JobContext job = makeJobContext(options, /*anyLocal=*/true, /*anyRemote=*/!remoteHosts.empty());
   NetworkChoice network = chooseNetwork(options.networkInterfaces, remoteHosts);
   job.remoteInterfaceFromRoute = network.detected;
   job.secret = jobSecret();
