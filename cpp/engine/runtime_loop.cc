@@ -649,7 +649,10 @@ std::exception_ptr Runtime::preferRelayedCause(std::exception_ptr error) {
   // rank aborted: TCP "failed and aborted", shm "failed (aborted its transport".
   const bool lostAMessenger = mine.message.find("failed and aborted") != std::string::npos ||
                               mine.message.find("failed (aborted its transport") != std::string::npos;
-  const auto wait = std::chrono::milliseconds(mine.kind == ErrorKind::kTimeout ? 1000 : lostAMessenger ? 500 : 0);
+  // The messenger's notice comes from a rank that saw the culprit itself (over TCP, or over shared
+  // memory on the culprit's host: up to 100 ms to notice, then its abort frame): on a loaded
+  // machine that takes more than half a second now and then.
+  const auto wait = std::chrono::milliseconds(mine.kind == ErrorKind::kTimeout ? 1000 : lostAMessenger ? 1500 : 0);
   Deadline grace = Deadline::after(wait);
   try {
     while (true) {
@@ -665,6 +668,10 @@ std::exception_ptr Runtime::preferRelayedCause(std::exception_ptr error) {
         return relayed.toException();
       }
     }
+  } catch (const PeerLost& e) {
+    // Reading on, this rank found a lost peer of its own: if it is not the messenger, it is the
+    // culprit (e.g. the dead rank's own connection closed).
+    if (e.rank() >= 0 && e.rank() != mine.rank && lostAMessenger) return std::current_exception();
   } catch (const std::exception&) {
     // The transport has failed too: nothing more to read.
   }
