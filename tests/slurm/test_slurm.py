@@ -81,17 +81,8 @@ def test_srun_trains_the_pytorch_example(slurm, tmp_path):
     assert 'Final test accuracy' in result.stdout and '(2 workers, global batch 64)' in result.stdout
 
 
-def _plain_srun_supported():
-    """Plain `srun python train.py` (no HOROVOD_RENDEZVOUS_DIR) needs the engine to rendezvous
-    by itself under Slurm; the engine says so in its error until it can."""
-    runtime_init = os.path.join(ROOT, 'cpp', 'engine', 'runtime_init.cc')
-    with open(runtime_init) as source:
-        return 'without horovodrun: set HOROVOD_RENDEZVOUS_DIR' not in source.read()
-
-
-@pytest.mark.xfail(not _plain_srun_supported(), strict=False,
-                   reason='plain srun without HOROVOD_RENDEZVOUS_DIR needs the engine-side Slurm/MPI '
-                          'rendezvous of issue 29 (branch mpi)')
+# Plain `srun python train.py`, no HOROVOD_RENDEZVOUS_DIR: the engine rendezvouses by itself
+# under Slurm (a store served by the first task of the step's first node; docs/mpi.md).
 def test_plain_srun_trains_the_pytorch_example(slurm):
     result = slurm.run(['srun', '-n', 2, 'python3', MNIST, '--epochs', 1], timeout=TRAIN_TIMEOUT,
                        extra_env={'OMP_NUM_THREADS': '1'})
