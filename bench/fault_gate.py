@@ -251,16 +251,7 @@ class ElasticJob:
             except subprocess.TimeoutExpired:
                 rc, hung = None, True
         finally:
-            if pid is not None:
-                scenario.after(cluster, pid)
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
-            log.close()
+            _end_run(scenario, cluster, pid, proc, log)
         if scenario.name == 'leave':
             left = glob.glob(os.path.join(work, 'left*.json'))
             t_inject = json.load(open(left[0]))['t'] if left else t_inject
@@ -318,6 +309,20 @@ class ElasticJob:
                 sizes = sorted({e['size'] for e in resumed})
                 notes.append('resumed at step {} with size {}'.format(min(e['step'] for e in resumed), sizes))
         return ok, notes, recovery
+
+
+def _end_run(scenario, cluster, pid, proc, log):
+    """Undoes the fault (resumes the victim, restores links) and stops what is left of the job."""
+    if pid is not None:
+        scenario.after(cluster, pid)
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    log.close()
 
 
 def _tail(path, lines=3):
@@ -384,16 +389,7 @@ def run_once(hvdrun, cluster, kind, scenario, victim, np_, bound):
             time.sleep(0.05)
         hung = not all(os.path.exists(os.path.join(work, 'rank{}.json'.format(r))) for r in survivors)
     finally:
-        if pid is not None:
-            scenario.after(cluster, pid)
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        log.close()
+        _end_run(scenario, cluster, pid, proc, log)
     records = {}
     for r in range(np_):
         path = os.path.join(work, 'rank{}.json'.format(r))
