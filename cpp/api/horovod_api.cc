@@ -140,11 +140,11 @@ int crossSize() { return api::runtimeForQueries()->topology().crossSize; }
 bool isHomogeneous() { return api::runtimeForQueries()->topology().homogeneous; }
 
 ElasticHostUpdates elasticHostUpdates() {
-  const engine::Config& config = api::runtimeForQueries()->config();
+  auto runtime = api::runtimeForQueries();
   ElasticHostUpdates out;
-  out.round = config.elasticRound;
-  if (config.elasticRound < 0) return out;
-  elastic::HostUpdates u = engine::elasticHostUpdates(config);
+  out.round = runtime->config().elasticRound;
+  if (out.round < 0) return out;
+  elastic::HostUpdates u = runtime->elasticHostUpdates();
   out.latest = u.latest;
   out.flags = u.flags;
   return out;

@@ -36,11 +36,4 @@ void joinElasticRound(Config& config, int64_t previousRound, int suspect) {
   config.elasticUpdatesSeen = a.updatesSeen;
 }
 
-elastic::HostUpdates elasticHostUpdates(const Config& config) {
-  if (config.elasticRound < 0) return {};
-  Deadline deadline = Deadline::after(config.timeout);
-  auto store = connect(config, deadline);
-  return elastic::readHostUpdates(*store, config.elasticUpdatesSeen, deadline);
-}
-
 }  // namespace hvd::engine

@@ -18,7 +18,4 @@ namespace hvd::engine {
 // that the driver removes a silent worker at once instead of after its gather timeout.
 void joinElasticRound(Config& config, int64_t previousRound = -1, int suspect = -1);
 
-// Host-set changes the driver announced after `config`'s round formed (none when not elastic).
-elastic::HostUpdates elasticHostUpdates(const Config& config);
-
 }  // namespace hvd::engine

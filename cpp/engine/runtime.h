@@ -56,6 +56,7 @@
 #include "engine/tensor_queue.h"
 #include "engine/tuner.h"
 #include "horovod/operation.h"
+#include "store/elastic_protocol.h"
 #include "store/store.h"
 #include "transport/transport.h"
 
@@ -116,6 +117,9 @@ class Runtime {
   // init() done and shutdown() not called on this rank (a remote shutdown keeps it true; later
   // operations then fail with the shutdown error).
   bool initialized() const { return initialized_.load(); }
+  // Elastic jobs: the host-set changes the driver announced after this round formed, read over
+  // the runtime's own store connection (none when not elastic). Any thread.
+  elastic::HostUpdates elasticHostUpdates() const;
   // The peer whose loss ended this runtime's engine (PeerLost), or -1.
   int lostPeer() const { return lostPeer_.load(); }
 

@@ -284,6 +284,11 @@ void Runtime::bootstrap(const InitOptions& options) {
                  << transport_->name() << ", job " << jobId_;
 }
 
+elastic::HostUpdates Runtime::elasticHostUpdates() const {
+  if (config_.elasticRound < 0 || !store_) return {};
+  return elastic::readHostUpdates(*store_, config_.elasticUpdatesSeen, Deadline::after(config_.timeout));
+}
+
 void Runtime::shutdown() {
   std::lock_guard<std::mutex> lock(lifecycleMu_);
   // First: the watch may be about to abort the transport, and peers must not take this rank's
