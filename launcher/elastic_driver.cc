@@ -96,7 +96,7 @@ void ElasticDriver::workerExited(const WorkerProcess& process) {
     if (phase_ != Phase::kFinishing && phase_ != Phase::kStopped) {
       if (settings_.verbose) say("horovodrun: elastic: " + workerName(w) + " completed; no further rounds\n");
       phase_ = Phase::kFinishing;
-      tellWaiting("the elastic job is finishing: another worker completed training", /*abort=*/true);
+      tellWaiting("the elastic job is finishing: another worker completed training", /*abort=*/false);
     }
     return;
   }
@@ -353,7 +353,7 @@ std::chrono::milliseconds ElasticDriver::tick(Supervisor& supervisor) {
       case Phase::kWaitingForHosts:
         break;
       case Phase::kFinishing:
-        tellWaiting("the elastic job is finishing: another worker completed training", /*abort=*/true);
+        tellWaiting("the elastic job is finishing: another worker completed training", /*abort=*/false);
         break;
       case Phase::kStopped:
         break;

@@ -136,7 +136,7 @@ const Param<double> kStallCheckTime(
     "the tensor, the ranks that submitted it and the ranks that did not; repeated every such period "
     "while the stall lasts. Fractions are accepted.");
 const Param<double> kLivenessTimeout(
-    "HOROVOD_LIVENESS_TIMEOUT_SECONDS", 3.0,
+    "HOROVOD_LIVENESS_TIMEOUT_SECONDS", 1.5,
     "Seconds without a sign of life from a rank (its watch thread bumps a counter in the rendezvous "
     "store every sixth of this) after which its peers fail with PeerLost naming it: catches paused, "
     "hung and cut-off ranks whose connections stay open. 0 = off.");

@@ -86,7 +86,7 @@ struct Config {
   std::chrono::milliseconds stallCheckTime{60000};    // HOROVOD_STALL_CHECK_TIME_SECONDS
   std::chrono::milliseconds stallShutdownTime{0};     // HOROVOD_STALL_SHUTDOWN_TIME_SECONDS; 0 = never
   // Liveness watch (liveness.h): a rank silent this long is lost. 0 = off.
-  std::chrono::milliseconds livenessTimeout{3000};    // HOROVOD_LIVENESS_TIMEOUT_SECONDS
+  std::chrono::milliseconds livenessTimeout{1500};    // HOROVOD_LIVENESS_TIMEOUT_SECONDS
 
   // Reads every engine variable from `env`. Throws InvalidArgument for a bad value, an
   // unsupported HOROVOD_CONTROLLER / HOROVOD_CPU_OPERATIONS, or an inconsistent topology.

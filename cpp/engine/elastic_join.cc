@@ -25,6 +25,7 @@ void joinElasticRound(Config& config, int64_t previousRound, int suspect) {
   auto store = connect(config, Deadline::after(config.timeout));
   if (previousRound >= 0 && suspect >= 0) elastic::reportSuspect(*store, previousRound, suspect, deadline);
   elastic::Assignment a = elastic::requestAssignment(*store, config.elasticWorkerId, deadline);
+  if (a.kind == elastic::Assignment::Kind::kRemoved) throw RemovedFromJob(a.message);
   if (a.kind != elastic::Assignment::Kind::kJoin) throw Error(a.message);
   config.rank = a.rank;
   config.size = a.size;

@@ -82,7 +82,15 @@ void LivenessWatch::run() {
       break;
     }
     lock.lock();
+    const Clock::time_point sleepStart = Clock::now();
     cv_.wait_for(lock, options_.interval, [&] { return stopping_; });
+    // A watch that overslept was not running (the machine was overloaded or paused): its peers
+    // may not have run either, so that time does not count as their silence.
+    const auto overslept = Clock::now() - sleepStart - options_.interval;
+    if (overslept > options_.interval) {
+      for (Clock::time_point& t : changed) t += overslept;
+      storeOk += overslept;
+    }
   }
   const bool departing = stopping_;
   lock.unlock();

@@ -9,7 +9,9 @@
 // has not moved for `timeout` names its rank: onSilent(rank, message) is called once, from the
 // watch thread. A rank that leaves (stop()) marks its counter as departed first, so peers that
 // are still finishing do not mistake its shutdown for silence. When the store itself stops
-// answering for `timeout` (e.g. it lives in a paused rank 0), rank 0 is named.
+// answering for `timeout` (e.g. it lives in a paused rank 0), rank 0 is named. Time the watch
+// itself was not running (it overslept its interval: the machine stalled or was overloaded, so its
+// peers may not have run either) does not count as anyone's silence.
 //
 // The thread is cheap (one store round trip per interval, plus size - 1 on rank 0) and holds no
 // engine lock.
@@ -35,7 +37,7 @@ class LivenessWatch {
     int size = 1;
     std::vector<std::string> hostOf;  // for messages
     std::chrono::milliseconds interval{500};
-    std::chrono::milliseconds timeout{3000};
+    std::chrono::milliseconds timeout{1500};
   };
   using SilentFn = std::function<void(int rank, const std::string& message)>;
 

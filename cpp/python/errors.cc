@@ -30,6 +30,11 @@ PyObject* internalError() {
   return cls;
 }
 
+PyObject* removedError() {
+  static PyObject* cls = exceptionClass("HorovodRemovedError");
+  return cls;
+}
+
 PyObject* peerLostError() {
   static PyObject* cls = exceptionClass("HorovodPeerLostError");
   return cls;
@@ -59,6 +64,8 @@ void registerErrorTranslator() {
       PyErr_SetString(PyExc_ValueError, e.what());
     } catch (const PeerLost& e) {
       raisePeerLost(e);
+    } catch (const RemovedFromJob& e) {
+      PyErr_SetString(removedError(), e.what());
     } catch (const Error& e) {
       PyErr_SetString(internalError(), e.what());
     }

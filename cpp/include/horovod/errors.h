@@ -1,7 +1,8 @@
 // The exception hierarchy of the core. Every failure the core reports is one of these; the
 // Python binding maps each class to its own Python exception (see python/horovod/common/exceptions.py):
 //   InvalidArgument -> ValueError (raised synchronously, at enqueue)
-//   everything else -> HorovodInternalError (a RuntimeError), PeerLost -> its subclass.
+//   everything else -> HorovodInternalError (a RuntimeError), PeerLost and RemovedFromJob -> its
+//   subclasses.
 #pragma once
 
 #include <stdexcept>
@@ -43,6 +44,12 @@ class PeerLost : public Error {
 
 // The rendezvous store failed (unreachable, authentication refused, protocol error).
 class StoreError : public Error {
+  using Error::Error;
+};
+
+// An elastic worker's init() was told by the driver that it is no longer part of the job (its
+// host was removed, or the job no longer needs it). Not a failure: the worker should exit.
+class RemovedFromJob : public Error {
   using Error::Error;
 };
 

@@ -9,6 +9,7 @@ import os
 import sys
 
 from horovod.common import process_sets as _ps
+from horovod.common.exceptions import HorovodRemovedError
 from horovod.common.util import NOT_INITIALIZED_MESSAGE, env_bool
 
 try:
@@ -104,6 +105,10 @@ class HorovodBasics:
         try:
             core.init([ps.ranks for ps in sets] if sets else None,
                       dynamic or env_bool('HOROVOD_DYNAMIC_PROCESS_SETS'), comm_handle)
+        except HorovodRemovedError as e:
+            # Elastic: this worker is not in the next round. Not an error: leave quietly.
+            print('[horovod] {}: this worker exits'.format(e), file=sys.stderr, flush=True)
+            raise SystemExit(0)
         except Exception as e:
             print('[horovod] init failed: {}: {}'.format(type(e).__name__, e), file=sys.stderr,
                   flush=True)

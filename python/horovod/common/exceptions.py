@@ -15,6 +15,12 @@ class HorovodPeerLostError(HorovodInternalError):
         self.rank = rank
 
 
+class HorovodRemovedError(HorovodInternalError):
+    """An elastic worker's ``init()`` learned that the driver removed it from the job (its host
+    left, or the job no longer needs it). ``hvd.init()`` turns it into a quiet exit with status 0."""
+    pass
+
+
 class HostsUpdatedInterrupt(RuntimeError):
     """Raised by ``State.commit()`` / ``check_host_updates()`` when hosts were added or removed.
 

@@ -9,6 +9,11 @@
 #include <string>
 #include <thread>
 
+#include <cerrno>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "engine/liveness.h"
 #include "store/memory_store.h"
 
@@ -73,6 +78,33 @@ TEST(Liveness, LiveAndDepartedRanksAreNotNamed) {
   EXPECT_EQ(seen0.calls, 0) << seen0.message;
   EXPECT_EQ(seen1.calls, 0) << seen1.message;
   EXPECT_EQ(seen2.calls, 0) << seen2.message;
+}
+
+// The whole process stops (a paused VM, an overloaded machine): every watch and every heartbeat
+// stalls alike, and nobody is named when it resumes.
+TEST(Liveness, AStallOfEveryoneIsNoOnesSilence) {
+  auto store = std::make_shared<MemoryStore>();
+  Silence seen0, seen1;
+  LivenessWatch watch0(store, options(0, 2), seen0.fn());
+  LivenessWatch watch1(store, options(1, 2), seen1.fn());
+  for (int stall = 0; stall < 4; ++stall) {
+    std::this_thread::sleep_for(50ms);
+    const pid_t self = getpid();
+    const pid_t pauser = fork();
+    ASSERT_GE(pauser, 0);
+    if (pauser == 0) {
+      kill(self, SIGSTOP);
+      usleep(600 * 1000);  // 3x the timeout
+      kill(self, SIGCONT);
+      _exit(0);
+    }
+    int status = 0;
+    while (waitpid(pauser, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(seen0.calls, 0) << seen0.message;
+  EXPECT_EQ(seen1.calls, 0) << seen1.message;
 }
 
 TEST(Liveness, WorkersWatchRankZero) {
