@@ -315,17 +315,20 @@ void Runtime::shutdown() {
   }
   // Give the other ranks a moment to read what we posted last, then close. After a failure the
   // survivors have had their abort notice already and the lost ranks will never say goodbye:
-  // waiting would only hold every survivor's shutdown for the whole grace.
-  if (!loopFailed_) {
-    try {
-      Deadline grace = Deadline::after(kTeardownGrace);
-      roundStore_->set("bye/" + std::to_string(config_.rank), Bytes{1}, grace);
+  // waiting would only hold every survivor's shutdown for the whole grace. The goodbye itself is
+  // still said: a rank that left on purpose (its script raised, so its shutdown failed everyone
+  // else's operations) waits for it, and must not wait the whole grace while an elastic driver
+  // waits for its exit before the next round.
+  try {
+    Deadline grace = Deadline::after(loopFailed_ ? kTeardownGrace / 4 : kTeardownGrace);
+    roundStore_->set("bye/" + std::to_string(config_.rank), Bytes{1}, grace);
+    if (!loopFailed_) {
       std::vector<std::string> keys;
       for (int r = 0; r < config_.size; ++r) keys.push_back("bye/" + std::to_string(r));
       roundStore_->wait(keys, grace);
-    } catch (const std::exception&) {
-      // Other ranks left earlier or are gone; nothing to wait for.
     }
+  } catch (const std::exception&) {
+    // Other ranks left earlier or are gone (or the store with them); nothing to wait for.
   }
   {
     std::lock_guard<std::mutex> tunerLock(tunerMu_);
