@@ -220,8 +220,9 @@ class ElasticDriver:
         try:
             self._form_round([])
             return self._drive()
-        except BaseException:
-            self._abort_waiting('the elastic job ended')
+        except BaseException as e:
+            self._abort_waiting('the elastic job ended: {}'.format(str(e).strip().splitlines()[0] if str(e).strip()
+                                                                   else type(e).__name__))
             raise
 
     def _drive(self):
