@@ -116,17 +116,18 @@ def test_lost_worker_is_replaced_and_training_resumes_from_the_commit(spark, tmp
 def test_min_num_proc_out_of_reach_is_an_error_within_elastic_timeout(spark):
     started = time.monotonic()
     with pytest.raises(RuntimeError, match=r'Timed out after 3.0 s waiting for 3 Horovod workers in Spark task slots '
-                                           r'\(2 possible\): free task slots .* or lower min_num_proc'):
+                                           r'\(2 possible\): free task slots .* or lower min_num_proc') as info:
         horovod.spark.run_elastic(elastic_train, args=('unused',), num_proc=3, elastic_timeout=3)
+    print(info.value)
     assert time.monotonic() - started < 15
     assert no_active_jobs(spark.sparkContext)
 
 
 def test_reset_limit_exceeded_is_an_error(spark, tmp_path):
     started = time.monotonic()
-    with pytest.raises(RuntimeError, match='number of resets during elastic job exceeded limit: 1'):
+    with pytest.raises(RuntimeError, match='number of resets during elastic job exceeded limit: 1') as info:
         horovod.spark.run_elastic(elastic_train, args=(str(tmp_path / 'died'), True), num_proc=2, min_num_proc=1,
-                                  reset_limit=1, elastic_timeout=60, start_timeout=60)
-    print('failed after {:.1f} s'.format(time.monotonic() - started))
+                                  reset_limit=1, elastic_timeout=60, start_timeout=60, verbose=2)
+    print(info.value, '(after {:.1f} s)'.format(time.monotonic() - started))
     assert no_active_jobs(spark.sparkContext)
     assert spark.sparkContext.parallelize(range(4), 2).sum() == 6

@@ -17,6 +17,21 @@ pytestmark = pytest.mark.timeout(300)
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
+def test_epochs_cover_every_row_of_uneven_shards():
+    import numpy as np
+    from horovod.spark.common.reader import epoch_order, epoch_rows
+    total = epoch_rows([7, 10], 'training')
+    assert total == 10
+    rng = np.random.default_rng(0)
+    small = epoch_order(7, total, rng.permutation)
+    assert len(small) == 10 and sorted(set(small.tolist())) == list(range(7))  # all 7 rows, 3 again
+    assert sorted(small[:7].tolist()) == list(range(7))                       # a whole pass first
+    assert epoch_order(10, total).tolist() == list(range(10))
+    assert epoch_order(3, 8).tolist() == [0, 1, 2, 0, 1, 2, 0, 1]
+    with pytest.raises(ValueError, match=r'The validation data of ranks \[1\] is empty'):
+        epoch_rows([4, 0], 'validation')
+
+
 def test_store_create_picks_by_path(tmp_path):
     assert type(Store.create(str(tmp_path))) is FilesystemStore
     assert type(Store.create('dbfs:/x')) is DBFSLocalStore and Store.create('dbfs:/x').prefix_path == '/dbfs/x'

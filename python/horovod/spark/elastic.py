@@ -200,8 +200,9 @@ def drive_elastic_job(context, group_prefix, spec, rendezvous, service, user_env
     every process that ran), or raises RuntimeError. Cancels every task it started."""
     say = (lambda line: sys.stderr.write('horovod.spark.run_elastic: {}\n'.format(line))) if verbose >= 2 else None
     pool = SparkWorkerPool(context, group_prefix, spec, rendezvous, service, start_timeout)
-    driver = ElasticDriver(pool, rendezvous, spec.secret, spec.driver_addr, elastic_environment(elastic_timeout, user_env),
-                           min_num_proc, max_num_proc, reset_limit, elastic_timeout, start_workers=num_proc, say=say)
+    env = elastic_environment(elastic_timeout, user_env)
+    driver = ElasticDriver(pool, rendezvous, spec.secret, spec.driver_addr, env, min_num_proc, max_num_proc,
+                           reset_limit, elastic_timeout, start_workers=num_proc, say=say)
     try:
         results = driver.run()
     finally:
