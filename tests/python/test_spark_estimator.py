@@ -2,6 +2,7 @@
 transform, validation split, history, checkpoints and resume; stores and argument errors."""
 
 import sys
+import time
 
 import pytest
 
@@ -72,7 +73,7 @@ def store(tmp_path_factory):
     return LocalStore(str(tmp_path_factory.mktemp('store')))
 
 
-def test_fit_transform_history_and_checkpoint(spark, digits, store):
+def test_fit_transform_history_and_checkpoint(spark, digits, store, capfd):
     estimator = make_estimator(store, run_id='digits')
     model = estimator.fit(digits)
     assert isinstance(model, TorchModel)
@@ -90,6 +91,10 @@ def test_fit_transform_history_and_checkpoint(spark, digits, store):
     assert len(rows) == digits.count() and len(rows[0]['logits']) == 10
     correct = sum(int(max(range(10), key=lambda k: r['logits'][k]) == r['label']) for r in rows)
     assert correct / len(rows) > 0.85
+    # transform() reads a sample row without cutting a Python worker off mid-write (digits is
+    # built from Python data, whose workers pyspark's limit(1) would leave with a broken pipe).
+    time.sleep(1)
+    assert 'BrokenPipeError' not in capfd.readouterr().err
 
 
 def test_prepare_data_fit_on_parquet_resumes_from_checkpoint(spark, digits, store):
