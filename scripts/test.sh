@@ -56,9 +56,9 @@ if [ -d tests/launcher ]; then
 fi
 # Ray and Spark start real clusters (a local Ray, a two-node Ray, Spark local[2] and
 # local-cluster; the Keras estimator's processes each import TensorFlow): their own stage and
-# time bound (~8-9 min on a 2-core machine).
+# time bound (~11-12 min on a 2-core machine; Spark's elastic jobs add ~3).
 ray_spark_tests=(tests/python/test_rendezvous_server.py tests/python/test_ray.py tests/python/test_ray_cluster.py
-                 tests/python/test_spark.py tests/python/test_spark_estimator.py
+                 tests/python/test_spark.py tests/python/test_spark_elastic.py tests/python/test_spark_estimator.py
                  tests/python/test_spark_keras_estimator.py)
 # Plain mpirun.openmpi / mpiexec.mpich / srun-style launches without horovodrun (~5 min).
 mpi_tests=(tests/python/test_mpi.py)

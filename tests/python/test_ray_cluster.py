@@ -86,3 +86,65 @@ def test_one_worker_per_node_through_ray_client(two_node_client):
         assert executor.run(fn) == [(3.0, 1, 2, 0), (3.0, 1, 2, 1)]
     finally:
         executor.shutdown()
+
+
+def test_callbacks_run_in_the_client_driver(two_node_client):
+    executor = RayExecutor(RayExecutor.create_settings(timeout_s=30), num_workers=2)
+    executor.start()
+    seen = []
+    try:
+        def reporting():
+            from horovod.ray import report
+            for step in range(3):
+                report({'step': step, 'rank': int(os.environ['HOROVOD_RANK'])})
+            return 'done'
+
+        assert executor.run(reporting, callbacks=[seen.append]) == ['done', 'done']
+    finally:
+        executor.shutdown()
+    assert seen == [{'step': s, 'rank': 0} for s in range(3)]
+
+
+def elastic_train(marker):
+    """5 epochs inside hvd.elastic.run; rank 1 of the first round dies in epoch 2."""
+    import os
+    import torch
+    import horovod.torch as hvd
+    hvd.init()
+    model = torch.nn.Linear(2, 1)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                         named_parameters=model.named_parameters())
+    state = hvd.elastic.TorchState(model, optimizer, epoch=0)
+    seen = []
+
+    @hvd.elastic.run
+    def train(state):
+        while state.epoch < 5:
+            loss = model(torch.ones(4, 2) * (hvd.rank() + 1)).sum()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            seen.append((state.epoch, hvd.rank(), hvd.size(), hvd.cross_size()))
+            if state.epoch == 2 and hvd.rank() == 1 and not os.path.exists(marker):
+                open(marker, 'w').close()
+                os._exit(1)
+            state.epoch += 1
+            state.commit()
+
+    train(state)
+    return seen
+
+
+def test_elastic_job_through_ray_client(two_node_client, tmp_path):
+    """The elastic driver runs in an actor on the cluster; a worker dies and is replaced on the
+    node it freed (both nodes share this machine's file system, hence the marker)."""
+    executor = RayExecutor(RayExecutor.create_settings(timeout_s=30), min_workers=1, max_workers=2,
+                           elastic_timeout=60)
+    executor.start()
+    try:
+        results = executor.run(elastic_train, args=[str(tmp_path / 'died')])
+    finally:
+        executor.shutdown()
+    assert (tmp_path / 'died').exists()
+    assert results[0] == [(e, 0, 2, 2) for e in range(5)]
+    assert results[1] == [(3, 1, 2, 2), (4, 1, 2, 2)]

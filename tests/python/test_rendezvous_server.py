@@ -154,3 +154,19 @@ def test_silent_connection_is_dropped_after_the_handshake_deadline(server):
     assert s.recv(1) == b''  # then nothing until the server hangs up
     assert time.monotonic() - started < 8
     assert server.refused == 1
+
+
+def test_python_store_client(server):
+    from horovod.runner.store_client import StoreClient, StoreTimeout
+    with StoreClient('127.0.0.1', server.port, SECRET) as client:
+        client.set('a/b', b'\x00value')
+        assert client.get('a/b', 1) == b'\x00value'
+        assert client.add('n', 3) == 3 and client.add('n', -1) == 2
+        threading.Timer(0.3, lambda: Client(server.port).set(b'later', b'x')).start()
+        assert client.get('later', 10) == b'x'
+        started = time.monotonic()
+        with pytest.raises(StoreTimeout, match="key 'never' did not appear .* within 0 s"):
+            client.get('never', 0.2)
+        assert 0.15 < time.monotonic() - started < 5
+    with pytest.raises(ConnectionError, match='refused the job secret'):
+        StoreClient('127.0.0.1', server.port, 'cd' * 32)

@@ -39,9 +39,7 @@ def test_no_spark_context_is_the_spec_error():
         horovod.spark.run(allreduce_and_topology, num_proc=2)
 
 
-def test_elastic_and_mpi_say_what_is_missing():
-    with pytest.raises(RuntimeError, match='run_elastic is not available in this build'):
-        horovod.spark.run_elastic(allreduce_and_topology, num_proc=2)
+def test_mpi_says_what_is_missing():
     with pytest.raises(ValueError, match='MPI is not available'):
         horovod.spark.run(allreduce_and_topology, use_mpi=True)
     with pytest.raises(ValueError, match='only allow one'):

@@ -2,6 +2,7 @@
 transform, validation split, history, checkpoints and resume; stores and argument errors."""
 
 import sys
+import time
 
 import pytest
 
@@ -15,6 +16,21 @@ from horovod.spark.torch import TorchEstimator, TorchModel  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def test_epochs_cover_every_row_of_uneven_shards():
+    import numpy as np
+    from horovod.spark.common.reader import epoch_order, epoch_rows
+    total = epoch_rows([7, 10], 'training')
+    assert total == 10
+    rng = np.random.default_rng(0)
+    small = epoch_order(7, total, rng.permutation)
+    assert len(small) == 10 and sorted(set(small.tolist())) == list(range(7))  # all 7 rows, 3 again
+    assert sorted(small[:7].tolist()) == list(range(7))                       # a whole pass first
+    assert epoch_order(10, total).tolist() == list(range(10))
+    assert epoch_order(3, 8).tolist() == [0, 1, 2, 0, 1, 2, 0, 1]
+    with pytest.raises(ValueError, match=r'The validation data of ranks \[1\] is empty'):
+        epoch_rows([4, 0], 'validation')
 
 
 def test_store_create_picks_by_path(tmp_path):
@@ -57,7 +73,7 @@ def store(tmp_path_factory):
     return LocalStore(str(tmp_path_factory.mktemp('store')))
 
 
-def test_fit_transform_history_and_checkpoint(spark, digits, store):
+def test_fit_transform_history_and_checkpoint(spark, digits, store, capfd):
     estimator = make_estimator(store, run_id='digits')
     model = estimator.fit(digits)
     assert isinstance(model, TorchModel)
@@ -75,6 +91,10 @@ def test_fit_transform_history_and_checkpoint(spark, digits, store):
     assert len(rows) == digits.count() and len(rows[0]['logits']) == 10
     correct = sum(int(max(range(10), key=lambda k: r['logits'][k]) == r['label']) for r in rows)
     assert correct / len(rows) > 0.85
+    # transform() reads a sample row without cutting a Python worker off mid-write (digits is
+    # built from Python data, whose workers pyspark's limit(1) would leave with a broken pipe).
+    time.sleep(1)
+    assert 'BrokenPipeError' not in capfd.readouterr().err
 
 
 def test_prepare_data_fit_on_parquet_resumes_from_checkpoint(spark, digits, store):

@@ -17,6 +17,8 @@ from horovod.ray.static import StaticJob
 
 __all__ = ['RayExecutor']
 
+_REPORT_POLL_SECONDS = 0.1
+
 _NOT_INITIALIZED = ('Ray is not initialized: call ray.init() (a local cluster) or ray.init(address=...) '
                     '(an existing cluster or "ray://host:10001" for Ray Client) before RayExecutor.start().')
 
@@ -36,7 +38,8 @@ class RayExecutor:
         with NotImplementedError. elastic_timeout is ignored in a static job, as in Horovod.
 
     Through Ray Client (``ray.init("ray://...")``) the job is driven from an actor on the
-    cluster, so that the workers can reach its rendezvous server.
+    cluster, so that the workers can reach its rendezvous server; ``callbacks`` still run in
+    this process.
     """
 
     create_settings = staticmethod(create_settings)
@@ -150,11 +153,29 @@ class RayExecutor:
         if self._job is not None:
             return getattr(self._job, method)(*args)
         if self._remote is not None:
-            if (method == 'run' and args[3]) or (method == 'execute' and args[1]):
-                raise NotImplementedError('callbacks are not available through Ray Client in this build: '
-                                          'they would run on the cluster, not in this driver')
-            return ray.get(getattr(self._remote, method).remote(*args))
+            callbacks = args[3] if method == 'run' else args[1] if method == 'execute' else None
+            if not callbacks:
+                return ray.get(getattr(self._remote, method).remote(*args))
+            if self._job_cls is not StaticJob:
+                raise NotImplementedError('elastic RayExecutor.run: callbacks are not supported')
+            return self._call_reporting(method, args, callbacks)
         raise RuntimeError('RayExecutor has no workers: call start() first')
+
+    def _call_reporting(self, method, args, callbacks):
+        """Through Ray Client: the job runs in an actor on the cluster, and ``callbacks`` here.
+        The workers put rank 0's reports into a queue (an actor) that this driver drains."""
+        from ray.util.queue import Queue
+        from horovod.ray.static import _drain
+        queue = Queue(actor_options={'num_cpus': 0})
+        try:
+            args = args[:3] + (None,) if method == 'run' else args[:1] + (None,)
+            ref = getattr(self._remote, method).remote(*args, report_queue=queue)
+            while not ray.wait([ref], timeout=_REPORT_POLL_SECONDS)[0]:
+                _drain(queue, callbacks)
+            _drain(queue, callbacks)  # a worker's put() returns before its function does
+            return ray.get(ref)
+        finally:
+            queue.shutdown()
 
 
 def _is_ray_client():

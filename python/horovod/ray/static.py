@@ -124,13 +124,19 @@ class StaticJob:
 
     # -- calls -----------------------------------------------------------------------------------
 
-    def run(self, fn, args=None, kwargs=None, callbacks=None):
-        queue = self._queue(callbacks)
-        return self._get_all([w.run.remote(fn, args, kwargs, queue) for w in self._live()], 'run', callbacks, queue)
+    # report_queue: a Ray queue that the caller created and drains itself (a Ray Client driver,
+    # whose callbacks cannot run here); the workers put rank 0's reported values into it. (A
+    # Queue has __len__: an empty one is falsy, so compare with None.)
 
-    def execute(self, fn, callbacks=None):
-        queue = self._queue(callbacks)
-        return self._get_all([w.execute.remote(fn, queue) for w in self._live()], 'execute', callbacks, queue)
+    def run(self, fn, args=None, kwargs=None, callbacks=None, report_queue=None):
+        queue = self._queue(callbacks) if report_queue is None else report_queue
+        refs = [w.run.remote(fn, args, kwargs, queue) for w in self._live()]
+        return self._get_all(refs, 'run', callbacks, queue if report_queue is None else None)
+
+    def execute(self, fn, callbacks=None, report_queue=None):
+        queue = self._queue(callbacks) if report_queue is None else report_queue
+        refs = [w.execute.remote(fn, queue) for w in self._live()]
+        return self._get_all(refs, 'execute', callbacks, queue if report_queue is None else None)
 
     def execute_single(self, fn):
         return self._get_all([self._live()[0].execute.remote(fn)], 'execute_single')[0]
@@ -161,7 +167,7 @@ class StaticJob:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         try:
             while pending:
-                ready, pending = ray.wait(pending, num_returns=1, timeout=_POLL_SECONDS if queue else 1.0)
+                ready, pending = ray.wait(pending, num_returns=1, timeout=_POLL_SECONDS if queue is not None else 1.0)
                 for ref in ready:
                     self._check(ref, rank_of[ref], what)
                 _drain(queue, callbacks)

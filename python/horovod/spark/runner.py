@@ -26,11 +26,6 @@ START_TIMEOUT_MESSAGE = (
     'Timed out waiting for Spark tasks to start. Please check that you have enough resources to run all '
     'Horovod processes. Each Horovod process runs in a Spark task. You may need to increase the '
     'start_timeout parameter to a larger value if your Spark resources are allocated on-demand.')
-ELASTIC_NOT_AVAILABLE = (
-    'horovod.spark.run_elastic is not available in this build: a lost Spark task cannot be replaced '
-    'inside a barrier stage and the non-barrier driver it needs has not been written. Use '
-    'horovod.spark.run for a fixed number of processes, or horovodrun --min-np / '
-    'RayExecutor(min_workers=...) for elastic jobs.')
 
 # What each task needs from the driver (pickled into the task closure).
 SparkJobSpec = collections.namedtuple(
@@ -249,5 +244,72 @@ def _write_output(outcomes, stdout, stderr):
 def run_elastic(fn, args=(), kwargs={}, num_proc=None, min_num_proc=None, max_num_proc=None, start_timeout=None,
                 elastic_timeout=None, reset_limit=None, env=None, stdout=None, stderr=None, verbose=1, nics=None,
                 prefix_output_with_timestamp=False, min_np=None, max_np=None):
-    """Elastic Horovod on Spark: not available until elastic training lands (RuntimeError)."""
-    raise RuntimeError(ELASTIC_NOT_AVAILABLE)
+    """Runs ``fn(*args, **kwargs)`` as an elastic Horovod job in tasks of the active SparkContext
+    (one non-barrier task per worker; elastic.py); returns the return values of the final
+    round's workers in rank order. ``fn`` trains inside ``hvd.elastic.run``: when a worker's
+    process or task dies, the others roll back to their last commit and go on with a replacement.
+
+    num_proc: workers needed to start (default ``spark.default.parallelism``).
+    min_num_proc (alias min_np): fewer workers possible after a failure: wait up to
+        ``elastic_timeout`` for slots, then RuntimeError. Default num_proc.
+    max_num_proc (alias max_np): at most this many workers. Default num_proc.
+    start_timeout: seconds for a worker's task to start (default $HOROVOD_SPARK_START_TIMEOUT or 600).
+    elastic_timeout: seconds to wait for enough slots (default $HOROVOD_ELASTIC_TIMEOUT or 600).
+    reset_limit: the job fails on the reset after this many (default unlimited).
+    env, stdout, stderr, verbose, nics, prefix_output_with_timestamp: as in ``run``.
+
+    Raises Exception(NO_CONTEXT_MESSAGE) without an active SparkContext."""
+    from pyspark import SparkContext
+
+    from horovod.spark.elastic import SparkElasticSpec, drive_elastic_job
+
+    context = SparkContext._active_spark_context
+    if context is None:
+        raise Exception(NO_CONTEXT_MESSAGE)
+    min_num_proc = _alias(min_num_proc, min_np, 'min_num_proc', 'min_np')
+    max_num_proc = _alias(max_num_proc, max_np, 'max_num_proc', 'max_np')
+    if num_proc is None:
+        num_proc = context.defaultParallelism
+    min_num_proc = num_proc if min_num_proc is None else min_num_proc
+    max_num_proc = num_proc if max_num_proc is None else max_num_proc
+    if min_num_proc < 1:
+        raise ValueError('min_num_proc must be at least 1, got {}'.format(min_num_proc))
+    if not min_num_proc <= num_proc <= max_num_proc:
+        raise ValueError('run_elastic needs min_num_proc <= num_proc <= max_num_proc, got {} <= {} <= {}'.format(
+            min_num_proc, num_proc, max_num_proc))
+    if reset_limit is not None and reset_limit < 0:
+        raise ValueError('reset_limit must not be negative, got {}'.format(reset_limit))
+    if start_timeout is None:
+        start_timeout = float(os.environ.get('HOROVOD_SPARK_START_TIMEOUT', '600'))
+    if elastic_timeout is None:
+        elastic_timeout = float(os.environ.get('HOROVOD_ELASTIC_TIMEOUT', '600'))
+    if isinstance(nics, str):
+        nics = [nics]
+
+    secret = secrets.token_hex(32)
+    worker_env = {k: str(v) for k, v in (env or {}).items()}
+    worker_env.pop('CUDA_VISIBLE_DEVICES', None)
+    if nics:
+        worker_env['HOROVOD_GLOO_IFACE'] = list(nics)[0]
+    driver_addr = context.getConf().get('spark.driver.host')
+    rendezvous = RendezvousServer(secret, '0.0.0.0')
+    service = TaskService(secret, cloudpickle.dumps((fn, args, kwargs)))
+    # A placed task waits for its round this long; the driver cancels it sooner when it gives up.
+    spec = SparkElasticSpec(driver_addr, rendezvous.port, service.port, secret, None, prefix_output_with_timestamp,
+                            start_timeout + 2 * elastic_timeout + 60)
+    group = 'horovod.spark.run_elastic.{}.{}'.format(os.getpid(), next(_job_counter))
+    try:
+        results, outcomes, _ = drive_elastic_job(context, group, spec, rendezvous, service, worker_env, num_proc,
+                                                 min_num_proc, max_num_proc, start_timeout, elastic_timeout,
+                                                 reset_limit, verbose)
+    finally:
+        service.shutdown()
+        rendezvous.shutdown()
+    _write_output({'outcomes': outcomes}, stdout, stderr)
+    return results
+
+
+def _alias(value, alias, name, alias_name):
+    if alias is not None and value is not None and alias != value:
+        raise ValueError('{} and its alias {} differ ({} and {}); give one'.format(name, alias_name, value, alias))
+    return value if value is not None else alias

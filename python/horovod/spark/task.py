@@ -1,7 +1,8 @@
 """What runs inside each Spark barrier task of ``horovod.spark.run``: agree on ranks with the
 other tasks (host hashes through ``BarrierTaskContext.allGather``), then start this task's
 Horovod process (``python -m horovod.runner.run_task``, which fetches the function from the
-driver and sends the result back) and wait for it.
+driver and sends the result back) and wait for it. And what runs in each task of
+``horovod.spark.run_elastic`` (``run_elastic_worker``).
 
 Also ``get_available_devices()`` (spec: horovod.spark.task).
 """
@@ -15,7 +16,7 @@ import sys
 import threading
 import time
 
-__all__ = ['host_hash', 'get_available_devices', 'TaskOutcome', 'run_horovod_process']
+__all__ = ['host_hash', 'get_available_devices', 'TaskOutcome', 'run_horovod_process', 'run_elastic_worker']
 
 # Bytes of each process's output kept for the driver (the end of it).
 _KEEP_OUTPUT_BYTES = 1 << 20
@@ -85,6 +86,27 @@ class _Pump(threading.Thread):
         return ''.join(self.kept)
 
 
+def _run_process(job, env, rank):
+    """Runs this task's Horovod process (``python -m horovod.runner.run_task``, which fetches the
+    function from the driver and sends the result back) with ``env``, its output pumped to the
+    executor's streams tagged with ``rank``. Returns its TaskOutcome."""
+    env = dict(env)
+    env['PYTHONUNBUFFERED'] = '1'
+    command = [job.executable or sys.executable, '-m', 'horovod.runner.run_task', job.driver_addr,
+               str(job.task_port)]
+    child = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, preexec_fn=_die_with_parent)
+    pumps = [_Pump(child.stdout, sys.stdout, '[{}]<stdout>:'.format(rank), job.timestamps),
+             _Pump(child.stderr, sys.stderr, '[{}]<stderr>:'.format(rank), job.timestamps)]
+    for pump in pumps:
+        pump.start()
+    code = child.wait()
+    exit_time = time.time()
+    for pump in pumps:
+        pump.join()
+    return TaskOutcome(rank, code, pumps[0].text(), pumps[1].text(), exit_time)
+
+
 def run_horovod_process(job):
     """Runs in a barrier task: returns its TaskOutcome. ``job`` is the driver's SparkJobSpec."""
     from pyspark import BarrierTaskContext
@@ -99,21 +121,8 @@ def run_horovod_process(job):
     env = dict(os.environ)
     env.update(job.env)
     env.update(slot_environment(slot, hosts[index], job.driver_addr, job.rendezvous_port, job.secret))
-    env['PYTHONUNBUFFERED'] = '1'
-    command = [job.executable or sys.executable, '-m', 'horovod.runner.run_task', job.driver_addr,
-               str(job.task_port)]
-    child = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, preexec_fn=_die_with_parent)
-    pumps = [_Pump(child.stdout, sys.stdout, '[{}]<stdout>:'.format(slot.rank), job.timestamps),
-             _Pump(child.stderr, sys.stderr, '[{}]<stderr>:'.format(slot.rank), job.timestamps)]
-    for pump in pumps:
-        pump.start()
-    code = child.wait()
-    exit_time = time.time()
-    for pump in pumps:
-        pump.join()
-    outcome = TaskOutcome(slot.rank, code, pumps[0].text(), pumps[1].text(), exit_time)
-    if code != 0:
+    outcome = _run_process(job, env, slot.rank)
+    if outcome.exit_code != 0:
         # Tell the driver at once, so that it cancels the other tasks (they may wait for us in a
         # collective) instead of waiting for Spark to notice.
         import cloudpickle
@@ -123,3 +132,42 @@ def run_horovod_process(job):
         except OSError:
             pass
     return outcome
+
+
+def host_key(worker_id):
+    return 'spark/host/{}'.format(worker_id)
+
+
+def env_key(worker_id):
+    return 'spark/env/{}'.format(worker_id)
+
+
+def run_elastic_worker(job, worker_id):
+    """Runs in a (non-barrier) task of ``horovod.spark.run_elastic``: one elastic worker.
+
+    Writes this task's host hash to the job's store (``spark/host/<id>``), waits for the
+    environment the driver gives it when it places the worker in a round (``spark/env/<id>``,
+    JSON), then runs the Horovod process. Returns its TaskOutcome; exit_code None when the
+    process never ran (a retried attempt: the driver replaces lost workers itself, and a second
+    process with the same worker id would break the rendezvous)."""
+    import json
+
+    from pyspark import TaskContext
+
+    from horovod.runner.store_client import StoreClient, StoreTimeout
+
+    context = TaskContext.get()
+    if context is not None and context.attemptNumber() > 0:
+        return TaskOutcome(None, None, '', 'Spark retried the task of elastic worker {} (attempt {}); the retry did '
+                           'not run it: the driver starts replacements itself\n'.format(
+                               worker_id, context.attemptNumber()), time.time())
+    try:
+        with StoreClient(job.driver_addr, job.rendezvous_port, job.secret) as store:
+            store.set(host_key(worker_id), host_hash().encode())
+            worker_env = json.loads(store.get(env_key(worker_id), job.placement_timeout_s).decode())
+    except (OSError, StoreTimeout) as e:
+        return TaskOutcome(None, None, '', 'elastic worker {} was not placed in a round: {}\n'.format(worker_id, e),
+                           time.time())
+    env = dict(os.environ)
+    env.update(worker_env)
+    return _run_process(job, env, worker_env['HOROVOD_RANK'])

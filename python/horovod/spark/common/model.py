@@ -47,7 +47,7 @@ class HorovodModel(ParamsMixin, Model):
         s = self._settings
         features, outputs = list(s['feature_cols']), list(s['output_cols'])
         make_predict = self._predictor()
-        sample = df.select(*features).limit(1).collect()
+        sample = _first_rows(df.select(*features))
         if not sample:
             kinds = [DoubleType()] * len(outputs)
         else:
@@ -72,6 +72,32 @@ class HorovodModel(ParamsMixin, Model):
                 yield from _with_outputs(chunk, predict(chunk))
 
         return df.sparkSession.createDataFrame(df.rdd.mapPartitions(predict_partition), schema)
+
+
+def _first_rows(df):
+    """[the first row of ``df``], or [] when it has none, without ``limit(1)``: on a DataFrame
+    built from Python data, a limit stops reading the Python worker that makes a partition
+    while it is still writing, and pyspark prints that worker's BrokenPipeError. Partitions are
+    read whole instead, as few as needed (1, then 4, 16, ... at a time, as ``take`` does)."""
+    rdd = df.rdd
+    count = rdd.getNumPartitions()
+    start, batch = 0, 1
+    while start < count:
+        parts = list(range(start, min(count, start + batch)))
+        firsts = df.sparkSession.sparkContext.runJob(rdd, _first_of_partition, parts)
+        if firsts:
+            return firsts[:1]
+        start, batch = start + batch, batch * 4
+    return []
+
+
+def _first_of_partition(rows):
+    """[the partition's first row] or []; reads the partition to its end."""
+    first = []
+    for row in rows:
+        if not first:
+            first.append(row)
+    return first
 
 
 def _with_outputs(rows, predictions):

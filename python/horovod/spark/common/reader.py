@@ -9,7 +9,7 @@ pyarrow reader needs nothing beyond what Spark's Parquet output already is."""
 import numpy as np
 import pyarrow.parquet as pq
 
-__all__ = ['read_shard', 'read_first_row']
+__all__ = ['read_shard', 'read_first_row', 'epoch_rows', 'epoch_order']
 
 
 def read_shard(store, path, columns, rank, size):
@@ -33,6 +33,30 @@ def read_first_row(store, path, columns):
         if table.num_rows:
             return _to_arrays([table.slice(0, 1)], columns)
     return None
+
+
+def epoch_rows(shard_rows, what):
+    """How many rows every rank goes through per epoch, given each rank's shard size
+    (``shard_rows``, in rank order): the largest shard's. Every rank must take the same number
+    of steps (each training step is a collective), and with the largest count every row of
+    every shard is used each epoch; smaller shards wrap around (see epoch_order). ValueError
+    naming the ranks whose ``what`` shard has no rows."""
+    empty = [rank for rank, n in enumerate(shard_rows) if n == 0]
+    if empty:
+        raise ValueError('The {} data of ranks {} is empty (its Parquet files have no rows): use fewer processes, '
+                         'more rows, or more partitions_per_process'.format(what, empty))
+    return max(shard_rows)
+
+
+def epoch_order(rows, total, permute=None):
+    """The row indices of one epoch of ``total`` rows over a shard of ``rows`` rows: whole passes
+    over the shard, each in a new order ``permute(rows)`` (in row order without ``permute``),
+    cut at ``total``. With ``total >= rows`` every row comes at least once."""
+    passes, covered = [], 0
+    while covered < total:
+        passes.append(np.asarray(permute(rows)) if permute is not None else np.arange(rows))
+        covered += rows
+    return np.concatenate(passes)[:total] if passes else np.arange(0)
 
 
 def _to_arrays(tables, columns):

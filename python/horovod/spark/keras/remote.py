@@ -16,7 +16,7 @@ def make_train_fn(spec):
     def train():
         import cloudpickle
         import numpy as np
-        from horovod.spark.common.reader import read_shard
+        from horovod.spark.common.reader import epoch_rows, read_shard
         from horovod.spark.keras import util
 
         if not spec.use_gpu:
@@ -32,7 +32,7 @@ def make_train_fn(spec):
         custom_objects = cloudpickle.loads(spec.custom_objects)
         model, start_epoch, history = _compiled_model(keras, hvd, spec, custom_objects)
 
-        def batches(path, batch_size, wanted_steps, shuffle):
+        def batches(path, batch_size, wanted_steps, shuffle, what):
             arrays = read_shard(spec.store, path, spec.columns, hvd.rank(), hvd.size())
             shapes = util.input_shapes(model, len(spec.feature_cols))
             inputs = [util.reshape(arrays[c], shape, 'feature column {!r} (model input {})'.format(c, i))
@@ -40,16 +40,17 @@ def make_train_fn(spec):
             labels = [util.reshape(arrays[c], shape, 'label column {!r}'.format(c))
                       for c, shape in zip(spec.label_cols, spec.label_shapes)]
             weights = arrays[spec.sample_weight_col].astype(np.float32) if spec.sample_weight_col else None
-            rows = len(inputs[0])
-            steps = -(-rows // batch_size)
+            # Every rank goes through as many rows per epoch as the largest shard has, so that
+            # all ranks take the same number of steps and every row is used each epoch.
+            rows = np.asarray(hvd.allgather(np.array([len(inputs[0])], dtype=np.int64))).reshape(-1).tolist()
+            total = epoch_rows(rows, what)
+            steps = -(-total // batch_size)
             steps = steps if wanted_steps is None else min(wanted_steps, steps)
-            # Every rank must take the same number of steps (each is a collective).
-            steps = int(np.min(np.asarray(hvd.allgather(np.array([steps], dtype=np.int64)))))
             seed = (spec.random_seed or 0) + 1000 * hvd.rank()
-            return _batch_dataset(keras, inputs, labels, weights, batch_size, steps, shuffle, seed)
+            return _batch_dataset(keras, inputs, labels, weights, batch_size, steps, total, shuffle, seed)
 
-        train_data = batches(spec.train_path, spec.batch_size, spec.train_steps_per_epoch, spec.shuffle)
-        val_data = (batches(spec.val_path, spec.val_batch_size, spec.validation_steps_per_epoch, False)
+        train_data = batches(spec.train_path, spec.batch_size, spec.train_steps_per_epoch, spec.shuffle, 'training')
+        val_data = (batches(spec.val_path, spec.val_batch_size, spec.validation_steps_per_epoch, False, 'validation')
                     if spec.val_path else None)
 
         callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0), hvd.callbacks.MetricAverageCallback()]
@@ -96,19 +97,24 @@ def _compiled_model(keras, hvd, spec, custom_objects):
     return model, checkpoint['epoch'] + 1, checkpoint['history']
 
 
-def _batch_dataset(keras, inputs, labels, weights, batch_size, steps, shuffle, seed):
-    """A Keras PyDataset (tf-keras: Sequence) of ``steps`` batches per epoch, reshuffled every
+def _batch_dataset(keras, inputs, labels, weights, batch_size, steps, total, shuffle, seed):
+    """A Keras PyDataset (tf-keras: Sequence) of ``steps`` batches per epoch over an epoch of
+    ``total`` rows (reader.epoch_order: whole passes over this shard, wrapped), reshuffled every
     epoch when ``shuffle``; batch ``i`` is rows ``[i*batch_size, (i+1)*batch_size)`` of the
     epoch's order."""
     import numpy as np
+    from horovod.spark.common.reader import epoch_order
     base = getattr(keras.utils, 'PyDataset', None) or keras.utils.Sequence
     rng = np.random.default_rng(seed)
     rows = len(inputs[0])
 
+    def order():
+        return epoch_order(rows, total, rng.permutation if shuffle else None)
+
     class Batches(base):
         def __init__(self):
             super().__init__()
-            self.order = rng.permutation(rows) if shuffle else np.arange(rows)
+            self.order = order()
 
         def __len__(self):
             return steps
@@ -121,7 +127,7 @@ def _batch_dataset(keras, inputs, labels, weights, batch_size, steps, shuffle, s
 
         def on_epoch_end(self):
             if shuffle:
-                self.order = rng.permutation(rows)
+                self.order = order()
 
     return Batches()
 

@@ -14,7 +14,7 @@ def make_train_fn(spec):
         import cloudpickle
         import torch
         import horovod.torch as hvd
-        from horovod.spark.common.reader import read_shard
+        from horovod.spark.common.reader import epoch_order, epoch_rows, read_shard
 
         hvd.init()
         if spec.random_seed is not None:
@@ -35,17 +35,33 @@ def make_train_fn(spec):
                                              backward_passes_per_step=spec.backward_passes_per_step,
                                              compression=spec.compression or hvd.Compression.none)
 
-        def loader(path, batch_size, shuffle):
+        class WrappingSampler(torch.utils.data.Sampler):
+            """One epoch of ``total`` row indices over ``rows`` rows (reader.epoch_order),
+            reshuffled every epoch with ``generator``; in order without."""
+
+            def __init__(self, rows, total, generator):
+                self.rows, self.total, self.generator = rows, total, generator
+
+            def __len__(self):
+                return self.total
+
+            def __iter__(self):
+                permute = (lambda n: torch.randperm(n, generator=self.generator).numpy()) if self.generator else None
+                return iter(epoch_order(self.rows, self.total, permute).tolist())
+
+        def loader(path, batch_size, shuffle, what):
+            # Every rank goes through as many rows per epoch as the largest shard has, so that
+            # all ranks take the same number of steps and every row is used each epoch.
             arrays = read_shard(spec.store, path, spec.columns, hvd.rank(), hvd.size())
             tensors = [torch.from_numpy(arrays[c]) for c in spec.columns]
-            generator = torch.Generator().manual_seed((spec.random_seed or 0) + hvd.rank())
+            rows = len(tensors[0])
+            total = epoch_rows(hvd.allgather(torch.tensor([rows]), name=what + '_rows').tolist(), what)
+            generator = torch.Generator().manual_seed((spec.random_seed or 0) + hvd.rank()) if shuffle else None
             return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(*tensors), batch_size=batch_size,
-                                               shuffle=shuffle, generator=generator)
+                                               sampler=WrappingSampler(rows, total, generator))
 
-        def agreed_steps(data, wanted):
-            # Every rank must take the same number of steps (each is a collective).
-            steps = len(data) if wanted is None else min(wanted, len(data))
-            return int(hvd.allreduce(torch.tensor(steps), op=hvd.Min, name='steps').item())
+        def steps_of(data, wanted):
+            return len(data) if wanted is None else min(wanted, len(data))
 
         def loss_of(batch):
             n_features = len(spec.feature_cols)
@@ -68,10 +84,10 @@ def make_train_fn(spec):
                 total = total + weight * value
             return total
 
-        train_data = loader(spec.train_path, spec.batch_size, spec.shuffle)
-        val_data = loader(spec.val_path, spec.val_batch_size, False) if spec.val_path else None
-        train_steps = agreed_steps(train_data, spec.train_steps_per_epoch)
-        val_steps = agreed_steps(val_data, spec.validation_steps_per_epoch) if val_data else 0
+        train_data = loader(spec.train_path, spec.batch_size, spec.shuffle, 'training')
+        val_data = loader(spec.val_path, spec.val_batch_size, False, 'validation') if spec.val_path else None
+        train_steps = steps_of(train_data, spec.train_steps_per_epoch)
+        val_steps = steps_of(val_data, spec.validation_steps_per_epoch) if val_data else 0
         sums = {}
 
         def record(prefix, total, count):
