@@ -65,7 +65,7 @@ mpi_tests=(tests/python/test_mpi.py)
 if [ -d tests/python ]; then
   stage "python tests" 2400 python3 -m pytest -q -x tests/python "${ray_spark_tests[@]/#/--ignore=}" \
     "${mpi_tests[@]/#/--ignore=}"
-  stage "ray and spark tests" 1500 python3 -m pytest -q -x "${ray_spark_tests[@]}"
+  stage "ray and spark tests" 1800 python3 -m pytest -q -x "${ray_spark_tests[@]}"
   stage "mpi tests" 900 python3 -m pytest -q -x "${mpi_tests[@]}"
 fi
 # A private one-node Slurm cluster: srun's environment, srun / sbatch / salloc training.
