@@ -141,3 +141,30 @@ def test_summary_reads_an_unterminated_file(tmp_path):
     partial = timeline_summary.load(str(cut))
     assert 0 < len(partial) < len(events)
     assert timeline_summary.Summary(partial).per_tensor
+
+
+def test_devtools_trace_engine_loads_it():
+    """A real consumer, not a schema check: Chromium's DevTools trace engine (what its Performance
+    panel loads a trace with) imports the file with every row and every span, on the file's clock."""
+    if hvd.rank() != 0:
+        return
+    import devtools_trace
+    _, events = _read(_AT_INIT)
+    try:
+        summary = devtools_trace.load_in_devtools(events)
+    except devtools_trace.Unavailable as e:
+        pytest.skip(str(e))
+    rows = {e['tid']: e['args']['name'] for e in events if e['name'] == 'thread_name'}
+    spans = {}
+    for e in events:
+        if e['ph'] == 'X':
+            spans[e['tid']] = spans.get(e['tid'], 0) + 1
+    seen = {t['tid']: t for t in summary['threads'] if t['pid'] == 0}
+    assert spans and 'allreduce.test_allreduce' in [rows[tid] for tid in spans]
+    for tid, n in spans.items():
+        assert tid in seen, 'DevTools has no thread for row %r: %s' % (rows[tid], summary)
+        assert seen[tid]['name'] == rows[tid]
+        assert seen[tid]['entries'] == n, (rows[tid], seen[tid], n)
+    timed = [e for e in events if e['ph'] != 'M']
+    assert summary['min'] == pytest.approx(min(e['ts'] for e in timed), abs=1)
+    assert summary['max'] == pytest.approx(max(e['ts'] + e.get('dur', 0) for e in timed), abs=1)
