@@ -87,8 +87,10 @@ def test_timeline_from_env():
 def test_dynamic_start_stop():
     paths = [os.path.join(_DIR, 'dynamic%d.json' % i) for i in range(3)]
     hvd.start_timeline(paths[0])
+    hvd.barrier()  # start_timeline is not collective: no rank's dyn_a request before rank 0's switch
     _allreduces(3, 'dyn_a')
     hvd.start_timeline(paths[1], mark_cycles=True)  # switches files: the first is complete
+    hvd.barrier()  # likewise: a fast rank's dyn_b request would reach rank 0's first file
     _allreduces(3, 'dyn_b')
     hvd.stop_timeline()
     hvd.stop_timeline()  # already stopped: only logs
