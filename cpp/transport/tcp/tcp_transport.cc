@@ -28,10 +28,6 @@ const Param<int64_t> kSocketBufferBytes(
 constexpr auto kGoodbyeGrace = 1s;
 // How long the destructor tries to deliver queued control messages and the goodbye.
 constexpr auto kCloseFlush = 1s;
-// After a data-plane deadline, how long peers get to answer the liveness probe. A live peer's
-// transport answers from any wait within milliseconds; the window also gives a peer that timed
-// out at about the same moment the time to send its abort frame naming whom it blames.
-constexpr auto kProbeWindow = 500ms;
 
 const bool kRegistered = [] {
   registerTransport("tcp", [](const TransportContext& context) { return std::make_unique<TcpTransport>(context); });

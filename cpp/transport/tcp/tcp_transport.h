@@ -37,6 +37,7 @@
 #include <poll.h>
 
 #include <atomic>
+#include <chrono>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -112,6 +113,11 @@ class TcpTransport final : public Transport {
     PollKind kind;
     int peer;
   };
+
+  // After a data-plane deadline, how long peers get to answer the liveness probe. A live peer's
+  // transport answers from any wait within milliseconds; the window also gives a peer that timed
+  // out at about the same moment the time to send its abort frame naming whom it blames.
+  static constexpr std::chrono::milliseconds kProbeWindow{500};
 
   static constexpr uint8_t kFrameMessage = 1;
   static constexpr uint8_t kFrameGoodbye = 2;
