@@ -17,6 +17,8 @@ _DIR = tempfile.mkdtemp(prefix='hvd-timeline-test-')
 _AT_INIT = os.path.join(_DIR, 'timeline.json')
 os.environ['HOROVOD_TIMELINE'] = _AT_INIT
 os.environ['HOROVOD_TIMELINE_MARK_CYCLES'] = '1'
+_MAX_BYTES = 65536  # the smallest bound: test_head_and_rotation fills it
+os.environ['HOROVOD_TIMELINE_MAX_BYTES'] = str(_MAX_BYTES)
 
 import horovod.torch as hvd  # noqa: E402
 from horovod.runner import timeline_summary  # noqa: E402
@@ -170,3 +172,28 @@ def test_devtools_trace_engine_loads_it():
     timed = [e for e in events if e['ph'] != 'M']
     assert summary['min'] == pytest.approx(min(e['ts'] for e in timed), abs=1)
     assert summary['max'] == pytest.approx(max(e['ts'] + e.get('dur', 0) for e in timed), abs=1)
+
+
+def test_head_and_rotation():
+    """Past its bound the timeline keeps the start of the job in <file>.head and rotates the rest
+    through <file> and <file>.1; the three stay under HOROVOD_TIMELINE_MAX_BYTES together."""
+    path = os.path.join(_DIR, 'bounded.json')
+    hvd.start_timeline(path)
+    hvd.barrier()
+    _allreduces(400, 'bounded')
+    hvd.stop_timeline()
+    if hvd.rank() != 0:
+        return
+    files = [path + '.head', path + '.1', path]
+    sizes = [os.path.getsize(f) for f in files]
+    assert sum(sizes) <= _MAX_BYTES, sizes
+    assert sizes[0] <= _MAX_BYTES // 4, sizes
+    first = []
+    for f in files:
+        text, events = _read(f)  # each a complete trace
+        _check_structure(events)
+        assert 'allreduce.bounded' in text
+        first.append(min(e['ts'] for e in events if e['ph'] == 'X'))
+    assert first[0] < first[1] < first[2]  # one clock: head, then the previous, then the live one
+    head = _read(files[0])[1]
+    assert any(e['name'] == 'NEGOTIATE_ALLREDUCE' for e in head)  # the warm-up is kept
