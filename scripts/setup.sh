@@ -19,6 +19,9 @@ command -v java >/dev/null || need_apt+=(openjdk-17-jre-headless)  # pyspark 4 n
 { [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] && command -v srun >/dev/null; } \
   || need_apt+=(slurmctld slurmd slurm-client)
 command -v shellcheck >/dev/null || need_apt+=(shellcheck)
+# Chromium: the timeline tests load a timeline into its DevTools trace engine, headless
+# (tests/python/devtools_trace.py).
+[ -x /usr/lib/chromium/chromium ] || command -v chromium >/dev/null || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq

@@ -25,8 +25,9 @@ void initDefault(const InitOptions& options, const EnvLookup& env);
 void shutdownDefault();
 
 // The timeline of the default runtime (timeline_api.cc). Settings are read before the runtime is
-// built (a bad value fails init early); the timeline starts once it is initialized (rank 0 only,
-// when HOROVOD_TIMELINE names a file) and stops after it shut down.
+// built (a bad value fails init early); the timeline starts just before it is initialized, so it
+// sees the first requests (rank 0 only, when HOROVOD_TIMELINE names a file), and stops after it
+// shut down (or after its init failed).
 timeline::TimelineSettings readTimelineSettings(const EnvLookup& env);
 void startTimelineAtInit(const std::shared_ptr<engine::Runtime>& runtime, const timeline::TimelineSettings& settings);
 void stopTimelineAtShutdown();

@@ -87,8 +87,16 @@ void initDefault(const InitOptions& options, const EnvLookup& env) {
   const timeline::TimelineSettings timelineSettings = readTimelineSettings(env);
   AutotuneStart autotune = prepareAutotune(env, config.rank);
   auto runtime = std::make_shared<engine::Runtime>(std::move(config), std::move(store));
-  runtime->init(options);
+  // The timeline observes from before the engine's thread starts: a faster rank's first request
+  // reaches rank 0's coordinator as soon as init returns there, and its arrival belongs in the
+  // file (the negotiation span starts at the first one).
   startTimelineAtInit(runtime, timelineSettings);
+  try {
+    runtime->init(options);
+  } catch (...) {
+    stopTimelineAtShutdown();
+    throw;
+  }
   startAutotuneAtInit(runtime, std::move(autotune));
   slot = std::move(runtime);
   everInitialized.store(true, std::memory_order_relaxed);

@@ -61,7 +61,8 @@ void startTimelineAtInit(const std::shared_ptr<engine::Runtime>& runtime, const 
   stopLocked(s);
   s.settings = settings;
   s.runtime = runtime;
-  if (!settings.enabled || settings.path.empty() || runtime->topology().rank != 0) return;
+  // Called before runtime->init(): the rank is the configured one (init does not change it).
+  if (!settings.enabled || settings.path.empty() || runtime->config().rank != 0) return;
   try {
     startLocked(s, runtime, settings.path, settings.markCycles);
   } catch (const std::exception& e) {

@@ -78,7 +78,10 @@ void Autotuner::completed(double score) {
     next = space_.toKnobs(optimizer_.suggest());
   }
   // The same setting again: keep measuring it (the meter's windows follow on each other).
-  if (!(next == current_)) next_ = next;
+  if (!(next == current_)) {
+    next_ = next;
+    pending_ = {score, "sample"};
+  }
 }
 
 void Autotuner::settle() {
@@ -102,6 +105,7 @@ void Autotuner::settle() {
   }
   settled_ = true;
   next_ = best;
+  pending_ = {bestScore, "final"};
   record({bestIndex, "final", best, bestScore});
   HVD_LOG(Info) << "Autotune: settled after " << scored_ << " samples on sample " << bestIndex << " ("
                 << bestScore / 1e6 << " MB/s): " << describe(space_, best);
@@ -111,6 +115,7 @@ std::optional<engine::Knobs> Autotuner::poll() {
   if (!next_.has_value()) return std::nullopt;
   std::optional<engine::Knobs> out = std::move(next_);
   next_.reset();
+  decision_ = pending_;
   current_ = *out;
   meter_.reset();
   if (settled_) done_ = true;

@@ -35,6 +35,7 @@ class Autotuner : public engine::Tuner {
   void onEvent(const engine::EngineEvent& event) override;
   std::optional<engine::Knobs> poll() override;
   bool done() const override;
+  Decision lastDecision() const override { return decision_; }
 
   struct Sample {
     int index = 0;            // within its phase
@@ -59,6 +60,8 @@ class Autotuner : public engine::Tuner {
   std::vector<engine::Knobs> grid_;  // the grid strategy's points, in order
   engine::Knobs current_;            // the knobs being measured
   std::optional<engine::Knobs> next_;  // to hand out at the next poll()
+  Decision pending_;                   // why next_ (set with it)
+  Decision decision_;                  // why the knobs poll() handed out last
   int warmups_ = 0;
   int scored_ = 0;
   bool settled_ = false;  // the final knobs were chosen

@@ -139,6 +139,10 @@ struct EngineEvent {
   std::span<const int> ranks;         // kProcessSet*: the set's global ranks
   std::span<const PendingTensor> pending;  // kStallTick
   const Knobs* knobs = nullptr;            // kKnobsApplied: the values now in force
+  // kKnobsApplied on rank 0 when its tuner decided them (Tuner::Decision): the score of the
+  // sample that led to them (< 0: none) and "sample" or "final" (null: not a tuner's decision).
+  double score = -1;
+  const char* decision = nullptr;
 };
 
 class EngineObserver {

@@ -317,6 +317,7 @@ class Runtime {
   std::atomic<bool> hasTuner_{false};
   std::mutex tunerMu_;
   std::shared_ptr<Tuner> tuner_;  // rank 0
+  Tuner::Decision tunerDecision_;  // engine thread: the tuner's reason for the knobs on their way
 
   // Stats (written by the engine's thread).
   mutable std::mutex statsMu_;

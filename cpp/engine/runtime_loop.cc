@@ -656,7 +656,14 @@ std::exception_ptr Runtime::preferRelayedCause(std::exception_ptr error) {
   Deadline grace = Deadline::after(wait);
   try {
     while (true) {
-      auto message = transport_->poll();
+      std::optional<MailboxMessage> message;
+      try {
+        message = transport_->poll();
+      } catch (const PeerLost& e) {
+        // A transport that remembers its first failure repeats it on an empty mailbox (the
+        // composite's shared-memory half): that is this rank's own error, keep waiting for mail.
+        if (e.rank() != mine.rank) throw;
+      }
       if (!message) {
         if (grace.expired() || !transport_->waitForMessage(grace)) break;
         continue;
@@ -670,8 +677,11 @@ std::exception_ptr Runtime::preferRelayedCause(std::exception_ptr error) {
     }
   } catch (const PeerLost& e) {
     // Reading on, this rank found a lost peer of its own: if it is not the messenger, it is the
-    // culprit (e.g. the dead rank's own connection closed).
-    if (e.rank() >= 0 && e.rank() != mine.rank && lostAMessenger) return std::current_exception();
+    // culprit (e.g. the dead rank's own connection closed). After a timeout that named nobody,
+    // any rank found lost is.
+    if (e.rank() >= 0 && e.rank() != mine.rank && (lostAMessenger || mine.kind == ErrorKind::kTimeout)) {
+      return std::current_exception();
+    }
   } catch (const std::exception&) {
     // The transport has failed too: nothing more to read.
   }

@@ -74,8 +74,11 @@ void Runtime::applyKnobs(const Knobs& wanted) {
     EngineEvent e;
     e.kind = EngineEventKind::kKnobsApplied;
     e.knobs = &k;
+    e.score = tunerDecision_.score;
+    e.decision = tunerDecision_.kind;
     observers_.publish(e);
   }
+  tunerDecision_ = {};
 }
 
 void Runtime::setTuner(std::shared_ptr<Tuner> tuner) {
@@ -99,7 +102,10 @@ void Runtime::pollTuner() {
   if (!tuner) return;
   bool failed = false;
   try {
-    if (std::optional<Knobs> change = tuner->poll()) coordinator_->retune(*change);
+    if (std::optional<Knobs> change = tuner->poll()) {
+      tunerDecision_ = tuner->lastDecision();
+      coordinator_->retune(*change);
+    }
   } catch (const std::exception& e) {
     // A tuner is advice: the job goes on with the knobs it has.
     HVD_LOG(Error) << "Knob tuner failed, stopping it: " << e.what();

@@ -20,6 +20,14 @@ class Tuner : public EngineObserver {
  public:
   virtual std::optional<Knobs> poll() = 0;
   virtual bool done() const = 0;
+  // Why the last poll() returned knobs, for observers of kKnobsApplied (the timeline): the score
+  // of the sample that led to them (bytes reduced per second; < 0: none) and what they are
+  // ("sample": the next setting to measure; "final": the choice). Optional.
+  struct Decision {
+    double score = -1;
+    const char* kind = nullptr;  // a static string, or null
+  };
+  virtual Decision lastDecision() const { return {}; }
 };
 
 }  // namespace hvd::engine

@@ -1,5 +1,7 @@
 #include "timeline/timeline.h"
 
+#include <cstdio>
+
 #include "horovod/errors.h"
 
 namespace hvd::timeline {
@@ -17,11 +19,29 @@ const Param<bool> kTimelineMarkCycles("HOROVOD_TIMELINE_MARK_CYCLES", false,
                                       "Mark each engine step that does work with a CYCLE_START instant event.");
 const Param<int64_t> kTimelineMaxBytes(
     "HOROVOD_TIMELINE_MAX_BYTES", 50'000'000,
-    "Disk bound of the timeline: it rotates between the file and <file>.1, each at most half of this; 0 = unbounded.");
+    "Disk bound of the timeline: the start of the job in <file>.head (a quarter of this), then the file and <file>.1 "
+    "rotating (3/8 each); 0 = unbounded.");
 
 constexpr int64_t kMinMaxBytes = 64 * 1024;
 
 }  // namespace
+
+std::string knobsArgs(const engine::Knobs& k, double score, const char* decision) {
+  std::string args = "{\"fusion_threshold\":" + std::to_string(k.fusionThreshold) +
+                     ",\"burst_quiet_us\":" + std::to_string(k.burstQuietUs) +
+                     ",\"caller_progress_us\":" + std::to_string(k.callerProgressUs) +
+                     ",\"caller_spin_us\":" + std::to_string(k.callerSpinUs) +
+                     ",\"allreduce_crossover_bytes\":" + std::to_string(k.allreduceCrossoverBytes) +
+                     ",\"cache\":" + (k.cacheEnabled ? "true" : "false") +
+                     ",\"hierarchical\":" + (k.hierarchical ? "true" : "false");
+  if (decision != nullptr) args += ",\"decision\":\"" + jsonEscape(decision) + "\"";
+  if (score >= 0) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), ",\"score_bytes_per_s\":%.1f", score);
+    args += buf;
+  }
+  return args + "}";
+}
 
 TimelineSettings TimelineSettings::fromEnvironment(const EnvLookup& env) {
   TimelineSettings s;
@@ -51,6 +71,7 @@ engine::EventMask Timeline::interests() const {
                            eventBit(EngineEventKind::kCollectiveStart) | eventBit(EngineEventKind::kCollectiveEnd) |
                            eventBit(EngineEventKind::kFusionCopyOutStart) | eventBit(EngineEventKind::kFusionCopyOutEnd);
   if (markCycles_) mask |= eventBit(EngineEventKind::kCycleStart);
+  mask |= eventBit(EngineEventKind::kKnobsApplied);  // rare: autotune's changes
   return mask;
 }
 
@@ -169,6 +190,9 @@ void Timeline::onEvent(const EngineEvent& e) {
     case EngineEventKind::kFusionCopyOutEnd:
       spans(e, Activity::kCopyOut, copyOutStartNs_);
       copyOutStartNs_ = -1;
+      break;
+    case EngineEventKind::kKnobsApplied:
+      if (e.knobs != nullptr) writer_.pushInstant("AUTOTUNE", e.timeNs, knobsArgs(*e.knobs, e.score, e.decision));
       break;
     case EngineEventKind::kCycleStart: {
       Record rec;

@@ -37,6 +37,10 @@ struct TimelineSettings {
   static TimelineSettings fromEnvironment(const EnvLookup& env);
 };
 
+// The args object of an AUTOTUNE event: the knob values, the tuner's decision ("sample",
+// "final") and the score of the sample that led to it (bytes per second), when known.
+std::string knobsArgs(const engine::Knobs& knobs, double score, const char* decision);
+
 class Timeline : public engine::EngineObserver {
  public:
   // Opens `path` (see TimelineWriter); throws hvd::Error when it cannot.
@@ -49,6 +53,7 @@ class Timeline : public engine::EngineObserver {
   void close() { writer_.close(); }
   const std::string& path() const { return writer_.path(); }
   uint64_t dropped() const { return writer_.dropped(); }
+  uint64_t rotations() const { return writer_.rotations(); }
 
  private:
   struct Row {

@@ -1,6 +1,7 @@
 #include "timeline/timeline_writer.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "common/logging.h"
@@ -67,6 +68,9 @@ std::string activityName(Activity activity, engine::Kind op) {
 TimelineWriter::TimelineWriter(std::string path, WriterOptions options)
     : path_(std::move(path)), options_(options), originNs_(steadyNowNs()), originEpochUs_(epochNowUs()) {
   queue_.reserve(options_.queueCapacity);
+  // Segments of an earlier timeline at this path would read as this one's.
+  std::remove((path_ + ".head").c_str());
+  std::remove((path_ + ".1").c_str());
   openSegment();
   flushText();
   thread_ = std::thread([this] { run(); });
@@ -84,6 +88,15 @@ void TimelineWriter::addRow(uint32_t row, std::string_view name) {
   std::lock_guard<std::mutex> lock(mu_);
   if (closing_) return;
   newRows_.emplace_back(row, std::string(name));
+}
+
+void TimelineWriter::pushInstant(std::string_view name, int64_t timeNs, std::string args) {
+  std::string line = "{\"name\":\"" + jsonEscape(name) + "\",\"ph\":\"i\",\"s\":\"g\",\"pid\":0,\"tid\":0,\"ts\":";
+  appendMicros(line, micros(timeNs));
+  line += ",\"args\":" + args + "}";
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closing_) return;
+  newInstants_.push_back(std::move(line));
 }
 
 void TimelineWriter::push(std::span<const Record> records) {
@@ -119,6 +132,7 @@ void TimelineWriter::run() {
   std::vector<Record> batch;
   batch.reserve(options_.queueCapacity);
   std::vector<std::pair<uint32_t, std::string>> rows;
+  std::vector<std::string> instants;
   bool last = false;
   while (!last) {
     {
@@ -128,9 +142,10 @@ void TimelineWriter::run() {
       last = closing_;
       batch.swap(queue_);
       rows.swap(newRows_);
+      instants.swap(newInstants_);
     }
     try {
-      writeBatch(batch, rows, dropped_.load(std::memory_order_relaxed));
+      writeBatch(batch, rows, instants, dropped_.load(std::memory_order_relaxed));
       if (last) endSegment();
     } catch (const std::exception& e) {
       HVD_LOG(Error) << "Timeline: writing " << path_ << " failed: " << e.what() << "; the timeline stops";
@@ -139,11 +154,13 @@ void TimelineWriter::run() {
     }
     batch.clear();
     rows.clear();
+    instants.clear();
   }
 }
 
 void TimelineWriter::writeBatch(const std::vector<Record>& records,
-                                const std::vector<std::pair<uint32_t, std::string>>& rows, uint64_t droppedNow) {
+                                const std::vector<std::pair<uint32_t, std::string>>& rows,
+                                const std::vector<std::string>& instants, uint64_t droppedNow) {
   if (file_ == nullptr) return;
   for (const auto& [row, name] : rows) {
     if (rowNames_.size() < row) rowNames_.resize(row);
@@ -152,6 +169,7 @@ void TimelineWriter::writeBatch(const std::vector<Record>& records,
          ",\"args\":{\"name\":\"" + jsonEscape(name) + "\"}}");
   }
   for (const Record& r : records) emit(format(r));
+  for (const std::string& line : instants) emit(line);
   if (droppedNow != droppedReported_) {
     std::string line = "{\"name\":\"TIMELINE_DROPPED\",\"ph\":\"i\",\"s\":\"g\",\"pid\":0,\"tid\":0,\"ts\":";
     appendMicros(line, micros(steadyNowNs()));
@@ -211,16 +229,21 @@ std::string TimelineWriter::format(const Record& r) const {
 }
 
 void TimelineWriter::emit(const std::string& line) {
-  const int64_t share = options_.maxBytes > 0 ? options_.maxBytes / 2 : 0;
+  const int64_t share = options_.maxBytes <= 0 ? 0
+                        : headKept_            ? rotatingShare(options_.maxBytes)
+                                               : headShare(options_.maxBytes);
   const int64_t size = static_cast<int64_t>(line.size()) + 2;
   const int64_t used = segmentBytes_ + static_cast<int64_t>(text_.size());
   // A segment holding only its header is never rotated (it could not shrink).
   if (share > 0 && used > headerBytes_ && used + size + kTrailerReserve > share) {
     flushText();
     endSegment();
-    if (std::rename(path_.c_str(), (path_ + ".1").c_str()) != 0) {
-      throw Error("cannot rename " + path_ + " to " + path_ + ".1: " + std::strerror(errno));
+    // The first segment is kept as the head; later ones rotate through path.1.
+    const std::string to = path_ + (headKept_ ? ".1" : ".head");
+    if (std::rename(path_.c_str(), to.c_str()) != 0) {
+      throw Error("cannot rename " + path_ + " to " + to + ": " + std::strerror(errno));
     }
+    headKept_ = true;
     rotations_.fetch_add(1, std::memory_order_relaxed);
     openSegment();
   }

@@ -10,11 +10,15 @@
 //
 // Bounds. The queue holds at most `queueCapacity` records: when it is full (the writer fell
 // behind) further records are dropped and counted, and the count is written into the file as a
-// TIMELINE_DROPPED instant event. On disk the timeline takes at most `maxBytes`: it is written in
-// two segments of at most maxBytes / 2 each. When the live file (`path`) would grow past that, it
-// is closed ("]"), renamed to `path`.1 (replacing an older one) and a fresh `path` begins, with the
-// rows' names repeated, so each file is a complete trace on its own and the pair always holds the
-// most recent activity. maxBytes = 0: unbounded.
+// TIMELINE_DROPPED instant event. On disk the timeline takes at most `maxBytes`, in three
+// segments: the head (the start of the job, at most maxBytes / 4) and two rotating ones (at most
+// 3/8 of maxBytes each). The first segment is the head: when the live file (`path`) would grow
+// past its share, it is closed ("]") and renamed to `path`.head, which is never replaced. Later,
+// when the live file would grow past the rotating share, it is closed and renamed to `path`.1
+// (replacing an older one). Each time a fresh `path` begins with the rows' names repeated, so each
+// file is a complete trace on its own (one time origin for all): the head shows the warm-up, the
+// pair the most recent activity. The writer removes a `path`.head and `path`.1 left by an earlier
+// timeline at the same path when it starts. maxBytes = 0: unbounded, a single file.
 //
 // Threads: push/addRow from one producer at a time (the engine's thread); close from any thread,
 // once (the destructor calls it too).
@@ -79,17 +83,23 @@ class TimelineWriter {
   void addRow(uint32_t row, std::string_view name);
   // Queues records; those that do not fit are dropped (counted). Cheap: one short lock.
   void push(std::span<const Record> records);
+  // A global instant event `name` at `timeNs` (steady clock) with `args` (a JSON object), for
+  // rare events (autotune's knob changes): formatted by the caller, never dropped.
+  void pushInstant(std::string_view name, int64_t timeNs, std::string args);
   // Writes what is queued, ends the file with "]" and stops the thread. Idempotent.
   void close();
 
   const std::string& path() const { return path_; }
   uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
-  uint64_t rotations() const { return rotations_.load(std::memory_order_relaxed); }
+  uint64_t rotations() const { return rotations_.load(std::memory_order_relaxed); }  // the head's included
+  // The segments' shares of maxBytes (0 when unbounded).
+  static int64_t headShare(int64_t maxBytes) { return maxBytes / 4; }
+  static int64_t rotatingShare(int64_t maxBytes) { return (maxBytes - headShare(maxBytes)) / 2; }
 
  private:
   void run();
   void writeBatch(const std::vector<Record>& records, const std::vector<std::pair<uint32_t, std::string>>& rows,
-                  uint64_t droppedNow);
+                  const std::vector<std::string>& instants, uint64_t droppedNow);
   void openSegment();  // truncates path_, writes the header and every known row's name
   void endSegment();   // writes the closing event and "]", closes the file
   void emit(const std::string& line);  // one event line; rotates first when it would not fit
@@ -107,6 +117,7 @@ class TimelineWriter {
   std::condition_variable wake_;
   std::vector<Record> queue_;
   std::vector<std::pair<uint32_t, std::string>> newRows_;
+  std::vector<std::string> newInstants_;  // complete event lines (pushInstant)
   bool closing_ = false;
   std::atomic<uint64_t> dropped_{0};
   std::atomic<uint64_t> rotations_{0};
@@ -115,6 +126,7 @@ class TimelineWriter {
   std::FILE* file_ = nullptr;
   int64_t segmentBytes_ = 0;
   int64_t headerBytes_ = 0;
+  bool headKept_ = false;                 // the first segment became path_.head
   std::string text_;                      // formatted, not yet written
   std::vector<std::string> rowNames_;     // index = row - 1
   uint64_t droppedReported_ = 0;

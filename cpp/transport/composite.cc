@@ -136,24 +136,47 @@ std::string CompositeTransport::globalize(const std::string& message) const {
   return out;
 }
 
-void CompositeTransport::rethrowTranslated(std::exception_ptr error, bool viaLocal) {
+std::exception_ptr CompositeTransport::translate(std::exception_ptr error, bool viaLocal) {
+  std::exception_ptr translated = error;
   try {
     std::rethrow_exception(error);
   } catch (const PeerLost& e) {
-    std::exception_ptr translated = error;
     if (viaLocal) {
       int global = e.rank() >= 0 && e.rank() < static_cast<int>(localRanks_.size()) ? localRanks_[e.rank()] : e.rank();
       translated = std::make_exception_ptr(PeerLost(global, globalize(e.what())));
+      // The local peer may only have been the messenger: it gave up because a rank on another
+      // host did not answer it or died, and its abort notice over TCP names that rank (it is
+      // sent before its shared-memory flag is raised, see abort()).
+      if (global >= 0 && global != rank_ && remote_) {
+        if (auto behind = remote_->culpritBehind(global, globalize(e.what()), kMessengerNoticeWait)) translated = behind;
+      }
     }
-    {
-      std::lock_guard<std::mutex> lock(failMu_);
-      if (!failure_) failure_ = translated;
-    }
-    std::rethrow_exception(translated);
   } catch (const Timeout& e) {
-    if (viaLocal) throw Timeout(globalize(e.what()));
-    throw;
+    if (!viaLocal) return error;
+    translated = std::make_exception_ptr(Timeout(globalize(e.what())));
+    // A local wait that timed out behind a live, unstopped peer (the shared-memory transport names
+    // stopped ones itself): that peer most likely waits on a rank of another host. Ask the TCP
+    // peers who does not answer, as a TCP deadline would, so that this rank names it too.
+    if (remote_) {
+      if (auto behind = remote_->culpritBehind(-1, globalize(e.what()), std::chrono::milliseconds(0))) {
+        translated = behind;
+      }
+    }
+  } catch (...) {
+    return error;
   }
+  try {
+    std::rethrow_exception(translated);
+  } catch (const PeerLost&) {
+    std::lock_guard<std::mutex> lock(failMu_);
+    if (!failure_) failure_ = translated;
+  } catch (...) {
+  }
+  return translated;
+}
+
+void CompositeTransport::rethrowTranslated(std::exception_ptr error, bool viaLocal) {
+  std::rethrow_exception(translate(std::move(error), viaLocal));
 }
 
 template <typename F>
@@ -203,10 +226,19 @@ void CompositeTransport::sendRecv(int to, const void* sendData, size_t sendBytes
   }
   helperCv_.notify_all();
   std::exception_ptr recvError;
+  bool translated = false;
   try {
     route(from).recv(subRank(from), recvData, recvBytes, deadline);
   } catch (const PeerLost&) {
-    recvError = std::current_exception();
+    // Culprit first: aborting the other sub-transport tells its peers whom this rank blames.
+    recvError = translate(std::current_exception(), fromLocal);
+    translated = true;
+    try {
+      std::rethrow_exception(recvError);
+    } catch (const PeerLost& e) {
+      noteCulprit(e.rank());
+    } catch (...) {
+    }
     sendVia.abort("aborted: a peer was lost during a sendRecv");  // the helper must not outwait it
   } catch (const Aborted&) {
     recvError = std::current_exception();
@@ -221,6 +253,7 @@ void CompositeTransport::sendRecv(int to, const void* sendData, size_t sendBytes
     sendError = job_.error;
   }
   if (recvError) {
+    if (translated) std::rethrow_exception(recvError);
     guarded(fromLocal, [&] { std::rethrow_exception(recvError); });
   }
   if (sendError) {
@@ -304,8 +337,10 @@ void CompositeTransport::noteCulprit(int rank) {
 }
 
 void CompositeTransport::abort(const std::string& reason) {
-  if (local_) local_->abort(reason);
+  // TCP first: its abort notice (naming the culprit) is on its way before local peers see this
+  // rank fail through shared memory, and they wait for it briefly (translate()).
   remote_->abort(reason);
+  if (local_) local_->abort(reason);
 }
 
 }  // namespace hvd

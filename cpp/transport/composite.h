@@ -16,12 +16,17 @@
 // can only be mapped on this host).
 //
 // Errors from the local sub-transport are rethrown with global rank numbers. The first
-// PeerLost is remembered: later calls fail with it. abort() aborts both sub-transports.
+// PeerLost is remembered: later calls fail with it. abort() aborts both sub-transports, TCP
+// first. Blame across hosts: a local peer that failed may only be the messenger of a rank on
+// another host (its TCP abort notice names that rank), and a local wait that timed out behind a
+// live peer probes the TCP peers; either way the rank named is the one the remote sub-transport
+// found (Transport::culpritBehind).
 //
 // Threads: as Transport (transport.h). The helper thread only ever runs the send half of one
 // sendRecv at a time, while the caller waits for it.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <map>
@@ -37,6 +42,11 @@ namespace hvd {
 
 class CompositeTransport final : public Transport {
  public:
+  // How long a rank that saw a local peer fail waits for that peer's TCP abort notice naming
+  // the culprit (it is sent just before the shared-memory flag; a peer that died sends none, and
+  // its closed connection ends the wait at once).
+  static constexpr std::chrono::milliseconds kMessengerNoticeWait{300};
+
   // Collective over all ranks. Builds the local sub-transport first (collective among the
   // host's ranks), then the remote one (collective among all).
   explicit CompositeTransport(const TransportContext& context, const std::string& localBackend = "shm",
@@ -88,6 +98,10 @@ class CompositeTransport final : public Transport {
   // Runs f; rethrows local-transport errors with global rank numbers and records PeerLost.
   template <typename F>
   void guarded(bool viaLocal, F&& f);
+  // A local-transport PeerLost or Timeout in global rank numbers, naming the culprit the remote
+  // sub-transport knows of when the local peer was only a messenger or nobody was named
+  // (Transport::culpritBehind); records the first PeerLost. Other errors are returned as they are.
+  std::exception_ptr translate(std::exception_ptr error, bool viaLocal);
   [[noreturn]] void rethrowTranslated(std::exception_ptr error, bool viaLocal);
   std::string globalize(const std::string& message) const;
   void helperLoop();

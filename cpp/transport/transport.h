@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -123,6 +124,22 @@ class Transport {
   // Before abort(): the rank this one's failure is blamed on (a lost or silent peer, or this
   // rank), so that a transport that tells its peers about the abort can name it. Optional.
   virtual void noteCulprit(int rank) { (void)rank; }
+  // Blame help for a sibling transport of this rank (the composite's shared memory inside a
+  // host), called by the data-plane thread after a wait there failed; `context` is that
+  // failure's message (global rank numbers):
+  //  * peer >= 0: global rank `peer` failed there (aborted, or is gone). If it gave up here too,
+  //    with an abort notice naming the rank it blames (awaited up to `window`), returns PeerLost
+  //    naming that rank: `peer` was only the messenger.
+  //  * peer < 0: the wait timed out behind a live peer (which may itself wait on a silent rank
+  //    elsewhere). Probes this transport's peers as after a data-plane deadline of its own and
+  //    returns PeerLost naming the rank a peer that gave up blames, or a peer that does not answer.
+  // Returns nullptr when it learns nothing. Optional: the default learns nothing.
+  virtual std::exception_ptr culpritBehind(int peer, const std::string& context, std::chrono::milliseconds window) {
+    (void)peer;
+    (void)context;
+    (void)window;
+    return nullptr;
+  }
 };
 
 // What a transport factory gets at init. Everything a backend needs to connect.

@@ -17,6 +17,8 @@ _DIR = tempfile.mkdtemp(prefix='hvd-timeline-test-')
 _AT_INIT = os.path.join(_DIR, 'timeline.json')
 os.environ['HOROVOD_TIMELINE'] = _AT_INIT
 os.environ['HOROVOD_TIMELINE_MARK_CYCLES'] = '1'
+_MAX_BYTES = 65536  # the smallest bound: test_head_and_rotation fills it
+os.environ['HOROVOD_TIMELINE_MAX_BYTES'] = str(_MAX_BYTES)
 
 import horovod.torch as hvd  # noqa: E402
 from horovod.runner import timeline_summary  # noqa: E402
@@ -87,8 +89,10 @@ def test_timeline_from_env():
 def test_dynamic_start_stop():
     paths = [os.path.join(_DIR, 'dynamic%d.json' % i) for i in range(3)]
     hvd.start_timeline(paths[0])
+    hvd.barrier()  # start_timeline is not collective: no rank's dyn_a request before rank 0's switch
     _allreduces(3, 'dyn_a')
     hvd.start_timeline(paths[1], mark_cycles=True)  # switches files: the first is complete
+    hvd.barrier()  # likewise: a fast rank's dyn_b request would reach rank 0's first file
     _allreduces(3, 'dyn_b')
     hvd.stop_timeline()
     hvd.stop_timeline()  # already stopped: only logs
@@ -141,3 +145,56 @@ def test_summary_reads_an_unterminated_file(tmp_path):
     partial = timeline_summary.load(str(cut))
     assert 0 < len(partial) < len(events)
     assert timeline_summary.Summary(partial).per_tensor
+
+
+def test_devtools_trace_engine_loads_it():
+    """A real consumer, not a schema check: Chromium's DevTools trace engine (what its Performance
+    panel loads a trace with) imports the file with every row and every span, on the file's clock."""
+    if hvd.rank() != 0:
+        return
+    import devtools_trace
+    _, events = _read(_AT_INIT)
+    try:
+        summary = devtools_trace.load_in_devtools(events)
+    except devtools_trace.Unavailable as e:
+        pytest.skip(str(e))
+    rows = {e['tid']: e['args']['name'] for e in events if e['name'] == 'thread_name'}
+    spans = {}
+    for e in events:
+        if e['ph'] == 'X':
+            spans[e['tid']] = spans.get(e['tid'], 0) + 1
+    seen = {t['tid']: t for t in summary['threads'] if t['pid'] == 0}
+    assert spans and 'allreduce.test_allreduce' in [rows[tid] for tid in spans]
+    for tid, n in spans.items():
+        assert tid in seen, 'DevTools has no thread for row %r: %s' % (rows[tid], summary)
+        assert seen[tid]['name'] == rows[tid]
+        assert seen[tid]['entries'] == n, (rows[tid], seen[tid], n)
+    # Its bounds are those of the spans (instant events do not widen them), on the file's clock.
+    complete = [e for e in events if e['ph'] == 'X']
+    assert summary['min'] == pytest.approx(min(e['ts'] for e in complete), abs=1)
+    assert summary['max'] == pytest.approx(max(e['ts'] + e['dur'] for e in complete), abs=1)
+
+
+def test_head_and_rotation():
+    """Past its bound the timeline keeps the start of the job in <file>.head and rotates the rest
+    through <file> and <file>.1; the three stay under HOROVOD_TIMELINE_MAX_BYTES together."""
+    path = os.path.join(_DIR, 'bounded.json')
+    hvd.start_timeline(path)
+    hvd.barrier()
+    _allreduces(400, 'bounded')
+    hvd.stop_timeline()
+    if hvd.rank() != 0:
+        return
+    files = [path + '.head', path + '.1', path]
+    sizes = [os.path.getsize(f) for f in files]
+    assert sum(sizes) <= _MAX_BYTES, sizes
+    assert sizes[0] <= _MAX_BYTES // 4, sizes
+    first = []
+    for f in files:
+        text, events = _read(f)  # each a complete trace
+        _check_structure(events)
+        assert 'allreduce.bounded' in text
+        first.append(min(e['ts'] for e in events if e['ph'] == 'X'))
+    assert first[0] < first[1] < first[2]  # one clock: head, then the previous, then the live one
+    head = _read(files[0])[1]
+    assert any(e['name'] == 'NEGOTIATE_ALLREDUCE' for e in head)  # the warm-up is kept

@@ -237,6 +237,18 @@ void TcpTransport::keepAlive(std::chrono::steady_clock::time_point now) {
   int gave = peerThatGaveUp();
   if (gave >= 0) lost(gave, "");
   if (silent >= 0) {
+    // That peer may only be blocked behind the really silent one (in a shared-memory wait on its
+    // host, where it reads no TCP): probe everyone once more, and take the notice of a peer that
+    // gives up meanwhile naming whom it blames (a rank is silent to every peer, a messenger
+    // only until its own wait ends).
+    int probed = -1;
+    gave = probePeers({silent}, probed);
+    if (gave >= 0) lost(gave, "");
+    if (probed < 0) return;  // everyone answered this time: nobody is lost
+    if (probed != silent) silentFor = kProbeWindow;
+    silent = probed;
+  }
+  if (silent >= 0) {
     fail(silent, "Horovod " + describePeer(silent) + " did not answer a liveness probe for " +
                      std::to_string(silentFor.count()) +
                      " ms while rank " + std::to_string(rank_) + " waited for messages (is it stopped, hung, or is "

@@ -28,10 +28,6 @@ const Param<int64_t> kSocketBufferBytes(
 constexpr auto kGoodbyeGrace = 1s;
 // How long the destructor tries to deliver queued control messages and the goodbye.
 constexpr auto kCloseFlush = 1s;
-// After a data-plane deadline, how long peers get to answer the liveness probe. A live peer's
-// transport answers from any wait within milliseconds; the window also gives a peer that timed
-// out at about the same moment the time to send its abort frame naming whom it blames.
-constexpr auto kProbeWindow = 500ms;
 
 const bool kRegistered = [] {
   registerTransport("tcp", [](const TransportContext& context) { return std::make_unique<TcpTransport>(context); });
@@ -202,6 +198,54 @@ void TcpTransport::abort(const std::string& reason) {
     appendFrame(p, kFrameAbort, payload.data(), payload.size());
     (void)flushLocked(p);
   }
+}
+
+bool TcpTransport::awaitAbortNotice(int peer, Deadline until) {
+  Peer& p = peers_[peer];
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(ctrlMu_);
+      if (p.gaveUp || p.departed || p.ctrlClosed) return p.gaveUp;
+      (void)readControlLocked(peer);
+      if (p.gaveUp || p.ctrlClosed) return p.gaveUp;
+    }
+    if (until.expired()) return false;
+    pollfd fds[2] = {{abortFd_.fd(), POLLIN, 0}, {p.ctrl.fd(), POLLIN | POLLRDHUP, 0}};
+    int rc = ::poll(fds, 2, until.pollTimeoutMs());
+    if (rc < 0 && errno != EINTR) return false;
+    if (fds[0].revents != 0) return false;  // aborted meanwhile
+  }
+}
+
+std::exception_ptr TcpTransport::culpritBehind(int peer, const std::string& context, std::chrono::milliseconds window) {
+  if (aborted_ || peer >= size_ || peer == rank_) return nullptr;
+  try {
+    checkUsable(false);  // already failed: what this transport found names the culprit
+    if (peer >= 0) {
+      if (!awaitAbortNotice(peer, Deadline::after(window))) return nullptr;
+      int blamed;
+      {
+        std::lock_guard<std::mutex> lock(ctrlMu_);
+        blamed = peers_[peer].blamed;
+      }
+      if (blamed >= 0 && blamed != peer) lost(peer, "");  // names the rank it blamed
+      return nullptr;
+    }
+    int silent = -1;
+    int gaveUp = probePeers({}, silent);
+    if (gaveUp >= 0) lost(gaveUp, "");
+    if (silent >= 0) {
+      fail(silent, "Horovod " + describePeer(silent) + " did not answer in time: " + context +
+                       "; it did not answer a liveness probe within " + std::to_string(kProbeWindow.count()) +
+                       " ms either (is it stopped, hung, or is its host unreachable? see "
+                       "HOROVOD_GLOO_TIMEOUT_SECONDS)");
+    }
+  } catch (const PeerLost&) {
+    return std::current_exception();
+  } catch (const Error&) {
+    // Aborted meanwhile, or a broken stream: nothing learned.
+  }
+  return nullptr;
 }
 
 int TcpTransport::peerThatGaveUp() {

@@ -37,6 +37,7 @@
 #include <poll.h>
 
 #include <atomic>
+#include <chrono>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -71,6 +72,8 @@ class TcpTransport final : public Transport {
   void wake() override;
   void abort(const std::string& reason) override;
   void noteCulprit(int rank) override;
+  // Latches what it finds (as a data-plane deadline would): the rank is failing anyway.
+  std::exception_ptr culpritBehind(int peer, const std::string& context, std::chrono::milliseconds window) override;
 
   // The address this rank listened on during setup, and how many connection attempts it
   // refused for failing authentication (for tests and logs).
@@ -111,6 +114,11 @@ class TcpTransport final : public Transport {
     int peer;
   };
 
+  // After a data-plane deadline, how long peers get to answer the liveness probe. A live peer's
+  // transport answers from any wait within milliseconds; the window also gives a peer that timed
+  // out at about the same moment the time to send its abort frame naming whom it blames.
+  static constexpr std::chrono::milliseconds kProbeWindow{500};
+
   static constexpr uint8_t kFrameMessage = 1;
   static constexpr uint8_t kFrameGoodbye = 2;
   static constexpr uint8_t kFrameAbort = 3;  // i32 blamed rank (-1 none) | reason text
@@ -129,6 +137,9 @@ class TcpTransport final : public Transport {
   // peer that gave up (its abort frame read), else -1 with `silent` set to a peer that did not
   // answer (preferring one of `preferred`), or -1 when all answered.
   int probePeers(const std::vector<int>& preferred, int& silent);
+  // Reads `peer`'s control connection until its abort notice arrived, it closed, or `until`
+  // (ctrlMu_ not held). Returns whether it gave up.
+  bool awaitAbortNotice(int peer, Deadline until);
   // A peer that gave up; -1 if none (ctrlMu_ not held).
   int peerThatGaveUp();
   // waitForMessage's keep-alive: pings peers every quarter of the timeout; throws PeerLost for a

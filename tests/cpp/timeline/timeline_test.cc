@@ -152,6 +152,12 @@ size_t count(const std::string& text, const std::string& what) {
   return n;
 }
 
+// The "ts" of the first event that has one (microseconds), or -1.
+double firstTimestamp(const std::string& text) {
+  const size_t at = text.find("\"ts\":");
+  return at == std::string::npos ? -1.0 : std::stod(text.substr(at + 5, 32));
+}
+
 std::string tempPath(const std::string& name) {
   return (std::filesystem::temp_directory_path() /
           ("hvd_timeline_" + std::to_string(::getpid()) + "_" + name + ".json"))
@@ -303,19 +309,97 @@ TEST(Timeline, DiskBound) {
     }
   });
   detach(cluster, t);
-  const std::string live = readFile(path), previous = readFile(path + ".1");
-  ASSERT_FALSE(previous.empty()) << "expected at least one rotation";
-  EXPECT_LE(static_cast<int64_t>(live.size() + previous.size()), maxBytes);
-  EXPECT_LE(static_cast<int64_t>(live.size()), maxBytes / 2);
-  EXPECT_LE(static_cast<int64_t>(previous.size()), maxBytes / 2);
+  const std::string live = readFile(path), previous = readFile(path + ".1"), head = readFile(path + ".head");
+  ASSERT_FALSE(head.empty()) << "expected the first segment kept as the head";
+  ASSERT_FALSE(previous.empty()) << "expected at least one rotation after the head";
+  EXPECT_GE(t->rotations(), 2u);
+  EXPECT_LE(static_cast<int64_t>(head.size() + live.size() + previous.size()), maxBytes);
+  EXPECT_LE(static_cast<int64_t>(head.size()), maxBytes / 4);
+  EXPECT_LE(static_cast<int64_t>(live.size()), maxBytes * 3 / 8);
+  EXPECT_LE(static_cast<int64_t>(previous.size()), maxBytes * 3 / 8);
   // Each file is a trace on its own: valid, with its rows named.
-  for (const std::string* text : {&live, &previous}) {
+  for (const std::string* text : {&head, &live, &previous}) {
     EXPECT_TRUE(JsonChecker(*text).valid());
     EXPECT_NE(text->find("\"args\":{\"name\":\"layer_1of8\"}"), std::string::npos);
     EXPECT_NE(text->find("\"name\":\"ALLREDUCE\""), std::string::npos);
   }
+  // The head holds the start of the job (its one negotiation: later steps hit the cache); the
+  // rotating pair the end.
+  EXPECT_NE(head.find("\"name\":\"NEGOTIATE_ALLREDUCE\""), std::string::npos);
+  EXPECT_LT(firstTimestamp(head), firstTimestamp(previous));
+  EXPECT_LT(firstTimestamp(previous), firstTimestamp(live));
   std::filesystem::remove(path);
   std::filesystem::remove(path + ".1");
+  std::filesystem::remove(path + ".head");
+}
+
+TEST(Timeline, AFreshTimelineRemovesTheSegmentsOfAnEarlierOne) {
+  const std::string path = tempPath("stale");
+  for (const char* suffix : {".1", ".head"}) {
+    std::FILE* f = std::fopen((path + suffix).c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("[\n]\n", f);
+    std::fclose(f);
+  }
+  {
+    timeline::TimelineWriter writer(path, WriterOptions{});
+  }
+  EXPECT_FALSE(std::filesystem::exists(path + ".1"));
+  EXPECT_FALSE(std::filesystem::exists(path + ".head"));
+  EXPECT_TRUE(JsonChecker(readFile(path)).valid());
+  std::filesystem::remove(path);
+}
+
+// Rank 0's tuner for the AUTOTUNE test: two knob changes, each with the decision behind it.
+class TwoStepTuner : public engine::Tuner {
+ public:
+  explicit TwoStepTuner(engine::Knobs base) : base_(base) {}
+  engine::EventMask interests() const override { return 0; }
+  void onEvent(const engine::EngineEvent&) override {}
+  std::optional<engine::Knobs> poll() override {
+    if (++polls_ % 4 != 0 || handed_ >= 2) return std::nullopt;
+    engine::Knobs k = base_;
+    k.fusionThreshold = handed_ == 0 ? 4096 : 1 << 20;
+    k.cacheEnabled = handed_ != 0;
+    decision_ = handed_ == 0 ? Decision{1.5e8, "sample"} : Decision{2.5e8, "final"};
+    ++handed_;
+    return k;
+  }
+  bool done() const override { return handed_ >= 2; }
+  Decision lastDecision() const override { return decision_; }
+
+ private:
+  engine::Knobs base_;
+  Decision decision_;
+  int polls_ = 0;
+  int handed_ = 0;
+};
+
+TEST(Timeline, AutotuneKnobChangesAreInstantEventsWithTheirValuesAndScore) {
+  const std::string path = tempPath("autotune");
+  Cluster cluster(2);
+  auto t = attach(cluster, path, false);
+  auto tuner = std::make_shared<TwoStepTuner>(cluster[0].knobs());
+  cluster[0].setTuner(tuner);
+  cluster.run([&](int rank, engine::Runtime& rt) {
+    for (int step = 0; step < 40; ++step) {
+      std::vector<float> in(256, 1.0f + rank), out(256);
+      rt.allreduce(view(in, DataType::kFloat32), view(out, DataType::kFloat32), named("w"))->wait();
+    }
+  });
+  detach(cluster, t);
+  ASSERT_TRUE(tuner->done());
+  const std::string text = readFile(path);
+  EXPECT_TRUE(JsonChecker(text).valid());
+  EXPECT_EQ(count(text, "\"name\":\"AUTOTUNE\""), 2u) << text;
+  EXPECT_NE(text.find("\"args\":{\"fusion_threshold\":4096,"), std::string::npos) << text;
+  EXPECT_NE(text.find("\"cache\":false,\"hierarchical\":true,\"decision\":\"sample\","
+                      "\"score_bytes_per_s\":150000000.0}"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("\"fusion_threshold\":1048576,"), std::string::npos) << text;
+  EXPECT_NE(text.find("\"decision\":\"final\",\"score_bytes_per_s\":250000000.0}"), std::string::npos) << text;
+  std::filesystem::remove(path);
 }
 
 TEST(Timeline, DropsWhenTheQueueIsFull) {

@@ -91,9 +91,22 @@ class SharedTestStore : public Store {
     int used;
     Entry entries[kEntries];
   };
+  // Bounded: a process stopped (SIGSTOP) while holding the mutex makes every other user fail
+  // with StoreError after kLockSeconds instead of hanging the test (the robust mutex only
+  // covers an owner that died).
+  static constexpr int kLockSeconds = 30;
   struct Lock {
     explicit Lock(Table* t) : table(t) {
-      if (pthread_mutex_lock(&table->mutex) == EOWNERDEAD) pthread_mutex_consistent(&table->mutex);
+      struct timespec until;
+      clock_gettime(CLOCK_REALTIME, &until);
+      until.tv_sec += kLockSeconds;
+      int rc = pthread_mutex_timedlock(&table->mutex, &until);
+      if (rc == EOWNERDEAD) {
+        pthread_mutex_consistent(&table->mutex);
+      } else if (rc != 0) {
+        throw StoreError("SharedTestStore: could not take the store's mutex within " +
+                         std::to_string(kLockSeconds) + " s (is a process that holds it stopped?)");
+      }
     }
     ~Lock() { pthread_mutex_unlock(&table->mutex); }
     Table* table;

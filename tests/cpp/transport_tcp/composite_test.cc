@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <thread>
 
@@ -165,6 +166,91 @@ TEST(Composite, LocalPeerLossIsReportedWithItsGlobalRank) {
     noticed++;
     while (noticed < 3) std::this_thread::sleep_for(1ms);
   });
+}
+
+TEST(Composite, LocalMessengerOfARemoteLossNamesTheRankItBlamed) {
+  // Hosts a = {0, 1}, b = {2, 3}. Rank 1 finds rank 3 (on the other host) lost and aborts,
+  // blaming it; rank 0 only sees its local peer 1 fail. It names rank 3, which rank 1's TCP abort
+  // notice names, not the messenger.
+  std::atomic<bool> done{false};
+  std::string seen;
+  int blamed = -2;
+  runComposite({"a", "a", "b", "b"}, "local", [&](int rank, CompositeTransport& t) {
+    if (rank == 1) {
+      std::this_thread::sleep_for(200ms);
+      t.noteCulprit(3);
+      t.abort("Horovod lost connection to rank 3 (simulated)");
+    } else if (rank == 0) {
+      uint8_t buf[4];
+      auto start = std::chrono::steady_clock::now();
+      try {
+        t.recv(1, buf, sizeof(buf), soon());
+        ADD_FAILURE() << "rank 0 did not notice";
+      } catch (const PeerLost& e) {
+        blamed = e.rank();
+        seen = e.what();
+      }
+      EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
+      done = true;
+    }
+    while (!done) std::this_thread::sleep_for(1ms);
+  });
+  EXPECT_EQ(blamed, 3) << seen;
+  EXPECT_NE(seen.find("rank 1 "), std::string::npos) << seen;  // and says who gave up
+}
+
+TEST(Composite, LocalTimeoutBehindALivePeerNamesTheSilentRemoteRank) {
+  // Hosts a = {0, 1}, b = {2, 3}. Rank 1 is silent (makes no transport call, like a stopped
+  // process); rank 2 waits for it over TCP; rank 3 waits for rank 2 in a shared-space barrier and
+  // times out. Its local error names nobody: the TCP probe finds rank 1 silent (rank 0 answers;
+  // so does rank 2, reading its control connections while it waits).
+  std::atomic<bool> done{false};
+  std::string seen;
+  int blamed = -2;
+  bool typed = false;
+  runComposite({"a", "a", "b", "b"}, "local", [&](int rank, CompositeTransport& t) {
+    SharedSpace* space = rank >= 2 ? t.sharedSpace({2, 3}, soon()) : nullptr;
+    if (rank == 3) {
+      std::this_thread::sleep_for(100ms);  // rank 2 is in its recv
+      try {
+        space->barrier(Deadline::after(500ms));
+        ADD_FAILURE() << "the barrier returned";
+      } catch (const PeerLost& e) {
+        typed = true;
+        blamed = e.rank();
+        seen = e.what();
+      } catch (const std::exception& e) {
+        seen = e.what();
+      }
+      done = true;
+    } else if (rank == 2) {
+      uint8_t buf[1];
+      try {
+        t.recv(1, buf, 1, soon());
+      } catch (const std::exception&) {
+        // rank 3 failed meanwhile: this rank's part is over
+      }
+    } else if (rank == 0) {
+      while (!done) {
+        try {
+          (void)t.poll();  // answers liveness probes
+        } catch (const std::exception&) {
+        }
+        std::this_thread::sleep_for(1ms);
+      }
+    }
+    while (!done) std::this_thread::sleep_for(1ms);
+    if (rank == 1) {
+      uint8_t one = 1;
+      try {
+        t.send(2, &one, 1, Deadline::after(2s));  // releases rank 2
+      } catch (const std::exception&) {
+      }
+    }
+  });
+  EXPECT_TRUE(typed) << seen;
+  EXPECT_EQ(blamed, 1) << seen;
+  EXPECT_NE(seen.find("barrier"), std::string::npos) << seen;  // keeps the local context
 }
 
 }  // namespace

@@ -442,6 +442,41 @@ class GatedStore : public Store {
   std::atomic<bool>& open_;
 };
 
+TEST(TcpTransport, KeepAliveNamesTheRankAMessengerBlamesNotTheMessenger) {
+  // Rank 0 waits for messages. Ranks 1 and 2 both stop answering its pings: rank 2 is silent (a
+  // stopped process), rank 1 only blocked behind it (like a rank in a shared-memory wait on rank
+  // 2's host), and it gives up first, blaming rank 2. Rank 0's keep-alive finds rank 1 silent
+  // first (lowest rank) but probes once more and names rank 2, whom rank 1's notice names.
+  auto contexts = makeContexts(3);
+  for (auto& c : contexts) c.timeout = 1000ms;
+  std::atomic<bool> done{false};
+  int blamed = -2;
+  std::string seen;
+  runRanks("tcp", contexts, [&](int rank, Transport& t) {
+    if (rank == 0) {
+      try {
+        for (int i = 0; i < 50 && !done; ++i) {
+          t.waitForMessage(Deadline::after(200ms));
+          while (t.poll()) {
+          }
+        }
+        ADD_FAILURE() << "rank 0 noticed nothing";
+      } catch (const PeerLost& e) {
+        blamed = e.rank();
+        seen = e.what();
+      }
+      done = true;
+    } else if (rank == 1) {
+      std::this_thread::sleep_for(1450ms);  // past rank 0's keep-alive limit (1 s), in its probe window
+      t.noteCulprit(2);
+      t.abort("rank 2 did not answer (simulated)");
+    }
+    while (!done) std::this_thread::sleep_for(1ms);
+  });
+  EXPECT_EQ(blamed, 2) << seen;
+  EXPECT_NE(seen.find("rank 1 "), std::string::npos) << seen;  // says who gave up
+}
+
 TEST(TcpTransport, ConnectionWithWrongSecretIsRefused) {
   auto contexts = makeContexts(2);
   std::atomic<bool> rogueDone{false};
