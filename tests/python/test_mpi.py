@@ -130,14 +130,100 @@ def test_mpi4py_interplay(flavor, case, tmp_path):
     assert _oks(out) == ['0', '1', '2'], out[-8000:]
 
 
-def test_cpu_operations_mpi_fails_on_every_rank():
+def _mpi_env_args(flavor, names):
+    # Open MPI passes only the variables named with -x; MPICH's Hydra passes the whole environment.
+    return [a for name in names for a in ('-x', name)] if flavor == 'openmpi' else []
+
+
+@pytest.mark.parametrize('data_plane', ['mpi', 'default'])
+@pytest.mark.parametrize('flavor', ['openmpi', 'mpich'])
+def test_data_plane_collectives(flavor, data_plane):
+    # Every collective and dtype (float16/bfloat16/bool reductions too) through MPI's own
+    # collectives with HOROVOD_CPU_OPERATIONS=mpi, checked against the engine's count of MPI
+    # collectives (zero on the default data plane), at 3 ranks; the debug log names the data plane
+    # of each process set and why.
     _require_mpi_built()
-    cmd = _mpirun('openmpi', 2) + ['-x', 'HOROVOD_CPU_OPERATIONS', sys.executable, '-c',
-                                   'import horovod.torch as hvd; hvd.init()']
+    pytest.importorskip('torch')
+    extra = {'HOROVOD_LOG_LEVEL': 'debug'}
+    if data_plane == 'mpi':
+        extra['HOROVOD_CPU_OPERATIONS'] = 'mpi'
+    cmd = _mpirun(flavor, 3) + _mpi_env_args(flavor, extra) + [sys.executable,
+                                                               os.path.join(SCRIPTS, 'data_plane_worker.py')]
+    code, out = _run(cmd, _env(**extra))
+    assert code == 0, out[-8000:]
+    assert _oks(out) == ['0', '1', '2'], out[-8000:]
+    chosen = 'MPI data plane (HOROVOD_CPU_OPERATIONS=mpi)'
+    if data_plane == 'mpi':
+        assert out.count('process set 0 [0, 1, 2]: ' + chosen) == 3, out[-8000:]
+        assert out.count('through the mpi collective backend') >= 3 + 2 * 3, out[-8000:]
+    else:
+        assert chosen not in out and 'through the cpu collective backend' in out, out[-8000:]
+
+
+@pytest.mark.parametrize('flavor', ['openmpi', 'mpich'])
+def test_torch_suite_on_mpi_data_plane(flavor):
+    # Horovod's own torch tests with every collective run by MPI.
+    _require_mpi_built()
+    pytest.importorskip('torch')
+    cmd = _mpirun(flavor, 2) + _mpi_env_args(flavor, ['HOROVOD_CPU_OPERATIONS']) + [
+        sys.executable, '-m', 'pytest', '-x', '-q', '-p', 'no:cacheprovider', os.path.join(HERE, 'test_torch.py')]
+    code, out = _run(cmd, _env(HOROVOD_CPU_OPERATIONS='mpi'), timeout=max(TIMEOUT, 600))
+    assert code == 0, out[-12000:]
+    assert out.count(' passed') == 2, out[-12000:]
+
+
+def test_mpi_data_plane_with_threads_disabled():
+    # HOROVOD_MPI_THREADS_DISABLE with the MPI data plane: MPI_THREAD_SERIALIZED (the engine's
+    # collectives run on one thread at a time), not SINGLE.
+    _require_mpi_built()
+    pytest.importorskip('torch')
+    names = {'HOROVOD_CPU_OPERATIONS': 'mpi', 'HOROVOD_MPI_THREADS_DISABLE': '1'}
+    code_text = ('import horovod.torch as hvd, torch\n'
+                 'from horovod import _core\n'
+                 'hvd.init()\n'
+                 'assert not hvd.mpi_threads_supported()\n'
+                 'x = hvd.allreduce(torch.ones(3), op=hvd.Sum)\n'
+                 'assert torch.equal(x, torch.full((3,), 2.0)), x\n'
+                 'assert _core.mpi_collective_count() >= 1\n'
+                 'print("OK", hvd.rank(), flush=True)\n')
+    cmd = _mpirun('openmpi', 2) + _mpi_env_args('openmpi', names) + [sys.executable, '-c', code_text]
+    code, out = _run(cmd, _env(**names), timeout=120)
+    assert code == 0, out[-8000:]
+    assert _oks(out) == ['0', '1'], out[-8000:]
+
+
+def test_cpu_operations_mpi_without_mpi_fails_on_every_rank():
+    # horovodrun without --mpi starts no MPI: HOROVOD_CPU_OPERATIONS=mpi is refused by every rank
+    # with the reason and the fix (not silently replaced by the default data plane).
+    _require_mpi_built()
+    hvdrun = shutil.which('horovodrun')
+    if hvdrun is None:
+        pytest.skip('horovodrun not on PATH')
+    cmd = [hvdrun, '-np', '2', sys.executable, '-c', 'import horovod.torch as hvd; hvd.init()']
     code, out = _run(cmd, _env(HOROVOD_CPU_OPERATIONS='mpi'), timeout=120)
     assert code != 0
-    line = '[horovod] init failed: ValueError: HOROVOD_CPU_OPERATIONS=mpi: this Horovod has no MPI data plane'
+    line = 'HOROVOD_CPU_OPERATIONS=mpi: this job was not started by MPI (launched by horovod)'
     assert out.count(line) == 2, out[-8000:]
+
+
+@pytest.mark.parametrize('flavor', ['openmpi', 'mpich'])
+def test_rank_that_never_calls_init_is_named(flavor):
+    # Rank 1 of 3 never calls hvd.init(): rank 0 names it once HOROVOD_GLOO_TIMEOUT_SECONDS passed,
+    # instead of waiting in MPI forever.
+    _require_mpi_built()
+    names = {'HOROVOD_GLOO_TIMEOUT_SECONDS': '4'}
+    code_text = ('import os, sys, time\n'
+                 'rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK")))\n'
+                 'if rank == 1:\n'
+                 '    time.sleep(60)\n'
+                 '    sys.exit(0)\n'
+                 'import horovod.torch as hvd\n'
+                 'hvd.init()\n')
+    cmd = _mpirun(flavor, 3) + _mpi_env_args(flavor, names) + [sys.executable, '-c', code_text]
+    code, out = _run(cmd, _env(**names), timeout=50)
+    assert code != 0
+    assert 'MPI bootstrap: rank 1 of 3 did not call hvd.init() within 4.0 s (HOROVOD_GLOO_TIMEOUT_SECONDS)' in out, \
+        out[-8000:]
 
 
 def test_controller_mpi_without_a_loadable_plugin(tmp_path):
