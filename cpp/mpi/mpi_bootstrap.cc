@@ -44,7 +44,7 @@ void awaitAllRanks(const HvdMpiPlugin& plugin, const MpiBootstrapOptions& option
   if (rc != HVD_MPI_TIMED_OUT) check(rc, err, "waiting for every rank to call hvd.init()");
   if (missingCount < 0) {
     throw Error("MPI bootstrap: not every one of the " + std::to_string(job.size) + " ranks called hvd.init()" +
-                within + "; rank 0 names the missing ones");
+                within + " (rank 0 names the missing ones, unless it is one of them)");
   }
   std::string ranks;
   for (int i = 0; i < std::min(missingCount, kListed); ++i) ranks += (i ? ", " : "") + std::to_string(missing[i]);

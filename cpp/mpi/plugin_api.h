@@ -55,7 +55,8 @@ typedef struct HvdMpiPlugin {
   // MPI_Bcast of `bytes` bytes from `root` over comm. Collective over comm.
   int (*broadcast)(int64_t comm, void* data, int bytes, int root, char* err, int errLen);
   // The bootstrap's broadcast, bounded: every non-root rank reports to `root` (point to point),
-  // then `bytes` are broadcast from root (MPI_Ibcast), each side polling until `timeoutMs`. On
+  // then `bytes` are broadcast from root (MPI_Ibcast), each side polling until `timeoutMs` (the
+  // others 5 s longer, so that root reports first). On
   // timeout returns HVD_MPI_TIMED_OUT; on root, missing[0..*missingCount) are the ranks that did
   // not report (at most missingCap listed, *missingCount is the full number); on the others
   // *missingCount is -1 (they cannot tell who is missing). The pending requests are abandoned and

@@ -162,7 +162,9 @@ int rendezvousBroadcast(int64_t handle, void* data, int bytes, int root, int64_t
   int rank = 0, size = 1;
   HVD_MPI_TRY(MPI_Comm_rank(comm, &rank));
   HVD_MPI_TRY(MPI_Comm_size(comm, &size));
-  const double deadline = nowSeconds() + static_cast<double>(timeoutMs) / 1000.0;
+  // The other ranks wait 5 s longer than root: when root is there to name the missing ranks, it
+  // fails first (a launcher may kill the whole job as soon as one rank fails).
+  const double deadline = nowSeconds() + static_cast<double>(timeoutMs) / 1000.0 + (rank == root ? 0.0 : 5.0);
   *missingCount = 0;
   int one = 1;
   MPI_Request sent = MPI_REQUEST_NULL;
@@ -173,8 +175,15 @@ int rendezvousBroadcast(int64_t handle, void* data, int bytes, int root, int64_t
       if (p != root) HVD_MPI_TRY(MPI_Irecv(&reports[p], 1, MPI_INT, p, kArrivalTag, comm, &pending[p]));
     }
     for (;;) {
-      int all = 0;
-      HVD_MPI_TRY(MPI_Testall(size, pending.data(), &all, MPI_STATUSES_IGNORE));
+      // One by one: MPI_Testall leaves every request as it was unless all completed, and the
+      // ones that did must not be counted as missing.
+      bool all = true;
+      for (int p = 0; p < size; ++p) {
+        if (pending[p] == MPI_REQUEST_NULL) continue;
+        int done = 0;
+        HVD_MPI_TRY(MPI_Test(&pending[p], &done, MPI_STATUS_IGNORE));
+        all = all && done;
+      }
       if (all) break;
       if (nowSeconds() > deadline) {
         for (int p = 0; p < size; ++p) {
