@@ -36,10 +36,14 @@ cat > "$TMP/bin/ssh_id" <<EOS
 exec ssh -i $TMP/id "\$@"
 EOS
 chmod +x "$TMP/bin/ssh_id"
-# Each rank: its namespace's name as its host name, then the worker.
+# Each rank: its namespace's name as its host name, then the worker. Open MPI's shared-memory
+# segments are named after the host name, which the namespaces share (with /dev/shm): each
+# namespace-host gets its own directory for them, as real hosts have their own /dev/shm.
 cat > "$TMP/rank.sh" <<EOS
 #!/bin/sh
-HOROVOD_HOSTNAME=\$(ip netns identify) exec $PY $WORKER
+ns=\$(ip netns identify)
+mkdir -p $TMP/shm-\$ns
+OMPI_MCA_btl_vader_backing_directory=$TMP/shm-\$ns HOROVOD_HOSTNAME=\$ns exec $PY $WORKER
 EOS
 chmod +x "$TMP/rank.sh"
 
