@@ -46,10 +46,54 @@ def first_allreduce():
         print('RESULT ' + json.dumps({'done': time.time()}), flush=True)
 
 
+def paired(reps):
+    """One job, HOROVOD_CPU_OPERATIONS=mpi: for each size and repetition, a timed loop of Horovod's
+    allreduce_ (the MPI data plane) right after one of mpi4py's Allreduce on the same processes;
+    prints the median busbw of each and the median of the per-repetition ratios."""
+    import numpy as np
+    import torch
+    from mpi4py import MPI
+    import horovod.torch as hvd
+    from horovod import _core
+    comm = MPI.COMM_WORLD
+    hvd.init(comm=comm)
+    rank, size = hvd.rank(), hvd.size()
+    factor = 2.0 * (size - 1) / size
+    out = {}
+    for nbytes in SIZES:
+        t = torch.zeros(nbytes // 4, dtype=torch.float32)
+        buf = np.zeros(nbytes // 4, dtype=np.float32)
+        name = 'p%d' % nbytes
+        hvd.allreduce_(t, op=hvd.Sum, name=name)
+        comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+        n = loop_count(nbytes)
+        hvd_bw, mpi_bw, ratios = [], [], []
+        for _ in range(reps):
+            comm.Barrier()
+            start = time.perf_counter()
+            for _ in range(n):
+                hvd.allreduce_(t, op=hvd.Sum, name=name)
+            a = nbytes / ((time.perf_counter() - start) / n) * factor / 1e9
+            comm.Barrier()
+            start = time.perf_counter()
+            for _ in range(n):
+                comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+            b = nbytes / ((time.perf_counter() - start) / n) * factor / 1e9
+            hvd_bw.append(a)
+            mpi_bw.append(b)
+            ratios.append(a / b)
+        out[str(nbytes)] = [statistics.median(hvd_bw), statistics.median(mpi_bw), statistics.median(ratios)]
+    if rank == 0:
+        print('RESULT ' + json.dumps({'paired': out, 'mpi_collectives': _core.mpi_collective_count()}), flush=True)
+
+
 def worker(kind, reps):
     results = {}
     if kind == 'first':
         first_allreduce()
+        return
+    if kind == 'paired':
+        paired(reps)
         return
     if kind == 'hvd':
         import torch
@@ -132,13 +176,15 @@ def main():
     parser.add_argument('--reps', type=int, default=5)
     parser.add_argument('--launch-np', type=int, default=4)
     parser.add_argument('--out', default=None)
-    parser.add_argument('--worker', choices=['hvd', 'mpi4py', 'first'])
+    parser.add_argument('--worker', choices=['hvd', 'mpi4py', 'first', 'paired'])
+    parser.add_argument('--paired-only', action='store_true',
+                        help='only the paired MPI data plane / MPI_Allreduce job (its table is printed)')
     args = parser.parse_args()
     if args.worker:
         worker(args.worker, args.reps)
         return
     me = [sys.executable, os.path.abspath(__file__), '--reps', str(args.reps), '--worker']
-    hvdrun = shutil.which('horovodrun')
+    hvdrun = os.environ.get('HOROVODRUN') or shutil.which('horovodrun')
     jobs = {
         'mpirun': (mpirun_cmd(args.np) + me + ['hvd'], clean_env()),
         'horovodrun': ([hvdrun, '-np', str(args.np)] + me + ['hvd'], clean_env()),
@@ -150,7 +196,23 @@ def main():
         'mpirun': (mpirun_cmd(args.launch_np) + me + ['first'], clean_env()),
         'horovodrun': ([hvdrun, '-np', str(args.launch_np)] + me + ['first'], clean_env()),
     }
+    paired_job = (mpirun_cmd(args.np) + ['-x', 'HOROVOD_CPU_OPERATIONS'] + me + ['paired'],
+                  clean_env(HOROVOD_CPU_OPERATIONS='mpi'))
     load_before = ' '.join('%.1f' % x for x in os.getloadavg())
+    pair = run(*paired_job[:1], env=paired_job[1])
+    assert pair['mpi_collectives'] > 0, pair
+    paired_lines = ['## MPI data plane against MPI_Allreduce, alternating in one job', '',
+                    'Same processes (`mpirun -np {}`, `HOROVOD_CPU_OPERATIONS=mpi`, `hvd.init(comm=MPI.COMM_WORLD)`): '
+                    'for each size and repetition a timed loop of `hvd.allreduce_` then one of mpi4py\'s '
+                    '`Allreduce(IN_PLACE)`; medians over {} repetitions, the ratio the median of the '
+                    'per-repetition ratios. Load average at start: {}.'.format(args.np, args.reps, load_before), '',
+                    '| size | MPI data plane (GB/s) | MPI_Allreduce (GB/s) | ratio |', '|---|---|---|---|']
+    for nbytes in SIZES:
+        a, b, r = pair['paired'][str(nbytes)]
+        paired_lines.append('| {} | {:.2f} | {:.2f} | {:.2f}x |'.format(human(nbytes), a, b, r))
+    if args.paired_only:
+        print('\n'.join(paired_lines))
+        return
     rounds = []
     launch_rounds = []
     for _ in range(args.rounds):
@@ -192,6 +254,7 @@ def main():
         values = [r[name] for r in launch_rounds]
         lines.append('| {} | {:.2f} | {} |'.format(name, statistics.median(values),
                                                    ', '.join('%.2f' % v for v in values)))
+    lines += [''] + paired_lines
     text = '\n'.join(lines) + '\n'
     print(text)
     if args.out:

@@ -138,7 +138,7 @@ std::string formatBuildInfo(const BuildInfo& info) {
            "ranks and carries the rendezvous. Data plane, per process set:\n"
            "  default (HOROVOD_CPU_OPERATIONS unset or gloo): Horovod's own channel, shared memory\n"
            "    between ranks of a host (one copy, ranks reduce each other's slices in place) and TCP\n"
-           "    across hosts, as under horovodrun; faster than MPI's within a host (docs/mpi.md);\n"
+           "    across hosts, as under horovodrun; measured faster than MPI's on one host (docs/mpi.md);\n"
            "  HOROVOD_CPU_OPERATIONS=mpi: MPI's own collectives, on one MPI communicator per process\n"
            "    set (needs a job that MPI started). HOROVOD_LOG_LEVEL=debug logs the choice per set.\n"
            "The negotiation always runs over Horovod's channel.\n";

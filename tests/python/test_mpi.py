@@ -257,6 +257,33 @@ def test_controller_mpi_without_a_loadable_plugin(tmp_path):
     assert "could not load Horovod's MPI plugin" in out, out[-4000:]
 
 
+def test_stale_plugin_is_refused_naming_its_abi(tmp_path):
+    # A plugin from another Horovod build (an older table layout) must not be called into: init
+    # names both ABIs and the fix.
+    _require_mpi_built()
+    cc = shutil.which('cc') or shutil.which('gcc')
+    if cc is None:
+        pytest.skip('no C compiler to build a stale plugin')
+    pkg = os.path.dirname(os.path.abspath(_core.__file__))
+    shutil.copytree(pkg, tmp_path / 'horovod', ignore=shutil.ignore_patterns('libhorovod_mpi_*', '__pycache__'))
+    source = tmp_path / 'stale.c'
+    source.write_text('struct table { int abi; const char* flavor; };\n'
+                      'static const struct table t = {1, "openmpi"};\n'
+                      'const void* hvd_mpi_plugin(void) { return &t; }\n')
+    for flavor in _core_flavors():
+        subprocess.run([cc, '-shared', '-fPIC', '-o', str(tmp_path / 'horovod' / 'libhorovod_mpi_{}.so'.format(flavor)),
+                        str(source)], check=True, timeout=60)
+    code, out = _run([sys.executable, '-c', 'import horovod.torch as hvd; hvd.init()'],
+                     _env(HOROVOD_CONTROLLER='mpi', PYTHONPATH=str(tmp_path)), timeout=120)
+    assert code != 0
+    assert 'a stale Horovod MPI plugin (plugin ABI 1, this core needs 2)' in out, out[-4000:]
+
+
+def _core_flavors():
+    pkg = os.path.dirname(os.path.abspath(_core.__file__))
+    return [f[len('libhorovod_mpi_'):-len('.so')] for f in os.listdir(pkg) if f.startswith('libhorovod_mpi_')]
+
+
 def _srun_env(rank, size, nodes, node_of, local_of, job='4242', step='0'):
     return _env(SLURM_PROCID=str(rank), SLURM_NTASKS=str(size), SLURM_STEP_NUM_TASKS=str(size),
                 SLURM_LOCALID=str(local_of[rank]), SLURM_NODEID=str(node_of[rank]), SLURM_JOB_ID=job,
