@@ -179,14 +179,14 @@ def test_mpi_data_plane_with_threads_disabled():
     _require_mpi_built()
     pytest.importorskip('torch')
     names = {'HOROVOD_CPU_OPERATIONS': 'mpi', 'HOROVOD_MPI_THREADS_DISABLE': '1'}
-    code_text = ('import horovod.torch as hvd, torch\n'
+    code_text = ('import os, horovod.torch as hvd, torch\n'
                  'from horovod import _core\n'
                  'hvd.init()\n'
                  'assert not hvd.mpi_threads_supported()\n'
                  'x = hvd.allreduce(torch.ones(3), op=hvd.Sum)\n'
                  'assert torch.equal(x, torch.full((3,), 2.0)), x\n'
                  'assert _core.mpi_collective_count() >= 1\n'
-                 'print("OK", hvd.rank(), flush=True)\n')
+                 'os.write(1, "OK {}\\n".format(hvd.rank()).encode())\n')  # one write: no interleaving
     cmd = _mpirun('openmpi', 2) + _mpi_env_args('openmpi', names) + [sys.executable, '-c', code_text]
     code, out = _run(cmd, _env(**names), timeout=120)
     assert code == 0, out[-8000:]
