@@ -193,6 +193,32 @@ def test_mpi_data_plane_with_threads_disabled():
     assert _oks(out) == ['0', '1'], out[-8000:]
 
 
+def test_mpi_data_plane_under_horovodrun_mpi():
+    # horovodrun --mpi: horovodrun's rendezvous, processes started by mpirun; the MPI data plane
+    # initializes MPI itself and runs the collectives.
+    _require_mpi_built()
+    pytest.importorskip('torch')
+    hvdrun = os.environ.get('HOROVODRUN') or shutil.which('horovodrun')
+    mpirun = shutil.which('mpirun')
+    if hvdrun is None or mpirun is None:
+        pytest.skip('horovodrun or mpirun not on PATH')
+    version = subprocess.run([mpirun, '--version'], capture_output=True, text=True, timeout=30)
+    if 'Open MPI' not in version.stdout + version.stderr:
+        pytest.skip('mpirun is not Open MPI (horovodrun --mpi passes Open MPI options)')
+    code_text = ('import os, horovod.torch as hvd, torch\n'
+                 'from horovod import _core\n'
+                 'hvd.init()\n'
+                 'x = hvd.allreduce(torch.ones(3) * (hvd.rank() + 1), op=hvd.Sum)\n'
+                 'assert torch.equal(x, torch.full((3,), 3.0)), x\n'
+                 'assert _core.mpi_collective_count() >= 1\n'
+                 'os.write(1, "OK {}\\n".format(hvd.rank()).encode())\n')
+    code, out = _run([hvdrun, '--mpi', '-np', '2', sys.executable, '-c', code_text],
+                     _env(HOROVOD_CPU_OPERATIONS='mpi'), timeout=180)
+    assert code == 0, out[-8000:]
+    oks = sorted(line.split('OK ')[-1].strip() for line in out.splitlines() if 'OK ' in line)
+    assert oks == ['0', '1'], out[-8000:]
+
+
 def test_cpu_operations_mpi_without_mpi_fails_on_every_rank():
     # horovodrun without --mpi starts no MPI: HOROVOD_CPU_OPERATIONS=mpi is refused by every rank
     # with the reason and the fix (not silently replaced by the default data plane).
