@@ -131,6 +131,24 @@ def test_mpi4py_interplay(flavor, case, tmp_path):
     assert _oks(out) == ['0', '1', '2'], out[-8000:]
 
 
+@pytest.mark.parametrize('case', ['world', 'sub', 'dynamic'])
+def test_mpi4py_interplay_on_mpi_data_plane(case, tmp_path):
+    # The same programs with Horovod's collectives run by MPI on communicators of their own (from
+    # the sub-communicator given to init, and per process set), interleaved with mpi4py's.
+    _require_mpi_built()
+    pytest.importorskip('torch')
+    env = _mpi4py_env('openmpi', tmp_path)
+    names = {'HOROVOD_CPU_OPERATIONS': 'mpi', 'HOROVOD_LOG_LEVEL': 'debug'}
+    env.update(names)
+    script = 'mpi4py_dynamic_worker.py' if case == 'dynamic' else 'mpi4py_worker.py'
+    args = [] if case == 'dynamic' else [case]
+    cmd = _mpirun('openmpi', 3) + _mpi_env_args('openmpi', names) + [sys.executable, os.path.join(SCRIPTS, script)]
+    code, out = _run(cmd + args, env)
+    assert code == 0, out[-8000:]
+    assert _oks(out) == ['0', '1', '2'], out[-8000:]
+    assert 'MPI data plane (HOROVOD_CPU_OPERATIONS=mpi)' in out, out[-8000:]
+
+
 def _mpi_env_args(flavor, names):
     # Open MPI passes only the variables named with -x; MPICH's Hydra passes the whole environment.
     return [a for name in names for a in ('-x', name)] if flavor == 'openmpi' else []
