@@ -108,9 +108,11 @@ BuildInfo probeBuild() {
                             "from horovod import _core; assert _core.mpi_built()"});
   info.pytorch = ok[0];
   info.tensorflow = ok[1];
-  // MPI plugins built (horovod.mpi_built()): jobs under mpirun/mpiexec rendezvous through MPI and
-  // HOROVOD_CONTROLLER=mpi is accepted. There is no MPI data plane (mpiOps stays false).
+  // MPI plugins built (horovod.mpi_built()): jobs under mpirun/mpiexec rendezvous through MPI,
+  // HOROVOD_CONTROLLER=mpi is accepted, and HOROVOD_CPU_OPERATIONS=mpi runs the collectives through
+  // MPI (the plugin carries both).
   info.mpiController = ok[2];
+  info.mpiOps = ok[2];
   info.mpirun = resolveExecutable("mpirun", pathEnv());
   return info;
 }
@@ -133,9 +135,13 @@ std::string formatBuildInfo(const BuildInfo& info) {
   out += mark(info.glooOps) + std::string("Gloo\n");
   if (info.mpiController) {
     out += "\nMPI starts jobs run under plain mpirun/mpiexec (or HOROVOD_CONTROLLER=mpi): it places the\n"
-           "ranks and carries the rendezvous. Negotiation and tensors then use Horovod's own channel:\n"
-           "shared memory between ranks of a host (one copy, ranks reduce each other's slices in\n"
-           "place) and TCP across hosts, as under horovodrun; docs/mpi.md says why.\n";
+           "ranks and carries the rendezvous. Data plane, per process set:\n"
+           "  default (HOROVOD_CPU_OPERATIONS unset or gloo): Horovod's own channel, shared memory\n"
+           "    between ranks of a host (one copy, ranks reduce each other's slices in place) and TCP\n"
+           "    across hosts, as under horovodrun; measured faster than MPI's on one host (docs/mpi.md);\n"
+           "  HOROVOD_CPU_OPERATIONS=mpi: MPI's own collectives, on one MPI communicator per process\n"
+           "    set (needs a job that MPI started). HOROVOD_LOG_LEVEL=debug logs the choice per set.\n"
+           "The negotiation always runs over Horovod's channel.\n";
   } else if (!info.mpirun.empty()) {
     // Launching through mpirun and being built with MPI are different things; say which holds.
     out += "\nMPI is not built into this Horovod (horovod.mpi_built() is False). horovodrun --mpi\n"

@@ -136,7 +136,12 @@ int runGlooJob(const Options& options, const std::vector<HostSlots>& hosts, int 
   Rendezvous rendezvous(remoteHosts.empty() ? network.driverAddress : "0.0.0.0", job.secret);
   if (options.verbose) say("horovodrun: rendezvous server listening on port " + std::to_string(rendezvous.port()) + "\n");
 
+  // HOROVOD_CPU_OPERATIONS=mpi from the user's environment reaches the workers, which refuse it on
+  // every rank (no MPI started them) instead of silently running gloo.
+  const auto askedOps = job.environment.find("HOROVOD_CPU_OPERATIONS");
+  const std::string cpuOperations = askedOps == job.environment.end() ? "" : askedOps->second;
   for (const auto& [k, v] : jobEnvironment(network, rendezvous.port())) job.environment[k] = v;
+  if (cpuOperations == "mpi" || cpuOperations == "MPI") job.environment["HOROVOD_CPU_OPERATIONS"] = cpuOperations;
 
   Supervisor supervisor(signalFd, options.statusFile.value_or(""), options.verbose);
   for (const auto& slot : slots) {

@@ -60,13 +60,14 @@ fi
 ray_spark_tests=(tests/python/test_rendezvous_server.py tests/python/test_ray.py tests/python/test_ray_cluster.py
                  tests/python/test_spark.py tests/python/test_spark_elastic.py tests/python/test_spark_estimator.py
                  tests/python/test_spark_keras_estimator.py)
-# Plain mpirun.openmpi / mpiexec.mpich / srun-style launches without horovodrun (~5 min).
+# Plain mpirun.openmpi / mpiexec.mpich / srun-style launches without horovodrun, both data planes
+# (HOROVOD_CPU_OPERATIONS=mpi too: Horovod's torch suite under each MPI) (~10 min).
 mpi_tests=(tests/python/test_mpi.py)
 if [ -d tests/python ]; then
   stage "python tests" 2400 python3 -m pytest -q -x tests/python "${ray_spark_tests[@]/#/--ignore=}" \
     "${mpi_tests[@]/#/--ignore=}"
   stage "ray and spark tests" 1800 python3 -m pytest -q -x "${ray_spark_tests[@]}"
-  stage "mpi tests" 900 python3 -m pytest -q -x "${mpi_tests[@]}"
+  stage "mpi tests" 1500 python3 -m pytest -q -x "${mpi_tests[@]}"
 fi
 # A private one-node Slurm cluster: srun's environment, srun / sbatch / salloc training.
 if [ -d tests/slurm ]; then

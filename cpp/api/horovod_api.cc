@@ -176,6 +176,7 @@ EngineCounters engineCounters() {
   const engine::RuntimeStats stats = runtime->stats();
   counters.sharedInPlaceAllreduces = stats.sharedInPlaceOps;
   counters.sharedOutputAllgathers = stats.sharedAllgatherOps;
+  counters.mpiCollectives = stats.mpiOps;
   return counters;
 }
 

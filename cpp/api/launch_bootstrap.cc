@@ -7,6 +7,7 @@
 #include "common/hmac.h"
 #include "common/logging.h"
 #include "horovod/errors.h"
+#include "engine/mpi_backend.h"
 #include "mpi/mpi_bootstrap.h"
 #include "mpi/mpi_library.h"
 #include "store/served_tcp_store.h"
@@ -24,6 +25,7 @@ std::shared_ptr<Store> mpiRendezvous(engine::Config& config, const InitOptions& 
   mpi::MpiBootstrapOptions o;
   o.comm = options.mpiComm;
   o.threadsDisable = config.mpiThreadsDisable;
+  o.dataPlane = config.cpuOperationsMpi;
   o.timeout = config.timeout;
   o.interface = config.interface;
   mpi::MpiJob job = mpi::bootstrapOverMpi(o);
@@ -47,6 +49,7 @@ std::shared_ptr<Store> mpiRendezvous(engine::Config& config, const InitOptions& 
   config.crossRank = job.crossRank;
   config.crossSize = job.crossSize;
   config.secret = job.secret;
+  config.mpiComm = options.mpiComm;
   if (config.launchedBy == "default") config.launchedBy = "mpi";
   return job.store;
 }
@@ -135,13 +138,70 @@ int slurmRendezvousPort(int64_t jobId, int64_t stepId) {
   return 20000 + static_cast<int>(((jobId * 64 + stepId) % 12000 + 12000) % 12000);
 }
 
-std::shared_ptr<Store> bootstrapWithoutLauncher(engine::Config& config, const InitOptions& options) {
+namespace {
+
+std::shared_ptr<Store> chooseBootstrap(engine::Config& config, const InitOptions& options) {
   const bool rendezvousGiven = !config.rendezvousAddr.empty() || !config.rendezvousDir.empty();
   if (options.mpiComm != HVD_MPI_WORLD_COMM || config.controllerMpi) return mpiRendezvous(config, options);
   if (rendezvousGiven) return nullptr;
   if (config.launchedBy == "openmpi" || config.launchedBy == "pmi") return mpiRendezvous(config, options);
   if (config.launchedBy == "slurm" && config.size > 1) return slurmRendezvous(config);
   return nullptr;
+}
+
+// A job whose rendezvous came from horovodrun but whose processes mpirun started (horovodrun
+// --mpi) initializes MPI here; any other job fails.
+void startMpiForDataPlane(engine::Config& config) {
+  if (config.launchedBy != "openmpi" && config.launchedBy != "pmi" && mpi::chooseFlavor().empty()) {
+    throw InvalidArgument(
+        "HOROVOD_CPU_OPERATIONS=mpi: this job was not started by MPI (launched by " + config.launchedBy +
+        "), so there is no MPI communicator to run its collectives on. Launch it with mpirun/mpiexec (or "
+        "horovodrun --mpi), give hvd.init(comm=...), or unset HOROVOD_CPU_OPERATIONS (docs/mpi.md)");
+  }
+  const HvdMpiPlugin& plugin = mpi::initMpi(config.mpiThreadsDisable, true);
+  int rank = 0, size = 0;
+  char err[1024] = {0};
+  if (plugin.rankSize(HVD_MPI_WORLD_COMM, &rank, &size, err, sizeof(err)) != 0) {
+    throw Error(std::string("HOROVOD_CPU_OPERATIONS=mpi: ") + err);
+  }
+  if (size != config.size) {
+    throw InvalidArgument("HOROVOD_CPU_OPERATIONS=mpi: MPI_COMM_WORLD has " + std::to_string(size) +
+                          " processes but the job has " + std::to_string(config.size) +
+                          " ranks: the MPI loaded in this process is not the launcher's (docs/mpi.md)");
+  }
+  if (rank != config.rank) {
+    // The data plane's communicators number ranks as MPI_COMM_WORLD does.
+    throw InvalidArgument("HOROVOD_CPU_OPERATIONS=mpi: Horovod rank " + std::to_string(config.rank) +
+                          " is rank " + std::to_string(rank) +
+                          " of MPI_COMM_WORLD; the MPI data plane needs both numberings to agree (launch with "
+                          "mpirun directly, docs/mpi.md)");
+  }
+  config.mpiComm = HVD_MPI_WORLD_COMM;
+}
+
+// HOROVOD_CPU_OPERATIONS=mpi needs MPI initialized over the job's processes, at a thread level
+// that lets the engine's thread call it. Throws on every rank alike when it cannot be had.
+void requireMpiDataPlane(engine::Config& config) {
+  if (!mpi::mpiState().enabled) startMpiForDataPlane(config);
+  const mpi::MpiState state = mpi::mpiState();
+  if (state.threadLevel < 2) {
+    // The engine's collectives run on its background thread or on a waiting caller's, one at a
+    // time: MPI must allow calls from more than the initializing thread.
+    throw InvalidArgument(std::string("HOROVOD_CPU_OPERATIONS=mpi needs MPI_THREAD_SERIALIZED or more, but MPI "
+                                      "runs with ") +
+                          mpi::threadLevelName(state.threadLevel) +
+                          " (initialized before Horovod, by mpi4py with mpi4py.rc.thread_level?): initialize it "
+                          "with MPI_THREAD_MULTIPLE (mpi4py's default), or unset HOROVOD_CPU_OPERATIONS (docs/mpi.md)");
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<Store> bootstrapWithoutLauncher(engine::Config& config, const InitOptions& options) {
+  std::shared_ptr<Store> store = chooseBootstrap(config, options);
+  if (config.cpuOperationsMpi) requireMpiDataPlane(config);
+  engine::selectMpiDataPlane(config.cpuOperationsMpi, config.mpiComm);
+  return store;
 }
 
 }  // namespace hvd::api

@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "common/check.h"
+#include "common/logging.h"
 #include "engine/process_set_table.h"
 
 namespace hvd::engine {
@@ -26,7 +27,9 @@ bool serves(const BackendFactory& f, DeviceKind kind) {
 
 void registerBackend(BackendFactory factory) {
   std::lock_guard<std::mutex> lock(registryMutex());
-  registry().push_back(std::move(factory));
+  auto& r = registry();
+  auto at = std::find_if(r.begin(), r.end(), [&](const BackendFactory& f) { return f.priority < factory.priority; });
+  r.insert(at, std::move(factory));
 }
 
 bool backendServes(DeviceKind kind) {
@@ -82,6 +85,8 @@ CollectiveBackend& BackendTable::forResponse(const Response& r, ProcessSet& set,
                     (candidates.empty() ? std::string(" (this build has none for that device)")
                                         : std::string(" (every backend for that device declined it)")));
       }
+      HVD_LOG(Debug) << "process set " << set.id << " runs on " << deviceName(device) << " through the "
+                     << made->name() << " collective backend";
       it = backends_.emplace(key, std::move(made)).first;
     }
     backend = it->second.get();

@@ -67,9 +67,14 @@ struct BackendFactory {
   std::vector<DeviceKind> devices;  // the device kinds it serves
   // A backend for (set, device), or nullptr to decline (the next factory is asked).
   std::function<std::unique_ptr<CollectiveBackend>(const BackendContext&)> make;
+  // Higher is asked first; equal priorities keep registration order. A backend that is chosen
+  // by a setting (the MPI data plane) ranks above the default one and declines when not asked
+  // for, so that static-initialization order does not matter.
+  int priority = 0;
 };
 
-// Adds a factory after the ones registered before (earlier ones are preferred).
+// Adds a factory after the ones of its priority or higher registered before (earlier ones are
+// preferred).
 void registerBackend(BackendFactory factory);
 // Whether any factory serves this device kind.
 bool backendServes(DeviceKind kind);

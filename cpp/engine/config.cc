@@ -104,8 +104,9 @@ const Param<std::string> kController(
     "(docs/mpi.md).");
 const Param<std::string> kCpuOperations(
     "HOROVOD_CPU_OPERATIONS", "gloo",
-    "CPU data path: gloo (the engine's shm/tcp transports). mpi and ccl data planes are not built: "
-    "setting them fails init.");
+    "CPU data path: gloo (the engine's shm/tcp transports) or mpi (MPI collectives through the MPI plugin; "
+    "the job must be started by mpirun/mpiexec, srun --mpi or horovodrun --mpi, or given a communicator). "
+    "ccl is not built: setting it fails init (docs/mpi.md).");
 const Param<std::string> kTransport("HOROVOD_TRANSPORT", "auto",
                                     "Transport: auto (shm on one host, tcp across hosts, composite when "
                                     "mixed), tcp, shm, shm+tcp, local (threads of one process).");
@@ -325,13 +326,10 @@ Config Config::fromEnvironment(const EnvLookup& env) {
                           kController.get(env) + "')");
   }
   std::string cpuOps = lower(kCpuOperations.get(env));
-  if (cpuOps == "mpi") {
-    throw InvalidArgument(
-        "HOROVOD_CPU_OPERATIONS=mpi: this Horovod has no MPI data plane; CPU collectives run over its own "
-        "shm/tcp transports (under mpirun too: MPI is used to rendezvous). Unset it or set gloo (docs/mpi.md)");
-  } else if (cpuOps == "ccl") {
+  c.cpuOperationsMpi = cpuOps == "mpi";
+  if (cpuOps == "ccl") {
     throw InvalidArgument("HOROVOD_CPU_OPERATIONS=ccl: this Horovod was not built with oneCCL support; use gloo");
-  } else if (cpuOps != "gloo") {
+  } else if (cpuOps != "gloo" && cpuOps != "mpi") {
     throw InvalidArgument(
         "Unsupported CPU operation type, only MPI, oneCCL, and Gloo are supported (HOROVOD_CPU_OPERATIONS='" +
         kCpuOperations.get(env) + "')");

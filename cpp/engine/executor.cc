@@ -41,6 +41,9 @@ int64_t sum(const std::vector<size_t>& v) {
 // The CPU backend serves host memory for every process set.
 const bool kRegistered = [] {
   registerBackend(BackendFactory{"cpu", {DeviceKind::kCpu}, [](const BackendContext& context) {
+                                   HVD_LOG(Debug) << "process set " << context.set.id << ": Horovod's own data plane "
+                                                  << "over the " << context.transport.name()
+                                                  << " transport (HOROVOD_CPU_OPERATIONS unset or gloo)";
                                    return std::make_unique<Executor>(context.host, context.observers);
                                  }});
   return true;

@@ -22,6 +22,8 @@ struct HostResources {
   // allgather "shm_outputs". Written by the engine's thread, read by any.
   std::atomic<uint64_t> sharedInPlaceOps{0};
   std::atomic<uint64_t> sharedAllgatherOps{0};
+  // Collectives that ran through MPI (the MPI data plane, engine/mpi_backend.h).
+  std::atomic<uint64_t> mpiOps{0};
 };
 
 }  // namespace hvd::engine

@@ -88,6 +88,7 @@ struct RuntimeStats {
   size_t fusionBufferBytes = 0;
   uint64_t sharedInPlaceOps = 0;    // allreduces that ran in the members' shared buffers
   uint64_t sharedAllgatherOps = 0;  // allgathers that wrote into the members' shared outputs
+  uint64_t mpiOps = 0;              // collectives that ran through MPI (HOROVOD_CPU_OPERATIONS=mpi)
   size_t outputBlocksMapped = 0;    // blocks the output pool mapped (reused ones count once)
   // Latency probes: std::chrono::steady_clock times in ns since its epoch (CLOCK_MONOTONIC, so
   // comparable between the processes of one host), of the latest such event on this rank's

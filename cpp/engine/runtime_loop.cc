@@ -730,6 +730,7 @@ RuntimeStats Runtime::stats() const {
   RuntimeStats s = stats_;
   s.sharedInPlaceOps = host_.sharedInPlaceOps.load(std::memory_order_relaxed);
   s.sharedAllgatherOps = host_.sharedAllgatherOps.load(std::memory_order_relaxed);
+  s.mpiOps = host_.mpiOps.load(std::memory_order_relaxed);
   s.outputBlocksMapped = host_.outputs->blocksMapped();
   return s;
 }

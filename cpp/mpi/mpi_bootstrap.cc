@@ -1,5 +1,6 @@
 #include "mpi/mpi_bootstrap.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/hmac.h"
@@ -25,13 +26,42 @@ void check(int rc, const char* err, const std::string& what) {
   if (rc != 0) throw Error("MPI bootstrap: " + what + ": " + err);
 }
 
+// Every rank of the communicator reports to rank 0 before the first blocking collective, within
+// options.timeout: a rank that never calls init() fails the others with its number instead of
+// leaving them in MPI forever.
+void awaitAllRanks(const HvdMpiPlugin& plugin, const MpiBootstrapOptions& options, const MpiJob& job) {
+  constexpr int kListed = 16;
+  int missing[kListed] = {0};
+  int missingCount = 0;
+  char err[1024] = {0};
+  char ready = 1;
+  const int rc = plugin.rendezvousBroadcast(options.comm, &ready, 1, 0, options.timeout.count(), missing, kListed,
+                                            &missingCount, err, sizeof(err));
+  if (rc == 0) return;
+  const std::string seconds = std::to_string(options.timeout.count() / 1000.0);
+  const std::string within =
+      " within " + seconds.substr(0, seconds.find('.') + 2) + " s (HOROVOD_GLOO_TIMEOUT_SECONDS)";
+  if (rc != HVD_MPI_TIMED_OUT) check(rc, err, "waiting for every rank to call hvd.init()");
+  if (missingCount < 0) {
+    throw Error("MPI bootstrap: not every one of the " + std::to_string(job.size) + " ranks called hvd.init()" +
+                within + " (rank 0 names the missing ones, unless it is one of them)");
+  }
+  std::string ranks;
+  for (int i = 0; i < std::min(missingCount, kListed); ++i) ranks += (i ? ", " : "") + std::to_string(missing[i]);
+  if (missingCount > kListed) ranks += ", ... (" + std::to_string(missingCount) + " in all)";
+  throw Error("MPI bootstrap: rank" + std::string(missingCount > 1 ? "s " : " ") + ranks + " of " +
+              std::to_string(job.size) + " did not call hvd.init()" + within +
+              ": every process of the MPI job (or of the communicator given to init) must call it");
+}
+
 }  // namespace
 
 MpiJob bootstrapOverMpi(const MpiBootstrapOptions& options) {
-  const HvdMpiPlugin& plugin = initMpi(options.threadsDisable);
+  const HvdMpiPlugin& plugin = initMpi(options.threadsDisable, options.dataPlane);
   char err[1024] = {0};
   MpiJob job;
   check(plugin.rankSize(options.comm, &job.rank, &job.size, err, sizeof(err)), err, "rank and size");
+  awaitAllRanks(plugin, options, job);
   check(plugin.placement(options.comm, &job.localRank, &job.localSize, &job.crossRank, &job.crossSize, err,
                          sizeof(err)),
         err, "node placement");

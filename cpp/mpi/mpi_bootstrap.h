@@ -21,6 +21,9 @@ namespace hvd::mpi {
 struct MpiBootstrapOptions {
   int64_t comm = HVD_MPI_WORLD_COMM;  // Fortran handle of the job's communicator
   bool threadsDisable = false;        // HOROVOD_MPI_THREADS_DISABLE
+  bool dataPlane = false;             // HOROVOD_CPU_OPERATIONS=mpi (see initMpi)
+  // Bounds the rendezvous, including the wait for every rank to call init (a rank that never
+  // does is named in the error).
   std::chrono::milliseconds timeout{30000};
   std::string interface;  // HOROVOD_GLOO_IFACE: the address rank 0 publishes when hosts differ
 };

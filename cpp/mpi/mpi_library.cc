@@ -66,8 +66,16 @@ const HvdMpiPlugin* openPlugin(const std::string& flavor, std::string* path, std
       continue;
     }
     auto entry = reinterpret_cast<const HvdMpiPlugin* (*)()>(dlsym(handle, "hvd_mpi_plugin"));
-    if (entry == nullptr || entry()->abi != HVD_MPI_PLUGIN_ABI) {
-      *why += candidate + ": not a Horovod MPI plugin of this version (rebuild Horovod)";
+    if (entry == nullptr) {
+      if (!why->empty()) *why += "; ";
+      *why += candidate + ": not a Horovod MPI plugin (no hvd_mpi_plugin symbol)";
+      continue;
+    }
+    if (entry()->abi != HVD_MPI_PLUGIN_ABI) {
+      if (!why->empty()) *why += "; ";
+      *why += candidate + ": a stale Horovod MPI plugin (plugin ABI " + std::to_string(entry()->abi) +
+              ", this core needs " + std::to_string(HVD_MPI_PLUGIN_ABI) +
+              "): it was built by another Horovod version; rebuild and reinstall Horovod";
       continue;
     }
     *path = candidate;
@@ -106,7 +114,18 @@ MpiState mpiState() {
   return state();
 }
 
-const HvdMpiPlugin& initMpi(bool threadsDisable) {
+const HvdMpiPlugin* loadedPlugin() {
+  std::lock_guard<std::mutex> lock(stateMutex());
+  return loaded;
+}
+
+const char* threadLevelName(int level) {
+  static const char* kNames[] = {"MPI_THREAD_SINGLE", "MPI_THREAD_FUNNELED", "MPI_THREAD_SERIALIZED",
+                                 "MPI_THREAD_MULTIPLE"};
+  return level >= 0 && level <= 3 ? kNames[level] : "unknown";
+}
+
+const HvdMpiPlugin& initMpi(bool threadsDisable, bool dataPlane) {
   std::lock_guard<std::mutex> lock(stateMutex());
   if (loaded != nullptr) return *loaded;
   const std::vector<std::string> built = builtFlavors();
@@ -144,7 +163,11 @@ const HvdMpiPlugin& initMpi(bool threadsDisable) {
   }
   char err[1024] = {0};
   int provided = 0, initializedHere = 0;
-  if (plugin->init(threadsDisable ? 1 : 0, &provided, &initializedHere, err, sizeof(err)) != 0) {
+  // 3 = MPI_THREAD_MULTIPLE; with threads disabled, SERIALIZED when the data plane is MPI (the
+  // engine's collectives may run on the background thread or a waiting caller, one at a time),
+  // else SINGLE (only the initializing thread calls MPI).
+  const int level = threadsDisable ? (dataPlane ? 2 : 0) : 3;
+  if (plugin->init(level, &provided, &initializedHere, err, sizeof(err)) != 0) {
     throw Error(std::string("MPI initialization through ") + path + " failed: " + err);
   }
   char version[512] = {0};
@@ -155,6 +178,7 @@ const HvdMpiPlugin& initMpi(bool threadsDisable) {
   s.plugin = path;
   s.libraryVersion = version;
   s.threadsMultiple = provided == 3;
+  s.threadLevel = provided;
   s.initializedHere = initializedHere != 0;
   if (!s.initializedHere && !s.threadsMultiple && !threadsDisable) {
     HVD_LOG(Warning) << "MPI was initialized before Horovod without MPI_THREAD_MULTIPLE; mixing MPI calls on "

@@ -23,15 +23,23 @@ struct MpiState {
   std::string plugin;            // path of the plugin library
   std::string libraryVersion;    // MPI_Get_library_version (first line)
   bool threadsMultiple = false;  // MPI_THREAD_MULTIPLE in force
+  int threadLevel = 0;           // in force: 0..3 = SINGLE, FUNNELED, SERIALIZED, MULTIPLE
   bool initializedHere = false;  // Horovod called MPI_Init (and finalizes at exit)
 };
 MpiState mpiState();
 
 // Loads the plugin matching this process (see chooseFlavor) and initializes MPI through it, once
 // per process; later calls return the same plugin. `threadsDisable`: MPI_THREAD_SINGLE instead of
-// MPI_THREAD_MULTIPLE (HOROVOD_MPI_THREADS_DISABLE). Throws hvd::Error naming the cause and the
-// fix: no plugin built, the plugin's libmpi missing, MPI_Init failing.
-const HvdMpiPlugin& initMpi(bool threadsDisable);
+// MPI_THREAD_MULTIPLE (HOROVOD_MPI_THREADS_DISABLE); with `dataPlane` (HOROVOD_CPU_OPERATIONS=mpi)
+// threadsDisable asks for MPI_THREAD_SERIALIZED instead. Throws hvd::Error naming the cause and the
+// fix: no plugin built, the plugin's libmpi missing or stale (another plugin ABI), MPI_Init failing.
+const HvdMpiPlugin& initMpi(bool threadsDisable, bool dataPlane = false);
+
+// The plugin initMpi() loaded, or nullptr before.
+const HvdMpiPlugin* loadedPlugin();
+
+// "MPI_THREAD_SERIALIZED" for 2, and so on.
+const char* threadLevelName(int level);
 
 // Which plugin fits: the MPI already loaded into the process (mpi4py imported first), else the
 // launcher's environment (OMPI_* -> openmpi, PMI_*/MPI_LOCALRANKID (Hydra) -> mpich), else "" (try

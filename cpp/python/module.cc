@@ -303,6 +303,9 @@ NB_MODULE(_core, m) {
   m.def(
       "shared_inplace_count", [] { return hvd::engineCounters().sharedInPlaceAllreduces; },
       "Allreduces that ran zero-copy over shared buffers since init (for tests and benchmarks).");
+  m.def(
+      "mpi_collective_count", [] { return hvd::engineCounters().mpiCollectives; },
+      "Collectives that ran through MPI (HOROVOD_CPU_OPERATIONS=mpi) since init (for tests and benchmarks).");
   m.def("allreduce_async", &allreduceAsync, "tensor"_a, "output"_a.none(), "name"_a, "op"_a,
         "prescale"_a, "postscale"_a, "process_set"_a, "one_off"_a = false,
         "out = postscale * OP(prescale * tensor); output=None reduces in place.");

@@ -138,8 +138,10 @@ for host in $HOST_A $HOST_B; do
 done
 echo "namespaces up: $HOST_A ($NS_A), $HOST_B ($NS_B); launcher side $NET.1"
 if [ -n "${NETNS_SHELL:-}" ]; then
-  # Debugging aid: run a command with the setup in place (HOST_A, HOST_B, TMP exported).
-  export HOST_A HOST_B TMP NET HVDRUN
+  # Run a command with the setup in place (HOST_A, HOST_B, NS_A, NS_B, TMP, NET, BR, ROOT exported;
+  # `ssh` on PATH reaches both hosts with -i $TMP/id): a debugging aid, and how
+  # mpi_ssh_netns.sh reuses this setup.
+  export HOST_A HOST_B NS_A NS_B TMP NET BR ROOT HVDRUN
   bash -c "$NETNS_SHELL"
   exit $?
 fi

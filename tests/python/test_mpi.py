@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -130,14 +131,163 @@ def test_mpi4py_interplay(flavor, case, tmp_path):
     assert _oks(out) == ['0', '1', '2'], out[-8000:]
 
 
-def test_cpu_operations_mpi_fails_on_every_rank():
+@pytest.mark.parametrize('case', ['world', 'sub', 'dynamic'])
+def test_mpi4py_interplay_on_mpi_data_plane(case, tmp_path):
+    # The same programs with Horovod's collectives run by MPI on communicators of their own (from
+    # the sub-communicator given to init, and per process set), interleaved with mpi4py's.
     _require_mpi_built()
-    cmd = _mpirun('openmpi', 2) + ['-x', 'HOROVOD_CPU_OPERATIONS', sys.executable, '-c',
-                                   'import horovod.torch as hvd; hvd.init()']
-    code, out = _run(cmd, _env(HOROVOD_CPU_OPERATIONS='mpi'), timeout=120)
-    assert code != 0
-    line = '[horovod] init failed: ValueError: HOROVOD_CPU_OPERATIONS=mpi: this Horovod has no MPI data plane'
+    pytest.importorskip('torch')
+    env = _mpi4py_env('openmpi', tmp_path)
+    names = {'HOROVOD_CPU_OPERATIONS': 'mpi', 'HOROVOD_LOG_LEVEL': 'debug'}
+    env.update(names)
+    script = 'mpi4py_dynamic_worker.py' if case == 'dynamic' else 'mpi4py_worker.py'
+    args = [] if case == 'dynamic' else [case]
+    cmd = _mpirun('openmpi', 3) + _mpi_env_args('openmpi', names) + [sys.executable, os.path.join(SCRIPTS, script)]
+    code, out = _run(cmd + args, env)
+    assert code == 0, out[-8000:]
+    assert _oks(out) == ['0', '1', '2'], out[-8000:]
+    assert 'MPI data plane (HOROVOD_CPU_OPERATIONS=mpi)' in out, out[-8000:]
+
+
+def _mpi_env_args(flavor, names):
+    # Open MPI passes only the variables named with -x; MPICH's Hydra passes the whole environment.
+    return [a for name in names for a in ('-x', name)] if flavor == 'openmpi' else []
+
+
+@pytest.mark.parametrize('data_plane', ['mpi', 'default'])
+@pytest.mark.parametrize('flavor', ['openmpi', 'mpich'])
+def test_data_plane_collectives(flavor, data_plane):
+    # Every collective and dtype (float16/bfloat16/bool reductions too) through MPI's own
+    # collectives with HOROVOD_CPU_OPERATIONS=mpi, checked against the engine's count of MPI
+    # collectives (zero on the default data plane), at 3 ranks; the debug log names the data plane
+    # of each process set and why.
+    _require_mpi_built()
+    pytest.importorskip('torch')
+    extra = {'HOROVOD_LOG_LEVEL': 'debug'}
+    if data_plane == 'mpi':
+        extra['HOROVOD_CPU_OPERATIONS'] = 'mpi'
+    cmd = _mpirun(flavor, 3) + _mpi_env_args(flavor, extra) + [sys.executable,
+                                                               os.path.join(SCRIPTS, 'data_plane_worker.py')]
+    code, out = _run(cmd, _env(**extra))
+    assert code == 0, out[-8000:]
+    assert _oks(out) == ['0', '1', '2'], out[-8000:]
+    chosen = 'MPI data plane (HOROVOD_CPU_OPERATIONS=mpi)'
+    if data_plane == 'mpi':
+        assert out.count('process set 0 [0, 1, 2]: ' + chosen) == 3, out[-8000:]
+        assert out.count('through the mpi collective backend') >= 3 + 2 * 3, out[-8000:]
+    else:
+        assert chosen not in out and 'through the cpu collective backend' in out, out[-8000:]
+
+
+@pytest.mark.parametrize('flavor', ['openmpi', 'mpich'])
+def test_torch_suite_on_mpi_data_plane(flavor):
+    # Horovod's own torch tests with every collective run by MPI.
+    _require_mpi_built()
+    pytest.importorskip('torch')
+    cmd = _mpirun(flavor, 2) + _mpi_env_args(flavor, ['HOROVOD_CPU_OPERATIONS']) + [
+        sys.executable, '-m', 'pytest', '-x', '-q', '-p', 'no:cacheprovider', os.path.join(HERE, 'test_torch.py')]
+    code, out = _run(cmd, _env(HOROVOD_CPU_OPERATIONS='mpi'), timeout=max(TIMEOUT, 600))
+    assert code == 0, out[-12000:]
+    assert out.count(' passed') == 2, out[-12000:]
+
+
+def test_mpi_data_plane_with_threads_disabled():
+    # HOROVOD_MPI_THREADS_DISABLE with the MPI data plane: MPI_THREAD_SERIALIZED (the engine's
+    # collectives run on one thread at a time), not SINGLE.
+    _require_mpi_built()
+    pytest.importorskip('torch')
+    names = {'HOROVOD_CPU_OPERATIONS': 'mpi', 'HOROVOD_MPI_THREADS_DISABLE': '1'}
+    code_text = ('import os, horovod.torch as hvd, torch\n'
+                 'from horovod import _core\n'
+                 'hvd.init()\n'
+                 'assert not hvd.mpi_threads_supported()\n'
+                 'x = hvd.allreduce(torch.ones(3), op=hvd.Sum)\n'
+                 'assert torch.equal(x, torch.full((3,), 2.0)), x\n'
+                 'assert _core.mpi_collective_count() >= 1\n'
+                 'os.write(1, "OK {}\\n".format(hvd.rank()).encode())\n')  # one write: no interleaving
+    cmd = _mpirun('openmpi', 2) + _mpi_env_args('openmpi', names) + [sys.executable, '-c', code_text]
+    code, out = _run(cmd, _env(**names), timeout=120)
+    assert code == 0, out[-8000:]
+    assert _oks(out) == ['0', '1'], out[-8000:]
+
+
+def test_mpi_data_plane_under_horovodrun_mpi():
+    # horovodrun --mpi: horovodrun's rendezvous, processes started by mpirun; the MPI data plane
+    # initializes MPI itself and runs the collectives.
+    _require_mpi_built()
+    pytest.importorskip('torch')
+    hvdrun = os.environ.get('HOROVODRUN') or shutil.which('horovodrun')
+    mpirun = shutil.which('mpirun')
+    if hvdrun is None or mpirun is None:
+        pytest.skip('horovodrun or mpirun not on PATH')
+    version = subprocess.run([mpirun, '--version'], capture_output=True, text=True, timeout=30)
+    if 'Open MPI' not in version.stdout + version.stderr:
+        pytest.skip('mpirun is not Open MPI (horovodrun --mpi passes Open MPI options)')
+    code_text = ('import os, horovod.torch as hvd, torch\n'
+                 'from horovod import _core\n'
+                 'hvd.init()\n'
+                 'x = hvd.allreduce(torch.ones(3) * (hvd.rank() + 1), op=hvd.Sum)\n'
+                 'assert torch.equal(x, torch.full((3,), 3.0)), x\n'
+                 'assert _core.mpi_collective_count() >= 1\n'
+                 'os.write(1, "OK {}\\n".format(hvd.rank()).encode())\n')
+    code, out = _run([hvdrun, '--mpi', '-np', '2', sys.executable, '-c', code_text],
+                     _env(HOROVOD_CPU_OPERATIONS='mpi'), timeout=180)
+    assert code == 0, out[-8000:]
+    oks = sorted(line.split('OK ')[-1].strip() for line in out.splitlines() if 'OK ' in line)
+    assert oks == ['0', '1'], out[-8000:]
+
+
+def test_cpu_operations_mpi_without_mpi_fails_on_every_rank():
+    # horovodrun without --mpi starts no MPI: HOROVOD_CPU_OPERATIONS=mpi is refused by every rank
+    # with the reason and the fix (not silently replaced by the default data plane).
+    _require_mpi_built()
+    hvdrun = os.environ.get('HOROVODRUN') or shutil.which('horovodrun')
+    if hvdrun is None:
+        pytest.skip('horovodrun not on PATH (nor HOROVODRUN set)')
+    # Each rank catches the refusal, so that horovodrun does not stop the other before it refused.
+    code_text = ('import os, horovod.torch as hvd\n'
+                 'try:\n'
+                 '    hvd.init()\n'
+                 'except ValueError:\n'
+                 '    print("REFUSED", os.environ["HOROVOD_RANK"], flush=True)\n')
+    code, out = _run([hvdrun, '-np', '2', sys.executable, '-c', code_text], _env(HOROVOD_CPU_OPERATIONS='mpi'),
+                     timeout=120)
+    assert code == 0, out[-8000:]
+    assert sorted(line.split()[-1] for line in out.splitlines() if 'REFUSED' in line) == ['0', '1'], out[-8000:]
+    line = ('[horovod] init failed: ValueError: HOROVOD_CPU_OPERATIONS=mpi: this job was not started by MPI '
+            '(launched by horovod)')
     assert out.count(line) == 2, out[-8000:]
+
+
+@pytest.mark.parametrize('flavor', ['openmpi', 'mpich'])
+def test_rank_that_never_calls_init_is_named(flavor, tmp_path):
+    # Rank 1 of 3 starts MPI (mpi4py) but never calls hvd.init(): rank 0 names it once
+    # HOROVOD_GLOO_TIMEOUT_SECONDS passed, and rank 2 fails too, instead of both waiting in MPI
+    # forever. (A process that never starts MPI at all holds the others inside MPI_Init, MPI's own
+    # startup exchange, before Horovod runs: docs/mpi.md.)
+    _require_mpi_built()
+    env = _mpi4py_env(flavor, tmp_path)
+    env['HOROVOD_GLOO_TIMEOUT_SECONDS'] = '4'
+    code_text = ('import os, sys, time\n'
+                 'from mpi4py import MPI\n'
+                 'if MPI.COMM_WORLD.rank == 1:\n'
+                 '    time.sleep(60)\n'
+                 '    sys.exit(0)\n'
+                 'import horovod.torch as hvd\n'
+                 'try:\n'
+                 '    hvd.init()\n'
+                 'except ValueError:\n'
+                 '    print("FAILED", MPI.COMM_WORLD.rank, flush=True)\n'
+                 '    os._exit(3)\n')
+    cmd = _mpirun(flavor, 3) + _mpi_env_args(flavor, ['HOROVOD_GLOO_TIMEOUT_SECONDS']) + [
+        sys.executable, '-c', code_text]
+    start = time.time()
+    code, out = _run(cmd, env, timeout=50)
+    assert code != 0
+    assert time.time() - start < 40, out[-8000:]
+    assert 'MPI bootstrap: rank 1 of 3 did not call hvd.init() within 4.0 s (HOROVOD_GLOO_TIMEOUT_SECONDS)' in out, \
+        out[-8000:]
+    assert 'FAILED 0' in out, out[-8000:]
 
 
 def test_controller_mpi_without_a_loadable_plugin(tmp_path):
@@ -149,6 +299,33 @@ def test_controller_mpi_without_a_loadable_plugin(tmp_path):
                      _env(HOROVOD_CONTROLLER='mpi', PYTHONPATH=str(tmp_path)), timeout=120)
     assert code != 0
     assert "could not load Horovod's MPI plugin" in out, out[-4000:]
+
+
+def test_stale_plugin_is_refused_naming_its_abi(tmp_path):
+    # A plugin from another Horovod build (an older table layout) must not be called into: init
+    # names both ABIs and the fix.
+    _require_mpi_built()
+    cc = shutil.which('cc') or shutil.which('gcc')
+    if cc is None:
+        pytest.skip('no C compiler to build a stale plugin')
+    pkg = os.path.dirname(os.path.abspath(_core.__file__))
+    shutil.copytree(pkg, tmp_path / 'horovod', ignore=shutil.ignore_patterns('libhorovod_mpi_*', '__pycache__'))
+    source = tmp_path / 'stale.c'
+    source.write_text('struct table { int abi; const char* flavor; };\n'
+                      'static const struct table t = {1, "openmpi"};\n'
+                      'const void* hvd_mpi_plugin(void) { return &t; }\n')
+    for flavor in _core_flavors():
+        subprocess.run([cc, '-shared', '-fPIC', '-o', str(tmp_path / 'horovod' / 'libhorovod_mpi_{}.so'.format(flavor)),
+                        str(source)], check=True, timeout=60)
+    code, out = _run([sys.executable, '-c', 'import horovod.torch as hvd; hvd.init()'],
+                     _env(HOROVOD_CONTROLLER='mpi', PYTHONPATH=str(tmp_path)), timeout=120)
+    assert code != 0
+    assert 'a stale Horovod MPI plugin (plugin ABI 1, this core needs 2)' in out, out[-4000:]
+
+
+def _core_flavors():
+    pkg = os.path.dirname(os.path.abspath(_core.__file__))
+    return [f[len('libhorovod_mpi_'):-len('.so')] for f in os.listdir(pkg) if f.startswith('libhorovod_mpi_')]
 
 
 def _srun_env(rank, size, nodes, node_of, local_of, job='4242', step='0'):

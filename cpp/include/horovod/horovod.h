@@ -114,6 +114,7 @@ OwnedTensor allocateShared(DataType dtype, std::vector<int64_t> shape);
 struct EngineCounters {
   uint64_t sharedInPlaceAllreduces = 0;  // allreduces that ran zero-copy over shared buffers
   uint64_t sharedOutputAllgathers = 0;   // allgathers that wrote straight into shared outputs
+  uint64_t mpiCollectives = 0;           // collectives run by MPI (HOROVOD_CPU_OPERATIONS=mpi)
 };
 EngineCounters engineCounters();
 

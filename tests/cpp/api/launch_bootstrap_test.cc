@@ -5,6 +5,7 @@
 
 #include "api/launch_bootstrap.h"
 #include "common/params.h"
+#include "engine/mpi_backend.h"
 #include "horovod/errors.h"
 
 namespace hvd::api {
@@ -46,6 +47,29 @@ TEST(LaunchBootstrap, SrunWithoutStepVariablesFailsClearly) {
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("SLURM_STEP_NODELIST"), std::string::npos) << e.what();
   }
+}
+
+TEST(LaunchBootstrap, CpuOperationsMpiWithoutMpiFailsClearly) {
+  // horovodrun (no --mpi) started this rank: no MPI to run the data plane on, so init refuses
+  // instead of running the default data plane.
+  auto config = engine::Config::fromEnvironment(mapEnvironment({{"HOROVOD_RANK", "0"},
+                                                                {"HOROVOD_SIZE", "2"},
+                                                                {"HOROVOD_RENDEZVOUS_DIR", "/tmp/x"},
+                                                                {"HOROVOD_CPU_OPERATIONS", "MPI"}}));
+  EXPECT_TRUE(config.cpuOperationsMpi);
+  try {
+    bootstrapWithoutLauncher(config, InitOptions{});
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("HOROVOD_CPU_OPERATIONS=mpi: this job was not started by MPI (launched by "
+                                         "horovod)"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(engine::mpiDataPlaneSelected());
+  auto plain = engine::Config::fromEnvironment(mapEnvironment({}));
+  bootstrapWithoutLauncher(plain, InitOptions{});
+  EXPECT_FALSE(engine::mpiDataPlaneSelected());
 }
 
 }  // namespace

@@ -118,7 +118,9 @@ TEST(Config, BadValuesNameVariableAndValue) {
   expectBad("HOROVOD_BURST_QUIET_US", "soon", "");
   expectBad("HOROVOD_CONTROLLER", "nccl", "Unsupported controller type, only MPI and Gloo are supported");
   expectBad("HOROVOD_CPU_OPERATIONS", "cuda", "Unsupported CPU operation type, only MPI, oneCCL, and Gloo are supported");
-  expectBad("HOROVOD_CPU_OPERATIONS", "mpi", "no MPI data plane");
+  // HOROVOD_CPU_OPERATIONS=mpi is accepted here; init checks that MPI started the job.
+  EXPECT_TRUE(engine::Config::fromEnvironment(mapEnvironment({{"HOROVOD_CPU_OPERATIONS", "mpi"}})).cpuOperationsMpi);
+  EXPECT_FALSE(engine::Config::fromEnvironment(mapEnvironment({})).cpuOperationsMpi);
   // HOROVOD_CONTROLLER=mpi is accepted: it means "rendezvous through MPI" (api/launch_bootstrap.h).
   EXPECT_TRUE(engine::Config::fromEnvironment(mapEnvironment({{"HOROVOD_CONTROLLER", "MPI"}})).controllerMpi);
   expectBad("HOROVOD_GLOO_TIMEOUT_SECONDS", "0", "");

@@ -1,0 +1,396 @@
+#include "engine/mpi_backend.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <sstream>
+
+#include "collectives/reduce.h"
+#include "common/check.h"
+#include "common/logging.h"
+#include "engine/backend.h"
+#include "engine/executor.h"
+#include "engine/negotiation.h"
+#include "engine/process_set_table.h"
+#include "engine/tensor_queue.h"
+#include "engine/work.h"
+#include "horovod/errors.h"
+#include "mpi/mpi_library.h"
+
+namespace hvd::engine {
+namespace {
+
+std::atomic<bool> selected{false};
+std::atomic<int64_t> jobCommHandle{HVD_MPI_WORLD_COMM};
+
+// The core's kernel, for the types MPI cannot reduce (plugin_api.h: HvdMpiReducer).
+void coreReduce(void* dst, const void* src, int64_t count, int dtype, int op) {
+  reduceInto(dst, src, static_cast<size_t>(count), static_cast<DataType>(dtype), static_cast<ReduceOp>(op));
+}
+
+size_t tensorBytes(const TensorInfo& t, DataType dtype) {
+  return static_cast<size_t>(t.numElements()) * dataTypeSize(dtype);
+}
+
+void scale(void* buf, size_t count, DataType dtype, double factor) {
+  if (factor != 1.0 && count > 0) scaleBuffer(buf, count, dtype, factor);
+}
+
+uint8_t* bytesOf(void* p) { return static_cast<uint8_t*>(p); }
+
+std::string ranksText(const std::vector<int>& ranks) {
+  std::ostringstream out;
+  out << "[";
+  for (size_t i = 0; i < ranks.size(); ++i) out << (i ? ", " : "") << ranks[i];
+  out << "]";
+  return out.str();
+}
+
+class MpiBackend : public CollectiveBackend {
+ public:
+  MpiBackend(const HvdMpiPlugin& plugin, const ProcessSet& set, HostResources& host, const ObserverHub& observers)
+      : mpi_(plugin), host_(host), observers_(observers), setId_(set.id) {
+    // MPI tags are at least 0..32767; the tag only tells apart creations that overlap in time.
+    check(mpi_.commCreate(jobCommHandle.load(), set.ranks.data(), static_cast<int>(set.ranks.size()),
+                          set.id % 32768, &comm_, err_, sizeof(err_)),
+          "creating the communicator of process set " + std::to_string(set.id) + " " + ranksText(set.ranks));
+    mpi_.setReducer(&coreReduce);
+  }
+  ~MpiBackend() override {
+    if (mpi_.commFree(comm_, err_, sizeof(err_)) != 0) {
+      HVD_LOG(Warning) << "MPI data plane: freeing the communicator of process set " << setId_ << ": " << err_;
+    }
+  }
+
+  const char* name() const override { return "mpi"; }
+  bool supports(Kind kind) const override {
+    switch (kind) {
+      case Kind::kAllreduce:
+      case Kind::kAllgather:
+      case Kind::kBroadcast:
+      case Kind::kAlltoall:
+      case Kind::kReducescatter:
+      case Kind::kBarrier:
+        return true;
+      default:
+        return false;
+    }
+  }
+
+  void run(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries) override {
+    HVD_CHECK(set.myIndex >= 0) << "executing a response of process set " << set.id << " on a non-member";
+    const int n = static_cast<int>(set.ranks.size());
+    const int me = set.myIndex;
+    switch (r.params.kind) {
+      case Kind::kAllreduce: allreduce(r, n, entries); break;
+      case Kind::kAllgather: allgather(r, n, me, entries); break;
+      case Kind::kBroadcast: broadcast(r, set, entries); break;
+      case Kind::kAlltoall: alltoall(r, n, me, entries); break;
+      case Kind::kReducescatter: reducescatter(r, n, me, entries); break;
+      case Kind::kBarrier:
+        started(r, 0, "mpi_barrier");
+        check(mpi_.barrier(comm_, err_, sizeof(err_)), "barrier");
+        ended(r, 0, "mpi_barrier");
+        break;
+      default:
+        throw Error("MPI data plane: no data operation for response kind " + std::string(kindName(r.params.kind)));
+    }
+    host_.mpiOps.fetch_add(1, std::memory_order_relaxed);
+  }
+
+ private:
+  void check(int rc, const std::string& what) const {
+    if (rc != 0) throw Error("MPI data plane (process set " + std::to_string(setId_) + "): " + what + ": " + err_);
+  }
+  void notify(EngineEventKind kind, const Response& r, int64_t bytes, const char* algorithm) const {
+    if (!observers_.wants(kind)) [[likely]] return;
+    EngineEvent e;
+    e.kind = kind;
+    e.processSet = r.params.processSet;
+    e.op = r.params.kind;
+    e.tensors = TensorNames::of(r.tensors);
+    e.bytes = bytes;
+    e.algorithm = algorithm;
+    observers_.publish(e);
+  }
+  void started(const Response& r, int64_t bytes, const char* algorithm) const {
+    notify(EngineEventKind::kCollectiveStart, r, bytes, algorithm);
+  }
+  void ended(const Response& r, int64_t bytes, const char* algorithm) const {
+    notify(EngineEventKind::kCollectiveEnd, r, bytes, algorithm);
+  }
+
+  void allreduce(const Response& r, int n, const std::vector<Entry*>& entries) {
+    const DataType dtype = r.params.dtype;
+    const size_t esize = dataTypeSize(dtype);
+    const ReduceOp op = r.params.op == ReduceOp::kAverage ? ReduceOp::kSum : r.params.op;
+    const double post = r.params.op == ReduceOp::kAverage ? r.params.postscale / n : r.params.postscale;
+    checkScalable(dtype, r.params.prescale);
+    checkScalable(dtype, post);
+    const int dt = static_cast<int>(dtype), mop = static_cast<int>(op);
+    if (r.tensors.size() == 1) {
+      const size_t count = static_cast<size_t>(r.tensors[0].numElements());
+      const int64_t bytes = static_cast<int64_t>(count * esize);
+      void* out;
+      const void* in = nullptr;  // in place unless the input can be read where it lies
+      if (Entry* e = entries[0]) {
+        out = e->output;
+        if (r.params.prescale != 1.0) {
+          if (e->input != out && count > 0) std::memcpy(out, e->input, count * esize);
+          scale(out, count, dtype, r.params.prescale);
+        } else if (e->input != out) {
+          in = e->input;
+        }
+      } else {
+        out = host_.fusion.reserve(count * esize);  // a joined rank contributes zeros
+        std::memset(out, 0, count * esize);
+      }
+      started(r, bytes, "mpi_allreduce");
+      check(mpi_.allreduce(comm_, in, out, static_cast<int64_t>(count), dt, mop, err_, sizeof(err_)), "allreduce");
+      ended(r, bytes, "mpi_allreduce");
+      scale(out, count, dtype, post);
+      return;
+    }
+    size_t total = 0;
+    for (const auto& t : r.tensors) total += tensorBytes(t, dtype);
+    uint8_t* buf = bytesOf(host_.fusion.reserve(total));
+    notify(EngineEventKind::kFusionCopyInStart, r, static_cast<int64_t>(total), nullptr);
+    size_t offset = 0;
+    for (size_t i = 0; i < r.tensors.size(); ++i) {
+      const size_t bytes = tensorBytes(r.tensors[i], dtype);
+      if (entries[i] != nullptr) {
+        if (bytes > 0) std::memcpy(buf + offset, entries[i]->input, bytes);
+      } else {
+        std::memset(buf + offset, 0, bytes);
+      }
+      offset += bytes;
+    }
+    const size_t count = total / esize;
+    scale(buf, count, dtype, r.params.prescale);
+    notify(EngineEventKind::kFusionCopyInEnd, r, static_cast<int64_t>(total), nullptr);
+    started(r, static_cast<int64_t>(total), "mpi_allreduce");
+    check(mpi_.allreduce(comm_, nullptr, buf, static_cast<int64_t>(count), dt, mop, err_, sizeof(err_)), "allreduce");
+    ended(r, static_cast<int64_t>(total), "mpi_allreduce");
+    scale(buf, count, dtype, post);
+    notify(EngineEventKind::kFusionCopyOutStart, r, static_cast<int64_t>(total), nullptr);
+    offset = 0;
+    for (size_t i = 0; i < r.tensors.size(); ++i) {
+      const size_t bytes = tensorBytes(r.tensors[i], dtype);
+      if (entries[i] != nullptr && bytes > 0) std::memcpy(entries[i]->output, buf + offset, bytes);
+      offset += bytes;
+    }
+    notify(EngineEventKind::kFusionCopyOutEnd, r, static_cast<int64_t>(total), nullptr);
+  }
+
+  void allgather(const Response& r, int n, int me, const std::vector<Entry*>& entries) {
+    const size_t esize = dataTypeSize(r.params.dtype);
+    std::vector<OwnedTensor*> outputs(r.tensors.size(), nullptr);
+    std::vector<size_t> rowBytes(r.tensors.size());
+    for (size_t i = 0; i < r.tensors.size(); ++i) {
+      const TensorInfo& t = r.tensors[i].data();
+      rowBytes[i] = static_cast<size_t>(t.rowElements()) * esize;
+      if (Entry* e = entries[i]) {
+        std::vector<int64_t> shape = t.shape;
+        int64_t rows = 0;
+        for (auto d : t.firstDims) rows += d;
+        shape[0] = rows;
+        OwnedTensor& out = e->work->output(e->member);
+        out = allocateTensor(*host_.outputs, r.params.dtype, std::move(shape));
+        outputs[i] = &out;
+      }
+    }
+    std::vector<int64_t> bytesPerRank(static_cast<size_t>(n), 0);
+    for (int p = 0; p < n; ++p) {
+      for (size_t i = 0; i < r.tensors.size(); ++i) {
+        bytesPerRank[p] += static_cast<int64_t>(r.tensors[i].data().firstDims[p] * rowBytes[i]);
+      }
+    }
+    int64_t total = 0;
+    for (auto b : bytesPerRank) total += b;
+    if (r.tensors.size() == 1) {
+      static const uint8_t kNothing = 0;
+      uint8_t scratch = 0;
+      const void* in = entries[0] ? entries[0]->input : &kNothing;
+      void* out = outputs[0] ? outputs[0]->view.data : &scratch;
+      // A joined rank has no output: it receives into a scratch buffer of the full size.
+      if (outputs[0] == nullptr) out = host_.fusion.reserve(static_cast<size_t>(std::max<int64_t>(total, 1)));
+      started(r, total, "mpi_allgatherv");
+      check(mpi_.allgatherv(comm_, in, out, bytesPerRank.data(), err_, sizeof(err_)), "allgather");
+      ended(r, total, "mpi_allgatherv");
+      return;
+    }
+    // Fused: the buffer holds rank 0's rows of every tensor, then rank 1's, ...
+    std::vector<size_t> rankOffset(static_cast<size_t>(n));
+    size_t offset = 0;
+    for (int p = 0; p < n; ++p) {
+      rankOffset[p] = offset;
+      offset += static_cast<size_t>(bytesPerRank[p]);
+    }
+    uint8_t* buf = bytesOf(host_.fusion.reserve(static_cast<size_t>(total)));
+    notify(EngineEventKind::kFusionCopyInStart, r, bytesPerRank[me], nullptr);
+    offset = rankOffset[me];
+    for (size_t i = 0; i < r.tensors.size(); ++i) {
+      const size_t bytes = static_cast<size_t>(r.tensors[i].data().firstDims[me]) * rowBytes[i];
+      if (entries[i] != nullptr && bytes > 0) std::memcpy(buf + offset, entries[i]->input, bytes);
+      offset += bytes;
+    }
+    notify(EngineEventKind::kFusionCopyInEnd, r, bytesPerRank[me], nullptr);
+    started(r, total, "mpi_allgatherv");
+    check(mpi_.allgatherv(comm_, nullptr, buf, bytesPerRank.data(), err_, sizeof(err_)), "allgather");
+    ended(r, total, "mpi_allgatherv");
+    notify(EngineEventKind::kFusionCopyOutStart, r, total, nullptr);
+    std::vector<size_t> outOffset(r.tensors.size(), 0);
+    for (int p = 0; p < n; ++p) {
+      size_t src = rankOffset[p];
+      for (size_t i = 0; i < r.tensors.size(); ++i) {
+        const size_t bytes = static_cast<size_t>(r.tensors[i].data().firstDims[p]) * rowBytes[i];
+        if (outputs[i] != nullptr && bytes > 0) {
+          std::memcpy(bytesOf(outputs[i]->view.data) + outOffset[i], buf + src, bytes);
+        }
+        outOffset[i] += bytes;
+        src += bytes;
+      }
+    }
+    notify(EngineEventKind::kFusionCopyOutEnd, r, total, nullptr);
+  }
+
+  void broadcast(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries) {
+    const size_t bytes = tensorBytes(r.tensors[0].data(), r.params.dtype);
+    const int root = setIndexOf(set.ranks, r.params.root);
+    HVD_CHECK(root >= 0) << "broadcast root " << r.params.root << " is not in process set " << set.id;
+    void* buf = entries[0] != nullptr ? entries[0]->input : host_.fusion.reserve(bytes);
+    started(r, static_cast<int64_t>(bytes), "mpi_bcast");
+    check(mpi_.broadcastBytes(comm_, buf, static_cast<int64_t>(bytes), root, err_, sizeof(err_)), "broadcast");
+    ended(r, static_cast<int64_t>(bytes), "mpi_bcast");
+  }
+
+  void alltoall(const Response& r, int n, int me, const std::vector<Entry*>& entries) {
+    const TensorInfo& t = r.tensors[0].data();
+    const int64_t rowBytes = t.rowElements() * static_cast<int64_t>(dataTypeSize(r.params.dtype));
+    std::vector<int64_t> sendBytes(static_cast<size_t>(n)), recvBytes(static_cast<size_t>(n));
+    std::vector<int32_t> received(static_cast<size_t>(n));
+    int64_t rows = 0, sent = 0;
+    for (int p = 0; p < n; ++p) {
+      sendBytes[p] = t.splits[static_cast<size_t>(me) * n + p] * rowBytes;
+      received[p] = t.splits[static_cast<size_t>(p) * n + me];
+      recvBytes[p] = received[p] * rowBytes;
+      rows += received[p];
+      sent += sendBytes[p];
+    }
+    std::vector<int64_t> shape = t.shape;
+    shape[0] = rows;
+    OwnedTensor out = allocateTensor(*host_.outputs, r.params.dtype, std::move(shape));
+    static const uint8_t kNothing = 0;
+    const void* in = entries[0] ? entries[0]->input : &kNothing;
+    started(r, sent, "mpi_alltoallv");
+    check(mpi_.alltoallv(comm_, in, sendBytes.data(), out.view.data, recvBytes.data(), err_, sizeof(err_)),
+          "alltoall");
+    ended(r, sent, "mpi_alltoallv");
+    if (Entry* e = entries[0]) {
+      e->work->output(e->member) = std::move(out);
+      e->work->setReceivedSplits(std::move(received));
+    }
+  }
+
+  void reducescatter(const Response& r, int n, int me, const std::vector<Entry*>& entries) {
+    const DataType dtype = r.params.dtype;
+    const size_t esize = dataTypeSize(dtype);
+    const int dt = static_cast<int>(dtype), sum = static_cast<int>(ReduceOp::kSum);
+    // Average was folded into postscale at enqueue; the collective always sums.
+    checkScalable(dtype, r.params.prescale);
+    checkScalable(dtype, r.params.postscale);
+    std::vector<int64_t> counts(static_cast<size_t>(n), 0);
+    size_t total = 0;
+    for (const auto& t : r.tensors) total += static_cast<size_t>(t.numElements());
+    for (int p = 0; p < n; ++p) {
+      for (const auto& t : r.tensors) counts[p] += reducescatterRows(t.data().shape[0], n, p) * t.rowElements();
+    }
+    const int64_t payload = static_cast<int64_t>(total * esize);
+    if (r.tensors.size() == 1 && r.params.prescale == 1.0 && entries[0] != nullptr) {
+      started(r, payload, "mpi_reduce_scatter");
+      check(mpi_.reducescatter(comm_, entries[0]->input, entries[0]->output, counts.data(), dt, sum, err_,
+                               sizeof(err_)),
+            "reducescatter");
+      ended(r, payload, "mpi_reduce_scatter");
+      scale(entries[0]->output, static_cast<size_t>(counts[me]), dtype, r.params.postscale);
+      return;
+    }
+    // Through the fusion buffer: rank 0's blocks of every tensor, then rank 1's, ...; the result
+    // block follows the input region.
+    uint8_t* buf = bytesOf(host_.fusion.reserve((total + static_cast<size_t>(counts[me])) * esize));
+    uint8_t* result = buf + total * esize;
+    notify(EngineEventKind::kFusionCopyInStart, r, payload, nullptr);
+    size_t offset = 0;
+    for (int p = 0; p < n; ++p) {
+      for (size_t i = 0; i < r.tensors.size(); ++i) {
+        const TensorInfo& t = r.tensors[i].data();
+        const size_t rowBytes = static_cast<size_t>(t.rowElements()) * esize;
+        int64_t firstRow = 0;
+        for (int q = 0; q < p; ++q) firstRow += reducescatterRows(t.shape[0], n, q);
+        const size_t bytes = static_cast<size_t>(reducescatterRows(t.shape[0], n, p)) * rowBytes;
+        if (entries[i] != nullptr) {
+          if (bytes > 0) std::memcpy(buf + offset, bytesOf(entries[i]->input) + firstRow * rowBytes, bytes);
+        } else {
+          std::memset(buf + offset, 0, bytes);
+        }
+        offset += bytes;
+      }
+    }
+    scale(buf, total, dtype, r.params.prescale);
+    notify(EngineEventKind::kFusionCopyInEnd, r, payload, nullptr);
+    started(r, payload, "mpi_reduce_scatter");
+    check(mpi_.reducescatter(comm_, buf, result, counts.data(), dt, sum, err_, sizeof(err_)), "reducescatter");
+    ended(r, payload, "mpi_reduce_scatter");
+    scale(result, static_cast<size_t>(counts[me]), dtype, r.params.postscale);
+    const int64_t outBytes = counts[me] * static_cast<int64_t>(esize);
+    notify(EngineEventKind::kFusionCopyOutStart, r, outBytes, nullptr);
+    offset = 0;
+    for (size_t i = 0; i < r.tensors.size(); ++i) {
+      const TensorInfo& t = r.tensors[i].data();
+      const size_t bytes = static_cast<size_t>(reducescatterRows(t.shape[0], n, me) * t.rowElements()) * esize;
+      if (entries[i] != nullptr && bytes > 0) std::memcpy(entries[i]->output, result + offset, bytes);
+      offset += bytes;
+    }
+    notify(EngineEventKind::kFusionCopyOutEnd, r, outBytes, nullptr);
+  }
+
+  const HvdMpiPlugin& mpi_;
+  HostResources& host_;
+  const ObserverHub& observers_;
+  const int32_t setId_;
+  int64_t comm_ = 0;
+  mutable char err_[1024] = {0};
+};
+
+std::unique_ptr<CollectiveBackend> makeMpiBackend(const BackendContext& context) {
+  if (!selected.load()) return nullptr;
+  const HvdMpiPlugin* plugin = mpi::loadedPlugin();
+  if (plugin == nullptr) throw Error("HOROVOD_CPU_OPERATIONS=mpi: MPI is not initialized in this process");
+  const mpi::MpiState state = mpi::mpiState();
+  HVD_LOG(Debug) << "process set " << context.set.id << " " << ranksText(context.set.ranks)
+                 << ": MPI data plane (HOROVOD_CPU_OPERATIONS=mpi), " << state.flavor << " "
+                 << mpi::threadLevelName(state.threadLevel) << ", its own communicator";
+  return std::make_unique<MpiBackend>(*plugin, context.set, context.host, context.observers);
+}
+
+const bool kRegistered = [] {
+  BackendFactory factory;
+  factory.name = "mpi";
+  factory.devices = {DeviceKind::kCpu};
+  factory.priority = 10;  // above "cpu": asked first, declines unless selected
+  factory.make = makeMpiBackend;
+  registerBackend(std::move(factory));
+  return true;
+}();
+
+}  // namespace
+
+void selectMpiDataPlane(bool on, int64_t jobComm) {
+  jobCommHandle.store(jobComm);
+  selected.store(on);
+}
+
+bool mpiDataPlaneSelected() { return selected.load(); }
+
+}  // namespace hvd::engine
