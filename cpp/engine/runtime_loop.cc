@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <thread>
 
 #include "common/cpu_relax.h"
 #include "common/logging.h"
@@ -648,7 +649,9 @@ std::exception_ptr Runtime::preferRelayedCause(std::exception_ptr error) {
   // it a little (a peer's liveness probe takes up to 0.5 s). The transports say when the lost
   // rank aborted: TCP "failed and aborted", shm "failed (aborted its transport".
   const bool lostAMessenger = mine.message.find("failed and aborted") != std::string::npos ||
-                              mine.message.find("failed (aborted its transport") != std::string::npos;
+                              mine.message.find("failed (aborted its transport") != std::string::npos ||
+                              (mine.message.rfind("local transport: ", 0) == 0 &&
+                               mine.message.find(" aborted (") != std::string::npos);
   // The messenger's notice comes from a rank that saw the culprit itself (over TCP, or over shared
   // memory on the culprit's host: up to 100 ms to notice, then its abort frame): on a loaded
   // machine that takes more than half a second now and then.
@@ -665,13 +668,29 @@ std::exception_ptr Runtime::preferRelayedCause(std::exception_ptr error) {
         if (e.rank() != mine.rank) throw;
       }
       if (!message) {
-        if (grace.expired() || !transport_->waitForMessage(grace)) break;
+        if (grace.expired()) break;
+        bool mail = false;
+        try {
+          mail = transport_->waitForMessage(grace);
+        } catch (const PeerLost& e) {
+          if (e.rank() != mine.rank) throw;
+          // The transport repeats the loss this rank already knows before any mail came: look
+          // again shortly (the notice may be on its way from a third rank).
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+          continue;
+        }
+        if (!mail) break;
         continue;
       }
       if (messageType(message->bytes) != MessageType::kAbort) continue;  // the engine is ending
       ErrorInfo relayed = decodeErrorInfo(message->bytes);
       const bool fromMessenger = mine.kind == ErrorKind::kTimeout || message->from == mine.rank || lostAMessenger;
       if (fromMessenger && relayed.kind == ErrorKind::kPeerLost && relayed.rank >= 0 && relayed.rank != mine.rank) {
+        return relayed.toException();
+      }
+      // A shutdown every rank was told about (the stall inspector's, a rank that left): the
+      // messenger only aborted because it got the notice first, and this rank's copy is here.
+      if (lostAMessenger && relayed.kind == ErrorKind::kAborted && relayed.message.rfind("[from rank ", 0) == 0) {
         return relayed.toException();
       }
     }
