@@ -82,14 +82,7 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, use_mpi=None,
         if verbose >= 2:
             sys.stderr.write('horovod.spark.run: {}\n'.format(message))
 
-    secret = secrets.token_hex(32)
-    worker_env = {k: str(v) for k, v in (env or {}).items()}
-    worker_env.pop('CUDA_VISIBLE_DEVICES', None)
-    if nics:
-        worker_env['HOROVOD_GLOO_IFACE'] = list(nics)[0]
-    driver_addr = context.getConf().get('spark.driver.host')
-    rendezvous = RendezvousServer(secret, '0.0.0.0')
-    service = TaskService(secret, cloudpickle.dumps((fn, args, kwargs)))
+    secret, worker_env, driver_addr, rendezvous, service = _job_services(context, env, nics, fn, args, kwargs)
     spec = SparkJobSpec(driver_addr, rendezvous.port, service.port, secret, worker_env, executable,
                         prefix_output_with_timestamp)
     group = 'horovod.spark.run.{}.{}'.format(os.getpid(), next(_job_counter))
@@ -130,6 +123,21 @@ class _Stage:
             self.outcomes = rdd.barrier().mapPartitions(lambda _: [run_horovod_process(spec)]).collect()
         except BaseException as e:  # surfaced by _supervise
             self.error = e
+
+
+def _job_services(context, env, nics, fn, args, kwargs):
+    """What every Spark job of ours starts with: a fresh secret, the workers' environment, the
+    driver's address, and the job's rendezvous server and task service (which ships the function
+    and collects results). The caller shuts both servers down."""
+    secret = secrets.token_hex(32)
+    worker_env = {k: str(v) for k, v in (env or {}).items()}
+    worker_env.pop('CUDA_VISIBLE_DEVICES', None)
+    if nics:
+        worker_env['HOROVOD_GLOO_IFACE'] = list(nics)[0]
+    driver_addr = context.getConf().get('spark.driver.host')
+    rendezvous = RendezvousServer(secret, '0.0.0.0')
+    service = TaskService(secret, cloudpickle.dumps((fn, args, kwargs)))
+    return secret, worker_env, driver_addr, rendezvous, service
 
 
 def _supervise(context, group, num_proc, start_timeout, thread, stage, service, log):
@@ -286,14 +294,7 @@ def run_elastic(fn, args=(), kwargs={}, num_proc=None, min_num_proc=None, max_nu
     if isinstance(nics, str):
         nics = [nics]
 
-    secret = secrets.token_hex(32)
-    worker_env = {k: str(v) for k, v in (env or {}).items()}
-    worker_env.pop('CUDA_VISIBLE_DEVICES', None)
-    if nics:
-        worker_env['HOROVOD_GLOO_IFACE'] = list(nics)[0]
-    driver_addr = context.getConf().get('spark.driver.host')
-    rendezvous = RendezvousServer(secret, '0.0.0.0')
-    service = TaskService(secret, cloudpickle.dumps((fn, args, kwargs)))
+    secret, worker_env, driver_addr, rendezvous, service = _job_services(context, env, nics, fn, args, kwargs)
     # A placed task waits for its round this long; the driver cancels it sooner when it gives up.
     spec = SparkElasticSpec(driver_addr, rendezvous.port, service.port, secret, None, prefix_output_with_timestamp,
                             start_timeout + 2 * elastic_timeout + 60)
