@@ -10,16 +10,13 @@
 #include "collectives/reduce.h"
 #include "common/check.h"
 #include "common/logging.h"
+#include "engine/fused_layout.h"
 #include "engine/negotiation.h"
 #include "engine/observer.h"
 #include "engine/output_pool.h"
 
 namespace hvd::engine {
 namespace {
-
-size_t tensorBytes(const TensorInfo& t, DataType dtype) {
-  return static_cast<size_t>(t.numElements()) * dataTypeSize(dtype);
-}
 
 void scale(void* buf, size_t count, DataType dtype, double factor) {
   if (factor != 1.0 && count > 0) scaleBuffer(buf, count, dtype, factor);
@@ -129,9 +126,7 @@ void Executor::allreduce(const Response& r, Communicator& comm, const std::vecto
   const bool observed = observers_.wantsAny(eventBit(EngineEventKind::kCollectiveStart) |
                                              eventBit(EngineEventKind::kCollectiveEnd));
   size_t payload = 0;
-  if (observed) [[unlikely]] {
-    for (const auto& t : r.tensors) payload += tensorBytes(t, dtype);
-  }
+  if (observed) [[unlikely]] payload = fusedBytes(r);
   auto startIf = [&](bool deferred) -> int64_t {
     if (!watching(EngineEventKind::kCollectiveStart)) [[likely]] return 0;
     if (deferred) return ObserverHub::nowNs();
@@ -176,20 +171,10 @@ void Executor::allreduce(const Response& r, Communicator& comm, const std::vecto
       return;
     }
   }
-  size_t total = 0;
-  for (const auto& t : r.tensors) total += tensorBytes(t, dtype);
+  const size_t total = fusedBytes(r);
   uint8_t* buf = bytesOf(host_.fusion.reserve(total));
   notifyIf(EngineEventKind::kFusionCopyInStart, r, static_cast<int64_t>(total), nullptr);
-  size_t offset = 0;
-  for (size_t i = 0; i < r.tensors.size(); ++i) {
-    size_t bytes = tensorBytes(r.tensors[i], dtype);
-    if (entries[i] != nullptr) {
-      if (bytes > 0) std::memcpy(buf + offset, entries[i]->input, bytes);
-    } else {
-      std::memset(buf + offset, 0, bytes);
-    }
-    offset += bytes;
-  }
+  packTensors(r, entries, buf);
   const size_t count = total / esize;
   scale(buf, count, dtype, r.params.prescale);
   notifyIf(EngineEventKind::kFusionCopyInEnd, r, static_cast<int64_t>(total), nullptr);
@@ -197,51 +182,23 @@ void Executor::allreduce(const Response& r, Communicator& comm, const std::vecto
   collectives::allreduce(comm, buf, count, dtype, op, post);
   if (observed) [[unlikely]] allreduceRan(r, comm, payload, 0);
   notifyIf(EngineEventKind::kFusionCopyOutStart, r, static_cast<int64_t>(total), nullptr);
-  offset = 0;
-  for (size_t i = 0; i < r.tensors.size(); ++i) {
-    size_t bytes = tensorBytes(r.tensors[i], dtype);
-    if (entries[i] != nullptr && bytes > 0) std::memcpy(entries[i]->output, buf + offset, bytes);
-    offset += bytes;
-  }
+  unpackTensors(r, entries, buf);
   notifyIf(EngineEventKind::kFusionCopyOutEnd, r, static_cast<int64_t>(total), nullptr);
 }
 
 void Executor::allgather(const Response& r, Communicator& comm, const std::vector<Entry*>& entries) {
-  const size_t esize = dataTypeSize(r.params.dtype);
-  const int n = comm.size();
   const int me = comm.rank();
+  const AllgatherLayout layout(r, comm.size());
 
   // Outputs: [sum of first dims, rest...], allocated for the entries this rank has. A single
   // large tensor among members sharing a host gets a shared output, which the members write
   // into directly (the allgather "shm_outputs").
-  bool sharedTry = false;
-  if (r.tensors.size() == 1) {
-    const TensorInfo& t = r.tensors[0].data();
-    int64_t rows = 0;
-    for (auto d : t.firstDims) rows += d;
-    sharedTry = collectives::allgatherTriesSharedOutputs(comm, static_cast<size_t>(rows * t.rowElements()) * esize);
-  }
+  const bool sharedTry = r.tensors.size() == 1 && collectives::allgatherTriesSharedOutputs(comm, layout.total);
   const bool sharedOutput = sharedTry && collectives::sharedOutputsEnabled();
-  std::vector<OwnedTensor*> outputs(r.tensors.size(), nullptr);
-  std::vector<size_t> rowBytes(r.tensors.size());
-  for (size_t i = 0; i < r.tensors.size(); ++i) {
-    const TensorInfo& t = r.tensors[i].data();
-    rowBytes[i] = static_cast<size_t>(t.rowElements()) * esize;
-    if (Entry* e = entries[i]) {
-      std::vector<int64_t> shape = t.shape;
-      int64_t rows = 0;
-      for (auto d : t.firstDims) rows += d;
-      shape[0] = rows;
-      OwnedTensor& out = e->work->output(e->member);
-      out = allocateTensor(*host_.outputs, r.params.dtype, std::move(shape), sharedOutput);
-      outputs[i] = &out;
-    }
-  }
+  const std::vector<OwnedTensor*> outputs = allocateAllgatherOutputs(r, entries, *host_.outputs, sharedOutput);
+  const int64_t total = static_cast<int64_t>(layout.total);
 
   if (r.tensors.size() == 1) {
-    const TensorInfo& t = r.tensors[0].data();
-    std::vector<size_t> bytesPerRank(n);
-    for (int p = 0; p < n; ++p) bytesPerRank[p] = static_cast<size_t>(t.firstDims[p]) * rowBytes[0];
     static const uint8_t kNothing = 0;
     const void* in = entries[0] ? entries[0]->input : &kNothing;
     uint8_t scratch = 0;
@@ -253,59 +210,31 @@ void Executor::allgather(const Response& r, Communicator& comm, const std::vecto
       if (sharedTry) {
         start = ObserverHub::nowNs();
       } else {
-        notify(EngineEventKind::kCollectiveStart, r, sum(bytesPerRank), "allgatherv");
+        notify(EngineEventKind::kCollectiveStart, r, total, "allgatherv");
       }
     }
-    const bool shared = collectives::allgatherv(comm, in, out, bytesPerRank, {.sharedOutputs = sharedTry});
+    const bool shared = collectives::allgatherv(comm, in, out, layout.bytesPerRank, {.sharedOutputs = sharedTry});
     const char* algorithm = shared ? kSharedAllgather : "allgatherv";
-    if (start != 0) [[unlikely]] notify(EngineEventKind::kCollectiveStart, r, sum(bytesPerRank), algorithm, start);
-    notifyIf(EngineEventKind::kCollectiveEnd, r, sum(bytesPerRank), algorithm);
+    if (start != 0) [[unlikely]] notify(EngineEventKind::kCollectiveStart, r, total, algorithm, start);
+    notifyIf(EngineEventKind::kCollectiveEnd, r, total, algorithm);
     if (shared && host_.sharedAllgatherOps.fetch_add(1, std::memory_order_relaxed) == 0) {
-      HVD_LOG(Debug) << "shared-output allgather in use (first: " << sum(bytesPerRank) << " bytes over " << n
+      HVD_LOG(Debug) << "shared-output allgather in use (first: " << total << " bytes over " << comm.size()
                      << " ranks)";
     }
     return;
   }
 
-  // Fused: the buffer holds rank 0's rows of every tensor, then rank 1's, ...
-  std::vector<size_t> bytesPerRank(n, 0);
-  for (int p = 0; p < n; ++p) {
-    for (size_t i = 0; i < r.tensors.size(); ++i) {
-      bytesPerRank[p] += static_cast<size_t>(r.tensors[i].data().firstDims[p]) * rowBytes[i];
-    }
-  }
-  size_t total = 0;
-  std::vector<size_t> rankOffset(n);
-  for (int p = 0; p < n; ++p) {
-    rankOffset[p] = total;
-    total += bytesPerRank[p];
-  }
-  uint8_t* buf = bytesOf(host_.fusion.reserve(total));
-  notifyIf(EngineEventKind::kFusionCopyInStart, r, static_cast<int64_t>(bytesPerRank[me]), nullptr);
-  size_t offset = rankOffset[me];
-  for (size_t i = 0; i < r.tensors.size(); ++i) {
-    size_t bytes = static_cast<size_t>(r.tensors[i].data().firstDims[me]) * rowBytes[i];
-    if (entries[i] != nullptr && bytes > 0) std::memcpy(buf + offset, entries[i]->input, bytes);
-    offset += bytes;
-  }
-  notifyIf(EngineEventKind::kFusionCopyInEnd, r, static_cast<int64_t>(bytesPerRank[me]), nullptr);
-  notifyIf(EngineEventKind::kCollectiveStart, r, static_cast<int64_t>(total), "allgatherv");
-  collectives::allgatherv(comm, buf + rankOffset[me], buf, bytesPerRank);
-  notifyIf(EngineEventKind::kCollectiveEnd, r, static_cast<int64_t>(total), "allgatherv");
-  notifyIf(EngineEventKind::kFusionCopyOutStart, r, static_cast<int64_t>(total), nullptr);
-  std::vector<size_t> outOffset(r.tensors.size(), 0);
-  for (int p = 0; p < n; ++p) {
-    size_t src = rankOffset[p];
-    for (size_t i = 0; i < r.tensors.size(); ++i) {
-      size_t bytes = static_cast<size_t>(r.tensors[i].data().firstDims[p]) * rowBytes[i];
-      if (outputs[i] != nullptr && bytes > 0) {
-        std::memcpy(bytesOf(outputs[i]->view.data) + outOffset[i], buf + src, bytes);
-      }
-      outOffset[i] += bytes;
-      src += bytes;
-    }
-  }
-  notifyIf(EngineEventKind::kFusionCopyOutEnd, r, static_cast<int64_t>(total), nullptr);
+  uint8_t* buf = bytesOf(host_.fusion.reserve(layout.total));
+  const int64_t mine = static_cast<int64_t>(layout.bytesPerRank[me]);
+  notifyIf(EngineEventKind::kFusionCopyInStart, r, mine, nullptr);
+  packAllgather(layout, r, me, entries, buf);
+  notifyIf(EngineEventKind::kFusionCopyInEnd, r, mine, nullptr);
+  notifyIf(EngineEventKind::kCollectiveStart, r, total, "allgatherv");
+  collectives::allgatherv(comm, buf + layout.rankOffset[me], buf, layout.bytesPerRank);
+  notifyIf(EngineEventKind::kCollectiveEnd, r, total, "allgatherv");
+  notifyIf(EngineEventKind::kFusionCopyOutStart, r, total, nullptr);
+  unpackAllgather(layout, r, outputs, buf);
+  notifyIf(EngineEventKind::kFusionCopyOutEnd, r, total, nullptr);
 }
 
 void Executor::broadcast(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries) {
@@ -372,34 +301,15 @@ void Executor::reducescatter(const Response& r, Communicator& comm, const std::v
     return;
   }
 
-  // Through the fusion buffer: rank 0's blocks of every tensor, then rank 1's, ...; the result
-  // block follows the input region.
-  std::vector<size_t> counts(n, 0);
+  // Through the fusion buffer (fused_layout.h); the result block follows the input region.
+  const std::vector<size_t> counts = reducescatterCounts(r, n);
   size_t total = 0;
   for (const auto& t : r.tensors) total += static_cast<size_t>(t.numElements());
-  for (int p = 0; p < n; ++p) {
-    for (const auto& t : r.tensors) counts[p] += static_cast<size_t>(reducescatterRows(t.data().shape[0], n, p) * t.rowElements());
-  }
   uint8_t* buf = bytesOf(host_.fusion.reserve((total + counts[me]) * esize));
   uint8_t* result = buf + total * esize;
   const int64_t payload = static_cast<int64_t>(total * esize);
   notifyIf(EngineEventKind::kFusionCopyInStart, r, payload, nullptr);
-  size_t offset = 0;
-  for (int p = 0; p < n; ++p) {
-    for (size_t i = 0; i < r.tensors.size(); ++i) {
-      const TensorInfo& t = r.tensors[i].data();
-      size_t rowBytes = static_cast<size_t>(t.rowElements()) * esize;
-      int64_t firstRow = 0;
-      for (int q = 0; q < p; ++q) firstRow += reducescatterRows(t.shape[0], n, q);
-      size_t bytes = static_cast<size_t>(reducescatterRows(t.shape[0], n, p)) * rowBytes;
-      if (entries[i] != nullptr) {
-        if (bytes > 0) std::memcpy(buf + offset, static_cast<const uint8_t*>(entries[i]->input) + firstRow * rowBytes, bytes);
-      } else {
-        std::memset(buf + offset, 0, bytes);
-      }
-      offset += bytes;
-    }
-  }
+  packReducescatter(r, n, entries, buf);
   scale(buf, total, dtype, r.params.prescale);
   notifyIf(EngineEventKind::kFusionCopyInEnd, r, payload, nullptr);
   notifyIf(EngineEventKind::kCollectiveStart, r, payload, "reducescatter");
@@ -408,13 +318,7 @@ void Executor::reducescatter(const Response& r, Communicator& comm, const std::v
   scale(result, counts[me], dtype, r.params.postscale);
   const int64_t outBytes = static_cast<int64_t>(counts[me] * esize);
   notifyIf(EngineEventKind::kFusionCopyOutStart, r, outBytes, nullptr);
-  offset = 0;
-  for (size_t i = 0; i < r.tensors.size(); ++i) {
-    const TensorInfo& t = r.tensors[i].data();
-    size_t bytes = static_cast<size_t>(reducescatterRows(t.shape[0], n, me) * t.rowElements()) * esize;
-    if (entries[i] != nullptr && bytes > 0) std::memcpy(entries[i]->output, result + offset, bytes);
-    offset += bytes;
-  }
+  unpackReducescatter(r, n, me, entries, result);
   notifyIf(EngineEventKind::kFusionCopyOutEnd, r, outBytes, nullptr);
 }
 

@@ -11,6 +11,7 @@
 #include "common/logging.h"
 #include "engine/backend.h"
 #include "engine/executor.h"
+#include "engine/fused_layout.h"
 #include "engine/negotiation.h"
 #include "engine/process_set_table.h"
 #include "engine/tensor_queue.h"
@@ -27,10 +28,6 @@ std::atomic<int64_t> jobCommHandle{HVD_MPI_WORLD_COMM};
 // The core's kernel, for the types MPI cannot reduce (plugin_api.h: HvdMpiReducer).
 void coreReduce(void* dst, const void* src, int64_t count, int dtype, int op) {
   reduceInto(dst, src, static_cast<size_t>(count), static_cast<DataType>(dtype), static_cast<ReduceOp>(op));
-}
-
-size_t tensorBytes(const TensorInfo& t, DataType dtype) {
-  return static_cast<size_t>(t.numElements()) * dataTypeSize(dtype);
 }
 
 void scale(void* buf, size_t count, DataType dtype, double factor) {
@@ -152,20 +149,10 @@ class MpiBackend : public CollectiveBackend {
       scale(out, count, dtype, post);
       return;
     }
-    size_t total = 0;
-    for (const auto& t : r.tensors) total += tensorBytes(t, dtype);
+    const size_t total = fusedBytes(r);
     uint8_t* buf = bytesOf(host_.fusion.reserve(total));
     notify(EngineEventKind::kFusionCopyInStart, r, static_cast<int64_t>(total), nullptr);
-    size_t offset = 0;
-    for (size_t i = 0; i < r.tensors.size(); ++i) {
-      const size_t bytes = tensorBytes(r.tensors[i], dtype);
-      if (entries[i] != nullptr) {
-        if (bytes > 0) std::memcpy(buf + offset, entries[i]->input, bytes);
-      } else {
-        std::memset(buf + offset, 0, bytes);
-      }
-      offset += bytes;
-    }
+    packTensors(r, entries, buf);
     const size_t count = total / esize;
     scale(buf, count, dtype, r.params.prescale);
     notify(EngineEventKind::kFusionCopyInEnd, r, static_cast<int64_t>(total), nullptr);
@@ -174,84 +161,34 @@ class MpiBackend : public CollectiveBackend {
     ended(r, static_cast<int64_t>(total), "mpi_allreduce");
     scale(buf, count, dtype, post);
     notify(EngineEventKind::kFusionCopyOutStart, r, static_cast<int64_t>(total), nullptr);
-    offset = 0;
-    for (size_t i = 0; i < r.tensors.size(); ++i) {
-      const size_t bytes = tensorBytes(r.tensors[i], dtype);
-      if (entries[i] != nullptr && bytes > 0) std::memcpy(entries[i]->output, buf + offset, bytes);
-      offset += bytes;
-    }
+    unpackTensors(r, entries, buf);
     notify(EngineEventKind::kFusionCopyOutEnd, r, static_cast<int64_t>(total), nullptr);
   }
 
   void allgather(const Response& r, int n, int me, const std::vector<Entry*>& entries) {
-    const size_t esize = dataTypeSize(r.params.dtype);
-    std::vector<OwnedTensor*> outputs(r.tensors.size(), nullptr);
-    std::vector<size_t> rowBytes(r.tensors.size());
-    for (size_t i = 0; i < r.tensors.size(); ++i) {
-      const TensorInfo& t = r.tensors[i].data();
-      rowBytes[i] = static_cast<size_t>(t.rowElements()) * esize;
-      if (Entry* e = entries[i]) {
-        std::vector<int64_t> shape = t.shape;
-        int64_t rows = 0;
-        for (auto d : t.firstDims) rows += d;
-        shape[0] = rows;
-        OwnedTensor& out = e->work->output(e->member);
-        out = allocateTensor(*host_.outputs, r.params.dtype, std::move(shape));
-        outputs[i] = &out;
-      }
-    }
-    std::vector<int64_t> bytesPerRank(static_cast<size_t>(n), 0);
-    for (int p = 0; p < n; ++p) {
-      for (size_t i = 0; i < r.tensors.size(); ++i) {
-        bytesPerRank[p] += static_cast<int64_t>(r.tensors[i].data().firstDims[p] * rowBytes[i]);
-      }
-    }
-    int64_t total = 0;
-    for (auto b : bytesPerRank) total += b;
+    const AllgatherLayout layout(r, n);
+    const std::vector<OwnedTensor*> outputs = allocateAllgatherOutputs(r, entries, *host_.outputs, false);
+    const std::vector<int64_t> bytesPerRank(layout.bytesPerRank.begin(), layout.bytesPerRank.end());
+    const int64_t total = static_cast<int64_t>(layout.total);
     if (r.tensors.size() == 1) {
       static const uint8_t kNothing = 0;
-      uint8_t scratch = 0;
       const void* in = entries[0] ? entries[0]->input : &kNothing;
-      void* out = outputs[0] ? outputs[0]->view.data : &scratch;
       // A joined rank has no output: it receives into a scratch buffer of the full size.
-      if (outputs[0] == nullptr) out = host_.fusion.reserve(static_cast<size_t>(std::max<int64_t>(total, 1)));
+      void* out = outputs[0] ? outputs[0]->view.data : host_.fusion.reserve(std::max<size_t>(layout.total, 1));
       started(r, total, "mpi_allgatherv");
       check(mpi_.allgatherv(comm_, in, out, bytesPerRank.data(), err_, sizeof(err_)), "allgather");
       ended(r, total, "mpi_allgatherv");
       return;
     }
-    // Fused: the buffer holds rank 0's rows of every tensor, then rank 1's, ...
-    std::vector<size_t> rankOffset(static_cast<size_t>(n));
-    size_t offset = 0;
-    for (int p = 0; p < n; ++p) {
-      rankOffset[p] = offset;
-      offset += static_cast<size_t>(bytesPerRank[p]);
-    }
-    uint8_t* buf = bytesOf(host_.fusion.reserve(static_cast<size_t>(total)));
+    uint8_t* buf = bytesOf(host_.fusion.reserve(layout.total));
     notify(EngineEventKind::kFusionCopyInStart, r, bytesPerRank[me], nullptr);
-    offset = rankOffset[me];
-    for (size_t i = 0; i < r.tensors.size(); ++i) {
-      const size_t bytes = static_cast<size_t>(r.tensors[i].data().firstDims[me]) * rowBytes[i];
-      if (entries[i] != nullptr && bytes > 0) std::memcpy(buf + offset, entries[i]->input, bytes);
-      offset += bytes;
-    }
+    packAllgather(layout, r, me, entries, buf);
     notify(EngineEventKind::kFusionCopyInEnd, r, bytesPerRank[me], nullptr);
     started(r, total, "mpi_allgatherv");
     check(mpi_.allgatherv(comm_, nullptr, buf, bytesPerRank.data(), err_, sizeof(err_)), "allgather");
     ended(r, total, "mpi_allgatherv");
     notify(EngineEventKind::kFusionCopyOutStart, r, total, nullptr);
-    std::vector<size_t> outOffset(r.tensors.size(), 0);
-    for (int p = 0; p < n; ++p) {
-      size_t src = rankOffset[p];
-      for (size_t i = 0; i < r.tensors.size(); ++i) {
-        const size_t bytes = static_cast<size_t>(r.tensors[i].data().firstDims[p]) * rowBytes[i];
-        if (outputs[i] != nullptr && bytes > 0) {
-          std::memcpy(bytesOf(outputs[i]->view.data) + outOffset[i], buf + src, bytes);
-        }
-        outOffset[i] += bytes;
-        src += bytes;
-      }
-    }
+    unpackAllgather(layout, r, outputs, buf);
     notify(EngineEventKind::kFusionCopyOutEnd, r, total, nullptr);
   }
 
@@ -300,12 +237,10 @@ class MpiBackend : public CollectiveBackend {
     // Average was folded into postscale at enqueue; the collective always sums.
     checkScalable(dtype, r.params.prescale);
     checkScalable(dtype, r.params.postscale);
-    std::vector<int64_t> counts(static_cast<size_t>(n), 0);
+    const std::vector<size_t> blocks = reducescatterCounts(r, n);
+    const std::vector<int64_t> counts(blocks.begin(), blocks.end());
     size_t total = 0;
     for (const auto& t : r.tensors) total += static_cast<size_t>(t.numElements());
-    for (int p = 0; p < n; ++p) {
-      for (const auto& t : r.tensors) counts[p] += reducescatterRows(t.data().shape[0], n, p) * t.rowElements();
-    }
     const int64_t payload = static_cast<int64_t>(total * esize);
     if (r.tensors.size() == 1 && r.params.prescale == 1.0 && entries[0] != nullptr) {
       started(r, payload, "mpi_reduce_scatter");
@@ -316,42 +251,20 @@ class MpiBackend : public CollectiveBackend {
       scale(entries[0]->output, static_cast<size_t>(counts[me]), dtype, r.params.postscale);
       return;
     }
-    // Through the fusion buffer: rank 0's blocks of every tensor, then rank 1's, ...; the result
-    // block follows the input region.
-    uint8_t* buf = bytesOf(host_.fusion.reserve((total + static_cast<size_t>(counts[me])) * esize));
+    // Through the fusion buffer (fused_layout.h); the result block follows the input region.
+    uint8_t* buf = bytesOf(host_.fusion.reserve((total + blocks[me]) * esize));
     uint8_t* result = buf + total * esize;
     notify(EngineEventKind::kFusionCopyInStart, r, payload, nullptr);
-    size_t offset = 0;
-    for (int p = 0; p < n; ++p) {
-      for (size_t i = 0; i < r.tensors.size(); ++i) {
-        const TensorInfo& t = r.tensors[i].data();
-        const size_t rowBytes = static_cast<size_t>(t.rowElements()) * esize;
-        int64_t firstRow = 0;
-        for (int q = 0; q < p; ++q) firstRow += reducescatterRows(t.shape[0], n, q);
-        const size_t bytes = static_cast<size_t>(reducescatterRows(t.shape[0], n, p)) * rowBytes;
-        if (entries[i] != nullptr) {
-          if (bytes > 0) std::memcpy(buf + offset, bytesOf(entries[i]->input) + firstRow * rowBytes, bytes);
-        } else {
-          std::memset(buf + offset, 0, bytes);
-        }
-        offset += bytes;
-      }
-    }
+    packReducescatter(r, n, entries, buf);
     scale(buf, total, dtype, r.params.prescale);
     notify(EngineEventKind::kFusionCopyInEnd, r, payload, nullptr);
     started(r, payload, "mpi_reduce_scatter");
     check(mpi_.reducescatter(comm_, buf, result, counts.data(), dt, sum, err_, sizeof(err_)), "reducescatter");
     ended(r, payload, "mpi_reduce_scatter");
-    scale(result, static_cast<size_t>(counts[me]), dtype, r.params.postscale);
+    scale(result, blocks[me], dtype, r.params.postscale);
     const int64_t outBytes = counts[me] * static_cast<int64_t>(esize);
     notify(EngineEventKind::kFusionCopyOutStart, r, outBytes, nullptr);
-    offset = 0;
-    for (size_t i = 0; i < r.tensors.size(); ++i) {
-      const TensorInfo& t = r.tensors[i].data();
-      const size_t bytes = static_cast<size_t>(reducescatterRows(t.shape[0], n, me) * t.rowElements()) * esize;
-      if (entries[i] != nullptr && bytes > 0) std::memcpy(entries[i]->output, result + offset, bytes);
-      offset += bytes;
-    }
+    unpackReducescatter(r, n, me, entries, result);
     notify(EngineEventKind::kFusionCopyOutEnd, r, outBytes, nullptr);
   }
 

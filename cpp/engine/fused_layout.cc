@@ -1,0 +1,141 @@
+#include "engine/fused_layout.h"
+
+#include <cstring>
+
+#include "engine/executor.h"
+#include "engine/work.h"
+
+namespace hvd::engine {
+
+size_t tensorBytes(const TensorInfo& t, DataType dtype) {
+  return static_cast<size_t>(t.numElements()) * dataTypeSize(dtype);
+}
+
+size_t fusedBytes(const Response& r) {
+  size_t total = 0;
+  for (const auto& t : r.tensors) total += tensorBytes(t, r.params.dtype);
+  return total;
+}
+
+void packTensors(const Response& r, const std::vector<Entry*>& entries, uint8_t* buf) {
+  size_t offset = 0;
+  for (size_t i = 0; i < r.tensors.size(); ++i) {
+    const size_t bytes = tensorBytes(r.tensors[i], r.params.dtype);
+    if (entries[i] != nullptr) {
+      if (bytes > 0) std::memcpy(buf + offset, entries[i]->input, bytes);
+    } else {
+      std::memset(buf + offset, 0, bytes);
+    }
+    offset += bytes;
+  }
+}
+
+void unpackTensors(const Response& r, const std::vector<Entry*>& entries, const uint8_t* buf) {
+  size_t offset = 0;
+  for (size_t i = 0; i < r.tensors.size(); ++i) {
+    const size_t bytes = tensorBytes(r.tensors[i], r.params.dtype);
+    if (entries[i] != nullptr && bytes > 0) std::memcpy(entries[i]->output, buf + offset, bytes);
+    offset += bytes;
+  }
+}
+
+AllgatherLayout::AllgatherLayout(const Response& r, int ranks)
+    : rowBytes(r.tensors.size()), bytesPerRank(static_cast<size_t>(ranks), 0), rankOffset(static_cast<size_t>(ranks)) {
+  const size_t esize = dataTypeSize(r.params.dtype);
+  for (size_t i = 0; i < r.tensors.size(); ++i) rowBytes[i] = static_cast<size_t>(r.tensors[i].rowElements()) * esize;
+  for (int p = 0; p < ranks; ++p) {
+    for (size_t i = 0; i < r.tensors.size(); ++i) {
+      bytesPerRank[p] += static_cast<size_t>(r.tensors[i].data().firstDims[p]) * rowBytes[i];
+    }
+    rankOffset[p] = total;
+    total += bytesPerRank[p];
+  }
+}
+
+std::vector<OwnedTensor*> allocateAllgatherOutputs(const Response& r, const std::vector<Entry*>& entries,
+                                                   OutputPool& pool, bool shared) {
+  std::vector<OwnedTensor*> outputs(r.tensors.size(), nullptr);
+  for (size_t i = 0; i < r.tensors.size(); ++i) {
+    Entry* e = entries[i];
+    if (e == nullptr) continue;
+    const TensorInfo& t = r.tensors[i].data();
+    std::vector<int64_t> shape = t.shape;
+    int64_t rows = 0;
+    for (auto d : t.firstDims) rows += d;
+    shape[0] = rows;
+    OwnedTensor& out = e->work->output(e->member);
+    out = allocateTensor(pool, r.params.dtype, std::move(shape), shared);
+    outputs[i] = &out;
+  }
+  return outputs;
+}
+
+void packAllgather(const AllgatherLayout& layout, const Response& r, int me, const std::vector<Entry*>& entries,
+                   uint8_t* buf) {
+  size_t offset = layout.rankOffset[me];
+  for (size_t i = 0; i < r.tensors.size(); ++i) {
+    const size_t bytes = static_cast<size_t>(r.tensors[i].data().firstDims[me]) * layout.rowBytes[i];
+    if (entries[i] != nullptr && bytes > 0) std::memcpy(buf + offset, entries[i]->input, bytes);
+    offset += bytes;
+  }
+}
+
+void unpackAllgather(const AllgatherLayout& layout, const Response& r, const std::vector<OwnedTensor*>& outputs,
+                     const uint8_t* buf) {
+  std::vector<size_t> outOffset(r.tensors.size(), 0);
+  for (size_t p = 0; p < layout.rankOffset.size(); ++p) {
+    size_t src = layout.rankOffset[p];
+    for (size_t i = 0; i < r.tensors.size(); ++i) {
+      const size_t bytes = static_cast<size_t>(r.tensors[i].data().firstDims[p]) * layout.rowBytes[i];
+      if (outputs[i] != nullptr && bytes > 0) {
+        std::memcpy(static_cast<uint8_t*>(outputs[i]->view.data) + outOffset[i], buf + src, bytes);
+      }
+      outOffset[i] += bytes;
+      src += bytes;
+    }
+  }
+}
+
+std::vector<size_t> reducescatterCounts(const Response& r, int ranks) {
+  std::vector<size_t> counts(static_cast<size_t>(ranks), 0);
+  for (int p = 0; p < ranks; ++p) {
+    for (const auto& t : r.tensors) {
+      counts[p] += static_cast<size_t>(reducescatterRows(t.data().shape[0], ranks, p) * t.rowElements());
+    }
+  }
+  return counts;
+}
+
+void packReducescatter(const Response& r, int ranks, const std::vector<Entry*>& entries, uint8_t* buf) {
+  const size_t esize = dataTypeSize(r.params.dtype);
+  size_t offset = 0;
+  for (int p = 0; p < ranks; ++p) {
+    for (size_t i = 0; i < r.tensors.size(); ++i) {
+      const TensorInfo& t = r.tensors[i].data();
+      const size_t rowBytes = static_cast<size_t>(t.rowElements()) * esize;
+      int64_t firstRow = 0;
+      for (int q = 0; q < p; ++q) firstRow += reducescatterRows(t.shape[0], ranks, q);
+      const size_t bytes = static_cast<size_t>(reducescatterRows(t.shape[0], ranks, p)) * rowBytes;
+      if (entries[i] != nullptr) {
+        if (bytes > 0) std::memcpy(buf + offset, static_cast<const uint8_t*>(entries[i]->input) + firstRow * rowBytes, bytes);
+      } else {
+        std::memset(buf + offset, 0, bytes);
+      }
+      offset += bytes;
+    }
+  }
+}
+
+void unpackReducescatter(const Response& r, int ranks, int me, const std::vector<Entry*>& entries,
+                         const uint8_t* result) {
+  const size_t esize = dataTypeSize(r.params.dtype);
+  size_t offset = 0;
+  for (size_t i = 0; i < r.tensors.size(); ++i) {
+    const TensorInfo& t = r.tensors[i].data();
+    const size_t bytes = static_cast<size_t>(reducescatterRows(t.shape[0], ranks, me) * t.rowElements()) * esize;
+    if (entries[i] != nullptr && bytes > 0) std::memcpy(entries[i]->output, result + offset, bytes);
+    offset += bytes;
+  }
+}
+
+}  // namespace hvd::engine

@@ -1,0 +1,58 @@
+// Fused layout: how the tensors of one agreed response lie in the fusion buffer, and the copies
+// in and out of it. Shared by the collective backends (executor.h, mpi_backend.h) so that every
+// data plane packs a response the same way.
+//
+//   allreduce      tensors back to back
+//   allgather      rank 0's rows of every tensor, then rank 1's, ...
+//   reducescatter  rank 0's block of every tensor, then rank 1's, ...; a rank's result block
+//                  holds its block of every tensor, in tensor order
+//
+// `entries[i]` is null where this rank has no entry for tensor i (it joined): it contributes
+// zeros to a reduction and no rows to an allgather, and receives nothing.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "engine/message.h"
+#include "engine/output_pool.h"
+#include "engine/tensor_queue.h"
+
+namespace hvd::engine {
+
+size_t tensorBytes(const TensorInfo& t, DataType dtype);
+
+// Allreduce: the bytes of every tensor of `r`, and the copies in (inputs, zeros for missing
+// entries) and out (to the entries' outputs).
+size_t fusedBytes(const Response& r);
+void packTensors(const Response& r, const std::vector<Entry*>& entries, uint8_t* buf);
+void unpackTensors(const Response& r, const std::vector<Entry*>& entries, const uint8_t* buf);
+
+// Allgather over `ranks` set members.
+struct AllgatherLayout {
+  AllgatherLayout(const Response& r, int ranks);
+  std::vector<size_t> rowBytes;      // per tensor: bytes of one row (dims >= 1)
+  std::vector<size_t> bytesPerRank;  // per rank: its rows of every tensor
+  std::vector<size_t> rankOffset;    // per rank: where its rows start in the fused buffer
+  size_t total = 0;
+};
+// The outputs ([sum of first dims, rest...]) of the entries this rank has, from `pool`
+// (`shared`: OutputPool's shared blocks); null for tensors without an entry.
+std::vector<OwnedTensor*> allocateAllgatherOutputs(const Response& r, const std::vector<Entry*>& entries,
+                                                   OutputPool& pool, bool shared);
+// Copies this rank's (`me`) rows of every tensor to their place in `buf`.
+void packAllgather(const AllgatherLayout& layout, const Response& r, int me, const std::vector<Entry*>& entries,
+                   uint8_t* buf);
+// Copies every rank's rows from `buf` to the outputs.
+void unpackAllgather(const AllgatherLayout& layout, const Response& r, const std::vector<OwnedTensor*>& outputs,
+                     const uint8_t* buf);
+
+// Reducescatter over `ranks` set members: elements per rank over every tensor, and the copies
+// into the fused buffer (every rank's block of every tensor) and out of this rank's result.
+std::vector<size_t> reducescatterCounts(const Response& r, int ranks);
+void packReducescatter(const Response& r, int ranks, const std::vector<Entry*>& entries, uint8_t* buf);
+void unpackReducescatter(const Response& r, int ranks, int me, const std::vector<Entry*>& entries,
+                         const uint8_t* result);
+
+}  // namespace hvd::engine
