@@ -52,26 +52,27 @@ installed_horovodrun() {
 }
 
 if [ -d tests/launcher ]; then
-  stage "launcher tests" 1500 env HOROVODRUN="$(installed_horovodrun)" python3 -m pytest -q -x tests/launcher
+  stage "launcher tests" 1500 env HOROVODRUN="$(installed_horovodrun)" python3 -m pytest -q -x --durations=8 tests/launcher
 fi
 # Ray and Spark start real clusters (a local Ray, a two-node Ray, Spark local[2] and
 # local-cluster; the Keras estimator's processes each import TensorFlow): their own stage and
 # time bound (~11-12 min on a 2-core machine; Spark's elastic jobs add ~3).
 ray_spark_tests=(tests/python/test_rendezvous_server.py tests/python/test_ray.py tests/python/test_ray_cluster.py
+                 tests/python/test_ray_netns.py
                  tests/python/test_spark.py tests/python/test_spark_elastic.py tests/python/test_spark_estimator.py
                  tests/python/test_spark_keras_estimator.py)
 # Plain mpirun.openmpi / mpiexec.mpich / srun-style launches without horovodrun, both data planes
 # (HOROVOD_CPU_OPERATIONS=mpi too: Horovod's torch suite under each MPI) (~10 min).
 mpi_tests=(tests/python/test_mpi.py)
 if [ -d tests/python ]; then
-  stage "python tests" 2400 python3 -m pytest -q -x tests/python "${ray_spark_tests[@]/#/--ignore=}" \
+  stage "python tests" 2400 python3 -m pytest -q -x --durations=8 tests/python "${ray_spark_tests[@]/#/--ignore=}" \
     "${mpi_tests[@]/#/--ignore=}"
-  stage "ray and spark tests" 1800 python3 -m pytest -q -x "${ray_spark_tests[@]}"
-  stage "mpi tests" 1500 python3 -m pytest -q -x "${mpi_tests[@]}"
+  stage "ray and spark tests" 1800 python3 -m pytest -q -x --durations=8 "${ray_spark_tests[@]}"
+  stage "mpi tests" 1500 python3 -m pytest -q -x --durations=8 "${mpi_tests[@]}"
 fi
 # A private one-node Slurm cluster: srun's environment, srun / sbatch / salloc training.
 if [ -d tests/slurm ]; then
-  stage "slurm tests" 900 python3 -m pytest -q -x tests/slurm
+  stage "slurm tests" 900 python3 -m pytest -q -x --durations=8 tests/slurm
 fi
 # The deploy/ recipes, each checked by a real validator (Kubernetes schemas, Helm, hadolint, ...).
 if [ -d tests/deploy ]; then
