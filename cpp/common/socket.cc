@@ -178,6 +178,21 @@ std::string routableHostAddress() {
   return found;
 }
 
+std::string sourceAddressTowards(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (host.empty() || getaddrinfo(host.c_str(), "9", &hints, &res) != 0) return "";
+  std::string found;
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  // connect() on a datagram socket only picks the route (and so the source address).
+  if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0) found = localIp(fd);
+  if (fd >= 0) close(fd);
+  freeaddrinfo(res);
+  return found == "0.0.0.0" ? "" : found;
+}
+
 void setNonBlocking(int fd, bool nonBlocking) {
   int flags = fcntl(fd, F_GETFL, 0);
   HVD_SYSCHECK(flags >= 0, "fcntl(F_GETFL)");

@@ -70,6 +70,10 @@ std::vector<std::string> interfaceNames();
 // A non-loopback IPv4 address of this host: the one the host name resolves to if that is not
 // loopback, else the first up, non-loopback interface's; "" if none.
 std::string routableHostAddress();
+// This host's IPv4 address on the route to `host` (an IPv4 address or a name): the source
+// address the kernel would give a connection there. Sends nothing. "" when `host` does not
+// resolve or there is no route.
+std::string sourceAddressTowards(const std::string& host);
 
 void setNonBlocking(int fd, bool nonBlocking);
 void setNoDelay(int fd);

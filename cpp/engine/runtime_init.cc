@@ -231,6 +231,7 @@ void Runtime::bootstrap(const InitOptions& options) {
   ctx.jobId = jobId_;
   ctx.secret = config_.secret;
   ctx.interface = config_.interface;
+  ctx.reachableAddress = config_.rendezvousAddr;
   ctx.timeout = config_.timeout;
   transport_ = makeTransport(config_.transport, ctx);
 

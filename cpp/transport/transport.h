@@ -154,6 +154,9 @@ struct TransportContext {
   std::string secret;            // per-job secret: TCP peers prove knowledge of it (HMAC)
   std::string bindAddress;       // IP to listen on for TCP ("" = derive from interface/any)
   std::string interface;         // network interface name (HOROVOD_GLOO_IFACE), optional
+  // An address every rank reaches (the rendezvous server's), optional: across hosts, with no
+  // bindAddress nor interface, a rank publishes its own address on the route there.
+  std::string reachableAddress;
   std::chrono::milliseconds timeout{30000};  // connection setup and default op timeout
 };
 

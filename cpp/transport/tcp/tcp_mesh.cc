@@ -189,7 +189,14 @@ std::pair<std::string, std::string> chooseAddresses(const TransportContext& cont
   if (publish.empty()) {
     bool oneHost = true;
     for (const auto& h : context.hostOf) oneHost = oneHost && h == context.hostOf.front();
-    if (!oneHost) publish = routableHostAddress();
+    if (!oneHost) {
+      // On a host with several networks (a container bridge, a VPN) the host name may resolve to
+      // an address the other hosts cannot reach; the route to an address they all reach is the
+      // better guess.
+      publish = sourceAddressTowards(context.reachableAddress);
+      if (publish.rfind("127.", 0) == 0) publish.clear();
+      if (publish.empty()) publish = routableHostAddress();
+    }
     if (publish.empty()) publish = "127.0.0.1";
   }
   return {bind, publish};

@@ -31,7 +31,9 @@ struct MeshLinks {
 //   bindAddress set            -> listen there, publish it (a wildcard publishes as below)
 //   interface set              -> listen on and publish the interface's IP
 //   all ranks on one host      -> listen on 0.0.0.0, publish 127.0.0.1
-//   otherwise                  -> listen on 0.0.0.0, publish this host's routable IPv4
+//   otherwise                  -> listen on 0.0.0.0, publish this host's address on the route to
+//                                 reachableAddress (a non-loopback one), else the address its
+//                                 host name resolves to (routableHostAddress)
 // Throws InvalidArgument when the interface does not exist or has no address.
 std::pair<std::string, std::string> chooseAddresses(const TransportContext& context);
 

@@ -15,9 +15,10 @@ import secrets
 
 import ray
 
-from horovod.ray.static import _first_line, _host_names
+from horovod.ray.static import _host_names
 from horovod.ray.worker import BaseHorovodWorker
 from horovod.runner.elastic_driver import ElasticDriver, WorkerPool, elastic_environment
+from horovod.runner.error_text import describe
 from horovod.runner.rendezvous_server import RendezvousServer
 
 __all__ = ['ElasticJob', 'RayWorkerPool']
@@ -78,10 +79,10 @@ class RayWorkerPool(WorkerPool):
             try:
                 out[wid] = ('ok', ray.get(ref))
             except ray.exceptions.RayActorError as e:
-                out[wid] = ('failed', 'its Ray actor died ({})'.format(_first_line(e)))
+                out[wid] = ('failed', 'its Ray actor died ({})'.format(describe(e)))
             except ray.exceptions.RayTaskError as e:
                 cause = e.cause if getattr(e, 'cause', None) is not None else e
-                out[wid] = ('failed', 'it raised {}: {}'.format(type(cause).__name__, _first_line(cause)))
+                out[wid] = ('failed', 'it raised {}: {}'.format(type(cause).__name__, describe(cause)))
         return out
 
     def kill(self, wid):

@@ -12,6 +12,7 @@ import ray
 
 from horovod.ray.placement import WorkerPlacement
 from horovod.ray.worker import BaseHorovodWorker
+from horovod.runner.error_text import describe
 from horovod.runner.rendezvous_server import RendezvousServer
 from horovod.runner.topology import assign_slots, slot_environment
 
@@ -186,11 +187,11 @@ class StaticJob:
             ray.get(ref)
         except ray.exceptions.RayActorError as e:
             self._fail(rank, 'Horovod worker rank {} died during {}: its Ray actor is gone ({}). The other '
-                             'workers were stopped.'.format(rank, what, _first_line(e)), e)
+                             'workers were stopped.'.format(rank, what, describe(e)), e)
         except ray.exceptions.RayTaskError as e:
             cause = e.cause if getattr(e, 'cause', None) is not None else e
             self._fail(rank, 'Horovod worker rank {} raised {}: {}. The other workers were stopped.'.format(
-                rank, type(cause).__name__, _first_line(cause)), cause)
+                rank, type(cause).__name__, describe(cause)), cause)
 
     def _fail(self, rank, message, cause=None):
         self.failure = message
@@ -205,11 +206,6 @@ def _drain(queue, callbacks):
         value = queue.get()
         for callback in callbacks:
             callback(value)
-
-
-def _first_line(error):
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 def _host_names(infos):

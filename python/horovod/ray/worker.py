@@ -4,6 +4,8 @@ one per worker, gives it its ``HOROVOD_*`` environment, and calls the user's fun
 import os
 import socket
 
+from horovod.runner.error_text import keep_causes
+
 __all__ = ['BaseHorovodWorker', 'report']
 
 # The values rank 0 reports during RayExecutor.run(..., callbacks=...) go to this Ray queue
@@ -63,5 +65,7 @@ class BaseHorovodWorker:
         _report_queue = queue
         try:
             return func(*args, **kwargs)
+        except BaseException as e:
+            raise keep_causes(e)
         finally:
             _report_queue = None

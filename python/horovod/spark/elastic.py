@@ -25,6 +25,7 @@ import time
 import cloudpickle
 
 from horovod.runner.elastic_driver import ElasticDriver, WorkerPool, elastic_environment
+from horovod.runner.error_text import describe
 from horovod.spark.task import env_key, host_key, run_elastic_worker
 
 __all__ = ['SparkWorkerPool', 'SparkElasticSpec', 'drive_elastic_job']
@@ -168,7 +169,7 @@ class SparkWorkerPool(WorkerPool):
     @staticmethod
     def _what_happened(job):
         if job.error is not None:
-            return 'its Spark task failed: {}'.format(_first_line(job.error))
+            return 'its Spark task failed: {}'.format(describe(job.error))
         outcome = job.outcome
         tail = outcome.stderr.strip().splitlines()[-1:] if outcome else []
         if outcome is None or outcome.exit_code is None:
@@ -187,11 +188,6 @@ class SparkWorkerPool(WorkerPool):
         """TaskOutcomes of the workers whose process ran, by worker id."""
         return [self.jobs[wid].outcome for wid in sorted(self.jobs)
                 if self.jobs[wid].outcome is not None and self.jobs[wid].outcome.exit_code is not None]
-
-
-def _first_line(error):
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 def drive_elastic_job(context, group_prefix, spec, rendezvous, service, user_env, num_proc, min_num_proc,

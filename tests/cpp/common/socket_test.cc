@@ -24,6 +24,16 @@ TEST(Socket, LoopbackInterfaceHasAnAddress) {
   EXPECT_EQ(interfaceAddress("no-such-if0"), "");
 }
 
+TEST(Socket, SourceAddressTowardsFollowsTheRoute) {
+  EXPECT_EQ(sourceAddressTowards("127.0.0.1"), "127.0.0.1");
+  EXPECT_EQ(sourceAddressTowards("localhost"), "127.0.0.1");
+  // An address of this host is reached from itself.
+  const std::string own = routableHostAddress();
+  if (!own.empty()) EXPECT_EQ(sourceAddressTowards(own), own);
+  EXPECT_EQ(sourceAddressTowards(""), "");
+  EXPECT_EQ(sourceAddressTowards("no-such-host.invalid"), "");
+}
+
 TEST(Socket, ConnectAcceptExchange) {
   Socket listener = listenTcp("127.0.0.1", 0, 16);
   uint16_t port = localPort(listener.fd());

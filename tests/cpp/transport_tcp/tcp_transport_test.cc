@@ -1,5 +1,6 @@
 // TcpTransport with N ranks as threads of this process over a MemoryStore.
 #include "transport/tcp/tcp_transport.h"
+#include "transport/tcp/tcp_mesh.h"
 
 #include <gtest/gtest.h>
 
@@ -536,6 +537,30 @@ TEST(TcpTransport, BindsToTheRequestedInterface) {
   contexts[0].size = 2;  // size 1 never listens
   contexts[0].hostOf = {"a", "b"};
   EXPECT_THROW(makeTransport("tcp", contexts[0]), InvalidArgument);
+}
+
+TEST(TcpTransport, AcrossHostsPublishesTheAddressOnTheRouteToTheRendezvous) {
+  TransportContext c;
+  c.size = 2;
+  c.hostOf = {"a", "b"};
+  // One host: loopback.
+  TransportContext one = c;
+  one.hostOf = {"a", "a"};
+  EXPECT_EQ(tcp::chooseAddresses(one).second, "127.0.0.1");
+  // The route to an address of this host starts at that address.
+  const std::string own = routableHostAddress();
+  if (own.empty()) GTEST_SKIP() << "this host has no non-loopback IPv4 address";
+  c.reachableAddress = own;
+  EXPECT_EQ(tcp::chooseAddresses(c), std::make_pair(std::string("0.0.0.0"), own));
+  // A loopback rendezvous says nothing about the other hosts: the host name's address.
+  c.reachableAddress = "127.0.0.1";
+  EXPECT_EQ(tcp::chooseAddresses(c).second, own);
+  c.reachableAddress = "";
+  EXPECT_EQ(tcp::chooseAddresses(c).second, own);
+  // An interface wins over the route.
+  c.reachableAddress = own;
+  c.interface = "lo";
+  EXPECT_EQ(tcp::chooseAddresses(c).second, "127.0.0.1");
 }
 
 }  // namespace
