@@ -6,7 +6,8 @@ process that serves the job's rendezvous store:
 * Every worker process has an id for its whole life (``HOROVOD_ELASTIC_WORKER_ID``). Each of
   its ``init()`` calls bumps ``elastic/inits/<id>`` and ``elastic/events`` in the store and
   waits for ``elastic/assign/<id>/<k>``: ``join <round> <rank> <size> <local_rank> <local_size>
-  <cross_rank> <cross_size> <updates>``, or ``abort <message>`` (its init() raises that).
+  <cross_rank> <cross_size> <updates>``, ``removed <message>`` (its init() prints the message
+  and the process exits quietly, status 0) or ``abort <message>`` (its init() raises that).
 * ``run()`` starts as many workers as the pool has room for (at least ``min_workers``, waiting up
   to ``elastic_timeout``; at most ``max_workers``). A worker whose function returns is done; one
   that fails (raises, its process or actor dies) is gone, and the others see
@@ -17,7 +18,9 @@ process that serves the job's rendezvous store:
   to 5 s for the room to replace the lost workers before forming a smaller round).
 * The job ends with the final round's results in rank order once its workers return; it fails
   with RuntimeError after ``reset_limit`` resets, when no worker survives a round, or when
-  ``min_workers`` cannot be reached in time. Workers still waiting for a round are told to abort.
+  ``min_workers`` cannot be reached in time. Workers still waiting for a round when others
+  completed training are removed (they exit quietly, as under horovodrun); when the job fails,
+  they are told to abort.
 
 What differs between frameworks is how a worker is started, placed, watched and killed: that is
 the ``WorkerPool`` this driver is given.
@@ -239,10 +242,12 @@ class ElasticDriver:
                     self._note('worker {} (rank {}) failed: {}'.format(wid, w.rank, value))
             live = self._live()
             if results:
-                # Workers completed: no new round; those still waiting for one are told so.
+                # Workers completed: no new round; those still waiting for one leave quietly.
                 for w in live:
                     if w.id not in results and w.waiting(self._inits(w)):
-                        self._publish(w, 'abort the elastic job is finishing: other workers completed training')
+                        self._publish(w, 'removed worker {} has been removed from elastic job: other workers '
+                                         'completed training'.format(w.id))
+                        self._note('worker {} removed: other workers completed training'.format(w.id))
                         w.retired = True
                 live = [w for w in live if not w.retired]
                 if all(w.id in results for w in live):

@@ -1,0 +1,163 @@
+"""The elastic driver that Ray and Spark share (horovod/runner/elastic_driver.py), against a
+fake worker pool: the workers are ids whose init() calls the test makes by bumping their counters
+in the driver's real rendezvous store, so each protocol step is deterministic and fast. The real
+pools run in test_ray.py, test_ray_cluster.py, test_ray_netns.py and test_spark_elastic.py."""
+
+import threading
+import time
+
+import pytest
+
+from horovod.runner.elastic_driver import ElasticDriver, WorkerPool
+from horovod.runner.rendezvous_server import RendezvousServer
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class FakePool(WorkerPool):
+    """``room`` workers may start; every worker is on host 'h<id % hosts>'. The test decides
+    what each worker's function returns through ``outcomes``."""
+
+    where = 'in the test'
+
+    def __init__(self, room, hosts=1):
+        self.room = room
+        self.hosts = hosts
+        self.started = {}     # id -> env
+        self.outcomes = {}    # id -> ('ok', value) | ('failed', why), reported once
+        self.killed = []
+        self.lock = threading.Lock()
+
+    def capacity(self):
+        with self.lock:
+            return self.room
+
+    def launch(self, ids):
+        with self.lock:
+            self.room -= len(ids)
+
+    def locate(self, ids):
+        return {i: ('h{}'.format(i % self.hosts), 'h{}'.format(i % self.hosts)) for i in ids}
+
+    def start(self, wid, env):
+        self.started[wid] = env
+
+    def finished(self, ranks):
+        with self.lock:
+            return {i: self.outcomes.pop(i) for i in list(ranks) if i in self.outcomes}
+
+    def kill(self, wid):
+        self.killed.append(wid)
+
+
+class Job:
+    """A driver running on its own thread, and the workers' side of the store."""
+
+    def __init__(self, pool, **kwargs):
+        self.rendezvous = RendezvousServer('secret', '127.0.0.1')
+        options = dict(min_workers=1, max_workers=None, reset_limit=None, elastic_timeout=10)
+        options.update(kwargs)
+        self.driver = ElasticDriver(pool, self.rendezvous, 'secret', '127.0.0.1', {}, **options)
+        self.driver.replace_grace = 0
+        self.result = self.error = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        try:
+            self.result = self.driver.run()
+        except Exception as e:  # the test looks at it
+            self.error = e
+
+    def start(self):
+        self.thread.start()
+        return self
+
+    def init(self, *wids):
+        """Workers ``wids`` call init() together: their counters go up; returns their next
+        assignments (one string for one worker, else a list)."""
+        store = self.rendezvous.store
+        pending = []
+        with store.cond:
+            for wid in wids:
+                key = 'elastic/inits/{}'.format(wid).encode()
+                inits = int(store.data.get(key, b'0')) + 1
+                store.data[key] = str(inits).encode()
+                pending.append((wid, inits - 1))
+            store.cond.notify_all()
+        out = [self.assignment(wid, k) for wid, k in pending]
+        return out[0] if len(out) == 1 else out
+
+    def assignment(self, wid, k, timeout=10):
+        store = self.rendezvous.store
+        key = 'elastic/assign/{}/{}'.format(wid, k).encode()
+        deadline = time.monotonic() + timeout
+        with store.cond:
+            while key not in store.data:
+                assert store.cond.wait(max(0.0, deadline - time.monotonic())), 'no assignment {} for {}'.format(k, wid)
+            return store.data[key].decode()
+
+    def join(self, timeout=10):
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), 'the driver did not end'
+        self.rendezvous.shutdown()
+
+
+def test_lost_worker_is_replaced_survivors_first():
+    pool = FakePool(room=3, hosts=3)
+    job = Job(pool, max_workers=3).start()
+    first = job.init(0, 1, 2)
+    assert first == ['join 0 0 3 0 1 0 3 0', 'join 0 1 3 0 1 1 3 0', 'join 0 2 3 0 1 2 3 0']
+    assert sorted(pool.started) == [0, 1, 2]
+    pool.room += 1                      # the lost worker's resources come free
+    pool.outcomes[0] = ('failed', 'it raised RuntimeError: boom')
+    # The survivors' engines see the loss and call init() again.
+    second = job.init(1, 2)
+    # Survivors keep their order (old rank 1 becomes rank 0); the new worker 3 comes last.
+    assert [a.split()[:4] for a in second] == [['join', '1', '0', '3'], ['join', '1', '1', '3']]
+    assert job.init(3).split()[:4] == ['join', '1', '2', '3']
+    for w in (1, 2, 3):
+        pool.outcomes[w] = ('ok', w * 10)
+    job.join()
+    assert job.error is None and job.result == [10, 20, 30]
+    assert [what for _, what in job.driver.log] == [
+        'round 0 with 3 workers (3 new)', 'worker 0 (rank 0) failed: it raised RuntimeError: boom',
+        'round 1 with 3 workers (1 new)']
+
+
+def test_a_worker_still_waiting_when_the_others_completed_is_removed():
+    """As under horovodrun: removed (its init() exits quietly), not aborted."""
+    pool = FakePool(room=2)
+    job = Job(pool, max_workers=2).start()
+    assert [a[:8] for a in job.init(0, 1)] == ['join 0 0', 'join 0 1']
+    pool.outcomes[0] = ('ok', 'done')
+    assert job.init(1) == ('removed worker 1 has been removed from elastic job: other workers completed '
+                           'training')
+    job.join()
+    assert job.error is None and job.result == ['done']
+    assert job.driver.log[-1][1] == 'worker 1 removed: other workers completed training'
+
+
+def test_reset_limit_and_a_round_without_survivors_are_errors():
+    pool = FakePool(room=2)
+    job = Job(pool, max_workers=2, reset_limit=0).start()
+    job.init(0, 1)
+    pool.outcomes[1] = ('failed', 'its Ray actor died')
+    job.init(0)
+    job.join()
+    assert 'number of resets during elastic job exceeded limit: 0' in str(job.error)
+
+    pool = FakePool(room=1)
+    job = Job(pool, max_workers=1).start()
+    job.init(0)
+    pool.outcomes[0] = ('failed', 'it raised ValueError: x')
+    job.join()
+    assert 'every Horovod worker of round 0 failed' in str(job.error)
+
+
+def test_min_workers_out_of_reach_is_an_error_within_elastic_timeout():
+    pool = FakePool(room=1)
+    started = time.monotonic()
+    job = Job(pool, min_workers=2, elastic_timeout=1).start()
+    job.join()
+    assert time.monotonic() - started < 5
+    assert 'Timed out after 1.0 s waiting for 2 Horovod workers in the test (1 possible)' in str(job.error)
