@@ -88,15 +88,6 @@ void Executor::allreduceRan(const Response& r, Communicator& comm, size_t bytes,
   }
 }
 
-OwnedTensor allocateTensor(OutputPool& pool, DataType dtype, std::vector<int64_t> shape, bool shared) {
-  OwnedTensor t;
-  t.view.dtype = dtype;
-  t.view.shape = std::move(shape);
-  t.storage = pool.acquire(t.view.bytes(), shared);
-  t.view.data = t.storage.get();
-  return t;
-}
-
 void Executor::run(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries) {
   HVD_CHECK(set.comm != nullptr) << "executing a response of process set " << set.id << " on a non-member";
   Communicator& comm = *set.comm;
@@ -289,10 +280,9 @@ void Executor::reducescatter(const Response& r, Communicator& comm, const std::v
   // Average was folded into postscale at enqueue; the collective always sums.
   const ReduceOp op = ReduceOp::kSum;
 
+  const std::vector<size_t> counts = reducescatterCounts(r, n);
+
   if (r.tensors.size() == 1 && r.params.prescale == 1.0 && entries[0] != nullptr) {
-    const TensorInfo& t = r.tensors[0].data();
-    std::vector<size_t> counts(n);
-    for (int p = 0; p < n; ++p) counts[p] = static_cast<size_t>(reducescatterRows(t.shape[0], n, p) * t.rowElements());
     const int64_t payload = static_cast<int64_t>(tensorBytes(r.tensors[0], dtype));
     notifyIf(EngineEventKind::kCollectiveStart, r, payload, "reducescatter");
     collectives::reducescatter(comm, entries[0]->input, entries[0]->output, counts, dtype, op);
@@ -302,7 +292,6 @@ void Executor::reducescatter(const Response& r, Communicator& comm, const std::v
   }
 
   // Through the fusion buffer (fused_layout.h); the result block follows the input region.
-  const std::vector<size_t> counts = reducescatterCounts(r, n);
   size_t total = 0;
   for (const auto& t : r.tensors) total += static_cast<size_t>(t.numElements());
   uint8_t* buf = bytesOf(host_.fusion.reserve((total + counts[me]) * esize));

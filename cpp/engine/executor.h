@@ -16,6 +16,7 @@
 
 #include "collectives/collectives.h"
 #include "engine/backend.h"
+#include "engine/fused_layout.h"
 #include "engine/fusion.h"
 #include "engine/host_resources.h"
 #include "engine/message.h"
@@ -59,13 +60,5 @@ class Executor : public CollectiveBackend {
   const ObserverHub& observers_;
   std::vector<collectives::Piece> pieces_;  // a fused allreduce's tensors (scratch)
 };
-
-// Rows of dim 0 that set rank `r` of `n` gets in a reducescatter of `rows` rows
-// (the first rows % n ranks get one row more, as in Horovod).
-inline int64_t reducescatterRows(int64_t rows, int n, int r) { return rows / n + (r < rows % n ? 1 : 0); }
-
-// Engine-allocated tensor storage from `pool` (64-byte aligned; at least one byte so data is
-// never null). `shared`: from the pool's shared blocks when it can (OutputPool::acquire).
-OwnedTensor allocateTensor(OutputPool& pool, DataType dtype, std::vector<int64_t> shape, bool shared = false);
 
 }  // namespace hvd::engine

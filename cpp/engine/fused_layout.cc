@@ -2,7 +2,6 @@
 
 #include <cstring>
 
-#include "engine/executor.h"
 #include "engine/work.h"
 
 namespace hvd::engine {
@@ -117,7 +116,8 @@ void packReducescatter(const Response& r, int ranks, const std::vector<Entry*>& 
       for (int q = 0; q < p; ++q) firstRow += reducescatterRows(t.shape[0], ranks, q);
       const size_t bytes = static_cast<size_t>(reducescatterRows(t.shape[0], ranks, p)) * rowBytes;
       if (entries[i] != nullptr) {
-        if (bytes > 0) std::memcpy(buf + offset, static_cast<const uint8_t*>(entries[i]->input) + firstRow * rowBytes, bytes);
+        const auto* input = static_cast<const uint8_t*>(entries[i]->input);
+        if (bytes > 0) std::memcpy(buf + offset, input + firstRow * rowBytes, bytes);
       } else {
         std::memset(buf + offset, 0, bytes);
       }

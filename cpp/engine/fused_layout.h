@@ -48,6 +48,10 @@ void packAllgather(const AllgatherLayout& layout, const Response& r, int me, con
 void unpackAllgather(const AllgatherLayout& layout, const Response& r, const std::vector<OwnedTensor*>& outputs,
                      const uint8_t* buf);
 
+// Rows of dim 0 that set rank `r` of `n` gets in a reducescatter of `rows` rows
+// (the first rows % n ranks get one row more, as in Horovod).
+inline int64_t reducescatterRows(int64_t rows, int n, int r) { return rows / n + (r < rows % n ? 1 : 0); }
+
 // Reducescatter over `ranks` set members: elements per rank over every tensor, and the copies
 // into the fused buffer (every rank's block of every tensor) and out of this rank's result.
 std::vector<size_t> reducescatterCounts(const Response& r, int ranks);

@@ -162,4 +162,13 @@ void OutputPool::unmapBlock(Block& block) {
   }
 }
 
+OwnedTensor allocateTensor(OutputPool& pool, DataType dtype, std::vector<int64_t> shape, bool shared) {
+  OwnedTensor t;
+  t.view.dtype = dtype;
+  t.view.shape = std::move(shape);
+  t.storage = pool.acquire(t.view.bytes(), shared);
+  t.view.data = t.storage.get();
+  return t;
+}
+
 }  // namespace hvd::engine

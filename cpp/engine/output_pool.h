@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "common/params.h"
+#include "horovod/operation.h"
 
 namespace hvd::engine {
 
@@ -89,5 +90,9 @@ class OutputPool : public std::enable_shared_from_this<OutputPool> {
   size_t blocksMapped_ = 0;
   bool closed_ = false;
 };
+
+// Engine-allocated tensor storage from `pool` (64-byte aligned; at least one byte so data is
+// never null). `shared`: from the pool's shared blocks when it can (OutputPool::acquire).
+OwnedTensor allocateTensor(OutputPool& pool, DataType dtype, std::vector<int64_t> shape, bool shared = false);
 
 }  // namespace hvd::engine

@@ -26,7 +26,8 @@ def ray_node(*args, prefix=()):
     ``ip netns exec NS``); terminating it stops the node's Ray processes."""
     ray_cli = os.path.join(os.path.dirname(sys.executable), 'ray')
     head_only = ['--include-dashboard=false'] if '--head' in args else []
-    command = list(prefix) + [ray_cli, 'start', '--block', '--num-cpus=1', '--disable-usage-stats'] + head_only + list(args)
+    command = (list(prefix) + [ray_cli, 'start', '--block', '--num-cpus=1', '--disable-usage-stats'] + head_only
+               + list(args))
     return subprocess.Popen(command, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
 

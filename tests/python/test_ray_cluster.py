@@ -12,8 +12,8 @@ ray = pytest.importorskip('ray')
 from horovod.ray import RayExecutor  # noqa: E402
 
 import ray_cluster_util  # noqa: E402
-from ray_cluster_util import (check_elastic_job_survives_a_lost_worker, check_one_worker_per_host, free_port,  # noqa: E402
-                              ray_node, stop_nodes, wait_for_nodes, wait_for_port)
+from ray_cluster_util import (check_elastic_job_survives_a_lost_worker, check_one_worker_per_host,  # noqa: E402
+                              free_port, ray_node, stop_nodes, wait_for_nodes, wait_for_port)
 
 pytestmark = pytest.mark.timeout(300)
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])

@@ -138,7 +138,8 @@ class _Handler(socketserver.BaseRequestHandler):
                     if store.wait_for(keys, timeout_ms, server.stopping):
                         return bytes([wire.STATUS_OK]) + (wire.str32(store.data[keys[0]]) if op == wire.OP_GET else b'')
                     absent = [k for k in keys if k not in store.data]
-                return bytes([wire.STATUS_TIMEOUT]) + struct.pack('<I', len(absent)) + b''.join(wire.str32(k) for k in absent)
+                return (bytes([wire.STATUS_TIMEOUT]) + struct.pack('<I', len(absent))
+                        + b''.join(wire.str32(k) for k in absent))
         except ValueError:
             names = {wire.OP_SET: 'set ', wire.OP_GET: 'get ', wire.OP_ADD: 'add ', wire.OP_WAIT: 'wait '}
             return bytes([wire.STATUS_ERROR]) + wire.str32('malformed {}request'.format(names.get(op, '')).encode())

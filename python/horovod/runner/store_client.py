@@ -1,6 +1,6 @@
 """A client of the job's rendezvous store, for Python code that is not an engine: the tasks of
 ``horovod.spark.run_elastic`` use it to tell the driver their host and to receive their
-environment. It speaks the protocol that ``rendezvous_server.py`` documents (and the C++
+environment. It speaks the protocol that ``store_wire.py`` describes (and the C++
 ``TcpStoreServer`` serves): the HMAC handshake, then set/get/add frames.
 """
 
@@ -12,6 +12,7 @@ import struct
 from horovod.runner import store_wire as wire
 
 __all__ = ['StoreClient', 'StoreTimeout']
+
 
 class StoreTimeout(TimeoutError):
     """A blocking get whose key did not appear in time."""
@@ -71,7 +72,8 @@ class StoreClient:
 
     def get(self, key, timeout_s):
         """The value of ``key``, waiting up to ``timeout_s`` for it (StoreTimeout after)."""
-        reply = self._request(bytes([wire.OP_GET]) + struct.pack('<Q', int(timeout_s * 1000)) + wire.str32(key.encode()))
+        reply = self._request(bytes([wire.OP_GET]) + struct.pack('<Q', int(timeout_s * 1000))
+                              + wire.str32(key.encode()))
         if reply[0] == wire.STATUS_TIMEOUT:
             raise StoreTimeout("key '{}' did not appear in the rendezvous store at {} within {:.0f} s".format(
                 key, self.where, timeout_s))
