@@ -43,7 +43,32 @@ void WorkImpl::finish() {
     { std::lock_guard<std::mutex> lock(mu_); }
     cv_.notify_all();
   }
-  if (callback_) callback_();
+  if (hasCallback_.load(std::memory_order_seq_cst)) runCallback();
+}
+
+void WorkImpl::whenComplete(std::function<void()> callback) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    callback_ = std::move(callback);
+  }
+  // Until it runs, the callback is a waiter that cannot drive: the background thread must not
+  // leave this work to callers (DriveGate::blockedWaiter); runCallback() takes that back.
+  if (gate_) gate_->blockedWaiter(+1);
+  // Pairs with finish(): either it sees the flag and runs the callback, or we see done_.
+  hasCallback_.store(true, std::memory_order_seq_cst);
+  if (done_.load(std::memory_order_seq_cst)) runCallback();
+}
+
+void WorkImpl::runCallback() {
+  std::function<void()> callback;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    callback = std::move(callback_);
+    callback_ = nullptr;
+  }
+  if (!callback) return;  // the other side took it
+  if (gate_) gate_->blockedWaiter(-1);
+  callback();
 }
 
 bool WorkImpl::driveOrSpin(Deadline deadline) {

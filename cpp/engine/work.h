@@ -33,6 +33,7 @@ class WorkImpl : public Work {
   const std::vector<OwnedTensor>& outputs() const override { return outputs_; }
   const std::vector<int32_t>& receivedSplits() const override { return receivedSplits_; }
   int joinResult() const override { return joinResult_; }
+  void whenComplete(std::function<void()> callback) override;
 
   // ---- Background thread (or the enqueueing thread before the work is queued) -------------
   // Outputs are written before the member completes; members never share a slot.
@@ -46,15 +47,13 @@ class WorkImpl : public Work {
   void completeMember(std::exception_ptr error);
   // Fails every member that has not completed yet (shutdown, fatal transport error).
   void failRemaining(std::exception_ptr error);
-  // Called once, on the completing thread, right after completion (bindings use it to wake
-  // event loops). Must be set before the work is enqueued.
-  void setCallback(std::function<void()> callback) { callback_ = std::move(callback); }
-
  private:
   void finish();
   bool driveOrSpin(Deadline deadline);
   // Sleeps on cv_ until completion (true) or the deadline (false).
   bool block(Deadline deadline);
+  // Takes the registered callback (under mu_) and runs it; whoever gets it first runs it.
+  void runCallback();
 
   std::atomic<bool> done_{false};
   // Threads blocked (or about to block) on cv_: completion takes mu_ and notifies only then, so
@@ -68,7 +67,9 @@ class WorkImpl : public Work {
   std::vector<OwnedTensor> outputs_;
   std::vector<int32_t> receivedSplits_;
   int joinResult_ = -1;
+  // whenComplete(): set under mu_, flagged in hasCallback_ (pairs with done_ like sleepers_).
   std::function<void()> callback_;
+  std::atomic<bool> hasCallback_{false};
   std::shared_ptr<DriveGate> gate_;
 };
 

@@ -9,7 +9,7 @@
 // Each op node carries its collective's settings as attributes (core name, op, factors, process
 // set) and handles a whole group of tensors: one node per gradient group, one crossing into the
 // core. Ops are stateful, so inside tf.function they keep their program order. A kernel enqueues
-// and waits for its operations itself (see run()).
+// its operations and returns; the op completes when they have (see run()).
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -21,6 +21,7 @@
 #include "horovod/api_table.h"
 #include "horovod/errors.h"
 #include "horovod/operation.h"
+#include "async_done.h"
 #include "tf_c_api.h"
 
 namespace hvd::tf {
@@ -298,26 +299,67 @@ struct Call {
   Finish finish = nullptr;
 };
 
-// Runs one kernel: `start` fetches inputs, allocates outputs and enqueues; then the kernel waits
-// for its operations (driving the engine), sets engine-allocated outputs (`finish`) or the first
-// failure, and tells TensorFlow the op is done. The wait happens before returning because
-// TensorFlow's C API does not let the done callback outlive the compute call (tried: a callback
-// completed later from the engine's thread crashes TensorFlow 2.21); the op holds one TensorFlow
-// thread meanwhile, as a synchronous kernel would.
+// Completes a call whose operations have all completed (or waits for them: the synchronous
+// way): engine-allocated outputs (`finish`) or the first failure. The op is not done yet: the
+// caller releases the call's tensors, then runs TensorFlow's done callback.
+void finishCall(Call& call) {
+  try {
+    for (auto& work : call.works) work->wait();
+    if (call.finish) call.finish(call);
+  } catch (...) {
+    call.settle();
+    failWithCurrentException(call.ctx);
+  }
+}
+
+bool allCompleted(const Call& call) {
+  return std::all_of(call.works.begin(), call.works.end(),
+                     [](const WorkPtr& w) { return w->isCompleted(); });
+}
+
+// Runs one kernel: `start` fetches inputs, allocates outputs and enqueues. Then, where the loaded
+// TensorFlow allows it (async_done.h), the kernel returns its thread to TensorFlow at once and
+// the op is finished later, on this library's completion thread, when the engine has completed
+// every operation: a graph with more independent Horovod ops than TensorFlow has inter-op
+// threads then never starves (the ranks may start them in different orders). Otherwise the
+// kernel waits for its operations before returning, driving the engine meanwhile.
 template <typename Start>
 void run(TF_OpKernelContext* ctx, TF_AsyncOpKernelDoneCallback* done, Start&& start) {
-  {
-    Call call(ctx);
-    try {
-      start(call);
-      for (auto& work : call.works) work->wait();
-      if (call.finish) call.finish(call);
-    } catch (...) {
-      call.settle();
-      failWithCurrentException(ctx);
-    }
+  auto call = std::make_unique<Call>(ctx);
+  bool started = false;
+  try {
+    start(*call);
+    started = true;
+  } catch (...) {
+    call->settle();
+    failWithCurrentException(ctx);
   }
-  gTf.RunAsyncOpKernelDoneCallback(done);
+  if (!started || allCompleted(*call) || !deferredDoneWorks(gTf)) {
+    if (started) finishCall(*call);
+    call.reset();  // tensor handles released before TensorFlow is told the op is done
+    gTf.RunAsyncOpKernelDoneCallback(done);
+    return;
+  }
+  struct Deferred {
+    std::unique_ptr<Call> call;
+    DeferredDone done;
+    std::atomic<size_t> pending;
+  };
+  // One count per operation, plus one held until every callback is registered (a callback may
+  // run at once, here, when its operation has already completed).
+  auto* deferred = new Deferred{std::move(call), DeferredDone(done), {0}};
+  deferred->pending.store(deferred->call->works.size() + 1);
+  auto arrive = [deferred] {
+    if (deferred->pending.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    postCompletion([deferred] {
+      finishCall(*deferred->call);
+      deferred->call.reset();
+      deferred->done.run(gTf);
+      delete deferred;
+    });
+  };
+  for (auto& work : deferred->call->works) work->whenComplete(arrive);
+  arrive();
 }
 
 // Sets output i to an engine-allocated tensor without copying (TensorFlow keeps the engine's
@@ -640,6 +682,15 @@ bool registerAll(std::string& error) {
 // registered.
 extern "C" __attribute__((visibility("default"))) const char* horovod_tf_load_error() {
   return hvd::tf::gLoadError.c_str();
+}
+
+// Whether kernels return their thread to TensorFlow before their collectives complete (1) or wait
+// for them (0, the fallback; `*why` then says why). Runs the check of async_done.h on first call.
+extern "C" __attribute__((visibility("default"))) int horovod_tf_deferred_done(const char** why) {
+  static std::string reason;
+  bool ok = hvd::tf::deferredDoneWorks(hvd::tf::gTf, &reason);
+  if (why != nullptr) *why = reason.c_str();
+  return ok ? 1 : 0;
 }
 
 // Binds the kernels to the core whose hvd::ApiTable is at `table`; returns "" or why not.

@@ -17,7 +17,7 @@
 namespace hvd {
 
 struct ApiTable {
-  static constexpr uint32_t kVersion = 1;
+  static constexpr uint32_t kVersion = 2;  // 2: Work::whenComplete
   uint32_t version = kVersion;
   uint32_t size = sizeof(ApiTable);
 

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -67,6 +68,14 @@ class Work {
   virtual const std::vector<int32_t>& receivedSplits() const = 0;
   // Join: the global rank that joined last. Valid after wait().
   virtual int joinResult() const = 0;
+  // Runs `callback` once when the operation completes, successfully or not (call wait() inside
+  // it to get the outputs or the failure): on the thread that completes it, or at once on this
+  // thread if it already has. At most one callback per operation. The engine drives an
+  // operation that has a callback without waiting for a caller to do it (nobody else will), so
+  // a caller can enqueue, register and return. The callback runs on the engine's thread: it
+  // must be short and must not wait for other Horovod operations; hand longer work to a thread
+  // of your own.
+  virtual void whenComplete(std::function<void()> callback) = 0;
 };
 using WorkPtr = std::shared_ptr<Work>;
 

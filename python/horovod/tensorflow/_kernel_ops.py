@@ -13,6 +13,7 @@ graphs alike, and reduces in place when TensorFlow lets an output reuse its inpu
 
 import ctypes
 import os
+import warnings
 
 import tensorflow as tf
 
@@ -22,6 +23,8 @@ from horovod.tensorflow._errors import translated as _translated
 _core = _basics_mod._core
 _LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), '_horovod_tf_ops.so')
 _ops = None
+# Whether kernels return their thread to TensorFlow while their collective runs (see load()).
+deferred_done = False
 
 
 def load():
@@ -45,7 +48,34 @@ def load():
     if error:
         raise ImportError('the Horovod TensorFlow kernels cannot be used with TensorFlow {}: {}'
                           .format(tf.__version__, error))
+    # The library checks, once, that it can finish a kernel after its compute call returned
+    # (it keeps a copy of TensorFlow's done callback): then a running Horovod op holds no
+    # TensorFlow thread. Otherwise each running op holds one until its collective completes.
+    native.horovod_tf_deferred_done.restype = ctypes.c_int
+    native.horovod_tf_deferred_done.argtypes = [ctypes.POINTER(ctypes.c_char_p)]
+    why = ctypes.c_char_p()
+    global deferred_done
+    deferred_done = bool(native.horovod_tf_deferred_done(ctypes.byref(why)))
+    if not deferred_done and os.environ.get('HOROVOD_TF_SYNC_KERNELS') != '1':
+        warnings.warn('Horovod: TensorFlow {}: {}; each running Horovod op holds an inter-op '
+                      'thread until its collective completes (a graph with more independent '
+                      'Horovod ops than inter-op threads can stall). See docs/tensorflow.md.'
+                      .format(tf.__version__, (why.value or b'').decode()))
     _ops = ops
+
+
+def _independent(outputs):
+    """Inside a tf.function, lets the Horovod op that made ``outputs`` run without the program-order
+    chain TensorFlow puts between stateful ops (it still always runs). Ranks may then start
+    independent collectives in any order, and the engine sees them together and fuses them,
+    as in a TF1 graph. Data dependencies still order everything that needs an order."""
+    if tf.executing_eagerly() or not outputs:
+        return outputs
+    first = outputs[0] if isinstance(outputs, (list, tuple)) else outputs
+    acd = getattr(first.graph, 'experimental_acd_manager', None)
+    if acd is not None:
+        acd.run_independently(first.op)
+    return outputs
 
 
 def _eager_errors(fn):
@@ -63,15 +93,16 @@ def _eager_errors(fn):
 
 @_eager_errors
 def allreduce(tensors, name, op, prescale, postscale, psid, one_off, single=False):
-    return list(_ops.horovod_allreduce(tensors, hvd_name=name, reduce_op=op, prescale=prescale,
-                                       postscale=postscale, process_set=psid, one_off=one_off,
-                                       grouped=not single, name='HorovodAllreduce'))
+    return _independent(list(_ops.horovod_allreduce(
+        tensors, hvd_name=name, reduce_op=op, prescale=prescale, postscale=postscale,
+        process_set=psid, one_off=one_off, grouped=not single, name='HorovodAllreduce')))
 
 
 @_eager_errors
 def allgather(tensors, name, psid, one_off, single=False):
-    outs = list(_ops.horovod_allgather(tensors, hvd_name=name, process_set=psid, one_off=one_off,
-                                       grouped=not single, name='HorovodAllgather'))
+    outs = _independent(list(_ops.horovod_allgather(tensors, hvd_name=name, process_set=psid,
+                                                    one_off=one_off, grouped=not single,
+                                                    name='HorovodAllgather')))
     for out, t in zip(outs, tensors):
         if not tf.executing_eagerly() and t.shape.rank is not None:
             out.set_shape(tf.TensorShape([None]).concatenate(t.shape[1:]))
@@ -87,8 +118,9 @@ def broadcast(tensors, root_rank, name, psid, one_off):
 def broadcast_many(tensors, root_rank, names, psid):
     if not tensors:
         return []
-    return list(_ops.horovod_broadcast(tensors, hvd_name='\n'.join(names), root_rank=root_rank,
-                                       process_set=psid, name='HorovodBroadcast'))
+    return _independent(list(_ops.horovod_broadcast(tensors, hvd_name='\n'.join(names),
+                                                    root_rank=root_rank, process_set=psid,
+                                                    name='HorovodBroadcast')))
 
 
 @_eager_errors
@@ -98,6 +130,7 @@ def alltoall(tensor, splits, name, psid, one_off):
     out, received = _ops.horovod_alltoall(tensor, tf.reshape(splits, [-1]), hvd_name=name,
                                           process_set=psid, one_off=one_off,
                                           name='HorovodAlltoall')
+    _independent([out])
     if not tf.executing_eagerly():
         if tensor.shape.rank is not None:
             out.set_shape(tf.TensorShape([None]).concatenate(tensor.shape[1:]))
@@ -112,6 +145,7 @@ def reducescatter(tensors, name, op, prescale, postscale, psid, one_off, set_siz
                                            prescale=prescale, postscale=postscale,
                                            process_set=psid, one_off=one_off, grouped=not single,
                                            name='HorovodReducescatter'))
+    _independent(outs)
     if not tf.executing_eagerly():
         for out, t in zip(outs, tensors):
             if t.shape.rank:
