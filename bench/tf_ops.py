@@ -10,12 +10,17 @@ drive the same core), so the ratios compare the adapters and nothing else:
   ``hvd.DistributedOptimizer`` (goal: TF <= 1.2x torch), and each framework's step without any
   communication (what the framework itself costs);
 - how TensorFlow ops reach the core: the same measurements with
-  ``HOROVOD_TENSORFLOW_OPS=kernels`` (Horovod's kernel library) and ``py_function``.
+  ``HOROVOD_TENSORFLOW_OPS=kernels`` (Horovod's kernel library, whose kernels return their
+  thread while the collective runs), ``kernels-sync`` (the same library with
+  ``HOROVOD_TF_SYNC_KERNELS=1``: kernels wait for their collective, the fallback) and
+  ``py_function``.
 
     python3 bench/tf_ops.py --np 2 --reps 5          # prints a markdown table
     python3 bench/tf_ops.py --smoke                  # one short pass, no table
 
-Medians over repetitions; systems interleave within each repetition.
+Medians over repetitions; systems interleave within each repetition, and the three ways run
+one after the other ``--rounds`` times (medians over rounds), so slow phases of a noisy machine
+hit them alike.
 """
 
 import argparse
@@ -129,8 +134,14 @@ def worker(reps, smoke):
 
 # ---- driver --------------------------------------------------------------------------------------
 
+BACKENDS = ('kernels', 'kernels-sync', 'py_function')
+
+
 def run(np_, reps, smoke, backend, horovodrun):
-    env = dict(os.environ, HOROVOD_TENSORFLOW_OPS=backend, TF_CPP_MIN_LOG_LEVEL='3')
+    env = dict(os.environ, HOROVOD_TENSORFLOW_OPS=backend.replace('-sync', ''),
+               TF_CPP_MIN_LOG_LEVEL='3')
+    if backend == 'kernels-sync':
+        env['HOROVOD_TF_SYNC_KERNELS'] = '1'
     cmd = [horovodrun, '-np', str(np_), sys.executable, os.path.abspath(__file__), '--worker',
            '--reps', str(reps)] + (['--smoke'] if smoke else [])
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
@@ -150,24 +161,37 @@ def table(np_, by_backend):
         label = '%d KiB' % (size >> 10) if size < (1 << 20) else '%d MiB' % (size >> 20)
         lines.append('| {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} |'.format(
             label, t, g, p, t / p, g / p))
-    lines += ['', '| 100-gradient step ({} ranks) | kernels (ms) | py_function (ms) |'.format(np_),
-              '|---|---|---|']
+    lines += ['', '| 100-gradient step ({} ranks) | kernels (ms) | kernels-sync (ms) | '
+              'py_function (ms) |'.format(np_), '|---|---|---|---|']
     for key in ('tf', 'tf-nocomm', 'torch', 'torch-nocomm'):
-        lines.append('| {} | {:.3f} | {:.3f} |'.format(
-            key, kern['step'][key] * 1e3, by_backend['py_function']['step'][key] * 1e3))
+        lines.append('| {} | {:.3f} | {:.3f} | {:.3f} |'.format(
+            key, *(by_backend[b]['step'][key] * 1e3 for b in BACKENDS)))
     s = kern['step']
     lines += ['', 'TF step / torch step (kernels): {:.2f}; communication cost per step: TF {:.3f} '
-              'ms, torch {:.3f} ms; py_function step / kernels step: {:.2f}'.format(
+              'ms, torch {:.3f} ms; kernels-sync step / kernels step: {:.2f}; py_function step / '
+              'kernels step: {:.2f}'.format(
                   s['tf'] / s['torch'], (s['tf'] - s['tf-nocomm']) * 1e3,
                   (s['torch'] - s['torch-nocomm']) * 1e3,
+                  by_backend['kernels-sync']['step']['tf'] / s['tf'],
                   by_backend['py_function']['step']['tf'] / s['tf'])]
     return '\n'.join(lines)
+
+
+def _median_result(results):
+    """One worker result whose every figure is the median of those of `results`."""
+    out = dict(results[0])
+    out['allreduce'] = {k: tuple(statistics.median(r['allreduce'][k][i] for r in results)
+                                 for i in range(3)) for k in results[0]['allreduce']}
+    out['step'] = {k: statistics.median(r['step'][k] for r in results) for k in results[0]['step']}
+    return out
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     ap.add_argument('--np', type=int, default=2)
     ap.add_argument('--reps', type=int, default=5)
+    ap.add_argument('--rounds', type=int, default=1,
+                    help='run the three ways one after the other this many times (medians)')
     ap.add_argument('--smoke', action='store_true')
     ap.add_argument('--worker', action='store_true', help=argparse.SUPPRESS)
     ap.add_argument('--horovodrun', default=shutil.which('horovodrun') or 'horovodrun')
@@ -175,8 +199,9 @@ def main():
     if args.worker:
         worker(args.reps, args.smoke)
         return
-    by_backend = {b: run(args.np, args.reps, args.smoke, b, args.horovodrun)
-                  for b in ('kernels', 'py_function')}
+    rounds = [{b: run(args.np, args.reps, args.smoke, b, args.horovodrun) for b in BACKENDS}
+              for _ in range(1 if args.smoke else args.rounds)]
+    by_backend = {b: _median_result([r[b] for r in rounds]) for b in BACKENDS}
     if args.smoke:
         print('bench/tf_ops.py smoke: ok ({})'.format(', '.join(
             r['backend'] for r in by_backend.values())))

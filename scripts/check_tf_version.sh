@@ -25,3 +25,7 @@ echo "check_tf_version: $("$venv/bin/python" -c 'import tensorflow as tf; print(
 cd tests/python
 PYTHONPATH="$staged" HOROVOD_TENSORFLOW_OPS=kernels TF_CPP_MIN_LOG_LEVEL=3 \
   timeout 900 horovodrun -np 2 "$venv/bin/python" -m pytest -x -q -p no:cacheprovider test_tensorflow.py
+# Independent ops created in different orders on each rank, one inter-op thread: the kernels'
+# deferred completion (a copy of TensorFlow's done callback) checked on this TensorFlow too.
+PYTHONPATH="$staged" HOROVOD_TENSORFLOW_OPS=kernels TF_CPP_MIN_LOG_LEVEL=3 \
+  timeout 600 horovodrun -np 2 "$venv/bin/python" tf_independent_ops_worker.py 1

@@ -7,8 +7,10 @@ their cost):
 - ``py_function``: DLPack views eagerly and a ``tf.py_function`` op in graphs
   (``_py_function_ops``); used, with a warning saying why, when the kernel library cannot load.
 
-Either way the ops are stateful, so inside ``tf.function`` collectives keep their program order
-against each other and the ops around them. XLA cannot compile them: ``jit_compile=True`` fails
+Either way the ops are stateful (never pruned nor merged). Inside ``tf.function`` the kernel
+library's collectives run independently of TensorFlow's program-order chain of stateful ops
+(``_kernel_ops._independent``): data dependencies order them, and independent ones run side by
+side. XLA cannot compile them: ``jit_compile=True`` fails
 at trace time with a message saying what to do instead.
 """
 
