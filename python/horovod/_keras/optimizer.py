@@ -296,11 +296,14 @@ class _TfKerasAggregationHelper:
 class TfKerasDistributedMixin(_DistributedMixin):
     """Placed before the user's tf-keras 2 optimizer class (current or legacy).
 
-    Gradients are reduced once per step, by whichever of these comes first:
-    ``_compute_gradients`` / ``compute_gradients`` (``minimize``, and so ``model.fit``, call
-    one of them), ``_allreduce(grads, vars)``, ``get_gradients`` (TF1 graph mode), or else
-    ``apply_gradients`` itself (a custom loop that computed the gradients with its own tape).
-    After one of the former, the next ``apply_gradients`` applies what it is given as is.
+    Gradients are reduced once per step: by ``_compute_gradients`` / ``compute_gradients``
+    (``minimize``, and so ``model.fit``, call one of them), ``_allreduce(grads, vars)`` or
+    ``get_gradients`` (TF1 graph mode), as in Horovod, whose ``apply_gradients`` applies what it
+    is given. An optimizer none of these has been called on reduces in ``apply_gradients``
+    instead (a custom loop that computes the gradients with its own tape). Once one of them has
+    been called, ``apply_gradients`` applies as given from then on: a flag, not a per-call
+    hand-over, because ``tf.function`` may trace a step twice (the first trace creates the
+    slot variables) and a one-shot hand-over would be consumed by the first trace.
     """
 
     def _hvd_new_accumulator(self, var):
@@ -318,7 +321,7 @@ class TfKerasDistributedMixin(_DistributedMixin):
             reduced = helper.compute_gradients(grads, vars)
         else:
             reduced = self._hvd.reduce(grads, vars)
-        self._hvd_reduced_pending = True
+        self._hvd_reduced_before_apply = True
         return reduced
 
     def _hvd_gradients(self, loss, var_list, grad_loss, tape):
@@ -360,12 +363,11 @@ class TfKerasDistributedMixin(_DistributedMixin):
         pairs = list(grads_and_vars)
         grads = [g for g, _ in pairs]
         variables = [v for _, v in pairs]
-        if getattr(self, '_hvd_reduced_pending', False):
-            self._hvd_reduced_pending = False
+        if getattr(self, '_hvd_reduced_before_apply', False):
             reduced = grads
         else:
             reduced = self._allreduce(grads, variables)
-            self._hvd_reduced_pending = False
+            self._hvd_reduced_before_apply = False
         helper = self._agg_helper
         if helper is None:
             return super().apply_gradients(zip(reduced, variables), *args, **kwargs)
