@@ -7,12 +7,15 @@ Where the gradients are reduced:
 
 * Keras 3 (every backend): ``apply(grads, trainable_variables)``, which ``apply_gradients``,
   every backend's ``model.fit`` step, and the JAX trainer's ``stateless_apply`` all go through.
-* tf-keras 2: ``apply_gradients``, which ``minimize`` (and so ``model.fit``) and custom loops
-  call, for both its current and its ``legacy`` optimizers.
+* tf-keras 2 (current and ``legacy`` optimizers), as in Horovod: ``_compute_gradients`` /
+  ``compute_gradients`` (which ``minimize``, and so ``model.fit``, call), ``_allreduce`` and
+  ``get_gradients``; ``apply_gradients`` then applies what it is given. An optimizer none of
+  those was called on reduces in ``apply_gradients`` (custom loops with their own tape).
 
 With ``backward_passes_per_step = n > 1`` gradients are summed locally (in variables kept out of
 the optimizer's saved state) and reduced and applied every n-th call; the calls in between only
-advance ``iterations``. On JAX the train step is stateless and compiled, so the sums live in
+advance ``iterations``. On tf-keras this is Horovod's ``_agg_helper`` (its ``counter`` counts the
+passes since the last allreduce); on Keras 3 ``_agg_helper`` is a view of ``iterations``. On JAX the train step is stateless and compiled, so the sums live in
 optimizer variables (left out of ``save_own_variables``), the reduction sits in a ``lax.cond``
 and the update is computed every call and kept only on the n-th (as Keras's own gradient
 accumulation does on JAX).
