@@ -225,6 +225,23 @@ def test_backward_passes_per_step(average):
     assert int(dist.optimizer.iterations.numpy()) == steps
 
 
+def test_keras3_agg_helper_and_compute_gradients():
+    # Keras 3 optimizers compute no gradients: Horovod's tf-keras _compute_gradients is a clear
+    # error here; _agg_helper is None without local aggregation, else its counter is the number
+    # of passes since the last allreduce.
+    for module in (hvd, hk):
+        assert module.DistributedOptimizer(keras.optimizers.SGD(LR))._agg_helper is None
+        opt = module.DistributedOptimizer(keras.optimizers.SGD(1.0), backward_passes_per_step=3)
+        var = keras.Variable([0.0])
+        with pytest.raises(NotImplementedError, match='Keras 3 optimizers do not compute'):
+            opt._compute_gradients(lambda: var * 2.0, [var])
+        for k in range(7):
+            opt.apply_gradients([(tf.constant([float(hvd.rank() + 1)]), var)])
+            assert int(opt._agg_helper.counter) == (k + 1) % 3
+            applied = (k + 1) // 3
+            assert np.allclose(var.numpy(), -applied * 3 * (hvd.size() + 1) / 2)
+
+
 def test_custom_loop_eager_and_tf_function():
     x, y = data(16 * hvd.size())
     model = linear_model()

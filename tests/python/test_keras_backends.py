@@ -3,7 +3,9 @@ keras is imported), and the Keras examples: each runs under ``horovodrun -np 2``
 and must exit 0 on every rank (the scripts check their results and exit non-zero otherwise).
 
 * tf-keras 2 (``TF_USE_LEGACY_KERAS=1``) with horovod.tensorflow.keras:
-  keras_scripts/tf_keras_legacy.py, and TF1 graph mode: keras_scripts/tf1_graph.py
+  keras_scripts/tf_keras_legacy.py, the optimizer's Horovod API for custom loops
+  (``_compute_gradients``, ``_allreduce``, ``_agg_helper.counter``):
+  keras_scripts/tf_keras_optimizer_api.py, and TF1 graph mode: keras_scripts/tf1_graph.py
 * Keras 3 on PyTorch and on JAX with horovod.keras: keras_scripts/keras3_backend.py
 * examples/keras/keras_digits.py and keras_any_backend.py
 """
@@ -56,6 +58,14 @@ def test_tf_keras_legacy(tmp_path):
     out = horovodrun(['tf_keras_legacy.py', str(tmp_path)], {'TF_USE_LEGACY_KERAS': '1'},
                      SCRIPTS)
     assert out.count('tf-keras rank') == 2
+
+
+@needs('tensorflow', 'tf_keras')
+@pytest.mark.parametrize('np_', [2, 3], ids=lambda n: 'np%d' % n)
+def test_tf_keras_optimizer_custom_loop_api(np_):
+    out = horovodrun(['tf_keras_optimizer_api.py'], {'TF_USE_LEGACY_KERAS': '1'}, SCRIPTS,
+                     np_=np_)
+    assert out.count('tf-keras optimizer api rank') == np_
 
 
 @needs('tensorflow', 'tf_keras')

@@ -166,7 +166,7 @@ def test_collectives_equal_in_tf_function_and_eagerly():
 
     def run(v):
         return [hvd.allreduce(v, op=hvd.Sum), hvd.grouped_allreduce([v, 2 * v])[1],
-                hvd.allgather(v), hvd.broadcast(v, 0), hvd.alltoall(v)[0],
+                hvd.allgather(v), hvd.broadcast(v, 0), hvd.alltoall(v),
                 hvd.reducescatter(v, op=hvd.Sum), hvd.grouped_allgather([v])[0],
                 hvd.grouped_reducescatter([v])[0]]
 
@@ -205,7 +205,7 @@ def test_gather_broadcast_alltoall_reducescatter_gradients():
             weights = tf.repeat(tf.range(n(), dtype=tf.float32), 2)[:, None]
             g_loss = tf.reduce_sum(gathered * weights)
             b_loss = tf.reduce_sum(hvd.broadcast(v, 0))
-            a_loss = tf.reduce_sum(hvd.alltoall(tf.tile(v, [n(), 1]))[0])
+            a_loss = tf.reduce_sum(hvd.alltoall(tf.tile(v, [n(), 1])))
             rs_loss = tf.reduce_sum(hvd.reducescatter(tf.tile(v, [n(), 1]), op=hvd.Sum))
         return [tape.gradient(loss, v) for loss in (g_loss, b_loss, a_loss, rs_loss)]
 
@@ -270,6 +270,90 @@ def test_alltoall_splits_and_errors():
     with pytest.raises(ValueError):
         hvd.alltoall(tf.ones([n() + 1, 2]) if n() > 1 else tf.ones([1, 2]),
                      splits=[5] * n())
+
+
+def test_alltoall_returns_the_tensor_alone_without_splits():
+    # Horovod's rule: (output, received_splits) only when splits is given, so the result of an
+    # equal-split alltoall feeds straight into other ops, eagerly, in tf.function and in a graph.
+    x = tf.reshape(tf.range(2 * n(), dtype=tf.float32), [2 * n(), 1]) + 10 * r()
+    expect = np.concatenate([[2 * r(), 2 * r() + 1] for _ in range(n())]) + \
+        10 * np.repeat(np.arange(n()), 2)
+
+    def run(v):
+        collected = hvd.alltoall(v, name='a2a.alone')
+        return tf.cast(collected, tf.int32), collected
+
+    for as_int, out in (run(x), tf.function(run)(x)):
+        assert isinstance(out, tf.Tensor) and out.shape == (2 * n(), 1)
+        assert as_int.numpy()[:, 0].tolist() == expect.tolist()
+    with tf.Graph().as_default():
+        graph_out = hvd.alltoall(tf.constant(x.numpy()))
+        assert isinstance(graph_out, tf.Tensor)
+        with tf.compat.v1.Session() as session:
+            assert session.run(graph_out)[:, 0].tolist() == expect.tolist()
+    # splits given (a list, or a tensor even inside tf.function): the pair.
+    for splits in ([2] * n(), tf.constant([2] * n())):
+        pair = hvd.alltoall(x, splits=splits)
+        assert isinstance(pair, tuple) and len(pair) == 2
+        assert pair[1].numpy().tolist() == [2] * n()
+    pair = tf.function(lambda v: hvd.alltoall(v, splits=tf.constant([2] * n())))(x)
+    assert isinstance(pair, tuple) and pair[0].shape == (2 * n(), 1)
+
+
+def test_alltoall_into_a_model_and_its_gradient():
+    # The pattern that broke: an alltoall result fed into a layer, trained through the tape.
+    layer = tf.keras.layers.Dense(1, kernel_initializer='ones', use_bias=False)
+    x = tf.ones([2 * n(), 3]) * (r() + 1)
+    for splits in (None, [2] * n()):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            out = hvd.alltoall(x, splits=splits)
+            if splits is not None:
+                out, received = out
+                assert received.numpy().tolist() == [2] * n()
+            loss = tf.reduce_sum(layer(out))
+        grad = tape.gradient(loss, x)
+        assert np.allclose(grad.numpy(), 1.0)       # every row sent once, weight 1
+
+
+def test_horovod_private_names():
+    # Names Horovod's horovod.tensorflow exposes that its tests and user helpers call.
+    assert hvd._executing_eagerly() is True
+    assert tf.function(lambda: tf.constant(hvd._executing_eagerly()))().numpy() == False  # noqa
+    assert hvd._IS_TF2 is True and hvd._LegacyOptimizer is tf.compat.v1.train.Optimizer
+    assert hvd_mpi_ops._normalize_name('a/b:0') == 'a_b_0'
+    x = tf.fill([n(), 2], float(r() + 1))
+    total = n() * (n() + 1) / 2
+    assert np.allclose(hvd._allreduce(x).numpy(), total)                   # default: Sum
+    assert np.allclose(hvd._allreduce(x, op=hvd.Average).numpy(), total / n())
+    assert np.allclose(hvd._grouped_allreduce([x, 2 * x])[1].numpy(), 2 * total)
+    assert np.allclose(hvd._reducescatter(x).numpy(), total)               # default: Sum
+    assert hvd._reducescatter(x).shape == (1, 2)
+    assert np.allclose(hvd._grouped_reducescatter([x])[0].numpy(), total)
+    v = tf.Variable([1.0])
+    assert hvd.refs_to_vars(hvd.vars_to_refs([v, [v]])) == [v, [v]]
+    fn = hvd._make_allreduce_grads_fn('p', '', '', hvd.Compression.none, False, hvd.Average,
+                                      1.0, None)
+    assert np.allclose(fn([x], [v])[0].numpy(), total / n())
+    cached = hvd._make_cached_allreduce_grads_fn('p', '', '', hvd.Compression.none, False,
+                                                 hvd.Average, 1.0, [[v]])
+    assert cached is hvd._make_cached_allreduce_grads_fn('p', '', '', hvd.Compression.none,
+                                                         False, hvd.Average, 1.0, [[v]])
+    assert np.allclose(cached([x], [v])[0].numpy(), total / n())
+    calls = []
+    square = hvd._cache(lambda k: calls.append(k) or k * k)
+    assert square(3) == 9 and square(3) == 9 and calls == [3]
+    assert hvd._make_subgraph(lambda a: a + 1)(tf.constant(1)).numpy() == 2
+    # As in Horovod, the tape wrapper builds a subclass of the tape's own class from this one.
+    assert issubclass(hvd._DistributedGradientTape, tf.GradientTape)
+    with tf.Graph().as_default():
+        legacy = tf.compat.v1.train.GradientDescentOptimizer(0.1)
+        assert isinstance(hvd.DistributedOptimizer(legacy), hvd._DistributedOptimizer)
+        direct = hvd._DistributedOptimizer(legacy)                  # Horovod's defaults
+        assert direct.get_name() == 'DistributedGradientDescentOptimizer'
+        if n() & (n() - 1) == 0:
+            assert isinstance(hvd.DistributedOptimizer(legacy, op=hvd.Adasum),
+                              hvd._DistributedAdasumOptimizer)
 
 
 def test_reducescatter_ops_and_errors():

@@ -416,6 +416,18 @@ def test_alltoall_grad():
     assert torch.equal(x.grad, torch.ones(2 * n, 3))
 
 
+def test_alltoall_grad_without_splits_returns_the_tensor():
+    # Horovod's rule holds on the autograd path too: no splits, no received_splits.
+    n = hvd.size()
+    x = torch.full((2 * n, 3), float(hvd.rank() + 1), requires_grad=True)
+    out = hvd.alltoall(x)
+    assert isinstance(out, torch.Tensor) and out.shape == (2 * n, 3)
+    (out * 2).sum().backward()
+    assert torch.equal(x.grad, torch.full((2 * n, 3), 2.0))
+    pair = hvd.alltoall(x.detach(), splits=torch.tensor([2] * n, dtype=torch.int32))
+    assert isinstance(pair, tuple) and pair[1].tolist() == [2] * n
+
+
 # ---- reducescatter -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize('dtype', [torch.int32, torch.int64, torch.float16, torch.float32,

@@ -7,12 +7,15 @@ Where the gradients are reduced:
 
 * Keras 3 (every backend): ``apply(grads, trainable_variables)``, which ``apply_gradients``,
   every backend's ``model.fit`` step, and the JAX trainer's ``stateless_apply`` all go through.
-* tf-keras 2: ``apply_gradients``, which ``minimize`` (and so ``model.fit``) and custom loops
-  call, for both its current and its ``legacy`` optimizers.
+* tf-keras 2 (current and ``legacy`` optimizers), as in Horovod: ``_compute_gradients`` /
+  ``compute_gradients`` (which ``minimize``, and so ``model.fit``, call), ``_allreduce`` and
+  ``get_gradients``; ``apply_gradients`` then applies what it is given. An optimizer none of
+  those was called on reduces in ``apply_gradients`` (custom loops with their own tape).
 
 With ``backward_passes_per_step = n > 1`` gradients are summed locally (in variables kept out of
 the optimizer's saved state) and reduced and applied every n-th call; the calls in between only
-advance ``iterations``. On JAX the train step is stateless and compiled, so the sums live in
+advance ``iterations``. On tf-keras this is Horovod's ``_agg_helper`` (its ``counter`` counts the
+passes since the last allreduce); on Keras 3 ``_agg_helper`` is a view of ``iterations``. On JAX the train step is stateless and compiled, so the sums live in
 optimizer variables (left out of ``save_own_variables``), the reduction sits in a ``lax.cond``
 and the update is computed every call and kept only on the n-th (as Keras's own gradient
 accumulation does on JAX).
@@ -93,6 +96,23 @@ class Keras3DistributedMixin(_DistributedMixin):
             return super().load_own_variables(store)
         for i, variable in enumerate(self.variables[:count]):
             variable.assign(store[str(i)])
+
+    @property
+    def _agg_helper(self):
+        """None without local aggregation; else a view whose ``counter`` is the number of
+        backward passes since the last allreduce (``iterations`` mod ``backward_passes_per_step``
+        here: every pass advances ``iterations``)."""
+        hvd = getattr(self, '_hvd', None)
+        if hvd is None or hvd.backward_passes_per_step == 1:
+            return None
+        return _Keras3AggregationView(self)
+
+    def _compute_gradients(self, loss, var_list, grad_loss=None, tape=None):
+        raise NotImplementedError(
+            'Keras 3 optimizers do not compute gradients (Horovod\'s _compute_gradients belongs '
+            'to tf-keras 2 optimizers, TF_USE_LEGACY_KERAS=1). Compute them with your backend '
+            '(e.g. tf.GradientTape) and call apply_gradients / apply, which allreduces them, or '
+            'use horovod.tensorflow.DistributedGradientTape.')
 
     def _hvd_new_accumulator(self, var):
         if self._hvd_tracks_accumulators():
@@ -179,8 +199,115 @@ class Keras3DistributedMixin(_DistributedMixin):
             acc.assign(jnp.where(is_boundary, jnp.zeros_like(total), total))
 
 
+class _Keras3AggregationView:
+    """``_agg_helper`` of a Keras 3 DistributedOptimizer with local aggregation."""
+
+    def __init__(self, optimizer):
+        self._optimizer = optimizer
+        self.backward_passes_per_step = optimizer._hvd.backward_passes_per_step
+        self.average_aggregated_gradients = optimizer._hvd.average_aggregated_gradients
+
+    @property
+    def counter(self):
+        return self._optimizer.iterations % self.backward_passes_per_step
+
+
+class _TfKerasAggregationHelper:
+    """Local gradient aggregation of a tf-keras ``DistributedOptimizer`` with
+    ``backward_passes_per_step = n > 1`` (the optimizer's ``_agg_helper``), with the meaning of
+    Horovod's helper: ``counter`` is a ``tf.Variable`` holding the backward passes since the last
+    allreduce (0 right after one, so it cycles 0..n-1 from step to step).
+
+    ``compute_gradients`` adds a pass's gradients to local sums and counts it; on the n-th pass
+    it returns the reduced sums (divided by n when ``average_aggregated_gradients``), clears them
+    and resets ``counter`` to 0; on the other passes it returns the local sums unreduced.
+    ``apply_gradients`` applies only when ``counter`` is 0 (a pass that just reduced); otherwise
+    it only advances the optimizer's ``iterations``.
+
+    A plain object (not trackable): its variables are not saved with the model, and a saved
+    model loads without Horovod.
+    """
+
+    def __init__(self, settings, owner):
+        import tensorflow as tf
+        self.backward_passes_per_step = settings.backward_passes_per_step
+        self.average_aggregated_gradients = settings.average_aggregated_gradients
+        self._settings = settings
+        self._owner = owner
+        with tf.init_scope():
+            self.counter = tf.Variable(0, trainable=False, dtype=tf.int32,
+                                       name='hvd_aggregation_counter')
+
+    def register_local_var(self, var):
+        self._owner.register_local_var(var)
+
+    def compute_gradients(self, grads, variables):
+        import tensorflow as tf
+        n = self.backward_passes_per_step
+        grads = [None if g is None else tf.convert_to_tensor(g) for g in grads]
+        variables = list(variables)
+        present = [i for i, g in enumerate(grads) if g is not None]
+        sums = [self._owner._hvd_accumulator(variables[i]) for i in present]
+        updates = [acc.assign_add(grads[i], read_value=False) for acc, i in zip(sums, present)]
+        with tf.control_dependencies([u for u in updates if u is not None]):
+            counted = self.counter.assign_add(1, read_value=False)
+        with tf.control_dependencies([counted] if counted is not None else []):
+            count = self.counter.read_value()
+
+        def reduce_and_clear():
+            values = [acc.read_value() for acc in sums]
+            if self.average_aggregated_gradients:
+                values = [v / tf.cast(n, v.dtype) for v in values]
+            reduced = self._settings.reduce(values, [variables[i] for i in present])
+            with tf.control_dependencies(reduced):
+                clears = [acc.assign(tf.zeros_like(acc), read_value=False) for acc in sums]
+                clears.append(self.counter.assign(0, read_value=False))
+            with tf.control_dependencies([c for c in clears if c is not None]):
+                return [tf.identity(r) for r in reduced]
+
+        def local_sums():
+            return [acc.read_value() for acc in sums]
+
+        if present:
+            out = tf.cond(tf.equal(count, n), reduce_and_clear, local_sums)
+            out = list(out) if isinstance(out, (list, tuple)) else [out]
+        else:
+            out = []
+        result = [None] * len(grads)
+        for i, g in zip(present, out):
+            result[i] = g
+        return result
+
+    def apply_gradients(self, apply_closure, optimizer, grads):
+        import tensorflow as tf
+        deps = [g for g in grads if g is not None]
+        with tf.control_dependencies(deps):
+            ready = tf.equal(self.counter.read_value(), 0)
+
+        def apply():
+            op = apply_closure()
+            with tf.control_dependencies([op] if op is not None else []):
+                return tf.constant(True)
+
+        def skip():
+            optimizer.iterations.assign_add(1)
+            return tf.constant(False)
+
+        return tf.cond(ready, apply, skip)
+
+
 class TfKerasDistributedMixin(_DistributedMixin):
-    """Placed before the user's tf-keras 2 optimizer class (current or legacy)."""
+    """Placed before the user's tf-keras 2 optimizer class (current or legacy).
+
+    Gradients are reduced once per step: by ``_compute_gradients`` / ``compute_gradients``
+    (``minimize``, and so ``model.fit``, call one of them), ``_allreduce(grads, vars)`` or
+    ``get_gradients`` (TF1 graph mode), as in Horovod, whose ``apply_gradients`` applies what it
+    is given. An optimizer none of these has been called on reduces in ``apply_gradients``
+    instead (a custom loop that computes the gradients with its own tape). Once one of them has
+    been called, ``apply_gradients`` applies as given from then on: a flag, not a per-call
+    hand-over, because ``tf.function`` may trace a step twice (the first trace creates the
+    slot variables) and a one-shot hand-over would be consumed by the first trace.
+    """
 
     def _hvd_new_accumulator(self, var):
         import tensorflow as tf
@@ -188,35 +315,80 @@ class TfKerasDistributedMixin(_DistributedMixin):
             return tf.Variable(tf.zeros(var.shape, dtype=var.dtype), trainable=False,
                                name='hvd_accumulator')
 
-    def apply_gradients(self, grads_and_vars, *args, **kwargs):
+    def _allreduce(self, grads, vars):
+        """Reduces one pass's gradients (with local aggregation: adds them to the local sums,
+        reducing on every n-th pass); the next ``apply_gradients`` then does not reduce."""
+        grads, vars = list(grads), list(vars)
+        helper = self._agg_helper
+        if helper is not None:
+            reduced = helper.compute_gradients(grads, vars)
+        else:
+            reduced = self._hvd.reduce(grads, vars)
+        self._hvd_reduced_before_apply = True
+        return reduced
+
+    def _hvd_gradients(self, loss, var_list, grad_loss, tape):
         import tensorflow as tf
+        if not callable(loss) and tape is None:
+            raise ValueError('`tape` is required when a `Tensor` loss is passed. '
+                             'Received: loss={}, tape={}.'.format(loss, tape))
+        tape = tape if tape is not None else tf.GradientTape()
+        if callable(loss):
+            with tape:
+                if not callable(var_list):
+                    tape.watch(var_list)
+                loss = loss()
+                if callable(var_list):
+                    var_list = var_list()
+        var_list = tf.nest.flatten(var_list)
+        grads = tape.gradient(loss, var_list, grad_loss)
+        return list(zip(grads, var_list))
+
+    def _compute_gradients(self, loss, var_list, grad_loss=None, tape=None):
+        """``(gradient, variable)`` pairs of ``loss``, allreduced across the process set (with
+        ``backward_passes_per_step`` > 1: see ``_agg_helper``)."""
+        base = getattr(super(), '_compute_gradients', None)
+        if base is not None:
+            pairs = base(loss, var_list, grad_loss=grad_loss, tape=tape)
+        else:
+            pairs = self._hvd_gradients(loss, var_list, grad_loss, tape)
+        if not pairs:
+            return pairs
+        grads, variables = zip(*pairs)
+        return list(zip(self._allreduce(grads, variables), variables))
+
+    def get_gradients(self, loss, params):
+        """TF1 graph mode (legacy optimizers): the allreduced gradients of ``loss``."""
+        grads = super().get_gradients(loss, params)
+        return self._allreduce(grads, params)
+
+    def apply_gradients(self, grads_and_vars, *args, **kwargs):
         pairs = list(grads_and_vars)
         grads = [g for g, _ in pairs]
         variables = [v for _, v in pairs]
-        if self._hvd.backward_passes_per_step == 1:
-            reduced = self._hvd.reduce(grads, variables)
+        if getattr(self, '_hvd_reduced_before_apply', False):
+            reduced = grads
+        else:
+            reduced = self._allreduce(grads, variables)
+            self._hvd_reduced_before_apply = False
+        helper = self._agg_helper
+        if helper is None:
             return super().apply_gradients(zip(reduced, variables), *args, **kwargs)
-        for v, g in zip(variables, grads):
-            if g is not None:
-                self._hvd_accumulator(v)
-        n = self._hvd.backward_passes_per_step
+        return helper.apply_gradients(
+            lambda: super(TfKerasDistributedMixin, self).apply_gradients(
+                zip(reduced, variables), *args, **kwargs), self, reduced)
 
-        def boundary():
-            summed = self._hvd_summed(grads, variables, tf)
-            reduced = self._hvd.reduce(summed, variables)
-            with tf.control_dependencies([r for r in reduced if r is not None]):
-                op = super(TfKerasDistributedMixin, self).apply_gradients(
-                    zip(reduced, variables), *args, **kwargs)
-            with tf.control_dependencies([op] if op is not None else []):
-                self._hvd_clear(variables)
-            return tf.constant(True)
 
-        def between():
-            self._hvd_accumulate(grads, variables)
-            self.iterations.assign_add(1)
-            return tf.constant(False)
+class TfKerasComputeGradientsMixin:
+    """For tf-keras optimizers that have a public ``compute_gradients`` (the current ones, not
+    ``legacy``): ``minimize`` calls it, so it returns allreduced gradients."""
 
-        return tf.cond(tf.equal((self.iterations + 1) % n, 0), boundary, between)
+    def compute_gradients(self, loss, var_list, tape=None):
+        pairs = super().compute_gradients(loss, var_list, tape=tape)
+        if not pairs:
+            return pairs
+        grads, variables = zip(*pairs)
+        return list(zip(self._allreduce(grads, variables), variables))
 
 
 def _distributed_class(base, mixin):
@@ -224,7 +396,10 @@ def _distributed_class(base, mixin):
     serializes it as ``base`` (and a saved model loads without Horovod)."""
     key = (base, mixin)
     if key not in _class_cache:
-        _class_cache[key] = type(base.__name__, (mixin, base),
+        mixins = (mixin,)
+        if mixin is TfKerasDistributedMixin and hasattr(base, 'compute_gradients'):
+            mixins = (TfKerasComputeGradientsMixin, mixin)
+        _class_cache[key] = type(base.__name__, mixins + (base,),
                                  {'__module__': base.__module__,
                                   '__qualname__': base.__qualname__})
     return _class_cache[key]
@@ -250,4 +425,7 @@ def create_distributed_optimizer(backend, optimizer, name=None, compression=None
     cls = _distributed_class(base, mixin)
     new = cls.from_config(config)
     new._hvd = settings
+    if not backend.is_keras3:
+        new._agg_helper = (_TfKerasAggregationHelper(settings, new)
+                           if backward_passes_per_step > 1 else None)
     return new

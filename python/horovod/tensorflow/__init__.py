@@ -64,9 +64,20 @@ else:
         Average, Sum, Adasum, Min, Max, Product)
     from horovod.tensorflow.gradient_aggregation import LocalGradientAggregationHelper  # noqa: F401
     from horovod.tensorflow.gradient_tape import (  # noqa: F401
-        DistributedGradientTape, PartialDistributedGradientTape)
-    from horovod.tensorflow.gradients import _make_allreduce_grads_fn  # noqa: F401
-    from horovod.tensorflow.optimizer import DistributedOptimizer  # noqa: F401
+        DistributedGradientTape, PartialDistributedGradientTape, _DistributedGradientTape)
+    from horovod.tensorflow.gradients import (  # noqa: F401
+        _make_allreduce_grads_fn, _make_cached_allreduce_grads_fn)
+    from horovod.tensorflow.optimizer import (  # noqa: F401
+        DistributedOptimizer, _DistributedOptimizer, _DistributedAdasumOptimizer)
     from horovod.tensorflow.session_hooks import BroadcastGlobalVariablesHook  # noqa: F401
     from horovod.tensorflow.sync_batch_norm import SyncBatchNormalization  # noqa: F401
     from horovod.tensorflow import elastic  # noqa: F401
+    # Private names of Horovod's horovod.tensorflow namespace that its test suite and user
+    # helpers reach through ``hvd.`` (same meaning as there).
+    from horovod.tensorflow.mpi_ops import (  # noqa: F401
+        _allreduce, _grouped_allreduce, _reducescatter, _grouped_reducescatter)
+    from horovod.tensorflow.util import (  # noqa: F401
+        _IS_TF2, _executing_eagerly, _make_subgraph, _cache, vars_to_refs, refs_to_vars)
+    import tensorflow as _tf
+    _LegacyOptimizer = _tf.compat.v1.train.Optimizer
+    del _tf

@@ -27,7 +27,7 @@ from horovod.tensorflow import collectives as _collectives
 from horovod.tensorflow import mpi_ops as _mpi
 from horovod.tensorflow.compression import Compression
 from horovod.tensorflow.mpi_ops import Average
-from horovod.tensorflow.util import var_ref
+from horovod.tensorflow.util import _cache, refs_to_vars, var_ref, vars_to_refs
 
 
 def check_reduction_args(op, gradient_predivide_factor, num_groups, groups):
@@ -140,6 +140,27 @@ def _make_allreduce_grads_fn(name, device_dense, device_sparse, compression, spa
         return result
 
     return allreduce_grads
+
+
+@_cache
+def _cached_allreduce_grads_fn(name, device_dense, device_sparse, compression, sparse_as_dense,
+                               op, gradient_predivide_factor, groups, process_set):
+    groups = refs_to_vars(groups) if isinstance(groups, tuple) else groups
+    return _make_allreduce_grads_fn(name, device_dense, device_sparse, compression,
+                                    sparse_as_dense, op, gradient_predivide_factor, groups,
+                                    process_set)
+
+
+def _make_cached_allreduce_grads_fn(name, device_dense, device_sparse, compression,
+                                    sparse_as_dense, op, gradient_predivide_factor, groups,
+                                    process_set=global_process_set):
+    """``_make_allreduce_grads_fn`` memoized per arguments (and per eager/graph context), as
+    Horovod's: the same settings return the same function. ``groups`` may be a list of lists of
+    variables (keyed by variable reference)."""
+    groups = vars_to_refs(groups) if isinstance(groups, list) else groups
+    return _cached_allreduce_grads_fn(name, device_dense, device_sparse, compression,
+                                      sparse_as_dense, op, gradient_predivide_factor, groups,
+                                      process_set)
 
 
 def scale_local_gradients(grads, process_set):

@@ -286,8 +286,8 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
 def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
              process_set=global_process_set):
     """Sends ``splits[i]`` rows of dimension 0 to set rank i (None: equal split) and
-    concatenates what every rank sends here. Returns ``(output, received_splits)``.
-    Differentiable."""
+    concatenates what every rank sends here. Returns ``output`` when ``splits`` is None, else
+    ``(output, received_splits)`` (int32: the rows received from each rank). Differentiable."""
     tensor = _as_tensor(tensor)
     _check_dtypes([tensor], _MOVE_DTYPES, 'alltoall')
     psid = _ps_id(process_set)
@@ -306,7 +306,7 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
         return [grad]
 
     output = _with_gradient(forward, backward, [tensor])[0]
-    return output, received[0]
+    return output if splits is None else (output, received[0])
 
 
 # ---- reducescatter -------------------------------------------------------------------------------
@@ -352,6 +352,24 @@ def grouped_reducescatter(tensors, name=None, op=Average, ignore_name_scope=Fals
         return grouped_allgather(grads, process_set=process_set)
 
     return _with_gradient(forward, backward, tensors)
+
+
+def _reducescatter(tensor, name=None, op=Sum, ignore_name_scope=False,
+                   process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+    """Horovod's raw reducescatter (no compression; the default op is Sum). Kept for code that
+    calls ``hvd._reducescatter``; ``hvd.reducescatter`` is the public entry."""
+    return reducescatter(tensor, name=name, op=op, ignore_name_scope=ignore_name_scope,
+                         process_set=process_set, prescale_factor=prescale_factor,
+                         postscale_factor=postscale_factor)
+
+
+def _grouped_reducescatter(tensors, name=None, op=Sum, ignore_name_scope=False,
+                           process_set=global_process_set, prescale_factor=1.0,
+                           postscale_factor=1.0):
+    """Horovod's raw grouped reducescatter (the default op is Sum)."""
+    return grouped_reducescatter(tensors, name=name, op=op, ignore_name_scope=ignore_name_scope,
+                                 process_set=process_set, prescale_factor=prescale_factor,
+                                 postscale_factor=postscale_factor)
 
 
 # ---- join and topology ops -----------------------------------------------------------------------

@@ -53,10 +53,11 @@ class _LocalVars:
 class _DistributedOptimizer(tf.compat.v1.train.Optimizer):
     """A legacy optimizer whose ``compute_gradients`` returns reduced gradients."""
 
-    def __init__(self, optimizer, name, use_locking, device_dense, device_sparse, compression,
-                 sparse_as_dense, op, gradient_predivide_factor, groups, process_set,
-                 backward_passes_per_step, average_aggregated_gradients,
-                 scale_local_gradients):
+    def __init__(self, optimizer, name=None, use_locking=False, device_dense='', device_sparse='',
+                 compression=Compression.none, sparse_as_dense=False, op=Average,
+                 gradient_predivide_factor=1.0, backward_passes_per_step=1,
+                 average_aggregated_gradients=False, groups=None,
+                 process_set=global_process_set, scale_local_gradients=True):
         if name is None:
             name = 'Distributed{}'.format(type(optimizer).__name__)
         super().__init__(name=name, use_locking=use_locking)
@@ -117,7 +118,8 @@ class _DistributedAdasumOptimizer(tf.compat.v1.train.Optimizer):
     optimizer, and the change of the weights is combined across ranks with Adasum (weights =
     start + Adasum(deltas))."""
 
-    def __init__(self, optimizer, name, use_locking, compression, process_set):
+    def __init__(self, optimizer, name=None, use_locking=False, compression=Compression.none,
+                 process_set=global_process_set):
         if name is None:
             name = 'DistributedDelta{}'.format(type(optimizer).__name__)
         super().__init__(name=name, use_locking=use_locking)
@@ -223,10 +225,13 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense='
                                           'backward_passes_per_step=1 with op=Adasum.')
             return _DistributedAdasumOptimizer(optimizer, name, use_locking, compression,
                                                process_set)
-        return _DistributedOptimizer(optimizer, name, use_locking, device_dense, device_sparse,
-                                     compression, sparse_as_dense, op, gradient_predivide_factor,
-                                     groups, process_set, backward_passes_per_step,
-                                     average_aggregated_gradients, scale_local_gradients)
+        return _DistributedOptimizer(
+            optimizer, name=name, use_locking=use_locking, device_dense=device_dense,
+            device_sparse=device_sparse, compression=compression, sparse_as_dense=sparse_as_dense,
+            op=op, gradient_predivide_factor=gradient_predivide_factor,
+            backward_passes_per_step=backward_passes_per_step,
+            average_aggregated_gradients=average_aggregated_gradients, groups=groups,
+            process_set=process_set, scale_local_gradients=scale_local_gradients)
 
     if _is_keras_optimizer(optimizer):
         if op == Adasum:

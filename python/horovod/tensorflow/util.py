@@ -8,6 +8,9 @@ keyed by identity (``_IdentityRef``, which keeps the variable alive as long as t
 
 import tensorflow as tf
 
+# Horovod's flag for "TensorFlow 2.x" (this package supports TensorFlow 2 only).
+_IS_TF2 = True
+
 
 def _executing_eagerly():
     """True when TensorFlow runs eagerly here (not inside ``tf.function`` or a TF1 graph)."""
