@@ -153,14 +153,16 @@ def run(np_, reps, smoke, backend, horovodrun):
 
 
 def table(np_, by_backend):
-    kern = by_backend['kernels']
+    kern, sync = by_backend['kernels'], by_backend['kernels-sync']
     lines = ['| size | TF eager busbw GB/s | TF tf.function busbw GB/s | torch busbw GB/s | '
-             'TF eager / torch | TF tf.function / torch |', '|---|---|---|---|---|---|']
+             'TF eager / torch | TF tf.function / torch | the same two, kernels-sync |',
+             '|---|---|---|---|---|---|---|']
     for nbytes, (t, g, p) in sorted(kern['allreduce'].items(), key=lambda kv: int(kv[0])):
         size = int(nbytes)
         label = '%d KiB' % (size >> 10) if size < (1 << 20) else '%d MiB' % (size >> 20)
-        lines.append('| {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} |'.format(
-            label, t, g, p, t / p, g / p))
+        st, sg, sp = sync['allreduce'][nbytes]
+        lines.append('| {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} / {:.2f} |'.format(
+            label, t, g, p, t / p, g / p, st / sp, sg / sp))
     lines += ['', '| 100-gradient step ({} ranks) | kernels (ms) | kernels-sync (ms) | '
               'py_function (ms) |'.format(np_), '|---|---|---|---|']
     for key in ('tf', 'tf-nocomm', 'torch', 'torch-nocomm'):

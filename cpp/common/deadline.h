@@ -9,7 +9,10 @@ class Deadline {
  public:
   using Clock = std::chrono::steady_clock;
 
-  static Deadline after(std::chrono::milliseconds timeout) { return Deadline(Clock::now() + timeout); }
+  template <typename Rep, typename Period>
+  static Deadline after(std::chrono::duration<Rep, Period> timeout) {
+    return Deadline(Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout));
+  }
   static Deadline never() { return Deadline(Clock::time_point::max()); }
 
   bool expired() const { return Clock::now() >= at_; }

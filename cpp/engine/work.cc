@@ -112,7 +112,7 @@ void WorkImpl::wait() {
   if (error_) std::rethrow_exception(error_);
 }
 
-bool WorkImpl::waitFor(std::chrono::milliseconds timeout) {
+bool WorkImpl::waitFor(std::chrono::microseconds timeout) {
   const Deadline deadline = Deadline::after(timeout);
   if (!driveOrSpin(deadline) && !block(deadline)) return false;
   if (error_) std::rethrow_exception(error_);

@@ -29,7 +29,7 @@ class WorkImpl : public Work {
 
   bool isCompleted() const override { return done_.load(std::memory_order_acquire); }
   void wait() override;
-  bool waitFor(std::chrono::milliseconds timeout) override;
+  bool waitFor(std::chrono::microseconds timeout) override;
   const std::vector<OwnedTensor>& outputs() const override { return outputs_; }
   const std::vector<int32_t>& receivedSplits() const override { return receivedSplits_; }
   int joinResult() const override { return joinResult_; }

@@ -156,6 +156,10 @@ def main():
           'the kernel library finishes ops after returning their thread (deferred done)')
     in_tf1_session()
     in_tf_function()
+    # Some ops waited for the peer longer than a kernel runs the engine itself: those finished
+    # after their kernel had returned its thread (what keeps the graph from starving).
+    if _kernel_ops.deferred_done:
+        check(_kernel_ops.deferred_ops() > 0, 'some ops finished after their kernel returned')
     timeline = os.environ.get('HOROVOD_TIMELINE')
     hvd.shutdown()  # closes the timeline
     if timeline and RANK == 0:

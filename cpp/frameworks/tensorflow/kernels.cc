@@ -12,6 +12,7 @@
 // its operations and returns; the op completes when they have (see run()).
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -30,6 +31,7 @@ namespace {
 TfApi gTf;
 std::string gLoadError;  // empty: ops and kernels registered
 std::atomic<const ApiTable*> gCore{nullptr};
+std::atomic<uint64_t> gDeferredOps{0};  // ops finished after their kernel returned (for tests)
 
 // ---- small helpers -----------------------------------------------------------------------------
 
@@ -312,17 +314,36 @@ void finishCall(Call& call) {
   }
 }
 
-bool allCompleted(const Call& call) {
-  return std::all_of(call.works.begin(), call.works.end(),
-                     [](const WorkPtr& w) { return w->isCompleted(); });
+// How long a kernel runs the engine itself before it returns its thread and lets the op finish
+// later: most collectives of a few hundred KiB complete within it, without crossing to another
+// thread (the engine's, then the completion thread); longer ones, and ops waiting for peers
+// that started other ops first, give the thread back after it (bounded: never a deadlock).
+constexpr std::chrono::microseconds kInlineBudget{200};
+
+// Runs the engine on this thread until every operation of `call` completed (true: a failure
+// counts as completion) or kInlineBudget passed (false).
+bool completeWithinBudget(Call& call) {
+  const auto until = std::chrono::steady_clock::now() + kInlineBudget;
+  try {
+    for (auto& work : call.works) {
+      if (work->isCompleted()) continue;
+      auto left = std::chrono::duration_cast<std::chrono::microseconds>(
+          until - std::chrono::steady_clock::now());
+      if (left.count() <= 0 || !work->waitFor(left)) return false;
+    }
+  } catch (...) {
+    return true;  // finishCall() reports it
+  }
+  return true;
 }
 
-// Runs one kernel: `start` fetches inputs, allocates outputs and enqueues. Then, where the loaded
-// TensorFlow allows it (async_done.h), the kernel returns its thread to TensorFlow at once and
-// the op is finished later, on this library's completion thread, when the engine has completed
-// every operation: a graph with more independent Horovod ops than TensorFlow has inter-op
-// threads then never starves (the ranks may start them in different orders). Otherwise the
-// kernel waits for its operations before returning, driving the engine meanwhile.
+// Runs one kernel: `start` fetches inputs, allocates outputs and enqueues. The kernel then runs
+// the engine for a short while (kInlineBudget); when its operations are not done by then, and
+// the loaded TensorFlow allows it (async_done.h), it returns its thread to TensorFlow and the op
+// is finished later, on this library's completion thread, when the engine has completed every
+// operation: a graph with more independent Horovod ops than TensorFlow has inter-op threads
+// never starves (the ranks may start them in different orders). Otherwise the kernel waits for
+// its operations before returning, driving the engine meanwhile.
 template <typename Start>
 void run(TF_OpKernelContext* ctx, TF_AsyncOpKernelDoneCallback* done, Start&& start) {
   auto call = std::make_unique<Call>(ctx);
@@ -334,7 +355,7 @@ void run(TF_OpKernelContext* ctx, TF_AsyncOpKernelDoneCallback* done, Start&& st
     call->settle();
     failWithCurrentException(ctx);
   }
-  if (!started || allCompleted(*call) || !deferredDoneWorks(gTf)) {
+  if (!started || completeWithinBudget(*call) || !deferredDoneWorks(gTf)) {
     if (started) finishCall(*call);
     call.reset();  // tensor handles released before TensorFlow is told the op is done
     gTf.RunAsyncOpKernelDoneCallback(done);
@@ -345,6 +366,7 @@ void run(TF_OpKernelContext* ctx, TF_AsyncOpKernelDoneCallback* done, Start&& st
     DeferredDone done;
     std::atomic<size_t> pending;
   };
+  gDeferredOps.fetch_add(1, std::memory_order_relaxed);
   // One count per operation, plus one held until every callback is registered (a callback may
   // run at once, here, when its operation has already completed).
   auto* deferred = new Deferred{std::move(call), DeferredDone(done), {0}};
@@ -691,6 +713,11 @@ extern "C" __attribute__((visibility("default"))) int horovod_tf_deferred_done(c
   bool ok = hvd::tf::deferredDoneWorks(hvd::tf::gTf, &reason);
   if (why != nullptr) *why = reason.c_str();
   return ok ? 1 : 0;
+}
+
+// Ops whose kernel returned before they completed, since the library loaded (tests).
+extern "C" __attribute__((visibility("default"))) uint64_t horovod_tf_deferred_ops() {
+  return hvd::tf::gDeferredOps.load(std::memory_order_relaxed);
 }
 
 // Binds the kernels to the core whose hvd::ApiTable is at `table`; returns "" or why not.

@@ -60,8 +60,9 @@ class Work {
   virtual bool isCompleted() const = 0;
   // Blocks until completion; rethrows the operation's failure (an hvd::Error subclass).
   virtual void wait() = 0;
-  // Like wait() but gives up after `timeout`; returns whether the operation completed.
-  virtual bool waitFor(std::chrono::milliseconds timeout) = 0;
+  // Like wait() but gives up after `timeout` (milliseconds convert implicitly); returns whether
+  // the operation completed.
+  virtual bool waitFor(std::chrono::microseconds timeout) = 0;
   // Outputs the engine allocated (allgather, alltoall; one per group member). Valid after wait().
   virtual const std::vector<OwnedTensor>& outputs() const = 0;
   // Alltoall: rows received from each set rank. Valid after wait().

@@ -23,6 +23,7 @@ from horovod.tensorflow._errors import translated as _translated
 _core = _basics_mod._core
 _LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), '_horovod_tf_ops.so')
 _ops = None
+_native = None
 # Whether kernels return their thread to TensorFlow while their collective runs (see load()).
 deferred_done = False
 
@@ -61,7 +62,15 @@ def load():
                       'thread until its collective completes (a graph with more independent '
                       'Horovod ops than inter-op threads can stall). See docs/tensorflow.md.'
                       .format(tf.__version__, (why.value or b'').decode()))
+    native.horovod_tf_deferred_ops.restype = ctypes.c_uint64
+    global _native
+    _native = native
     _ops = ops
+
+
+def deferred_ops():
+    """How many ops finished after their kernel had returned its thread (for tests)."""
+    return _native.horovod_tf_deferred_ops() if _native is not None else 0
 
 
 def _independent(outputs):
