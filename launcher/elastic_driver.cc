@@ -257,6 +257,12 @@ void ElasticDriver::announceIfHostsChanged(Clock::time_point now) {
 }
 
 void ElasticDriver::gather(Supervisor& supervisor, Clock::time_point now) {
+  // The others report a worker lost as soon as it dies, often while this tick ran (the discovery
+  // script, the store's reads) and before the loop reaped its exit status. Such a worker is
+  // reported by how it ended (workerExited: "ended with signal 9 (SIGKILL)"), never killed as a
+  // straggler and reported in other words: reap what exited meanwhile before judging anyone.
+  supervisor.reapExited();
+  if (phase_ != Phase::kGathering) return;
   std::vector<int> pending;
   int live = 0;
   for (int id : roundMembers_) {
@@ -293,6 +299,20 @@ void ElasticDriver::gather(Supervisor& supervisor, Clock::time_point now) {
       if (suspects.empty()) return;
       pending = suspects;  // kill those now; wait for the others
     }
+    // Exits that happened during the suspect reads above: reported, not killed (see the top).
+    // A local worker still on its way out is waited for (its status comes within moments), up
+    // to the gather timeout.
+    supervisor.reapExited();
+    if (phase_ != Phase::kGathering) return;
+    std::erase_if(pending, [&](int id) {
+      const Worker& w = workers_.at(id);
+      if (!w.alive || w.retired) return true;
+      if (timedOut) return false;
+      for (const auto& p : supervisor.workers()) {
+        if (p.elasticId == id && !p.exited && !p.remote && processExiting(p.pid)) return true;
+      }
+      return false;
+    });
     for (int id : pending) {
       Worker& w = workers_[id];
       std::string why = " did not rejoin within " + seconds(settings_.gatherTimeout) + " (HOROVOD_ELASTIC_GATHER_TIMEOUT)";

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 
@@ -267,6 +268,26 @@ std::string describeStatus(int status) {
     return "signal " + std::to_string(sig) + " (" + signalName(sig) + ")";
   }
   return "exit status " + std::to_string(WEXITSTATUS(status));
+}
+
+bool processExiting(pid_t pid) {
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[1024];
+  ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) return false;
+  buf[n] = '\0';
+  // "pid (comm) state ppid pgrp session tty_nr tpgid flags ...": comm may hold spaces and ')'.
+  const char* rest = std::strrchr(buf, ')');
+  if (rest == nullptr) return false;
+  char state = 0;
+  unsigned long flags = 0;
+  if (std::sscanf(rest + 1, " %c %*d %*d %*d %*d %*d %lu", &state, &flags) != 2) return false;
+  constexpr unsigned long kPfExiting = 0x4;  // include/linux/sched.h
+  return state == 'Z' || state == 'X' || (flags & kPfExiting) != 0;
 }
 
 int exitCodeOf(int status) {

@@ -58,6 +58,11 @@ const char* signalName(int signal);  // "SIGKILL"
 
 // "exit status 3" / "signal 9 (SIGKILL)" for a waitpid status.
 std::string describeStatus(int status);
+// Whether the local process `pid` (a child of ours) is on its way out but not yet reapable: a
+// killed process closes its files (its peers see it gone) a little before waitpid can report it,
+// longer when it is large or the machine is loaded. True when /proc/<pid>/stat shows a zombie
+// leader (other threads still exiting) or the kernel's exiting flag (PF_EXITING).
+bool processExiting(pid_t pid);
 // Shell-style exit code for a waitpid status: the code, or 128 + signal.
 int exitCodeOf(int status);
 

@@ -63,6 +63,9 @@ class Supervisor {
   // once all are gone. For a policy that ends the job.
   void terminate() { beginTermination(); }
   bool terminating() const { return terminating_; }
+  // Reaps the workers that exited since the loop last looked and reports each to the policy
+  // (workerExited), now: for a policy about to act on news that may stem from such an exit.
+  void reapExited() { reap(); }
   std::vector<WorkerProcess>& workers() { return workers_; }
 
   static constexpr std::chrono::seconds kGracePeriod{5};

@@ -3,14 +3,48 @@
 # multi-process and network-namespace tests), launcher tests (incl. ssh across namespaces),
 # Python tests under horovodrun, Slurm (a private slurmctld + slurmd), the deploy/ recipes'
 # validators, a short fault-injection gate, benchmark smoke.
-# Every stage is bounded by a timeout so a hang fails fast. Usage: scripts/test.sh [--quick]
-#   --quick  skips the sanitizer build and the benchmark smoke.
+# Every stage is bounded by a timeout so a hang fails fast; pytest stages run every test (no -x),
+# so one failure does not hide the rest. Usage: scripts/test.sh [--quick] [--stress]
+#   --quick   skips the sanitizer build and the benchmark smoke.
+#   --stress  runs everything beside a CPU hog: a busy loop on every core (stress-ng's cpu
+#             stressor when installed, else one bash loop per core), started before the first
+#             stage and killed on exit. Tests that depend on timing must pass this way too.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 quick=0
-[ "${1:-}" = "--quick" ] && quick=1
+stress=0
+for arg in "$@"; do
+  case "$arg" in
+    --quick) quick=1 ;;
+    --stress) stress=1 ;;
+    *) echo "usage: scripts/test.sh [--quick] [--stress]" >&2; exit 2 ;;
+  esac
+done
 jobs=$(nproc)
 failed=()
+
+hog_pids=()
+stop_hog() {
+  local pid
+  for pid in "${hog_pids[@]}"; do kill "$pid" 2>/dev/null; done
+  for pid in "${hog_pids[@]}"; do wait "$pid" 2>/dev/null; done
+  hog_pids=()
+}
+if [ $stress = 1 ]; then
+  trap stop_hog EXIT
+  trap 'stop_hog; exit 130' INT
+  trap 'stop_hog; exit 143' TERM
+  if command -v stress-ng >/dev/null 2>&1; then
+    stress-ng --cpu "$jobs" --quiet >/dev/null 2>&1 &
+    hog_pids+=($!)
+  else
+    for _ in $(seq "$jobs"); do
+      bash -c 'while :; do :; done' &
+      hog_pids+=($!)
+    done
+  fi
+  echo "=== stress: a busy loop on each of $jobs cores (pids ${hog_pids[*]})"
+fi
 
 stage() {  # stage <name> <timeout-seconds> <command...>
   local name=$1 limit=$2
@@ -54,7 +88,7 @@ installed_horovodrun() {
 }
 
 if [ -d tests/launcher ]; then
-  stage "launcher tests" 1500 env HOROVODRUN="$(installed_horovodrun)" python3 -m pytest -q -x --durations=8 tests/launcher
+  stage "launcher tests" 1500 env HOROVODRUN="$(installed_horovodrun)" python3 -m pytest -q --durations=8 tests/launcher
 fi
 # Ray and Spark start real clusters (a local Ray, two-node Rays, one across network namespaces,
 # Spark local[2] and local-cluster; the Keras estimator's processes each import TensorFlow): their
@@ -67,14 +101,14 @@ ray_spark_tests=(tests/python/test_rendezvous_server.py tests/python/test_ray.py
 # (HOROVOD_CPU_OPERATIONS=mpi too: Horovod's torch suite under each MPI) (3.3 min quiet, ~10 loaded).
 mpi_tests=(tests/python/test_mpi.py)
 if [ -d tests/python ]; then
-  stage "python tests" 2400 python3 -m pytest -q -x --durations=8 tests/python "${ray_spark_tests[@]/#/--ignore=}" \
+  stage "python tests" 2400 python3 -m pytest -q --durations=8 tests/python "${ray_spark_tests[@]/#/--ignore=}" \
     "${mpi_tests[@]/#/--ignore=}"
-  stage "ray and spark tests" 1800 python3 -m pytest -q -x --durations=8 "${ray_spark_tests[@]}"
-  stage "mpi tests" 1500 python3 -m pytest -q -x --durations=8 "${mpi_tests[@]}"
+  stage "ray and spark tests" 1800 python3 -m pytest -q --durations=8 "${ray_spark_tests[@]}"
+  stage "mpi tests" 1500 python3 -m pytest -q --durations=8 "${mpi_tests[@]}"
 fi
 # A private one-node Slurm cluster: srun's environment, srun / sbatch / salloc training.
 if [ -d tests/slurm ]; then
-  stage "slurm tests" 900 python3 -m pytest -q -x --durations=8 tests/slurm
+  stage "slurm tests" 900 python3 -m pytest -q --durations=8 tests/slurm
 fi
 # The deploy/ recipes, each checked by a real validator (Kubernetes schemas, Helm, hadolint, ...).
 if [ -d tests/deploy ]; then

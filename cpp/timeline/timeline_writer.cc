@@ -1,5 +1,6 @@
 #include "timeline/timeline_writer.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -85,18 +86,28 @@ TimelineWriter::~TimelineWriter() {
 }
 
 void TimelineWriter::addRow(uint32_t row, std::string_view name) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (closing_) return;
-  newRows_.emplace_back(row, std::string(name));
+  bool notify;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closing_) return;
+    newRows_.emplace_back(row, std::string(name));
+    notify = arrivedLocked();
+  }
+  if (notify) wake_.notify_one();
 }
 
 void TimelineWriter::pushInstant(std::string_view name, int64_t timeNs, std::string args) {
   std::string line = "{\"name\":\"" + jsonEscape(name) + "\",\"ph\":\"i\",\"s\":\"g\",\"pid\":0,\"tid\":0,\"ts\":";
   appendMicros(line, micros(timeNs));
   line += ",\"args\":" + args + "}";
-  std::lock_guard<std::mutex> lock(mu_);
-  if (closing_) return;
-  newInstants_.push_back(std::move(line));
+  bool notify;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closing_) return;
+    newInstants_.push_back(std::move(line));
+    notify = arrivedLocked();
+  }
+  if (notify) wake_.notify_one();
 }
 
 void TimelineWriter::push(std::span<const Record> records) {
@@ -109,8 +120,10 @@ void TimelineWriter::push(std::span<const Record> records) {
     const size_t room = options_.queueCapacity - std::min(before, options_.queueCapacity);
     accepted = std::min(room, records.size());
     queue_.insert(queue_.end(), records.begin(), records.begin() + static_cast<std::ptrdiff_t>(accepted));
-    // Wake the writer once the queue is half full rather than at every push.
-    notify = before < options_.queueCapacity / 2 && queue_.size() >= options_.queueCapacity / 2;
+    // Wake the writer when it sleeps (the first record after a quiet spell) or once the queue is
+    // half full; not at every push.
+    notify = arrivedLocked() ||
+             (before < options_.queueCapacity / 2 && queue_.size() >= options_.queueCapacity / 2);
   }
   if (accepted < records.size()) dropped_.fetch_add(records.size() - accepted, std::memory_order_relaxed);
   if (notify) wake_.notify_one();
@@ -137,8 +150,7 @@ void TimelineWriter::run() {
   while (!last) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait_for(lock, options_.flushInterval,
-                     [&] { return closing_ || queue_.size() >= options_.queueCapacity / 2; });
+      waitForBatch(lock);
       last = closing_;
       batch.swap(queue_);
       rows.swap(newRows_);
@@ -155,6 +167,27 @@ void TimelineWriter::run() {
     batch.clear();
     rows.clear();
     instants.clear();
+  }
+}
+
+void TimelineWriter::waitForBatch(std::unique_lock<std::mutex>& lock) {
+  // Nothing queued: sleep until the next arrival (push wakes an idle writer) or close().
+  if (!pendingLocked()) {
+    writerIdle_ = true;
+    wake_.wait(lock, [&] { return closing_ || !writerIdle_; });
+    writerIdle_ = false;
+  }
+  // Something queued: batch while records keep arriving; write once none came for a whole
+  // quiet interval, when the batch is flushInterval old, at half capacity, or when closing.
+  const auto batchDeadline = std::chrono::steady_clock::now() + options_.flushInterval;
+  const auto full = [&] { return closing_ || queue_.size() >= options_.queueCapacity / 2; };
+  while (!full()) {
+    const uint64_t seen = arrivals_;
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= batchDeadline) return;
+    const auto until = std::min<std::chrono::steady_clock::time_point>(batchDeadline, now + options_.quietInterval);
+    if (wake_.wait_until(lock, until, full)) return;
+    if (arrivals_ == seen) return;  // quiet: the producer stopped, the file catches up now
   }
 }
 

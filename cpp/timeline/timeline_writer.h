@@ -20,6 +20,12 @@
 // pair the most recent activity. The writer removes a `path`.head and `path`.1 left by an earlier
 // timeline at the same path when it starts. maxBytes = 0: unbounded, a single file.
 //
+// When the file catches up. The writer sleeps while nothing is queued; the first record after a
+// quiet spell wakes it (one notify per burst, not per push). While records keep coming it batches
+// them, and it writes the batch once none has arrived for `quietInterval` (the engine went idle:
+// the file then shows the op a few ms after it completed), once `flushInterval` passed since the
+// batch began (a loop that never pauses), or at half the queue's capacity.
+//
 // Threads: push/addRow from one producer at a time (the engine's thread); close from any thread,
 // once (the destructor calls it too).
 #pragma once
@@ -67,7 +73,8 @@ struct Record {
 struct WriterOptions {
   int64_t maxBytes = 50'000'000;  // both files together; 0 = unbounded
   size_t queueCapacity = size_t{1} << 16;
-  std::chrono::milliseconds flushInterval{200};
+  std::chrono::milliseconds flushInterval{200};  // the longest a batch waits while records keep coming
+  std::chrono::microseconds quietInterval{2000};  // no record for this long: the batch is written
 };
 
 class TimelineWriter {
@@ -98,6 +105,16 @@ class TimelineWriter {
 
  private:
   void run();
+  // Under mu_: blocks until a batch is due (see above) or the writer is closing.
+  void waitForBatch(std::unique_lock<std::mutex>& lock);
+  bool pendingLocked() const { return !queue_.empty() || !newRows_.empty() || !newInstants_.empty(); }
+  // Under mu_: counts an arrival; true when the writer sleeps and must be woken.
+  bool arrivedLocked() {
+    ++arrivals_;
+    if (!writerIdle_) return false;
+    writerIdle_ = false;
+    return true;
+  }
   void writeBatch(const std::vector<Record>& records, const std::vector<std::pair<uint32_t, std::string>>& rows,
                   const std::vector<std::string>& instants, uint64_t droppedNow);
   void openSegment();  // truncates path_, writes the header and every known row's name
@@ -119,6 +136,8 @@ class TimelineWriter {
   std::vector<std::pair<uint32_t, std::string>> newRows_;
   std::vector<std::string> newInstants_;  // complete event lines (pushInstant)
   bool closing_ = false;
+  bool writerIdle_ = false;    // the writer sleeps until the next record (push notifies)
+  uint64_t arrivals_ = 0;      // push/addRow/pushInstant calls: the writer tells a quiet spell by it
   std::atomic<uint64_t> dropped_{0};
   std::atomic<uint64_t> rotations_{0};
 

@@ -17,7 +17,8 @@ pytest.importorskip('torch')
 pytest.importorskip('horovod.torch')
 
 
-def run_elastic(run, tmp_path, hosts, *args, schedule=(), epochs=6, timeout=150, discovery=True, extra_env=None):
+def run_elastic(run, tmp_path, hosts, *args, schedule=(), epochs=6, timeout=150, discovery=True, extra_env=None,
+                discovery_delay=0):
     log = tmp_path / 'log.jsonl'
     hostsfile = tmp_path / 'hosts'
     hostsfile.write_text('\n'.join(hosts.split()) + '\n')
@@ -27,7 +28,9 @@ def run_elastic(run, tmp_path, hosts, *args, schedule=(), epochs=6, timeout=150,
     env.update(extra_env or {})
     if discovery:
         script = tmp_path / 'discover.sh'
-        script.write_text('#!/bin/sh\ncat {}\n'.format(hostsfile))
+        # discovery_delay: a slow script (the launcher runs it between its other duties).
+        script.write_text('#!/bin/sh\n{}cat {}\n'.format(
+            'sleep {}\n'.format(discovery_delay) if discovery_delay else '', hostsfile))
         script.chmod(0o755)
         args = args + ('--host-discovery-script', str(script))
     r = run(*args, sys.executable, '-W', 'ignore', TRAIN, timeout=timeout, extra_env=env)
@@ -88,12 +91,18 @@ def test_rank_failing_by_exception_blacklists_its_host(run, tmp_path):
     assert state_continues(records)
 
 
-def test_rank_killed_by_sigkill(run, tmp_path):
+@pytest.mark.parametrize('discovery_delay', [0, 0.5], ids=['fast-discovery', 'slow-discovery'])
+def test_rank_killed_by_sigkill(run, tmp_path, discovery_delay):
+    # With a slow discovery script the kill mostly lands while the launcher runs the script, and
+    # the survivors report the rank lost before the launcher reaps it: the report must still say
+    # how the worker ended, not that it "did not rejoin" (the launcher then killed nothing).
     r, records = run_elastic(run, tmp_path, 'localhost:2 127.0.0.1:2', '-np', '4', '--min-np', '2',
-                             schedule=[{'epoch': 2, 'rank': 2, 'do': 'kill'}])
+                             schedule=[{'epoch': 2, 'rank': 2, 'do': 'kill'}], discovery_delay=discovery_delay)
     assert r.returncode == 0, r.stderr
     assert rounds_and_sizes(records) == [(0, 0, 4), (1, 0, 4), (2, 0, 4), (3, 1, 2), (4, 1, 2), (5, 1, 2)]
-    assert 'ended with signal 9 (SIGKILL)' in r.stderr
+    # Rank 2 is 127.0.0.1[0]: reported by how it ended, never as a straggler the launcher killed.
+    assert 'worker 127.0.0.1[0] (rank 2 of round 0) ended with signal 9 (SIGKILL)' in r.stderr, r.stderr
+    assert 'worker 127.0.0.1[0] was reported lost' not in r.stderr, r.stderr
     assert state_continues(records)
 
 

@@ -4,7 +4,6 @@ horovod.torch importable by this Python (run from the venv the package is instal
 
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -38,10 +37,10 @@ except HorovodInternalError as e:
 
 
 def test_stall_is_reported_then_shuts_the_job_down(run, torch_adapter):
-    start = time.monotonic()
+    # Bounded by run()'s timeout; no elapsed-time check (torch's import alone takes long on a busy
+    # machine): without the shutdown, rank 0 would wait for rank 1 and report no error.
     r = run('-np', 2, PYTHON, '-c', 'import time; START = time.monotonic()\n' + STALL_SCRIPT, timeout=60,
             extra_env={'HOROVOD_STALL_CHECK_TIME_SECONDS': '2', 'HOROVOD_STALL_SHUTDOWN_TIME_SECONDS': '5'})
-    elapsed = time.monotonic() - start
     out = r.stdout + r.stderr
     assert r.returncode != 0, out
     # The coordinator's warning names the late rank and the tensor, and who did submit it.
@@ -53,7 +52,6 @@ def test_stall_is_reported_then_shuts_the_job_down(run, torch_adapter):
     assert '[0]<stdout>:rank 0 error after' in r.stdout, out
     assert '[1]<stdout>:rank 1 error after' in r.stdout, out
     assert r.stdout.count('HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=5 seconds') == 2, out
-    assert elapsed < 30, elapsed
 
 
 DIVERGE_SCRIPT = '''
@@ -76,9 +74,9 @@ print('rank {} sum {}'.format(hvd.rank(), int(hvd.allreduce(x, name='after', op=
 
 
 def test_allreduce_vs_allgather_under_one_name_errors_quickly_everywhere(run, torch_adapter):
-    start = time.monotonic()
+    # A hang instead of the error would run into run()'s timeout; how long the job took is not
+    # checked (the ranks' imports dominate it, and a busy machine stretches them).
     r = run('-np', 3, PYTHON, '-c', DIVERGE_SCRIPT, timeout=60)
-    elapsed = time.monotonic() - start
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
     expected = ("Mismatched operations for 'g': ranks submitted different operations under this name, so each "
@@ -86,4 +84,3 @@ def test_allreduce_vs_allgather_under_one_name_errors_quickly_everywhere(run, to
     for rank in range(3):
         assert '[{0}]<stdout>:rank {0} mismatch: {1}'.format(rank, expected) in r.stdout, out
         assert '[{0}]<stdout>:rank {0} sum 3'.format(rank) in r.stdout, out
-    assert elapsed < 20, elapsed

@@ -8,6 +8,7 @@ what was written.
 import json
 import os
 import tempfile
+import time
 
 import pytest
 
@@ -110,6 +111,43 @@ def test_dynamic_start_stop():
     assert 'CYCLE_START' not in text0
     assert 'allreduce.dyn_b' in text1 and 'CYCLE_START' in text1
     assert not any(e['ph'] == 'X' for e in events2)
+
+
+def _events_so_far(path):
+    """The events of a timeline still being written: its complete lines, as a reader sees them."""
+    with open(path) as f:
+        text = f.read()
+    events = []
+    for line in text.splitlines(True)[1:]:  # the first line is '['
+        if not line.endswith(',\n'):
+            break  # incomplete (being written) or the closing lines
+        events.append(json.loads(line[:-2]))
+    return events
+
+
+def test_op_shows_in_the_file_while_the_timeline_runs():
+    """A reader that opens the timeline shortly after an op (as anyone tailing it does) finds the
+    op's events without waiting for the timeline to stop. Polls for the content, bounded by a
+    generous deadline; the time it took is printed, not asserted."""
+    path = os.path.join(_DIR, 'live.json')
+    hvd.start_timeline(path)
+    hvd.barrier()
+    x = torch.ones(16)
+    hvd.allreduce(x, op=hvd.Sum, name='live')
+    done = time.monotonic()
+    if hvd.rank() == 0:
+        seen = None
+        while seen is None and time.monotonic() - done < 10:
+            events = _events_so_far(path)
+            rows = {e['tid'] for e in events if e['name'] == 'thread_name' and e['args']['name'] == 'allreduce.live'}
+            if any(e['name'] == 'ALLREDUCE' and e['tid'] in rows for e in events):
+                seen = time.monotonic() - done
+            else:
+                time.sleep(0.001)
+        assert seen is not None, 'the allreduce never showed in the running timeline: %s' % _events_so_far(path)
+        print('timeline: the op showed %.1f ms after it completed' % (seen * 1000))
+    hvd.barrier()
+    hvd.stop_timeline()
 
 
 def test_summary_tool(tmp_path, capsys):

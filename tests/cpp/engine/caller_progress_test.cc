@@ -4,6 +4,8 @@
 // several threads of one rank may enqueue and wait at once.
 #include <gtest/gtest.h>
 
+#include <atomic>
+
 #include <chrono>
 #include <thread>
 
@@ -164,32 +166,41 @@ TEST(CallerProgress, WaitForGivesUpAtItsDeadlineWhileDriving) {
 TEST(CallerProgress, BlockedWaiterIsServedWithoutWaitingOutTheWindow) {
   using namespace std::chrono;
   Cluster cluster(2, {{"HOROVOD_CALLER_PROGRESS_US", "100000"}});  // 100 ms windows
+  // Measured from the moment rank 1 submits Y (the last thing Y waits for) to Y's completion on
+  // rank 0, not from the start of the test: the ranks' sleeps only set the scene, and a loaded
+  // machine that stretches them cannot make the test fail.
+  std::atomic<int64_t> ySubmittedNs{0};
+  std::atomic<bool> yPending{false};
+  const auto nowNs = [] { return duration_cast<nanoseconds>(steady_clock::now().time_since_epoch()).count(); };
   cluster.run([&](int rank, engine::Runtime& rt) {
     std::vector<float> inX(4, 1.0f), outX(4), inY(4, 2.0f), outY(4);
     auto allreduce = [&](std::vector<float>& in, std::vector<float>& out, const char* name) {
       return rt.allreduce(view(in, DataType::kFloat32), view(out, DataType::kFloat32), named(name));
     };
     if (rank == 1) {
-      // Rank 0's first caller drives for 5 ms waiting for X, and its second caller blocks on Y
-      // meanwhile; Y is complete here only at 20 ms.
-      std::this_thread::sleep_for(milliseconds(5));
+      // Rank 0's first caller drives waiting for X, and its second caller blocks on Y meanwhile;
+      // X completes once rank 0 submitted Y, and Y a while after X.
+      while (!yPending.load()) std::this_thread::sleep_for(milliseconds(1));
+      std::this_thread::sleep_for(milliseconds(4));
       allreduce(inX, outX, "x")->wait();
       std::this_thread::sleep_for(milliseconds(15));
+      ySubmittedNs = nowNs();
       allreduce(inY, outY, "y")->wait();
       return;
     }
-    const auto start = steady_clock::now();
     WorkPtr x = allreduce(inX, outX, "x");
     std::thread driver([&] { x->wait(); });
     std::this_thread::sleep_for(milliseconds(1));
     WorkPtr y = allreduce(inY, outY, "y");
+    yPending = true;
     y->wait();
-    const auto took = duration_cast<milliseconds>(steady_clock::now() - start);
+    const int64_t doneNs = nowNs();
     driver.join();
     EXPECT_EQ(outY, std::vector<float>(4, 4.0f));
-    // Y is ready at ~20 ms (rank 1's request); a parked background thread would leave it until
-    // its 100 ms window ends.
-    EXPECT_LT(took.count(), 70) << "the blocked waiter waited for the background thread's window";
+    // Y is complete as soon as rank 1's request arrives; a parked background thread would leave
+    // it until its 100 ms window ends (about 80 ms after rank 1's request).
+    const int64_t tookMs = (doneNs - ySubmittedNs.load()) / 1'000'000;
+    EXPECT_LT(tookMs, 50) << "the blocked waiter waited for the background thread's window";
   });
 }
 
