@@ -6,9 +6,10 @@
 # Every stage is bounded by a timeout so a hang fails fast; pytest stages run every test (no -x),
 # so one failure does not hide the rest. Usage: scripts/test.sh [--quick] [--stress]
 #   --quick   skips the sanitizer build and the benchmark smoke.
-#   --stress  runs everything beside a CPU hog: a busy loop on every core (stress-ng's cpu
+#   --stress  runs the test stages beside a CPU hog: a busy loop on every core (stress-ng's cpu
 #             stressor when installed, else one bash loop per core), started before the first
-#             stage and killed on exit. Tests that depend on timing must pass this way too.
+#             stage and killed on exit; paused (SIGSTOP) during the set-up and build stages,
+#             which only get slower under it. Tests that depend on timing must pass this way.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 quick=0
@@ -46,13 +47,22 @@ if [ $stress = 1 ]; then
   echo "=== stress: a busy loop on each of $jobs cores (pids ${hog_pids[*]})"
 fi
 
+hog_signal() {  # hog_signal STOP|CONT
+  local pid
+  for pid in "${hog_pids[@]}"; do pkill "-$1" -P "$pid" 2>/dev/null; kill "-$1" "$pid" 2>/dev/null; done
+}
+
 stage() {  # stage <name> <timeout-seconds> <command...>
   local name=$1 limit=$2
   shift 2
   echo "=== $name"
   local start=$SECONDS
+  local builds=0
+  case "$name" in setup|build*) builds=1 ;; esac
+  [ $builds = 1 ] && hog_signal STOP
   timeout --signal=TERM --kill-after=10 "$limit" "$@"
   local rc=$?
+  [ $builds = 1 ] && hog_signal CONT
   if [ $rc = 0 ]; then
     echo "=== $name: ok ($((SECONDS - start)) s)"
   elif [ $rc = 77 ]; then
