@@ -113,8 +113,10 @@ def check_elastic_job_survives_a_lost_worker(marker_dir, cross_size):
     The first round takes the CPUs free when it forms (at least 1): they must all be free."""
     from horovod.ray import RayExecutor
     assert wait_for_free_cpus()
-    executor = RayExecutor(RayExecutor.create_settings(timeout_s=30), min_workers=1, max_workers=2,
-                           elastic_timeout=60)
+    executor = RayExecutor(
+        # A replacement actor starts from nothing (imports torch): on a loaded 2-CPU machine that
+        # took over 30 s, longer than the survivor's rendezvous timeout (timeout_s).
+        RayExecutor.create_settings(timeout_s=120), min_workers=1, max_workers=2, elastic_timeout=60)
     executor.start()
     try:
         results = executor.run(elastic_train, args=[str(marker_dir / 'died')])

@@ -161,3 +161,20 @@ def test_min_workers_out_of_reach_is_an_error_within_elastic_timeout():
     job.join()
     assert time.monotonic() - started < 5
     assert 'Timed out after 1.0 s waiting for 2 Horovod workers in the test (1 possible)' in str(job.error)
+
+
+def test_gather_timeout_comes_from_the_environment_as_under_horovodrun(monkeypatch):
+    # Ray and Spark jobs read HOROVOD_ELASTIC_GATHER_TIMEOUT like horovodrun, default 30 s (they
+    # used a fixed 10 s and ignored the variable).
+    from horovod.runner.elastic_driver import gather_timeout_seconds
+    monkeypatch.delenv('HOROVOD_ELASTIC_GATHER_TIMEOUT', raising=False)
+    assert gather_timeout_seconds() == 30.0
+    assert gather_timeout_seconds({'HOROVOD_ELASTIC_GATHER_TIMEOUT': '7.5'}) == 7.5
+    for bad in ('0', '-3', 'soon'):
+        with pytest.raises(ValueError, match='HOROVOD_ELASTIC_GATHER_TIMEOUT'):
+            gather_timeout_seconds({'HOROVOD_ELASTIC_GATHER_TIMEOUT': bad})
+    monkeypatch.setenv('HOROVOD_ELASTIC_GATHER_TIMEOUT', '12')
+    pool = FakePool(room=2)
+    job = Job(pool)
+    assert job.driver.gather_timeout == 12.0
+    job.rendezvous.shutdown()

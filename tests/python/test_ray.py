@@ -182,8 +182,10 @@ def test_more_workers_than_cpus_is_a_clear_error(cluster):
 
 
 def test_elastic_job_replaces_a_lost_worker(cluster, tmp_path):
-    executor = RayExecutor(RayExecutor.create_settings(timeout_s=30), min_workers=1, max_workers=2,
-                           elastic_timeout=60)
+    executor = RayExecutor(
+        # A replacement actor starts from nothing (imports torch): on a loaded 2-CPU machine that
+        # took over 30 s, longer than the survivor's rendezvous timeout (timeout_s).
+        RayExecutor.create_settings(timeout_s=120), min_workers=1, max_workers=2, elastic_timeout=60)
     executor.start()
     try:
         results = executor.run(elastic_train, args=[str(tmp_path / 'died')])

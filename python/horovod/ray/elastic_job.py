@@ -23,9 +23,6 @@ from horovod.runner.rendezvous_server import RendezvousServer
 
 __all__ = ['ElasticJob', 'RayWorkerPool']
 
-_GATHER_TIMEOUT_SECONDS = 10.0
-
-
 class RayWorkerPool(WorkerPool):
     """Elastic workers as Ray actors; ``fn(*args, **kwargs)`` is what each runs."""
 
@@ -103,7 +100,7 @@ class ElasticJob:
     kills every actor. ``log``: (time, what) lines of the driver, for callers and tests."""
 
     def __init__(self, settings, min_workers, max_workers, cpus_per_worker, use_gpu, gpus_per_worker,
-                 reset_limit, elastic_timeout, gather_timeout=_GATHER_TIMEOUT_SECONDS):
+                 reset_limit, elastic_timeout, gather_timeout=None):
         self.settings = settings
         self.min_workers = min_workers
         self.max_workers = max_workers

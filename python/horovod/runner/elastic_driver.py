@@ -26,6 +26,7 @@ What differs between frameworks is how a worker is started, placed, watched and 
 the ``WorkerPool`` this driver is given.
 """
 
+import os
 import time
 
 from horovod.runner.topology import assign_slots, slot_environment
@@ -35,7 +36,24 @@ __all__ = ['ElasticDriver', 'WorkerPool', 'elastic_environment']
 _POLL_SECONDS = 0.05
 _CAPACITY_POLL_SECONDS = 0.5
 REPLACE_GRACE_SECONDS = 5.0
-GATHER_TIMEOUT_SECONDS = 10.0
+GATHER_TIMEOUT_SECONDS = 30.0  # HOROVOD_ELASTIC_GATHER_TIMEOUT's default, as in horovodrun
+
+
+def gather_timeout_seconds(environ=None):
+    """The driver's gather timeout: ``HOROVOD_ELASTIC_GATHER_TIMEOUT`` (seconds) in the driver's
+    environment, else 30 s, as horovodrun. A worker gets this long, once a reset began, to re-join
+    (a live survivor re-joins at its next collective) before it is killed as a straggler."""
+    raw = (os.environ if environ is None else environ).get('HOROVOD_ELASTIC_GATHER_TIMEOUT', '').strip()
+    if not raw:
+        return GATHER_TIMEOUT_SECONDS
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise ValueError('HOROVOD_ELASTIC_GATHER_TIMEOUT={!r}: expected a positive number of seconds'
+                         .format(raw))
+    return value
 
 
 def elastic_environment(elastic_timeout, env=None):
@@ -115,7 +133,7 @@ class ElasticDriver:
     horovodrun's ``-np``. ``say``: called with each line the driver logs."""
 
     def __init__(self, pool, rendezvous, secret, driver_addr, env, min_workers, max_workers, reset_limit,
-                 elastic_timeout, gather_timeout=GATHER_TIMEOUT_SECONDS, log=None, first_id=0, start_workers=None,
+                 elastic_timeout, gather_timeout=None, log=None, first_id=0, start_workers=None,
                  say=None):
         self.pool = pool
         self.rendezvous = rendezvous
@@ -127,7 +145,7 @@ class ElasticDriver:
         self.max_workers = max_workers
         self.reset_limit = reset_limit
         self.elastic_timeout = elastic_timeout
-        self.gather_timeout = gather_timeout
+        self.gather_timeout = gather_timeout_seconds() if gather_timeout is None else gather_timeout
         self.replace_grace = REPLACE_GRACE_SECONDS
         self.workers = {}        # id -> _Worker
         self.members = []        # ids of the latest round, in rank order
