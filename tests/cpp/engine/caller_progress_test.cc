@@ -47,13 +47,12 @@ TEST(CallerProgress, ResultsDoNotDependOnWhichThreadRunsTheEngine) {
       if (std::string(window) == "0") {
         EXPECT_EQ(stats.callerDrives, 0u);
         EXPECT_EQ(stats.parks, 0u);
-      } else if (std::string(window) == "100000") {
-        // The waiting caller runs the steps. (Whether the background thread ever parks for it
-        // is timing: when the enqueueing thread takes each request in itself and its wait runs
-        // the step before the background thread wakes, there is no fresh work to leave; seen
-        // under load, 1 run in 20, so parks is not asserted.)
-        EXPECT_GT(stats.callerDrives, 0u);
       }
+      // With callers allowed to drive, whether one did is timing, not an event: under load
+      // (ASan beside a CPU hog) every wait of a run found its step already completed by the
+      // enqueueing threads and the background thread (callerDrives 0 on two of three ranks),
+      // and whether the background thread ever parks is timing too. That callers drive is
+      // checked over 300 synchronous waits (WorkNobodyWaitsForAfterCallersDroveStillCompletes).
     });
   }
 }
