@@ -17,26 +17,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TIMEOUT = int(os.environ.get('HOROVOD_TEST_TIMEOUT', '420'))
 
 
-def test_tf1_sessions_hooks_local_aggregation_and_state():
-    horovodrun = shutil.which('horovodrun')
-    if horovodrun is None:
-        pytest.skip('horovodrun is not on PATH')
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', PYTHONUNBUFFERED='1')
-    proc = subprocess.Popen([horovodrun, '-np', '2', sys.executable,
-                             os.path.join(HERE, 'tf1_session_worker.py')],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail('timed out after {} s:\n{}'.format(TIMEOUT, out[-4000:]))
-    assert proc.returncode == 0, out[-6000:]
-    assert 'tf1 checks passed on 2 ranks' in out
-
-
 def _run_under_horovodrun(args, env_extra):
+    """(exit code, output) of `python ARGS` under horovodrun -np 2, bounded by TIMEOUT."""
     horovodrun = shutil.which('horovodrun')
     if horovodrun is None:
         pytest.skip('horovodrun is not on PATH')
@@ -51,6 +33,12 @@ def _run_under_horovodrun(args, env_extra):
         out, _ = proc.communicate()
         pytest.fail('timed out after {} s (a stall?):\n{}'.format(TIMEOUT, out[-4000:]))
     return proc.returncode, out
+
+
+def test_tf1_sessions_hooks_local_aggregation_and_state():
+    rc, out = _run_under_horovodrun([os.path.join(HERE, 'tf1_session_worker.py')], {})
+    assert rc == 0, out[-6000:]
+    assert 'tf1 checks passed on 2 ranks' in out
 
 
 @pytest.mark.parametrize('threads', [1, 2])
