@@ -52,6 +52,22 @@ def wait_for_nodes(ray, count, deadline):
         time.sleep(1)
 
 
+def connect_client(ray, address, attempts=3):
+    """``ray.init('ray://...')``, retried when Ray's proxier loses the per-client server it forks:
+    beside a CPU hog that child can die before its exec (its .err log: gRPC's ``epoll_wait error:
+    Bad file descriptor``, the fds closed under a gRPC thread), and the proxier then fails the
+    connection with ``psutil.ZombieProcess``. A Ray race, not Horovod's; a new client id gets a
+    new server."""
+    for attempt in range(attempts):
+        try:
+            ray.init(address)
+            return
+        except ConnectionAbortedError:
+            ray.shutdown()
+            if attempt + 1 == attempts:
+                raise
+
+
 def stop_nodes(nodes):
     for node in reversed(nodes):
         node.terminate()

@@ -13,7 +13,7 @@ from horovod.ray import RayExecutor  # noqa: E402
 
 import ray_cluster_util  # noqa: E402
 from ray_cluster_util import (check_elastic_job_survives_a_lost_worker, check_one_worker_per_host,  # noqa: E402
-                              free_port, ray_node, stop_nodes, wait_for_nodes, wait_for_port)
+                              connect_client, free_port, ray_node, stop_nodes, wait_for_nodes, wait_for_port)
 
 pytestmark = pytest.mark.timeout(300)
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -30,7 +30,7 @@ def two_node_client():
         deadline = time.monotonic() + 120
         wait_for_port('127.0.0.1', client_port, nodes[0], deadline)
         nodes.append(ray_node('--address=127.0.0.1:{}'.format(gcs_port)))
-        ray.init('ray://127.0.0.1:{}'.format(client_port))
+        connect_client(ray, 'ray://127.0.0.1:{}'.format(client_port))
         wait_for_nodes(ray, 2, deadline)
         yield
     finally:
