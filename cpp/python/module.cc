@@ -22,6 +22,7 @@
 #include "handles.h"
 #include "horovod/api_table.h"
 #include "horovod/horovod.h"
+#include "rendezvous.h"
 #include "work.h"
 
 namespace hvd::py {
@@ -215,6 +216,7 @@ NB_MODULE(_core, m) {
 
   m.doc() = "Horovod core binding: lifecycle, topology, process sets and collectives on DLPack arrays.";
   registerErrorTranslator();
+  registerRendezvous(m);
   // Adapters' handle spaces (and their bound methods) are reachable from framework objects that
   // Python's garbage collector cannot see into (e.g. hooks on torch's autograd graph), which
   // live until the process exits: nanobind would report them as leaks at interpreter exit.

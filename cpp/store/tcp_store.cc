@@ -62,8 +62,8 @@ Socket TcpStore::connect(Deadline deadline) {
   try {
     authenticateAsClient(s.fd(), secret_, store_wire::kClientIdentity, store_wire::kServerIdentity, deadline);
   } catch (const AuthenticationRefused& e) {
-    throw StoreError("rendezvous server at " + where +
-                     " refused authentication (the job secret does not match the launcher's): " + e.what());
+    throw StoreSecretRefused("rendezvous server at " + where +
+                             " refused authentication (the job secret does not match the launcher's): " + e.what());
   } catch (const Error& e) {
     throw StoreError("could not connect to rendezvous server at " + where + ": authentication failed: " + e.what());
   }

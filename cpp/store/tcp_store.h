@@ -15,7 +15,8 @@
 //
 // Errors: StoreError "could not connect to rendezvous server at HOST:PORT: ..." when the
 // server cannot be reached by the connect deadline, "rendezvous server at HOST:PORT refused
-// authentication ..." when the secret is wrong; hvd::Timeout naming the keys for get/wait.
+// authentication ..." (a StoreSecretRefused) when the secret is wrong; hvd::Timeout naming the
+// keys for get/wait.
 #pragma once
 
 #include <cstdint>
@@ -25,9 +26,15 @@
 #include <vector>
 
 #include "common/socket.h"
+#include "horovod/errors.h"
 #include "store/store.h"
 
 namespace hvd {
+
+// The server closed the connection during the handshake: the secret does not match the server's.
+class StoreSecretRefused : public StoreError {
+  using StoreError::StoreError;
+};
 
 class TcpStore : public Store {
  public:

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from horovod.runner.elastic_driver import ElasticDriver, WorkerPool
-from horovod.runner.rendezvous_server import RendezvousServer
+from horovod.runner.rendezvous import RendezvousServer, StoreClient, StoreTimeout
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -77,24 +77,19 @@ class Job:
         assignments (one string for one worker, else a list)."""
         store = self.rendezvous.store
         pending = []
-        with store.cond:
-            for wid in wids:
-                key = 'elastic/inits/{}'.format(wid).encode()
-                inits = int(store.data.get(key, b'0')) + 1
-                store.data[key] = str(inits).encode()
-                pending.append((wid, inits - 1))
-            store.cond.notify_all()
+        for wid in wids:
+            inits = store.add('elastic/inits/{}'.format(wid), 1)
+            pending.append((wid, inits - 1))
+        store.add('elastic/events', 1)
         out = [self.assignment(wid, k) for wid, k in pending]
         return out[0] if len(out) == 1 else out
 
     def assignment(self, wid, k, timeout=10):
-        store = self.rendezvous.store
-        key = 'elastic/assign/{}/{}'.format(wid, k).encode()
-        deadline = time.monotonic() + timeout
-        with store.cond:
-            while key not in store.data:
-                assert store.cond.wait(max(0.0, deadline - time.monotonic())), 'no assignment {} for {}'.format(k, wid)
-            return store.data[key].decode()
+        with StoreClient('127.0.0.1', self.rendezvous.port, 'secret') as store:
+            try:
+                return store.get('elastic/assign/{}/{}'.format(wid, k), timeout).decode()
+            except StoreTimeout:
+                raise AssertionError('no assignment {} for {}'.format(k, wid)) from None
 
     def join(self, timeout=10):
         self.thread.join(timeout)

@@ -1,7 +1,8 @@
-"""horovod.runner.rendezvous_server against a client written here from the wire format in
-cpp/store/store_protocol.h and cpp/common/hmac.h (the real engines use it in test_ray.py and
-test_spark.py): set/get/add/wait, blocking get, timeouts naming the missing keys, errors, and
-connections that fail the handshake."""
+"""horovod.runner.rendezvous (the C++ store server and client that horovodrun uses, bound in
+horovod._core) against a client written here from the wire format in cpp/store/store_protocol.h
+and cpp/common/hmac.h (the real engines use it in test_ray.py and test_spark.py): set/get/add/wait,
+blocking get, timeouts naming the missing keys, errors, connections that fail the handshake, the
+driver's own store operations and the Python StoreClient."""
 
 import hashlib
 import hmac
@@ -13,7 +14,7 @@ import time
 
 import pytest
 
-from horovod.runner.rendezvous_server import RendezvousServer
+from horovod.runner.rendezvous import RendezvousServer, StoreClient, StoreTimeout
 
 pytestmark = pytest.mark.timeout(60)
 SECRET = 'ab' * 32
@@ -126,7 +127,7 @@ def _closed_by_server(sock):
         return True
 
 
-def test_unauthenticated_flood_is_capped_and_logged_briefly(server, caplog):
+def test_unauthenticated_flood_is_capped_and_logged_briefly(server, capfd):
     flood = [socket.create_connection(('127.0.0.1', server.port), timeout=10) for _ in range(400)]
     try:
         deadline = time.monotonic() + 10
@@ -139,7 +140,7 @@ def test_unauthenticated_flood_is_capped_and_logged_briefly(server, caplog):
         assert closed >= 400 - 256
         c = Client(server.port)  # a real client is still served while the flood holds its slots
         assert c.set(b'k', b'v') == b'\x00'
-        refusals = [r for r in caplog.records if 'refused a connection from' in r.getMessage()]
+        refusals = [line for line in capfd.readouterr().err.splitlines() if 'refused a connection from' in line]
         assert len(refusals) <= 5
         assert server.refused >= 400 - 256
     finally:
@@ -157,7 +158,6 @@ def test_silent_connection_is_dropped_after_the_handshake_deadline(server):
 
 
 def test_python_store_client(server):
-    from horovod.runner.store_client import StoreClient, StoreTimeout
     with StoreClient('127.0.0.1', server.port, SECRET) as client:
         client.set('a/b', b'\x00value')
         assert client.get('a/b', 1) == b'\x00value'
@@ -170,3 +170,56 @@ def test_python_store_client(server):
         assert 0.15 < time.monotonic() - started < 5
     with pytest.raises(ConnectionError, match='refused the job secret'):
         StoreClient('127.0.0.1', server.port, 'cd' * 32)
+
+
+def test_driver_side_store_operations(server):
+    store = server.store
+    assert store.try_get('absent') is None
+    assert store.add('counter', 0) == 0
+    Client(server.port).add(b'counter', 4)
+    assert store.add('counter', 0) == 4 and store.add('counter', 1) == 5
+    store.set('elastic/assign/0/0', b'join 0 0 1 0 1 0 1 0')
+    assert Client(server.port).get(b'elastic/assign/0/0', 1000) == b'\x00' + s32(b'join 0 0 1 0 1 0 1 0')
+    Client(server.port).set(b'spark/host/0', b'\x00bytes')
+    assert store.try_get('spark/host/0') == b'\x00bytes'
+    store.set('text', b'abc')
+    with pytest.raises(ConnectionError, match='not an integer'):
+        store.add('text', 1)
+
+
+def test_shutdown_is_idempotent_and_ends_parked_requests():
+    srv = RendezvousServer(SECRET, '127.0.0.1')
+    c = Client(srv.port)
+    answer = []
+    t = threading.Thread(target=lambda: answer.append(_request_or_closed(c, b'\x02' + struct.pack('<Q', 60000)
+                                                                        + s32(b'never'))))
+    t.start()
+    time.sleep(0.2)
+    srv.shutdown()
+    srv.shutdown()
+    t.join(10)
+    assert not t.is_alive() and answer == ['closed']
+    with pytest.raises(ConnectionError):
+        srv.store.set('k', b'v')
+
+
+def _request_or_closed(client, body):
+    try:
+        return client.request(body)
+    except (ConnectionError, OSError):
+        return 'closed'
+
+
+def test_port_in_use_is_an_os_error(server):
+    with pytest.raises(OSError, match=str(server.port)):
+        RendezvousServer(SECRET, '127.0.0.1', server.port)
+
+
+def test_store_client_cannot_reach_a_server():
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        port = s.getsockname()[1]
+    started = time.monotonic()
+    with pytest.raises(ConnectionError, match='could not connect'):
+        StoreClient('127.0.0.1', port, SECRET, connect_timeout_s=0.5)
+    assert time.monotonic() - started < 10

@@ -19,7 +19,7 @@ from horovod.ray.static import _host_names
 from horovod.ray.worker import BaseHorovodWorker
 from horovod.runner.elastic_driver import ElasticDriver, WorkerPool, elastic_environment
 from horovod.runner.error_text import describe
-from horovod.runner.rendezvous_server import RendezvousServer
+from horovod.runner.rendezvous import RendezvousServer
 
 __all__ = ['ElasticJob', 'RayWorkerPool']
 

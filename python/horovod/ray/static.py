@@ -13,7 +13,7 @@ import ray
 from horovod.ray.placement import WorkerPlacement
 from horovod.ray.worker import BaseHorovodWorker
 from horovod.runner.error_text import describe
-from horovod.runner.rendezvous_server import RendezvousServer
+from horovod.runner.rendezvous import RendezvousServer
 from horovod.runner.topology import assign_slots, slot_environment
 
 __all__ = ['StaticJob', 'WorkerFailedError']

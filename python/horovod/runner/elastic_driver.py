@@ -163,15 +163,10 @@ class ElasticDriver:
     # -- the store -------------------------------------------------------------------------------
 
     def _counter(self, key):
-        store = self.rendezvous.store
-        with store.cond:
-            return int(store.data.get(key.encode(), b'0').decode('ascii'))
+        return self.rendezvous.store.add(key, 0)
 
     def _publish(self, w, text):
-        store = self.rendezvous.store
-        with store.cond:
-            store.data['elastic/assign/{}/{}'.format(w.id, w.published).encode()] = text.encode()
-            store.cond.notify_all()
+        self.rendezvous.store.set('elastic/assign/{}/{}'.format(w.id, w.published), text.encode())
         w.published += 1
 
     def _inits(self, w):

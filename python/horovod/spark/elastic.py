@@ -124,11 +124,13 @@ class SparkWorkerPool(WorkerPool):
     def locate(self, ids):
         from horovod.spark.runner import START_TIMEOUT_MESSAGE
         store = self.rendezvous.store
-        keys = {wid: host_key(wid).encode() for wid in ids}
         deadline = time.monotonic() + self.start_timeout
         while True:
-            with store.cond:
-                hosts = {wid: store.data[k].decode() for wid, k in keys.items() if k in store.data}
+            hosts = {}
+            for wid in ids:
+                value = store.try_get(host_key(wid))
+                if value is not None:
+                    hosts[wid] = value.decode()
             if len(hosts) == len(ids):
                 return {wid: (h, h) for wid, h in hosts.items()}
             ended = [wid for wid in ids if wid not in hosts and self.jobs[wid].done()]
@@ -143,10 +145,7 @@ class SparkWorkerPool(WorkerPool):
             time.sleep(_POLL_SECONDS)
 
     def start(self, wid, env):
-        store = self.rendezvous.store
-        with store.cond:
-            store.data[env_key(wid).encode()] = json.dumps(env).encode()
-            store.cond.notify_all()
+        self.rendezvous.store.set(env_key(wid), json.dumps(env).encode())
 
     def finished(self, ranks):
         out = {}

@@ -15,7 +15,7 @@ import time
 
 import cloudpickle
 
-from horovod.runner.rendezvous_server import RendezvousServer
+from horovod.runner.rendezvous import RendezvousServer
 from horovod.runner.task_service import TaskService
 from horovod.spark.task import TaskOutcome, run_horovod_process
 

@@ -154,7 +154,7 @@ def run_elastic_worker(job, worker_id):
 
     from pyspark import TaskContext
 
-    from horovod.runner.store_client import StoreClient, StoreTimeout
+    from horovod.runner.rendezvous import StoreClient, StoreTimeout
 
     context = TaskContext.get()
     if context is not None and context.attemptNumber() > 0:

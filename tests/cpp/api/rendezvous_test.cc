@@ -1,0 +1,78 @@
+// horovod/rendezvous.h: the store server and client that horovod.ray and horovod.spark serve
+// their jobs with (horovod._core binds them): the server's own store operations, a client's
+// blocking get, a refused secret, an unreachable server, and shutdown.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "horovod/rendezvous.h"
+
+namespace hvd {
+namespace {
+
+using std::chrono::milliseconds;
+
+TEST(Rendezvous, ServerAndClientShareTheStore) {
+  RendezvousServer server("127.0.0.1", 0, "secret");
+  ASSERT_GT(server.port(), 0);
+  RendezvousClient client("127.0.0.1", server.port(), "secret", milliseconds(5000));
+  EXPECT_FALSE(server.tryGet("k").has_value());
+  EXPECT_EQ(server.add("n", 0), 0);
+  client.set("k", std::string("v\0x", 3));
+  EXPECT_EQ(server.tryGet("k"), std::string("v\0x", 3));
+  EXPECT_EQ(client.add("n", 2), 2);
+  EXPECT_EQ(server.add("n", 0), 2);
+  server.set("assign", "join");
+  EXPECT_EQ(client.get("assign", milliseconds(1000)), "join");
+  server.set("text", "abc");
+  EXPECT_THROW(server.add("text", 1), StoreError);
+}
+
+TEST(Rendezvous, ClientGetWaitsForTheKeyOrGivesUp) {
+  RendezvousServer server("127.0.0.1", 0, "secret");
+  RendezvousClient client("127.0.0.1", server.port(), "secret", milliseconds(5000));
+  std::thread later([&] {
+    std::this_thread::sleep_for(milliseconds(200));
+    server.set("late", "1");
+  });
+  EXPECT_EQ(client.get("late", milliseconds(10000)), "1");
+  later.join();
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(client.get("never", milliseconds(200)).has_value());
+  EXPECT_GE(std::chrono::steady_clock::now() - start, milliseconds(150));
+}
+
+TEST(Rendezvous, WrongSecretIsRefusedAndCounted) {
+  RendezvousServer server("127.0.0.1", 0, "secret");
+  EXPECT_THROW(RendezvousClient("127.0.0.1", server.port(), "other", milliseconds(5000)), RendezvousRefused);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (server.refusedConnections() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  EXPECT_EQ(server.refusedConnections(), 1);
+}
+
+TEST(Rendezvous, PortInUseIsAStoreErrorNamingThePort) {
+  RendezvousServer server("127.0.0.1", 0, "secret");
+  try {
+    RendezvousServer second("127.0.0.1", server.port(), "secret");
+    FAIL() << "a second server listened on the same port";
+  } catch (const StoreError& e) {
+    EXPECT_NE(std::string(e.what()).find(std::to_string(server.port())), std::string::npos) << e.what();
+  }
+}
+
+TEST(Rendezvous, ShutdownIsIdempotentAndEndsTheStore) {
+  RendezvousServer server("127.0.0.1", 0, "secret");
+  uint16_t port = server.port();
+  server.shutdown();
+  server.shutdown();
+  EXPECT_EQ(server.port(), port);
+  EXPECT_THROW(server.set("k", "v"), StoreError);
+  EXPECT_THROW(RendezvousClient("127.0.0.1", port, "secret", milliseconds(300)), StoreError);
+}
+
+}  // namespace
+}  // namespace hvd
