@@ -17,6 +17,11 @@
 
 namespace hvd {
 
+// A worker's place in an elastic round (what its hvd.init() returns as rank, size, ...).
+struct ElasticSlot {
+  int rank = 0, size = 0, localRank = 0, localSize = 0, crossRank = 0, crossSize = 0;
+};
+
 // A RendezvousClient's secret does not match the server's (the server closed the connection
 // during the handshake). Its message names the server.
 class RendezvousRefused : public StoreError {
@@ -49,6 +54,21 @@ class RendezvousServer {
   int64_t add(const std::string& key, int64_t delta);
   // The value of key, or nullopt when it is not set.
   std::optional<std::string> tryGet(const std::string& key);
+
+  // The driver's side of the elastic rendezvous (docs/elastic.md, "How it works") on this store,
+  // with horovodrun's keys and assignment text. A worker's k-th init() (k from 0) waits for its
+  // k-th assignment; an assignment is published once.
+  //
+  // How many times worker `workerId` has called init().
+  int64_t elasticInits(int64_t workerId);
+  // Host-set changes announced so far (a round reacts only to later ones).
+  int64_t elasticHostUpdates();
+  // Worker `workerId`'s k-th assignment: its place in round `round`, formed after
+  // `hostUpdatesSeen` host-set changes.
+  void publishJoin(int64_t workerId, int64_t k, int64_t round, const ElasticSlot& slot, int64_t hostUpdatesSeen);
+  // ... or the message its init() ends with: quietly (removed from the job) or raising (abort).
+  void publishRemoved(int64_t workerId, int64_t k, const std::string& message);
+  void publishAbort(int64_t workerId, int64_t k, const std::string& message);
 
  private:
   struct Impl;

@@ -1,7 +1,8 @@
 """The driver side of Horovod's elastic rendezvous, for jobs whose workers a framework starts for
 us: ``RayExecutor(min_workers=...)`` (actors) and ``horovod.spark.run_elastic`` (Spark tasks).
 It answers the protocol that horovodrun's elastic driver speaks (docs/elastic.md) from the
-process that serves the job's rendezvous store:
+process that serves the job's rendezvous store, through horovodrun's own code for that protocol's
+keys and assignment text (``RendezvousServer.store.publish_join`` etc., bound from C++):
 
 * Every worker process has an id for its whole life (``HOROVOD_ELASTIC_WORKER_ID``). Each of
   its ``init()`` calls bumps ``elastic/inits/<id>`` and ``elastic/events`` in the store and
@@ -160,17 +161,23 @@ class ElasticDriver:
         if self.say is not None:
             self.say(what)
 
-    # -- the store -------------------------------------------------------------------------------
+    # -- the store: horovodrun's side of the protocol (keys and assignment text), bound in _core ---
 
-    def _counter(self, key):
-        return self.rendezvous.store.add(key, 0)
+    def _publish_join(self, w, slot, host_updates_seen):
+        self.rendezvous.store.publish_join(w.id, w.published, self.round, slot.rank, slot.size, slot.local_rank,
+                                           slot.local_size, slot.cross_rank, slot.cross_size, host_updates_seen)
+        w.published += 1
 
-    def _publish(self, w, text):
-        self.rendezvous.store.set('elastic/assign/{}/{}'.format(w.id, w.published), text.encode())
+    def _publish_removed(self, w, message):
+        self.rendezvous.store.publish_removed(w.id, w.published, message)
+        w.published += 1
+
+    def _publish_abort(self, w, message):
+        self.rendezvous.store.publish_abort(w.id, w.published, message)
         w.published += 1
 
     def _inits(self, w):
-        return self._counter('elastic/inits/{}'.format(w.id))
+        return self.rendezvous.store.elastic_inits(w.id)
 
     # -- rounds ----------------------------------------------------------------------------------
 
@@ -210,13 +217,11 @@ class ElasticDriver:
         ids = list(survivors) + [w.id for w in fresh]
         slots = assign_slots([self.workers[i].host[0] for i in ids])
         self.round += 1
-        updates = self._counter('elastic/updates')
+        updates = self.rendezvous.store.elastic_host_updates()
         for i, slot in zip(ids, slots):
             w = self.workers[i]
             w.rank = slot.rank
-            self._publish(w, 'join {} {} {} {} {} {} {} {}'.format(
-                self.round, slot.rank, slot.size, slot.local_rank, slot.local_size, slot.cross_rank,
-                slot.cross_size, updates))
+            self._publish_join(w, slot, updates)
         for w, slot in zip([self.workers[i] for i in ids], slots):
             if not w.started:
                 env = dict(self.env)
@@ -258,8 +263,8 @@ class ElasticDriver:
                 # Workers completed: no new round; those still waiting for one leave quietly.
                 for w in live:
                     if w.id not in results and w.waiting(self._inits(w)):
-                        self._publish(w, 'removed worker {} has been removed from elastic job: other workers '
-                                         'completed training'.format(w.id))
+                        self._publish_removed(w, 'worker {} has been removed from elastic job: other workers '
+                                                 'completed training'.format(w.id))
                         self._note('worker {} removed: other workers completed training'.format(w.id))
                         w.retired = True
                 live = [w for w in live if not w.retired]
@@ -295,4 +300,4 @@ class ElasticDriver:
     def _abort_waiting(self, message):
         for w in self.workers.values():
             if w.alive and not w.retired and w.waiting(self._inits(w)):
-                self._publish(w, 'abort ' + message)
+                self._publish_abort(w, message)

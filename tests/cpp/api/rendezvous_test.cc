@@ -76,3 +76,29 @@ TEST(Rendezvous, ShutdownIsIdempotentAndEndsTheStore) {
 
 }  // namespace
 }  // namespace hvd
+
+namespace hvd {
+namespace {
+
+// The driver's side of the elastic rendezvous speaks horovodrun's keys and assignment text: a
+// worker's init() (elastic::requestAssignment, here by hand) sees what the driver published.
+TEST(Rendezvous, ElasticDriverSideUsesHorovodrunsProtocol) {
+  RendezvousServer server("127.0.0.1", 0, "secret");
+  RendezvousClient worker("127.0.0.1", server.port(), "secret", milliseconds(5000));
+  EXPECT_EQ(server.elasticInits(7), 0);
+  EXPECT_EQ(server.elasticHostUpdates(), 0);
+  worker.add("elastic/inits/7", 1);
+  worker.add("elastic/events", 1);
+  EXPECT_EQ(server.elasticInits(7), 1);
+  server.publishJoin(7, 0, 2, ElasticSlot{1, 4, 0, 2, 1, 2}, 3);
+  EXPECT_EQ(worker.get("elastic/assign/7/0", milliseconds(1000)), "join 2 1 4 0 2 1 2 3");
+  server.publishRemoved(7, 1, "worker 7 has been removed");
+  EXPECT_EQ(worker.get("elastic/assign/7/1", milliseconds(1000)), "removed worker 7 has been removed");
+  server.publishAbort(7, 2, "the elastic job ended: boom");
+  EXPECT_EQ(worker.get("elastic/assign/7/2", milliseconds(1000)), "abort the elastic job ended: boom");
+  worker.add("elastic/updates", 1);
+  EXPECT_EQ(server.elasticHostUpdates(), 1);
+}
+
+}  // namespace
+}  // namespace hvd
