@@ -1,6 +1,6 @@
 """PyTorch collectives on the Horovod core: asynchronous and in-place forms, handles, join and
-barrier. The differentiable synchronous forms live in ``horovod.torch.collectives`` and are
-re-exported here at the bottom.
+barrier. The differentiable synchronous forms build on these in ``horovod.torch.collectives``;
+``horovod.torch.mpi_ops`` offers both.
 
 Tensors cross into the core as DLPack views (no copy). Outputs whose shape is known up front
 (allreduce, broadcast, reducescatter) are allocated by torch; allgather/alltoall outputs are
@@ -20,7 +20,8 @@ call failed, to raise the same error as before.
 import torch
 
 from horovod.common import basics as _basics_mod
-from horovod.common.basics import HorovodBasics as _HorovodBasics
+from horovod.common.basics import *  # noqa: F401,F403 (the basics, re-exported)
+from horovod.common.basics import size
 from horovod.common import ops as _ops
 from horovod.common.exceptions import HorovodInternalError
 from horovod.common.ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401
@@ -80,34 +81,10 @@ _allreduce_h = _handles.allreduce
 _op_name = _ops.op_name
 
 
-def _reset_handles():
-    _handles.reset()
+# Handles count from zero again after every init and shutdown, so that the generated names of
+# unnamed calls match across ranks after an elastic reset.
+_basics_mod.on_init_and_shutdown(_handles.reset)
 
-
-_basics = _HorovodBasics(on_init=_reset_handles, on_shutdown=_reset_handles)
-
-init = _basics.init
-shutdown = _basics.shutdown
-is_initialized = _basics.is_initialized
-start_timeline = _basics.start_timeline
-stop_timeline = _basics.stop_timeline
-size = _basics.size
-local_size = _basics.local_size
-cross_size = _basics.cross_size
-rank = _basics.rank
-local_rank = _basics.local_rank
-cross_rank = _basics.cross_rank
-is_homogeneous = _basics.is_homogeneous
-mpi_threads_supported = _basics.mpi_threads_supported
-mpi_enabled = _basics.mpi_enabled
-mpi_built = _basics.mpi_built
-gloo_enabled = _basics.gloo_enabled
-gloo_built = _basics.gloo_built
-nccl_built = _basics.nccl_built
-ddl_built = _basics.ddl_built
-ccl_built = _basics.ccl_built
-cuda_built = _basics.cuda_built
-rocm_built = _basics.rocm_built
 
 class _ReduceOps:
     Average = Average
@@ -467,12 +444,3 @@ poll = _handles.poll
 # received_splits)`` (alltoall), the last joined rank (join). Unknown handles return None.
 # Failures raise HorovodInternalError.
 synchronize = _handles.synchronize
-
-
-# The differentiable synchronous forms and the autograd Functions behind them (imported last:
-# they build on the functions above).
-from horovod.torch.collectives import (  # noqa: E402,F401
-    HorovodAllgather, HorovodAllreduce, HorovodAlltoall, HorovodBroadcast,
-    HorovodGroupedAllgather, HorovodGroupedAllreduce, HorovodGroupedReducescatter,
-    HorovodReducescatter, allgather, allreduce, alltoall, broadcast, grouped_allgather,
-    grouped_allreduce, grouped_reducescatter, reducescatter)
