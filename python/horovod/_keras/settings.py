@@ -8,13 +8,17 @@ without it.
 
 import itertools
 import os
-import warnings
 
 from horovod.common.ops import Average, Sum
+from horovod.common.optimizer_args import check_optimizer_args, check_variable_groups
 from horovod.common.process_sets import global_process_set
 from horovod.common.util import split_list
 
 _instances = itertools.count()
+
+
+def _is_variable(obj):
+    return hasattr(obj, 'assign') and hasattr(obj, 'shape')
 
 
 def _is_sparse(grad):
@@ -38,34 +42,9 @@ class ReduceSettings:
                              'backend keeps them)'.format(backend.name))
         if op not in (Average, Sum):
             raise ValueError('op currently only supports Average and Sum')
-        if gradient_predivide_factor != 1.0 and op != Average:
-            raise ValueError('gradient_predivide_factor not supported yet with op != Average')
-        if backward_passes_per_step is None or backward_passes_per_step <= 0:
-            raise ValueError('backward_passes_per_step must be > 0')
-        if num_groups != 0:
-            warnings.warn('Parameter `num_groups` has been replaced by `groups` and will be '
-                          'removed in a future release.', DeprecationWarning)
-            if groups is None:
-                groups = num_groups
-        if groups is not None:
-            if isinstance(groups, int):
-                if groups <= 0:
-                    raise ValueError('groups must be a positive int or a list of lists of '
-                                     'variables, got {}'.format(groups))
-            elif isinstance(groups, (list, tuple)):
-                seen = set()
-                for group in groups:
-                    for var in group:
-                        if not hasattr(var, 'assign') or not hasattr(var, 'shape'):
-                            raise ValueError('groups must contain only variables, got {!r}'
-                                             .format(type(var).__name__))
-                        if id(var) in seen:
-                            raise ValueError('A variable can only appear in one group: {}'
-                                             .format(getattr(var, 'name', var)))
-                        seen.add(id(var))
-            else:
-                raise ValueError('groups must be a positive int or a list of lists of '
-                                 'variables, got {!r}'.format(type(groups).__name__))
+        groups = check_optimizer_args(op, gradient_predivide_factor, num_groups, groups,
+                                      backward_passes_per_step)
+        check_variable_groups(groups, _is_variable)
         self.backend = backend
         self.compression = compression
         self.sparse_as_dense = sparse_as_dense

@@ -17,10 +17,10 @@ rank is not in the process set, or the set has one rank, the gradients are retur
 """
 
 import os
-import warnings
 
 import tensorflow as tf
 
+from horovod.common.optimizer_args import check_optimizer_args, check_variable_groups
 from horovod.common.process_sets import global_process_set
 from horovod.common.util import split_list
 from horovod.tensorflow import collectives as _collectives
@@ -30,34 +30,14 @@ from horovod.tensorflow.mpi_ops import Average
 from horovod.tensorflow.util import _cache, refs_to_vars, var_ref, vars_to_refs
 
 
-def check_reduction_args(op, gradient_predivide_factor, num_groups, groups):
-    """Validates the arguments every gradient wrapper takes; returns the effective ``groups``
-    (``num_groups`` is deprecated and used when ``groups`` is None)."""
-    if gradient_predivide_factor != 1.0:
-        if _mpi.rocm_built():
-            raise ValueError('gradient_predivide_factor not supported yet with ROCm')
-        if op != Average:
-            raise ValueError('gradient_predivide_factor not supported with op != Average')
-    if num_groups != 0:
-        warnings.warn('Parameter `num_groups` has been replaced by `groups` '
-                      'and will be removed in v0.23.0.', DeprecationWarning)
-        if groups is None:
-            groups = num_groups
-    if groups is not None:
-        if not (isinstance(groups, list) or (isinstance(groups, int) and groups > 0)):
-            raise ValueError('groups should be a non-negative integer or '
-                             'a list of list of tf.Variable.')
-        if isinstance(groups, list):
-            seen = set()
-            for group in groups:
-                for var in group:
-                    if not _is_variable(var):
-                        raise ValueError('groups must consist of tf.Variable.')
-                    key = var_ref(var)
-                    if key in seen:
-                        raise ValueError('A variable can only appear once in groups.')
-                    seen.add(key)
-    return groups
+def check_reduction_args(op, gradient_predivide_factor, num_groups, groups,
+                         backward_passes_per_step=1):
+    """Validates the arguments every gradient wrapper takes (``check_optimizer_args``, groups
+    of TensorFlow variables); returns the effective ``groups`` (a list when given as lists)."""
+    groups = check_optimizer_args(op, gradient_predivide_factor, num_groups, groups,
+                                  backward_passes_per_step)
+    check_variable_groups(groups, _is_variable, key=var_ref)
+    return list(groups) if isinstance(groups, tuple) else groups
 
 
 def _is_variable(var):

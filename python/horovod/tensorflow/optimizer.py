@@ -209,9 +209,8 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense='
         scale_local_gradients: divide the gradients of ``register_local_var`` variables by the
             set size.
     """
-    if backward_passes_per_step <= 0:
-        raise ValueError('backward_passes_per_step must be > 0')
-    groups = check_reduction_args(op, gradient_predivide_factor, num_groups, groups)
+    groups = check_reduction_args(op, gradient_predivide_factor, num_groups, groups,
+                                  backward_passes_per_step)
 
     if isinstance(optimizer, tf.compat.v1.train.Optimizer):
         if op == Adasum:
