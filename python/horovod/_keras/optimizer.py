@@ -15,10 +15,10 @@ Where the gradients are reduced:
 With ``backward_passes_per_step = n > 1`` gradients are summed locally (in variables kept out of
 the optimizer's saved state) and reduced and applied every n-th call; the calls in between only
 advance ``iterations``. On tf-keras this is Horovod's ``_agg_helper`` (its ``counter`` counts the
-passes since the last allreduce); on Keras 3 ``_agg_helper`` is a view of ``iterations``. On JAX the train step is stateless and compiled, so the sums live in
-optimizer variables (left out of ``save_own_variables``), the reduction sits in a ``lax.cond``
-and the update is computed every call and kept only on the n-th (as Keras's own gradient
-accumulation does on JAX).
+passes since the last allreduce); on Keras 3 ``_agg_helper`` is a view of ``iterations``. On JAX
+the train step is stateless and compiled, so the sums live in optimizer variables (left out of
+``save_own_variables``), the reduction sits in a ``lax.cond`` and the update is computed every
+call and kept only on the n-th (as Keras's own gradient accumulation does on JAX).
 """
 
 from horovod._keras.settings import ReduceSettings

@@ -43,7 +43,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse=''
     ``groups``) before applying them, on whichever backend Keras runs.
 
     op: Average or Sum. gradient_predivide_factor: Average only. backward_passes_per_step:
-    sum gradients locally over that many calls, then reduce and apply. ``register_local_var(var)`` on the result keeps a variable's gradient local.
+    sum gradients locally over that many calls, then reduce and apply.
+    ``register_local_var(var)`` on the result keeps a variable's gradient local.
     ``compression``: ``hvd.Compression.fp16``/``bf16`` cast with keras.ops on any backend.
     ``device_dense`` / ``device_sparse``: TensorFlow devices for the reduction ops (TensorFlow
     backend only; ValueError on the others).
