@@ -45,7 +45,7 @@ def _psid(process_set):
 def _core():
     core = _basics._require_core()
     if not core.is_initialized():
-        # Collectives before init fail as every adapter's do (the spec's "not initialized" row):
+        # Collectives before init fail as every adapter's do, as in Horovod:
         # HorovodInternalError; rank()/size() and friends raise ValueError instead.
         raise HorovodInternalError(NOT_INITIALIZED_MESSAGE)
     return core
