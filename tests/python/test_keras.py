@@ -171,7 +171,7 @@ def test_optimizer_validation():
         with pytest.raises(ValueError, match='groups'):
             hvd.DistributedOptimizer(sgd, groups=groups)
     v = keras.Variable(np.zeros(2))
-    with pytest.raises(ValueError, match='only appear in one group'):
+    with pytest.raises(ValueError, match='only appear once in groups'):
         hvd.DistributedOptimizer(sgd, groups=[[v], [v]])
     with pytest.warns(DeprecationWarning):
         hvd.DistributedOptimizer(sgd, num_groups=2)

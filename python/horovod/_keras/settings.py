@@ -10,9 +10,9 @@ import itertools
 import os
 
 from horovod.common.ops import Average, Sum
-from horovod.common.optimizer_args import check_optimizer_args, check_variable_groups
+from horovod.common.gradient_groups import check_variable_groups, group_indices
+from horovod.common.optimizer_args import check_optimizer_args
 from horovod.common.process_sets import global_process_set
-from horovod.common.util import split_list
 
 _instances = itertools.count()
 
@@ -83,24 +83,6 @@ class ReduceSettings:
 
     # ---- reduction -------------------------------------------------------------------------
 
-    def _group_indices(self, grads, variables):
-        """Lists of gradient positions, one list per grouped call."""
-        present = [i for i, g in enumerate(grads) if g is not None]
-        if self.groups is None:
-            return [present] if present else []
-        if isinstance(self.groups, int):
-            return [p for p in split_list(present, min(self.groups, len(present))) if p]
-        position = {id(v): i for i, v in enumerate(variables)}
-        grouped, result = set(), []
-        for group in self.groups:
-            members = [position[id(v)] for v in group
-                       if id(v) in position and grads[position[id(v)]] is not None]
-            grouped.update(members)
-            if members:
-                result.append(members)
-        result.extend([i] for i in present if i not in grouped)
-        return result
-
     def _scale(self):
         """(prescale, postscale) for the core; Average's 1/size is applied by the core."""
         if self.op == Average and self.predivide != 1.0:
@@ -124,7 +106,7 @@ class ReduceSettings:
         to_reduce = [None if id(v) in self.local_vars else g for g, v in zip(grads, variables)]
         prescale, postscale = self._scale()
         reducer = self.backend.reducer
-        for n, group in enumerate(self._group_indices(to_reduce, variables)):
+        for n, group in enumerate(group_indices(to_reduce, variables, self.groups)):
             compressed, ctxs = [], []
             for i in group:
                 if _is_sparse(grads[i]):

@@ -1,5 +1,6 @@
 """The argument checks every ``DistributedOptimizer`` shares (torch, TensorFlow, Keras), and
 ``DistributedGradientTape`` with them: one wording of each error, whichever framework raised it.
+Groups of variables are checked by ``horovod.common.gradient_groups``.
 """
 
 import warnings
@@ -27,28 +28,3 @@ def check_optimizer_args(op, gradient_predivide_factor, num_groups, groups,
             groups = num_groups
     return groups
 
-
-def check_variable_groups(groups, is_variable, key=id):
-    """Checks ``groups`` given as None, a positive int, or lists of variables in which no
-    variable (told apart by ``key(variable)``) appears twice; ``is_variable(obj)`` says what
-    counts as a variable."""
-    if groups is None:
-        return
-    if isinstance(groups, int):
-        if groups <= 0:
-            raise ValueError('groups must be a positive int or a list of lists of variables, '
-                             'got {}'.format(groups))
-        return
-    if not isinstance(groups, (list, tuple)):
-        raise ValueError('groups must be a positive int or a list of lists of variables, got '
-                         '{!r}'.format(type(groups).__name__))
-    seen = set()
-    for group in groups:
-        for var in group:
-            if not is_variable(var):
-                raise ValueError('groups must contain only variables, got {!r}'
-                                 .format(type(var).__name__))
-            if key(var) in seen:
-                raise ValueError('A variable can only appear in one group: {}'
-                                 .format(getattr(var, 'name', var)))
-            seen.add(key(var))

@@ -20,9 +20,9 @@ import os
 
 import tensorflow as tf
 
-from horovod.common.optimizer_args import check_optimizer_args, check_variable_groups
+from horovod.common.gradient_groups import check_variable_groups, group_indices
+from horovod.common.optimizer_args import check_optimizer_args
 from horovod.common.process_sets import global_process_set
-from horovod.common.util import split_list
 from horovod.tensorflow import collectives as _collectives
 from horovod.tensorflow import mpi_ops as _mpi
 from horovod.tensorflow.compression import Compression
@@ -58,30 +58,6 @@ def reduction_is_identity(process_set):
     return _mpi.rank() not in ranks or len(ranks) == 1
 
 
-def _group_indices(grads, vars, groups):
-    """Lists of indices into ``grads`` (None gradients left out), one list per group."""
-    present = [i for i, g in enumerate(grads) if g is not None]
-    if not present:
-        return []
-    if groups is None:
-        return [present]
-    if isinstance(groups, int):
-        return [part for part in split_list(present, min(groups, len(present))) if part]
-    if vars is None:
-        raise ValueError('groups given as lists of variables need the variables the gradients '
-                         'belong to (pass sources/vars).')
-    position = {var_ref(v): i for i, v in enumerate(vars)}
-    result, grouped = [], set()
-    for group in groups:
-        members = [position[var_ref(v)] for v in group
-                   if var_ref(v) in position and grads[position[var_ref(v)]] is not None]
-        grouped.update(members)
-        if members:
-            result.append(members)
-    result.extend([i] for i in present if i not in grouped)
-    return result
-
-
 def _make_allreduce_grads_fn(name, device_dense, device_sparse, compression, sparse_as_dense,
                              op, gradient_predivide_factor, groups,
                              process_set=global_process_set):
@@ -112,7 +88,7 @@ def _make_allreduce_grads_fn(name, device_dense, device_sparse, compression, spa
         result = list(grads)
         scope = (name or 'Distributed') + '_Allreduce'
         with tf.name_scope(scope):
-            for indices in _group_indices(grads, vars, groups):
+            for indices in group_indices(grads, vars, groups, key=var_ref):
                 reduced = reduce_group([grads[i] for i in indices], indices[0],
                                        use_generic_names)
                 for i, r in zip(indices, reduced):
