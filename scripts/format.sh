@@ -33,6 +33,7 @@ if [ $check = 0 ]; then
   printf '%s\0' "${files[@]}" | xargs -0 -n 16 -P "$(nproc)" "$cf" -i
   exit 0
 fi
+# shellcheck disable=SC2016  # $CF and $1 are the inner shell's
 differ=$(printf '%s\0' "${files[@]}" | CF="$cf" xargs -0 -n 1 -P "$(nproc)" \
   sh -c '"$CF" "$1" | cmp -s - "$1" || echo "$1"' format-check | sort)
 if [ -n "$differ" ]; then
