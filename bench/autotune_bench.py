@@ -246,7 +246,8 @@ def main():
     p.add_argument("--build-dir", default=os.environ.get("HVD_BUILD_DIR", "build"))
     p.add_argument("--timeout", type=float, default=3000)
     p.add_argument("--verify-rounds", type=int, default=3)
-    p.add_argument("--verify-dir", default=None, help="skip tuning: verify the logs of an earlier pass in this directory")
+    p.add_argument("--verify-dir", default=None,
+                   help="skip tuning: verify the logs of an earlier pass in this directory")
     p.add_argument("--tune-log", default=None, help="with --verify-dir: that pass's printed output")
     p.add_argument("--out", default=None)
     p.add_argument("--png", default=None)
@@ -298,10 +299,11 @@ def med(xs):
 
 def render(args, results):
     lines = ["# Autotune against an exhaustive grid (2 ranks, %d repetitions, interleaved)" % args.reps, "",
-             "Command: `python3 bench/autotune_bench.py --reps %d --grid-points %d`" % (args.reps, args.grid_points), "",
-             "| workload | free knobs | grid points | bayes best in %d samples (MB/s) | grid best (MB/s) | bayes / grid |"
-             " default (MB/s) | after settling: bayes (MB/s) | after settling: grid (MB/s) | after: bayes / grid |"
-             " run time bayes / grid (s) |" % args.max_samples,
+             "Command: `python3 bench/autotune_bench.py --reps %d --grid-points %d`"
+             % (args.reps, args.grid_points), "",
+             "| workload | free knobs | grid points | bayes best in %d samples (MB/s) | grid best (MB/s) "
+             "| bayes / grid | default (MB/s) | after settling: bayes (MB/s) | after settling: grid (MB/s) "
+             "| after: bayes / grid | run time bayes / grid (s) |" % args.max_samples,
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for workload, r in results.items():
         b, g = r["bayes"], r["grid"]
@@ -319,8 +321,10 @@ def render(args, results):
         lines.append("| " + " | ".join(cells) + " |")
     if all("verify" in x for r in results.values() for x in r["bayes"]):
         lines += ["", "Re-measured in alternation (default, bayes's choice, grid's choice; %d rounds per repetition,"
-                  % args.verify_rounds, "each a fresh job pinned to the setting; bytes per second of the timed steps):", "",
-                  "| workload | default (MB/s) | bayes's choice (MB/s) | grid's choice (MB/s) | bayes / grid | bayes / default |",
+                  % args.verify_rounds,
+                  "each a fresh job pinned to the setting; bytes per second of the timed steps):", "",
+                  "| workload | default (MB/s) | bayes's choice (MB/s) | grid's choice (MB/s) | bayes / grid "
+                  "| bayes / default |",
                   "|---|---|---|---|---|---|"]
         for workload, r in results.items():
             vs = [x["verify"] for x in r["bayes"]]

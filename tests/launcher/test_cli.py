@@ -22,8 +22,6 @@ KNOB_NAMES = [
 @pytest.fixture
 def knobs(run):
     """knobs(*flags) -> the knob variables the worker sees (only those that are set)."""
-    clean = {}
-
     def _knobs(*flags, extra_env=None):
         import os
         env = {k: v for k, v in os.environ.items() if k not in KNOB_NAMES}

@@ -1,7 +1,6 @@
 """Worker failures and signals: Horovod's messages, exit status 1, the other workers terminated
 within the grace period, and no process left behind."""
 
-import os
 import signal
 import subprocess
 import time

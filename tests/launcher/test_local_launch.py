@@ -224,7 +224,7 @@ def test_large_output_is_complete(run):
     lines = stdout_lines(r)
     assert len(lines) == 40000
     for rank in (0, 1):
-        mine = [l for l in lines if l.startswith('[{}]<stdout>:'.format(rank))]
+        mine = [line for line in lines if line.startswith('[{}]<stdout>:'.format(rank))]
         assert mine == ['[{0}]<stdout>:{0} {1}'.format(rank, i) for i in range(20000)]
 
 

@@ -23,7 +23,7 @@ def test_mpi_runs_ranks_with_tagged_output(run):
     if is_open_mpi():
         assert lines == ['[1,0]<stdout>:0' + tail, '[1,1]<stdout>:1' + tail]
     else:
-        assert len(lines) == 2 and all(l.endswith(tail) for l in lines)
+        assert len(lines) == 2 and all(line.endswith(tail) for line in lines)
 
 
 def test_mpi_exit_status_is_mpiruns(run):
@@ -39,7 +39,7 @@ def test_mpirun_command_shape(run):
     r = run('--mpi', '--verbose', '-np', '2', '-H', 'localhost:2', '-p', '2222', '-i', '/tmp/key',
             '--mpi-args=--report-bindings', '--cycle-time-ms', '5', 'echo', 'a b', timeout=120)
     assert r.returncode == 0, r.stderr
-    command = [l for l in r.stderr.splitlines() if l.startswith('horovodrun: running ')][0]
+    command = [line for line in r.stderr.splitlines() if line.startswith('horovodrun: running ')][0]
     command = command[len('horovodrun: running '):]
     import os
     if os.geteuid() == 0:

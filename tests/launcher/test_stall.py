@@ -45,7 +45,8 @@ def test_stall_is_reported_then_shuts_the_job_down(run, torch_adapter):
     assert r.returncode != 0, out
     # The coordinator's warning names the late rank and the tensor, and who did submit it.
     assert ('[0]<stderr>:[' in r.stderr and 'One or more tensors were submitted to be reduced, gathered or '
-            'broadcasted by subset of ranks and are waiting for remainder of ranks for more than 2 seconds.' in r.stderr), out
+            'broadcasted by subset of ranks and are waiting for remainder of ranks for more than 2 seconds.'
+            in r.stderr), out
     assert '1: [allreduce.late]' in r.stderr, out
     assert 'allreduce.late (ALLREDUCE): submitted by rank 0, missing rank 1' in r.stderr, out
     # Every rank ends with the shutdown error carrying that report.

@@ -163,7 +163,7 @@ def test_optimizer_validation():
     for op in (hk.Adasum, 3):
         with pytest.raises(ValueError, match='op currently only supports Average and Sum'):
             hvd.DistributedOptimizer(sgd, op=op)
-    with pytest.raises(ValueError, match='gradient_predivide_factor not supported yet with op'):
+    with pytest.raises(ValueError, match='gradient_predivide_factor not supported with op'):
         hvd.DistributedOptimizer(sgd, op=hvd.Sum, gradient_predivide_factor=2.0)
     with pytest.raises(ValueError, match='backward_passes_per_step must be > 0'):
         hvd.DistributedOptimizer(sgd, backward_passes_per_step=0)
@@ -171,7 +171,7 @@ def test_optimizer_validation():
         with pytest.raises(ValueError, match='groups'):
             hvd.DistributedOptimizer(sgd, groups=groups)
     v = keras.Variable(np.zeros(2))
-    with pytest.raises(ValueError, match='only appear in one group'):
+    with pytest.raises(ValueError, match='only appear once in groups'):
         hvd.DistributedOptimizer(sgd, groups=[[v], [v]])
     with pytest.warns(DeprecationWarning):
         hvd.DistributedOptimizer(sgd, num_groups=2)

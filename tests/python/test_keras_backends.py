@@ -13,12 +13,11 @@ and must exit 0 on every rank (the scripts check their results and exit non-zero
 import importlib.util
 import os
 import re
-import shutil
-import signal
 import subprocess
 import sys
 
 import pytest
+from launch_util import run_under_horovodrun
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = os.path.join(HERE, 'keras_scripts')
@@ -34,22 +33,12 @@ def needs(*modules):
 def horovodrun(args, env_overrides, cwd, np_=2):
     """Runs ``python args...`` on ``np_`` ranks; returns the combined output, failing the test
     (with the output's tail) on a non-zero exit or a timeout."""
-    launcher = shutil.which('horovodrun')
-    if launcher is None:
-        pytest.skip('horovodrun is not on PATH')
-    env = dict(os.environ, PYTHONUNBUFFERED='1', TF_CPP_MIN_LOG_LEVEL='3', **env_overrides)
-    env.setdefault('HOROVOD_GLOO_TIMEOUT_SECONDS', '60')
-    proc = subprocess.Popen([launcher, '-np', str(np_), sys.executable] + args, cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail('timed out after {} s:\n{}'.format(TIMEOUT, out[-8000:]), pytrace=False)
-    if proc.returncode != 0:
-        pytest.fail('exit code {}:\n{}'.format(proc.returncode, out[-8000:]), pytrace=False)
+    env = dict(env_overrides)
+    env.setdefault('HOROVOD_GLOO_TIMEOUT_SECONDS',
+                   os.environ.get('HOROVOD_GLOO_TIMEOUT_SECONDS', '60'))
+    code, out = run_under_horovodrun(args, TIMEOUT, env, np_=np_, cwd=cwd)
+    if code != 0:
+        pytest.fail('exit code {}:\n{}'.format(code, out[-8000:]), pytrace=False)
     return out
 
 

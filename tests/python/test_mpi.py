@@ -14,6 +14,7 @@ import sys
 import time
 
 import pytest
+from launch_util import run_bounded
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = os.path.join(HERE, 'mpi_scripts')
@@ -51,15 +52,7 @@ def _env(**extra):
 
 
 def _run(cmd, env, timeout=TIMEOUT, cwd=HERE):
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd,
-                            start_new_session=True, text=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail('timed out after {} s: {}\n{}'.format(timeout, ' '.join(cmd), out[-8000:]))
-    return proc.returncode, out
+    return run_bounded(cmd, env, timeout, cwd=cwd)
 
 
 def _require_mpi_built():

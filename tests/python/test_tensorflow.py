@@ -10,7 +10,6 @@ the error cases (the job keeps working after each error).
 """
 
 import os
-import warnings
 
 import numpy as np
 import pytest
@@ -715,7 +714,7 @@ def test_legacy_optimizer_slots_and_local_aggregation():
     with tf.Graph().as_default():
         w = tf.compat.v1.get_variable('w', initializer=tf.constant([1.0]))
         opt = hvd.DistributedOptimizer(momentum())
-        train = opt.minimize(tf.reduce_sum(w * (r() + 1.0)))
+        opt.minimize(tf.reduce_sum(w * (r() + 1.0)))
         assert opt.get_slot_names() == ['momentum']
         assert opt.get_slot(w, 'momentum') is not None and opt.variables()
 

@@ -4,12 +4,9 @@ test process), and graphs of many independent Horovod ops with few inter-op thre
 (tf_independent_ops_worker.py)."""
 
 import os
-import shutil
-import signal
-import subprocess
-import sys
 
 import pytest
+from launch_util import run_under_horovodrun
 
 pytest.importorskip('tensorflow')
 
@@ -19,20 +16,7 @@ TIMEOUT = int(os.environ.get('HOROVOD_TEST_TIMEOUT', '420'))
 
 def _run_under_horovodrun(args, env_extra):
     """(exit code, output) of `python ARGS` under horovodrun -np 2, bounded by TIMEOUT."""
-    horovodrun = shutil.which('horovodrun')
-    if horovodrun is None:
-        pytest.skip('horovodrun is not on PATH')
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', PYTHONUNBUFFERED='1', **env_extra)
-    proc = subprocess.Popen([horovodrun, '-np', '2', sys.executable] + args,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail('timed out after {} s (a stall?):\n{}'.format(TIMEOUT, out[-4000:]))
-    return proc.returncode, out
+    return run_under_horovodrun(args, TIMEOUT, env_extra)
 
 
 def test_tf1_sessions_hooks_local_aggregation_and_state():

@@ -4,12 +4,9 @@ weights for the digits example; Horovod's result lines for the synthetic benchma
 
 import os
 import re
-import shutil
-import signal
-import subprocess
-import sys
 
 import pytest
+from launch_util import run_under_horovodrun
 
 pytest.importorskip('tensorflow')
 pytest.importorskip('sklearn')
@@ -20,21 +17,8 @@ TIMEOUT = int(os.environ.get('HOROVOD_TEST_TIMEOUT', '420'))
 
 
 def run_example(script, *args):
-    horovodrun = shutil.which('horovodrun')
-    if horovodrun is None:
-        pytest.skip('horovodrun is not on PATH')
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', PYTHONUNBUFFERED='1')
-    proc = subprocess.Popen([horovodrun, '-np', '2', sys.executable,
-                             os.path.join(EXAMPLES, script)] + list(args),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail('{} timed out after {} s:\n{}'.format(script, TIMEOUT, out[-4000:]))
-    assert proc.returncode == 0, out[-6000:]
+    rc, out = run_under_horovodrun([os.path.join(EXAMPLES, script)] + list(args), TIMEOUT)
+    assert rc == 0, out[-6000:]
     return out
 
 

@@ -5,7 +5,6 @@ launcher (every rank runs every test):
 """
 
 import copy
-import os
 import warnings
 
 import pytest

@@ -1,12 +1,12 @@
 """Elastic training for Keras, independent of which Keras runs it: ``KerasState`` and the
-callbacks that keep it current during ``model.fit``, and ``run``. The public modules bind them to
-their Keras (``_backend``, the ``Callback`` base, ``init``/``shutdown``)."""
+callbacks that keep it current during ``model.fit``, and ``run``. ``define_elastic`` binds them to
+one Keras (its ``KerasBackend`` and ``Callback`` base) for a public module."""
 
 import functools
 
 from horovod._keras import numpy_ops
 from horovod.common import basics
-from horovod.common.elastic import ObjectState, run_fn
+from horovod.common.elastic import ObjectState, names_a_horovod_op, run_fn
 from horovod.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 
 
@@ -128,12 +128,6 @@ class UpdateEpochStateCallbackImpl:
         self.state.epoch = self.initial_epoch + epoch + 1
 
 
-# Ops whose failure inside a compiled function (a TensorFlow graph, an XLA callback) reaches the
-# training loop wrapped in the framework's own error type, naming the op.
-_HOROVOD_OP_NAMES = ('HorovodAllreduce', 'HorovodAllgather', 'HorovodBroadcast', 'HorovodAlltoall',
-                     'HorovodReducescatter')
-
-
 def _failed_collective(error):
     """Whether `error` is, or wraps, a failed Horovod collective."""
     seen = set()
@@ -141,7 +135,7 @@ def _failed_collective(error):
         seen.add(id(error))
         if isinstance(error, HorovodInternalError):
             return True
-        if any(op in str(error) for op in _HOROVOD_OP_NAMES):
+        if names_a_horovod_op(error):
             return True
         error = error.__cause__ or error.__context__
     return False
@@ -165,3 +159,44 @@ def run(func, reset):
             raise
 
     return run_fn(wrapper, reset)
+
+
+def _reset():
+    basics.shutdown()
+    basics.init()
+
+
+def define_elastic(keras, backend, module):
+    """The public elastic API for one Keras (``keras`` or ``tf.keras``) and its
+    ``KerasBackend``: (KerasState, CommitStateCallback, UpdateBatchStateCallback,
+    UpdateEpochStateCallback, run). ``module`` is the public module that exports them (their
+    ``__module__``)."""
+    backend_of_module = backend
+
+    class BoundKerasState(KerasState):
+        """Model and optimizer variables plus keyword attributes, kept in sync for elastic
+        training. ``model`` must be built. ``backend`` is accepted for Horovod's signature and
+        ignored: the module's Keras decides."""
+
+        def __init__(self, model, optimizer=None, backend=None, **kwargs):
+            super().__init__(backend_of_module, model, optimizer, **kwargs)
+
+    def elastic_run(func):
+        """Elastic retry loop around ``func(state, ...)`` (see horovod._keras.elastic.run)."""
+        return run(func, _reset)
+
+    def define_callback(name, impl, doc):
+        return type(name, (impl, keras.callbacks.Callback),
+                    {'__module__': module, '__qualname__': name, '__doc__': doc})
+
+    for public, name in ((BoundKerasState, 'KerasState'), (elastic_run, 'run')):
+        public.__module__, public.__name__, public.__qualname__ = module, name, name
+    return (BoundKerasState,
+            define_callback('CommitStateCallback', CommitStateCallbackImpl,
+                            'Commits the state every ``batches_per_commit`` batches and at each '
+                            'epoch end.'),
+            define_callback('UpdateBatchStateCallback', UpdateBatchStateCallbackImpl,
+                            'Keeps ``state.batch`` current.'),
+            define_callback('UpdateEpochStateCallback', UpdateEpochStateCallbackImpl,
+                            'Keeps ``state.epoch`` current.'),
+            elastic_run)

@@ -4,7 +4,7 @@ object broadcasts, and the JAX backend's host callbacks).
 
 Every function blocks until its operation completed. Names: ``<op prefix><name>``; an unnamed
 call gets ``<op prefix>keras.noname.<n>`` with a per-process counter (reset by ``reset``, which
-the adapters call at init and shutdown), so unnamed calls match across ranks only when every rank
+runs after every init and shutdown), so unnamed calls match across ranks only when every rank
 issues the same sequence of them.
 """
 
@@ -19,8 +19,9 @@ from horovod.common.util import NOT_INITIALIZED_MESSAGE
 _counter = 0
 
 
+@_basics.on_init_and_shutdown
 def reset():
-    """Restarts the unnamed-call counter (called at init and shutdown)."""
+    """Restarts the unnamed-call counter (runs after every init and shutdown)."""
     global _counter
     _counter = 0
 
@@ -44,7 +45,7 @@ def _psid(process_set):
 def _core():
     core = _basics._require_core()
     if not core.is_initialized():
-        # Collectives before init fail as every adapter's do (the spec's "not initialized" row):
+        # Collectives before init fail as every adapter's do, as in Horovod:
         # HorovodInternalError; rank()/size() and friends raise ValueError instead.
         raise HorovodInternalError(NOT_INITIALIZED_MESSAGE)
     return core

@@ -15,10 +15,10 @@ Where the gradients are reduced:
 With ``backward_passes_per_step = n > 1`` gradients are summed locally (in variables kept out of
 the optimizer's saved state) and reduced and applied every n-th call; the calls in between only
 advance ``iterations``. On tf-keras this is Horovod's ``_agg_helper`` (its ``counter`` counts the
-passes since the last allreduce); on Keras 3 ``_agg_helper`` is a view of ``iterations``. On JAX the train step is stateless and compiled, so the sums live in
-optimizer variables (left out of ``save_own_variables``), the reduction sits in a ``lax.cond``
-and the update is computed every call and kept only on the n-th (as Keras's own gradient
-accumulation does on JAX).
+passes since the last allreduce); on Keras 3 ``_agg_helper`` is a view of ``iterations``. On JAX
+the train step is stateless and compiled, so the sums live in optimizer variables (left out of
+``save_own_variables``), the reduction sits in a ``lax.cond`` and the update is computed every
+call and kept only on the n-th (as Keras's own gradient accumulation does on JAX).
 """
 
 from horovod._keras.settings import ReduceSettings
@@ -243,6 +243,9 @@ class _TfKerasAggregationHelper:
 
     def compute_gradients(self, grads, variables):
         import tensorflow as tf
+
+        from horovod.tensorflow.gradient_aggregation import (averaged_over_passes,
+                                                             gradients_of_pass)
         n = self.backward_passes_per_step
         grads = [None if g is None else tf.convert_to_tensor(g) for g in grads]
         variables = list(variables)
@@ -255,9 +258,8 @@ class _TfKerasAggregationHelper:
             count = self.counter.read_value()
 
         def reduce_and_clear():
-            values = [acc.read_value() for acc in sums]
-            if self.average_aggregated_gradients:
-                values = [v / tf.cast(n, v.dtype) for v in values]
+            values = averaged_over_passes([acc.read_value() for acc in sums], n,
+                                          self.average_aggregated_gradients)
             reduced = self._settings.reduce(values, [variables[i] for i in present])
             with tf.control_dependencies(reduced):
                 clears = [acc.assign(tf.zeros_like(acc), read_value=False) for acc in sums]
@@ -268,15 +270,7 @@ class _TfKerasAggregationHelper:
         def local_sums():
             return [acc.read_value() for acc in sums]
 
-        if present:
-            out = tf.cond(tf.equal(count, n), reduce_and_clear, local_sums)
-            out = list(out) if isinstance(out, (list, tuple)) else [out]
-        else:
-            out = []
-        result = [None] * len(grads)
-        for i, g in zip(present, out):
-            result[i] = g
-        return result
+        return gradients_of_pass(count, n, present, len(grads), reduce_and_clear, local_sums)
 
     def apply_gradients(self, apply_closure, optimizer, grads):
         import tensorflow as tf

@@ -8,13 +8,17 @@ without it.
 
 import itertools
 import os
-import warnings
 
 from horovod.common.ops import Average, Sum
+from horovod.common.gradient_groups import check_variable_groups, group_indices
+from horovod.common.optimizer_args import check_optimizer_args
 from horovod.common.process_sets import global_process_set
-from horovod.common.util import split_list
 
 _instances = itertools.count()
+
+
+def _is_variable(obj):
+    return hasattr(obj, 'assign') and hasattr(obj, 'shape')
 
 
 def _is_sparse(grad):
@@ -38,34 +42,9 @@ class ReduceSettings:
                              'backend keeps them)'.format(backend.name))
         if op not in (Average, Sum):
             raise ValueError('op currently only supports Average and Sum')
-        if gradient_predivide_factor != 1.0 and op != Average:
-            raise ValueError('gradient_predivide_factor not supported yet with op != Average')
-        if backward_passes_per_step is None or backward_passes_per_step <= 0:
-            raise ValueError('backward_passes_per_step must be > 0')
-        if num_groups != 0:
-            warnings.warn('Parameter `num_groups` has been replaced by `groups` and will be '
-                          'removed in a future release.', DeprecationWarning)
-            if groups is None:
-                groups = num_groups
-        if groups is not None:
-            if isinstance(groups, int):
-                if groups <= 0:
-                    raise ValueError('groups must be a positive int or a list of lists of '
-                                     'variables, got {}'.format(groups))
-            elif isinstance(groups, (list, tuple)):
-                seen = set()
-                for group in groups:
-                    for var in group:
-                        if not hasattr(var, 'assign') or not hasattr(var, 'shape'):
-                            raise ValueError('groups must contain only variables, got {!r}'
-                                             .format(type(var).__name__))
-                        if id(var) in seen:
-                            raise ValueError('A variable can only appear in one group: {}'
-                                             .format(getattr(var, 'name', var)))
-                        seen.add(id(var))
-            else:
-                raise ValueError('groups must be a positive int or a list of lists of '
-                                 'variables, got {!r}'.format(type(groups).__name__))
+        groups = check_optimizer_args(op, gradient_predivide_factor, num_groups, groups,
+                                      backward_passes_per_step)
+        check_variable_groups(groups, _is_variable)
         self.backend = backend
         self.compression = compression
         self.sparse_as_dense = sparse_as_dense
@@ -104,24 +83,6 @@ class ReduceSettings:
 
     # ---- reduction -------------------------------------------------------------------------
 
-    def _group_indices(self, grads, variables):
-        """Lists of gradient positions, one list per grouped call."""
-        present = [i for i, g in enumerate(grads) if g is not None]
-        if self.groups is None:
-            return [present] if present else []
-        if isinstance(self.groups, int):
-            return [p for p in split_list(present, min(self.groups, len(present))) if p]
-        position = {id(v): i for i, v in enumerate(variables)}
-        grouped, result = set(), []
-        for group in self.groups:
-            members = [position[id(v)] for v in group
-                       if id(v) in position and grads[position[id(v)]] is not None]
-            grouped.update(members)
-            if members:
-                result.append(members)
-        result.extend([i] for i in present if i not in grouped)
-        return result
-
     def _scale(self):
         """(prescale, postscale) for the core; Average's 1/size is applied by the core."""
         if self.op == Average and self.predivide != 1.0:
@@ -145,7 +106,7 @@ class ReduceSettings:
         to_reduce = [None if id(v) in self.local_vars else g for g, v in zip(grads, variables)]
         prescale, postscale = self._scale()
         reducer = self.backend.reducer
-        for n, group in enumerate(self._group_indices(to_reduce, variables)):
+        for n, group in enumerate(group_indices(to_reduce, variables, self.groups)):
             compressed, ctxs = [], []
             for i in group:
                 if _is_sparse(grads[i]):

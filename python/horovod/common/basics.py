@@ -1,7 +1,11 @@
-"""HorovodBasics: lifecycle, topology and build queries, shared by every framework adapter.
+"""Lifecycle, topology and build queries, shared by every framework adapter: the module-level
+functions at the bottom (``init``, ``size``, ``rocm_built``, ...; ``__all__``) are what each
+adapter re-exports.
 
-One instance per adapter module (they all drive the same core); adapters pass hooks that must
-run after init / shutdown (e.g. torch resets its handle table).
+All adapters drive the same core, so an ``init`` or ``shutdown`` through any of them resets
+every loaded adapter's per-process state: an adapter registers its reset once, at import, with
+``on_init_and_shutdown`` (torch resets its handle table, TensorFlow and Keras their counters of
+unnamed collectives).
 """
 
 import atexit
@@ -40,6 +44,23 @@ def init_count():
     return _init_count
 
 
+# Called after every successful init() and every shutdown(), in registration order.
+_reset_hooks = []
+
+
+def on_init_and_shutdown(hook):
+    """Registers ``hook()`` to run after every init() and shutdown() (once per hook, however
+    often it is registered); returns ``hook``."""
+    if hook not in _reset_hooks:
+        _reset_hooks.append(hook)
+    return hook
+
+
+def _run_reset_hooks():
+    for hook in _reset_hooks:
+        hook()
+
+
 def _require_core():
     if _core is None:
         raise ImportError('horovod._core (the compiled extension) is not available: {}'.format(
@@ -53,10 +74,6 @@ def _is_mpi_comm(obj):
 
 class HorovodBasics:
     """Wraps the core's lifecycle/topology API with Horovod's Python semantics and messages."""
-
-    def __init__(self, on_init=None, on_shutdown=None):
-        self._on_init = on_init
-        self._on_shutdown = on_shutdown
 
     def init(self, comm=None, process_sets=None):
         """Starts Horovod (blocks until every rank has joined). A second call while running does
@@ -116,8 +133,7 @@ class HorovodBasics:
         _init_count += 1
         _timeline_enabled_at_init = bool(os.environ.get('HOROVOD_TIMELINE'))
         _ps._after_init(sets)
-        if self._on_init is not None:
-            self._on_init()
+        _run_reset_hooks()
 
     def shutdown(self):
         """Stops Horovod; pending operations fail. init() may be called again afterwards."""
@@ -125,8 +141,7 @@ class HorovodBasics:
             return
         _core.shutdown()
         _ps._after_shutdown()
-        if self._on_shutdown is not None:
-            self._on_shutdown()
+        _run_reset_hooks()
 
     def is_initialized(self):
         return _core is not None and _core.is_initialized()
@@ -205,3 +220,36 @@ class HorovodBasics:
 
     def rocm_built(self):
         return bool(_core is not None and _core.rocm_built())
+
+
+# What every framework module re-exports (``from horovod.common.basics import *``).
+__all__ = ['init', 'shutdown', 'is_initialized', 'start_timeline', 'stop_timeline',
+           'size', 'local_size', 'cross_size', 'rank', 'local_rank', 'cross_rank',
+           'is_homogeneous', 'mpi_threads_supported', 'mpi_enabled', 'mpi_built',
+           'gloo_enabled', 'gloo_built', 'nccl_built', 'ddl_built', 'ccl_built', 'cuda_built',
+           'rocm_built']
+
+_basics = HorovodBasics()
+
+init = _basics.init
+shutdown = _basics.shutdown
+is_initialized = _basics.is_initialized
+start_timeline = _basics.start_timeline
+stop_timeline = _basics.stop_timeline
+size = _basics.size
+local_size = _basics.local_size
+cross_size = _basics.cross_size
+rank = _basics.rank
+local_rank = _basics.local_rank
+cross_rank = _basics.cross_rank
+is_homogeneous = _basics.is_homogeneous
+mpi_threads_supported = _basics.mpi_threads_supported
+mpi_enabled = _basics.mpi_enabled
+mpi_built = _basics.mpi_built
+gloo_enabled = _basics.gloo_enabled
+gloo_built = _basics.gloo_built
+nccl_built = _basics.nccl_built
+ddl_built = _basics.ddl_built
+ccl_built = _basics.ccl_built
+cuda_built = _basics.cuda_built
+rocm_built = _basics.rocm_built

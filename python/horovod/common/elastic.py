@@ -16,6 +16,19 @@ import threading
 from horovod.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 
 
+# The TensorFlow ops of Horovod's collectives. A failed collective inside a compiled function (a
+# TensorFlow graph, an XLA callback) reaches the training loop wrapped in the framework's own
+# error type, whose message names the op.
+HOROVOD_OP_NAMES = ('HorovodAllreduce', 'HorovodAllgather', 'HorovodBroadcast', 'HorovodAlltoall',
+                    'HorovodReducescatter')
+
+
+def names_a_horovod_op(error):
+    """Whether the message of ``error`` names one of Horovod's collective ops."""
+    message = str(error)
+    return any(op in message for op in HOROVOD_OP_NAMES)
+
+
 class HostUpdateResult(enum.IntFlag):
     no_update = 0
     removed = 1

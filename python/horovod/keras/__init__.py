@@ -15,10 +15,7 @@ from horovod._keras import optimizer as _optimizer
 from horovod._keras import saving as _saving
 from horovod._keras import values as _values
 from horovod._keras.backend import KerasBackend as _KerasBackend
-from horovod._keras.basics import (  # noqa: F401
-    init, shutdown, is_initialized, start_timeline, stop_timeline, size, local_size, cross_size,
-    rank, local_rank, cross_rank, mpi_threads_supported, mpi_enabled, mpi_built, gloo_enabled,
-    gloo_built, nccl_built, ddl_built, ccl_built, cuda_built, rocm_built)
+from horovod.common.basics import *  # noqa: F401,F403 (init, size, rank, ...)
 from horovod._keras.compression import Compression
 from horovod.common.ops import Adasum, Average, Sum  # noqa: F401
 from horovod.common.process_sets import (  # noqa: F401
@@ -46,7 +43,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse=''
     ``groups``) before applying them, on whichever backend Keras runs.
 
     op: Average or Sum. gradient_predivide_factor: Average only. backward_passes_per_step:
-    sum gradients locally over that many calls, then reduce and apply. ``register_local_var(var)`` on the result keeps a variable's gradient local.
+    sum gradients locally over that many calls, then reduce and apply.
+    ``register_local_var(var)`` on the result keeps a variable's gradient local.
     ``compression``: ``hvd.Compression.fp16``/``bf16`` cast with keras.ops on any backend.
     ``device_dense`` / ``device_sparse``: TensorFlow devices for the reduction ops (TensorFlow
     backend only; ValueError on the others).

@@ -46,6 +46,7 @@ if _basics._core is None:
                        _basics._core_import_error))
 else:
     _exclude_from_autograph()
+    from horovod.common.basics import *  # noqa: F401,F403 (init, size, rank, ...)
     from horovod.common.exceptions import HorovodInternalError  # noqa: F401
     from horovod.tensorflow.collectives import (  # noqa: F401
         allreduce, grouped_allreduce, reducescatter, grouped_reducescatter)
@@ -56,10 +57,6 @@ else:
     from horovod.tensorflow.mpi_ops import (  # noqa: F401
         allgather, grouped_allgather, broadcast, alltoall, join,
         size_op, local_size_op, rank_op, local_rank_op, process_set_included_op,
-        init, shutdown, is_initialized, start_timeline, stop_timeline,
-        size, local_size, cross_size, rank, local_rank, cross_rank, is_homogeneous,
-        mpi_threads_supported, mpi_enabled, mpi_built, gloo_enabled, gloo_built,
-        nccl_built, ddl_built, ccl_built, cuda_built, rocm_built,
         ProcessSet, global_process_set, add_process_set, remove_process_set,
         Average, Sum, Adasum, Min, Max, Product)
     from horovod.tensorflow.gradient_aggregation import LocalGradientAggregationHelper  # noqa: F401

@@ -9,12 +9,10 @@ import functools
 
 import tensorflow as tf
 
-from horovod.common.elastic import ObjectState, run_fn
+from horovod.common.elastic import ObjectState, names_a_horovod_op, run_fn
 from horovod.common.exceptions import HorovodInternalError
 from horovod.tensorflow.functions import broadcast_object, broadcast_variables
 from horovod.tensorflow.mpi_ops import init, rank, shutdown
-
-_HOROVOD_OP_NAMES = ('HorovodAllreduce', 'HorovodAllgather', 'HorovodBroadcast')
 
 
 def run(func):
@@ -33,7 +31,7 @@ def run(func):
         except HorovodInternalError:
             raise
         except tf.errors.UnknownError as e:
-            if any(op in str(e) for op in _HOROVOD_OP_NAMES):
+            if names_a_horovod_op(e):
                 raise HorovodInternalError(e) from e
             return None
 

@@ -10,11 +10,37 @@ passes, so the reductions match.
 The accumulators and the counter are local variables (``tf.compat.v1.local_variables_initializer``
 or a ``MonitoredTrainingSession`` initializes them). Graph mode only: eager code should aggregate
 with a Keras optimizer or in its own loop.
+
+``averaged_over_passes`` and ``gradients_of_pass`` are shared with the tf-keras optimizer's own
+aggregation (``horovod._keras.optimizer``), which counts passes differently (Horovod's
+``_agg_helper.counter`` cycles 0..n-1 there).
 """
 
 import tensorflow as tf
 
 from horovod.common.process_sets import global_process_set
+
+
+def averaged_over_passes(values, passes, average):
+    """``values`` divided by the pass count when ``average`` (average_aggregated_gradients)."""
+    if not average:
+        return values
+    return [v / tf.cast(passes, v.dtype) for v in values]
+
+
+def gradients_of_pass(count, passes, present, num_grads, reduce_fn, local_fn):
+    """The gradients one pass returns: ``reduce_fn()`` when ``count`` equals ``passes`` (the
+    pass that reduces), else ``local_fn()``, each a list of the gradients at the positions
+    ``present``; placed back at those positions in a list of ``num_grads`` (None elsewhere)."""
+    if present:
+        out = tf.cond(tf.equal(count, passes), reduce_fn, local_fn)
+        out = list(out) if isinstance(out, (list, tuple)) else [out]
+    else:
+        out = []
+    result = [None] * num_grads
+    for i, g in zip(present, out):
+        result[i] = g
+    return result
 
 
 class LocalGradientAggregationHelper:
@@ -74,24 +100,14 @@ class LocalGradientAggregationHelper:
 
         def aggregated():
             values = [self._accumulators[i].read_value() for i in present]
-            if self._average:
-                values = [v / tf.cast(n, v.dtype) for v in values]
-            return values
+            return averaged_over_passes(values, n, self._average)
 
         def reduce_now():
             values = aggregated()
             return self._allreduce_func(values, [vars[i] for i in present])
 
         with tf.control_dependencies([count]):
-            if present:
-                out = tf.cond(tf.equal(count, n), reduce_now, aggregated)
-                out = out if isinstance(out, (list, tuple)) else [out]
-            else:
-                out = []
-        result = [None] * len(grads)
-        for i, g in zip(present, out):
-            result[i] = g
-        return result
+            return gradients_of_pass(count, n, present, len(grads), reduce_now, aggregated)
 
     def apply_gradients(self, apply_grads_closure, grads_and_vars, global_step=None):
         """An op applying the gradients (``apply_grads_closure()``) on every N-th pass and

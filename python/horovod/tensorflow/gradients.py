@@ -17,12 +17,12 @@ rank is not in the process set, or the set has one rank, the gradients are retur
 """
 
 import os
-import warnings
 
 import tensorflow as tf
 
+from horovod.common.gradient_groups import check_variable_groups, group_indices
+from horovod.common.optimizer_args import check_optimizer_args
 from horovod.common.process_sets import global_process_set
-from horovod.common.util import split_list
 from horovod.tensorflow import collectives as _collectives
 from horovod.tensorflow import mpi_ops as _mpi
 from horovod.tensorflow.compression import Compression
@@ -30,34 +30,14 @@ from horovod.tensorflow.mpi_ops import Average
 from horovod.tensorflow.util import _cache, refs_to_vars, var_ref, vars_to_refs
 
 
-def check_reduction_args(op, gradient_predivide_factor, num_groups, groups):
-    """Validates the arguments every gradient wrapper takes; returns the effective ``groups``
-    (``num_groups`` is deprecated and used when ``groups`` is None)."""
-    if gradient_predivide_factor != 1.0:
-        if _mpi.rocm_built():
-            raise ValueError('gradient_predivide_factor not supported yet with ROCm')
-        if op != Average:
-            raise ValueError('gradient_predivide_factor not supported with op != Average')
-    if num_groups != 0:
-        warnings.warn('Parameter `num_groups` has been replaced by `groups` '
-                      'and will be removed in v0.23.0.', DeprecationWarning)
-        if groups is None:
-            groups = num_groups
-    if groups is not None:
-        if not (isinstance(groups, list) or (isinstance(groups, int) and groups > 0)):
-            raise ValueError('groups should be a non-negative integer or '
-                             'a list of list of tf.Variable.')
-        if isinstance(groups, list):
-            seen = set()
-            for group in groups:
-                for var in group:
-                    if not _is_variable(var):
-                        raise ValueError('groups must consist of tf.Variable.')
-                    key = var_ref(var)
-                    if key in seen:
-                        raise ValueError('A variable can only appear once in groups.')
-                    seen.add(key)
-    return groups
+def check_reduction_args(op, gradient_predivide_factor, num_groups, groups,
+                         backward_passes_per_step=1):
+    """Validates the arguments every gradient wrapper takes (``check_optimizer_args``, groups
+    of TensorFlow variables); returns the effective ``groups`` (a list when given as lists)."""
+    groups = check_optimizer_args(op, gradient_predivide_factor, num_groups, groups,
+                                  backward_passes_per_step)
+    check_variable_groups(groups, _is_variable, key=var_ref)
+    return list(groups) if isinstance(groups, tuple) else groups
 
 
 def _is_variable(var):
@@ -76,30 +56,6 @@ def reduction_is_identity(process_set):
     if ranks is None:  # global set before init: let the collective report it
         return False
     return _mpi.rank() not in ranks or len(ranks) == 1
-
-
-def _group_indices(grads, vars, groups):
-    """Lists of indices into ``grads`` (None gradients left out), one list per group."""
-    present = [i for i, g in enumerate(grads) if g is not None]
-    if not present:
-        return []
-    if groups is None:
-        return [present]
-    if isinstance(groups, int):
-        return [part for part in split_list(present, min(groups, len(present))) if part]
-    if vars is None:
-        raise ValueError('groups given as lists of variables need the variables the gradients '
-                         'belong to (pass sources/vars).')
-    position = {var_ref(v): i for i, v in enumerate(vars)}
-    result, grouped = [], set()
-    for group in groups:
-        members = [position[var_ref(v)] for v in group
-                   if var_ref(v) in position and grads[position[var_ref(v)]] is not None]
-        grouped.update(members)
-        if members:
-            result.append(members)
-    result.extend([i] for i in present if i not in grouped)
-    return result
 
 
 def _make_allreduce_grads_fn(name, device_dense, device_sparse, compression, sparse_as_dense,
@@ -132,7 +88,7 @@ def _make_allreduce_grads_fn(name, device_dense, device_sparse, compression, spa
         result = list(grads)
         scope = (name or 'Distributed') + '_Allreduce'
         with tf.name_scope(scope):
-            for indices in _group_indices(grads, vars, groups):
+            for indices in group_indices(grads, vars, groups, key=var_ref):
                 reduced = reduce_group([grads[i] for i in indices], indices[0],
                                        use_generic_names)
                 for i, r in zip(indices, reduced):

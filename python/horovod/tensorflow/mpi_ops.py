@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from horovod.common import basics as _basics_mod
 from horovod.common import ops as _ops
-from horovod.common.basics import HorovodBasics as _HorovodBasics
+from horovod.common.basics import *  # noqa: F401,F403 (the basics, re-exported)
 from horovod.common.ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401
 from horovod.common.process_sets import (ProcessSet, global_process_set,  # noqa: F401
                                          add_process_set, remove_process_set)
@@ -33,34 +33,9 @@ _core = _basics_mod._core
 check_installed_version('tensorflow', tf.__version__)
 
 
-def _reset_names():
-    _execute.reset_counter()
-
-
-_basics = _HorovodBasics(on_init=_reset_names, on_shutdown=_reset_names)
-
-init = _basics.init
-shutdown = _basics.shutdown
-is_initialized = _basics.is_initialized
-start_timeline = _basics.start_timeline
-stop_timeline = _basics.stop_timeline
-size = _basics.size
-local_size = _basics.local_size
-cross_size = _basics.cross_size
-rank = _basics.rank
-local_rank = _basics.local_rank
-cross_rank = _basics.cross_rank
-is_homogeneous = _basics.is_homogeneous
-mpi_threads_supported = _basics.mpi_threads_supported
-mpi_enabled = _basics.mpi_enabled
-mpi_built = _basics.mpi_built
-gloo_enabled = _basics.gloo_enabled
-gloo_built = _basics.gloo_built
-nccl_built = _basics.nccl_built
-ddl_built = _basics.ddl_built
-ccl_built = _basics.ccl_built
-cuda_built = _basics.cuda_built
-rocm_built = _basics.rocm_built
+# Generated names of unnamed collectives count from zero again after every init and shutdown,
+# so that they match across ranks after an elastic reset.
+_basics_mod.on_init_and_shutdown(_execute.reset_counter)
 
 # ---- dtypes --------------------------------------------------------------------------------------
 

@@ -50,7 +50,21 @@ class _LocalVars:
         return out
 
 
-class _DistributedOptimizer(tf.compat.v1.train.Optimizer):
+class _WrapsOptimizer(tf.compat.v1.train.Optimizer):
+    """A legacy optimizer around another (``self._optimizer``), whose slots and variables are
+    the wrapped one's."""
+
+    def get_slot(self, *args, **kwargs):
+        return self._optimizer.get_slot(*args, **kwargs)
+
+    def get_slot_names(self, *args, **kwargs):
+        return self._optimizer.get_slot_names(*args, **kwargs)
+
+    def variables(self, *args, **kwargs):
+        return self._optimizer.variables(*args, **kwargs)
+
+
+class _DistributedOptimizer(_WrapsOptimizer):
     """A legacy optimizer whose ``compute_gradients`` returns reduced gradients."""
 
     def __init__(self, optimizer, name=None, use_locking=False, device_dense='', device_sparse='',
@@ -103,17 +117,8 @@ class _DistributedOptimizer(tf.compat.v1.train.Optimizer):
         return self._optimizer.apply_gradients(grads_and_vars, global_step=global_step,
                                                name=name)
 
-    def get_slot(self, *args, **kwargs):
-        return self._optimizer.get_slot(*args, **kwargs)
 
-    def get_slot_names(self, *args, **kwargs):
-        return self._optimizer.get_slot_names(*args, **kwargs)
-
-    def variables(self, *args, **kwargs):
-        return self._optimizer.variables(*args, **kwargs)
-
-
-class _DistributedAdasumOptimizer(tf.compat.v1.train.Optimizer):
+class _DistributedAdasumOptimizer(_WrapsOptimizer):
     """Adasum delta optimizer: gradients stay local, each rank applies them with the wrapped
     optimizer, and the change of the weights is combined across ranks with Adasum (weights =
     start + Adasum(deltas))."""
@@ -147,15 +152,6 @@ class _DistributedAdasumOptimizer(tf.compat.v1.train.Optimizer):
         if tf.executing_eagerly():
             return None
         return tf.group(*assigns)
-
-    def get_slot(self, *args, **kwargs):
-        return self._optimizer.get_slot(*args, **kwargs)
-
-    def get_slot_names(self, *args, **kwargs):
-        return self._optimizer.get_slot_names(*args, **kwargs)
-
-    def variables(self, *args, **kwargs):
-        return self._optimizer.variables(*args, **kwargs)
 
 
 def _is_keras_optimizer(optimizer):
@@ -209,9 +205,8 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense='
         scale_local_gradients: divide the gradients of ``register_local_var`` variables by the
             set size.
     """
-    if backward_passes_per_step <= 0:
-        raise ValueError('backward_passes_per_step must be > 0')
-    groups = check_reduction_args(op, gradient_predivide_factor, num_groups, groups)
+    groups = check_reduction_args(op, gradient_predivide_factor, num_groups, groups,
+                                  backward_passes_per_step)
 
     if isinstance(optimizer, tf.compat.v1.train.Optimizer):
         if op == Adasum:

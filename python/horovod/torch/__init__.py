@@ -16,6 +16,7 @@ if _basics._core is None:
                    'imported: {}); horovod.torch exports nothing.'.format(
                        _basics._core_import_error))
 else:
+    from horovod.common.basics import *  # noqa: F401,F403 (init, size, rank, ...)
     from horovod.common.exceptions import HorovodInternalError  # noqa: F401
     from horovod.torch import elastic  # noqa: F401
     from horovod.torch.compression import Compression  # noqa: F401
@@ -31,10 +32,6 @@ else:
         reducescatter, reducescatter_async, grouped_reducescatter,
         grouped_reducescatter_async,
         join, barrier, poll, synchronize,
-        init, shutdown, is_initialized, start_timeline, stop_timeline,
-        size, local_size, cross_size, rank, local_rank, cross_rank,
-        mpi_threads_supported, mpi_enabled, mpi_built, gloo_enabled, gloo_built,
-        nccl_built, ddl_built, ccl_built, cuda_built, rocm_built,
         ProcessSet, global_process_set, add_process_set, remove_process_set,
         Average, Sum, Adasum, Min, Max, Product)
     from horovod.torch.optimizer import DistributedOptimizer  # noqa: F401

@@ -7,9 +7,9 @@ is skipped: same result, less per-call overhead.
 import torch
 
 from horovod.common.process_sets import global_process_set
-from horovod.torch import mpi_ops as _ops
+from horovod.torch import async_ops as _ops
 from horovod.torch.compression import Compression
-from horovod.torch.mpi_ops import (Average, Sum, allgather_async, allreduce_async,
+from horovod.torch.async_ops import (Average, Sum, allgather_async, allreduce_async,
                                    alltoall_async, broadcast_async, grouped_allgather_async,
                                    grouped_allreduce_async, grouped_reducescatter_async,
                                    handle_average_backwards_compatibility, reducescatter_async,

@@ -6,8 +6,8 @@ import torch
 
 from horovod.common import objects as _objects
 from horovod.common.process_sets import global_process_set
-from horovod.torch.mpi_ops import (allgather, broadcast_, broadcast_async_, rank,
-                                   synchronize)
+from horovod.torch.async_ops import broadcast_, broadcast_async_, rank, synchronize
+from horovod.torch.collectives import allgather
 
 
 def broadcast_parameters(params, root_rank):

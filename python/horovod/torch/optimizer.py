@@ -21,14 +21,15 @@ from contextlib import contextmanager
 import torch
 
 from horovod.common.basics import init_count as _init_count
+from horovod.common.optimizer_args import check_optimizer_args
 from horovod.common.process_sets import global_process_set
 from horovod.common.util import split_list
 from horovod.torch import _buckets
+from horovod.torch.async_ops import (Adasum, Average, Max, _allreduce_into_async, allreduce_,
+                                     allreduce_async_, grouped_allreduce_async_, size,
+                                     sparse_allreduce_async, synchronize)
 from horovod.torch.compression import Compression
 from horovod.torch.functions import broadcast_object
-from horovod.torch.mpi_ops import (Adasum, Average, Max, _allreduce_into_async, allreduce_,
-                                   allreduce_async_, grouped_allreduce_async_, rocm_built, size,
-                                   sparse_allreduce_async, synchronize)
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
@@ -589,20 +590,8 @@ def DistributedOptimizer(optimizer, named_parameters=None,
     """
     # We dynamically create a new class that inherits from the optimizer that was passed in.
     # The goal is to override the `step()` method with an allreduce implementation.
-    if gradient_predivide_factor != 1.0:
-        if rocm_built():
-            raise ValueError('gradient_predivide_factor not supported yet with ROCm')
-        if op != Average:
-            raise ValueError('gradient_predivide_factor not supported with op != Average')
-
-    if num_groups != 0:
-        warnings.warn('Parameter `num_groups` has been replaced by `groups` '
-                      'and will be removed in v0.23.0.', DeprecationWarning)
-        if groups is None:
-            groups = num_groups
-
-    if backward_passes_per_step <= 0:
-        raise ValueError("backward_passes_per_step must be > 0")
+    groups = check_optimizer_args(op, gradient_predivide_factor, num_groups, groups,
+                                  backward_passes_per_step)
 
     if op == Adasum and size() > 1:
         if process_set.process_set_id != 0:

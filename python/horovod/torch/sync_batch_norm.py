@@ -5,7 +5,7 @@ import torch.nn.functional as F
 from torch.autograd.function import Function
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from horovod.torch.mpi_ops import Sum, allgather_async, allreduce_async, size, synchronize
+from horovod.torch.async_ops import Sum, allgather_async, allreduce_async, size, synchronize
 
 
 class SyncBatchNorm(_BatchNorm):

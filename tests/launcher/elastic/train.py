@@ -4,9 +4,10 @@ Each epoch trains a few deterministic batches, then appends one JSON line to $EL
 epoch, rank, size, the rendezvous round, host, pid and a checksum of the weights; then commits.
 $ELASTIC_SCHEDULE (JSON list) injects events, each at most once per job (marker files next to
 the log): {"epoch": E, "rank": R, "do": "raise" | "exit" | "kill" | "stop" | "hang"} makes rank R fail
-(or pause, or sleep for an hour) at the end of epoch E, before its commit; {"epoch": E, "rank": R, "do": "hosts", "hosts": "h:2 ..."}
-makes rank R rewrite the discovery file ($ELASTIC_HOSTS) and wait until the driver has announced
-the change, so that epoch E's commit raises HostsUpdatedInterrupt on every rank.
+(or pause, or sleep for an hour) at the end of epoch E, before its commit;
+{"epoch": E, "rank": R, "do": "hosts", "hosts": "h:2 ..."} makes rank R rewrite the discovery
+file ($ELASTIC_HOSTS) and wait until the driver has announced the change, so that epoch E's
+commit raises HostsUpdatedInterrupt on every rank.
 """
 
 import json

@@ -9,7 +9,7 @@ import numpy as np
 
 import keras
 import horovod.keras as hvd
-from common import all_equal, check, data
+from common import all_equal, check, data, fit_small_model
 
 BACKEND = keras.backend.backend()
 LR = 0.05
@@ -24,22 +24,8 @@ def weights(model):
 
 
 def train(distributed, batch=8, callbacks=(), options=None, lr=LR, momentum=0.9, epochs=2):
-    """Rank r fits samples r, r+N, ... with batch ``batch``; the reference fits every sample
-    with batch N * batch: with averaged gradients the two are the same computation."""
-    keras.utils.set_random_seed(1)
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), keras.layers.Dense(1)])
-    opt = keras.optimizers.SGD(lr, momentum=momentum)
-    if distributed:
-        opt = hvd.DistributedOptimizer(opt, **(options or {}))
-    model.compile(optimizer=opt, loss='mse')
-    x, y = data()
-    if distributed:
-        x, y = x[hvd.rank()::hvd.size()], y[hvd.rank()::hvd.size()]
-    else:
-        batch *= hvd.size()
-    history = model.fit(x, y, batch_size=batch, epochs=epochs, shuffle=False, verbose=0,
-                        callbacks=list(callbacks))
-    return model, history
+    return fit_small_model(keras, hvd, keras.optimizers.SGD(lr, momentum=momentum), distributed,
+                           batch=batch, epochs=epochs, callbacks=callbacks, options=options)
 
 
 def main(out_dir):

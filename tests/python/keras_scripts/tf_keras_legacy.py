@@ -9,7 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 import horovod.tensorflow.keras as hvd
-from common import all_equal, check, data
+from common import all_equal, check, data, fit_small_model
 
 keras = tf.keras
 LR = 0.05
@@ -20,20 +20,8 @@ def weights(model):
 
 
 def train(opt_cls, distributed, batch=8, callbacks=(), options=None, momentum=0.9):
-    keras.utils.set_random_seed(1)
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), keras.layers.Dense(1)])
-    opt = opt_cls(LR, momentum=momentum)
-    if distributed:
-        opt = hvd.DistributedOptimizer(opt, **(options or {}))
-    model.compile(optimizer=opt, loss='mse')
-    x, y = data()
-    if distributed:
-        x, y = x[hvd.rank()::hvd.size()], y[hvd.rank()::hvd.size()]
-    else:
-        batch *= hvd.size()
-    history = model.fit(x, y, batch_size=batch, epochs=2, shuffle=False, verbose=0,
-                        callbacks=list(callbacks))
-    return model, history
+    return fit_small_model(keras, hvd, opt_cls(LR, momentum=momentum), distributed, batch=batch,
+                           callbacks=callbacks, options=options)
 
 
 def main(out_dir):

@@ -22,7 +22,7 @@ def rank_loss(var, scale=1.0):
 
 
 def test_compute_gradients_are_reduced_once(opt_cls, op, in_function):
-    r, n = hvd.rank(), hvd.size()
+    n = hvd.size()
     var = tf.Variable([0.0, 0.0])
     opt = hvd.DistributedOptimizer(opt_cls(1.0), op=op)
     check(opt._agg_helper is None, 'backward_passes_per_step=1: _agg_helper must be None')
@@ -74,7 +74,7 @@ def test_aggregation_counter_cycles(opt_cls, bpps, in_function, average):
     """Custom loop through _compute_gradients + apply_gradients with local aggregation: the
     counter goes 1, 2, ..., bpps-1, 0, ...; the variable moves only on every bpps-th step, by
     the allreduced sum (or mean) of the passes' gradients."""
-    r, n = hvd.rank(), hvd.size()
+    n = hvd.size()
     var = tf.Variable([0.0])
     opt = hvd.DistributedOptimizer(opt_cls(1.0), backward_passes_per_step=bpps,
                                    average_aggregated_gradients=average)
@@ -136,7 +136,8 @@ def test_allreduce_then_apply_in_function():
         check(np.isclose(variables[0].numpy()[0], expect),
               'step {}: {} != {}'.format(k, variables[0].numpy(), expect))
         check(int(opt.iterations.numpy()) == k + 1, 'iterations')
-        check(int(opt._agg_helper.counter.numpy()) == (k + 1) % bpps, "counter {} step {}".format(opt._agg_helper.counter.numpy(), k))
+        counter = int(opt._agg_helper.counter.numpy())
+        check(counter == (k + 1) % bpps, 'counter {} step {}'.format(counter, k))
 
 
 def test_fit_and_sparse_as_dense(opt_cls):

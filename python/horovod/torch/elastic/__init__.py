@@ -3,7 +3,7 @@
 from horovod.common.elastic import run_fn
 from horovod.torch.elastic.sampler import ElasticSampler  # noqa: F401
 from horovod.torch.elastic.state import TorchState  # noqa: F401
-from horovod.torch.mpi_ops import init, shutdown
+from horovod.torch.async_ops import init, shutdown
 
 
 def run(func):

@@ -5,7 +5,7 @@ import random
 
 import torch.utils.data.sampler
 
-from horovod.torch.mpi_ops import rank, size
+from horovod.torch.async_ops import rank, size
 
 
 class ElasticSampler(torch.utils.data.Sampler):

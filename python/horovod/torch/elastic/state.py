@@ -8,7 +8,7 @@ from horovod.common.elastic import ObjectState
 from horovod.torch.elastic.sampler import ElasticSampler
 from horovod.torch.functions import (broadcast_object, broadcast_optimizer_state,
                                      broadcast_parameters)
-from horovod.torch.mpi_ops import rank
+from horovod.torch.async_ops import rank
 
 
 class TorchState(ObjectState):
