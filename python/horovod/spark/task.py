@@ -4,7 +4,7 @@ Horovod process (``python -m horovod.runner.run_task``, which fetches the functi
 driver and sends the result back) and wait for it. And what runs in each task of
 ``horovod.spark.run_elastic`` (``run_elastic_worker``).
 
-Also ``get_available_devices()`` (spec: horovod.spark.task).
+Also ``get_available_devices()``, as in Horovod's horovod.spark.task.
 """
 
 import collections

@@ -18,7 +18,7 @@ from horovod.spark.common.util import prepare_data
 
 __all__ = ['HorovodEstimator', 'COMMON_DEFAULTS', 'PETASTORM_ONLY']
 
-# EstimatorParams (spec): parameter -> default.
+# Horovod's EstimatorParams: parameter -> default.
 COMMON_DEFAULTS = dict(
     num_proc=None, store=None, backend=None, model=None, optimizer=None, loss=None, loss_weights=None,
     sample_weight_col=None, metrics=[], feature_cols=None, label_cols=None, continuous_cols=None,

@@ -39,7 +39,7 @@ def _names(values):
 
 
 class KerasEstimator(HorovodEstimator):
-    """Horovod's KerasEstimator (spec §5). Required: store, model (a Keras 3 or tf-keras
+    """Horovod's KerasEstimator. Required: store, model (a Keras 3 or tf-keras
     model, compiled or not), optimizer (a Keras optimizer or its name), loss (a name, a Keras
     loss or a callable; a list or dict for several outputs), feature_cols, label_cols. Each
     feature column is one model input (reshaped to that input's shape); each label column pairs

@@ -30,7 +30,7 @@ NOT_AVAILABLE = dict(PETASTORM_ONLY, callbacks='training callbacks (TorchEstimat
 
 
 class TorchEstimator(HorovodEstimator):
-    """Horovod's TorchEstimator (spec §5). Required: store, model, optimizer (built on
+    """Horovod's TorchEstimator. Required: store, model, optimizer (built on
     ``model.parameters()``), loss (callable or list, one per label) or loss_constructors,
     feature_cols, label_cols. Each feature column is one positional input of the model
     (reshaped to ``input_shapes[i]`` when given); each label column pairs with one output.
