@@ -309,7 +309,8 @@ const std::vector<OptionSpec>& optionTable() {
         {{"--no-log-hide-timestamp"}, 0, nullptr, kLogging, "deprecated spelling of --log-with-timestamp",
          setDeprecatedBool(&Options::logWithTimestamp, true, "--log-with-timestamp"), "log-timestamp"},
         {{"-prefix-timestamp", "--prefix-output-with-timestamp"}, 0, nullptr, kLogging,
-         "prefix every forwarded output line of the workers with the time", setFlag(&Options::prefixOutputWithTimestamp)},
+         "prefix every forwarded output line of the workers with the time",
+         setFlag(&Options::prefixOutputWithTimestamp)},
     });
 
     // Hosts.
