@@ -4,8 +4,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <initializer_list>
 #include <iostream>
 #include <sstream>
+#include <utility>
 
 namespace hvd::launcher {
 namespace {
@@ -64,6 +66,14 @@ auto setString(std::optional<std::string> Options::*field) {
 auto setBool(std::optional<bool> Options::*field, bool value) {
   return [field, value](Options& o, const Values&, const std::string&) { o.*field = value; };
 }
+// A deprecated spelling: warns as Horovod's make_deprecated_bool_action does, then sets the value.
+auto setDeprecatedBool(std::optional<bool> Options::*field, bool value, const char* replacement) {
+  return [field, value, replacement](Options& o, const Values&, const std::string& d) {
+    std::cerr << "horovodrun: DeprecationWarning: Argument " << d << " has been replaced by " << replacement
+              << " and will be removed in v0.21.0\n";
+    o.*field = value;
+  };
+}
 auto setFlag(bool Options::*field) {
   return [field](Options& o, const Values&, const std::string&) { o.*field = true; };
 }
@@ -93,180 +103,237 @@ const char* kLogging = "logging arguments";
 const char* kHosts = "host arguments";
 const char* kController = "controller arguments";
 
+// A boolean setting with a flag for each value, as Horovod declares them (an argparse mutually
+// exclusive group of make_override_true_action / make_override_false_action): the two flags may
+// not be combined, and either one, given anywhere on the command line, wins over --config-file's
+// value for the setting (applyConfigFile only fills settings the command line left unset).
+// `on` sets the field to true, `off` to false. Horovod hides one of the two from -h
+// (argparse.SUPPRESS); this launcher lists both.
+struct BoolPair {
+  const char* on;
+  const char* off;
+  std::optional<bool> Options::*field;
+  const char* group;
+  const char* onHelp;
+  const char* offHelp;
+  bool offFirst = false;  // list `off` first (--no-stall-check is the documented one)
+};
+
+void addBoolPair(std::vector<OptionSpec>& table, const BoolPair& p) {
+  OptionSpec on{{p.on}, 0, nullptr, p.group, p.onHelp, setBool(p.field, true), p.on};
+  OptionSpec off{{p.off}, 0, nullptr, p.group, p.offHelp, setBool(p.field, false), p.on};
+  if (p.offFirst) std::swap(on, off);
+  table.push_back(std::move(on));
+  table.push_back(std::move(off));
+}
+
 const std::vector<OptionSpec>& optionTable() {
-  static const std::vector<OptionSpec> table = {
-      // General.
-      {{"-h", "--help"}, 0, nullptr, kGeneral, "show this help message and exit", setFlag(&Options::help)},
-      {{"-v", "--version"}, 0, nullptr, kGeneral, "print the Horovod version and exit", setFlag(&Options::version)},
-      {{"-np", "--num-proc"}, 1, "NP", kGeneral,
-       "total number of worker processes (elastic: processes needed before training starts)",
-       setInt(&Options::numProc)},
-      {{"-cb", "--check-build"}, 0, nullptr, kGeneral,
-       "print which frameworks, controllers and tensor operations this build supports, then exit",
-       setFlag(&Options::checkBuild)},
-      {{"--disable-cache"}, 0, nullptr, kGeneral,
-       "re-run the ssh checks instead of trusting results cached (up to 60 minutes) in ~/.horovod",
-       setFlag(&Options::disableCache)},
-      {{"--start-timeout"}, 1, "START_TIMEOUT", kGeneral,
-       "seconds allowed for the ssh checks and for starting the workers (default: $HOROVOD_START_TIMEOUT or 30)",
-       setFloat(&Options::startTimeout)},
-      {{"--network-interfaces"}, 1, "NICS", kGeneral,
-       "comma-separated network interfaces to use for communication (default: detected)",
-       [](Options& o, const Values& v, const std::string&) {
-         for (auto& nic : splitComma(v[0])) o.networkInterfaces.push_back(nic);
-       }},
-      {{"--network-interface"}, 1, "NIC", kGeneral,
-       "one network interface to use; repeat the option for several",
-       [](Options& o, const Values& v, const std::string&) {
-         auto nics = splitComma(v[0]);
-         if (nics.size() > 1) {
-           std::cerr << "horovodrun: DeprecationWarning: a comma-separated list in --network-interface is "
-                        "deprecated; use --network-interfaces or repeat --network-interface\n";
-         }
-         for (auto& nic : nics) o.networkInterfaces.push_back(nic);
-       }},
-      {{"--output-filename"}, 1, "OUTPUT_FILENAME", kGeneral,
-       "also write each rank's output to <dir>/rank.<r>/stdout and <dir>/rank.<r>/stderr",
-       setString(&Options::outputFilename)},
-      {{"--verbose"}, 0, nullptr, kGeneral, "print what the launcher does, including the commands it runs",
-       setFlag(&Options::verbose)},
-      {{"--config-file"}, 1, "CONFIG_FILE", kGeneral,
-       "YAML file with parameter values; options given on the command line take precedence",
-       setString(&Options::configFile)},
-      {{"--status-file"}, 1, "STATUS_FILE", kGeneral, nullptr, setString(&Options::statusFile)},
+  static const std::vector<OptionSpec> table = [] {
+    std::vector<OptionSpec> t;
+    auto add = [&t](std::initializer_list<OptionSpec> specs) { t.insert(t.end(), specs.begin(), specs.end()); };
+    auto pair = [&t](const BoolPair& p) { addBoolPair(t, p); };
 
-      // SSH.
-      {{"-p", "--ssh-port"}, 1, "SSH_PORT", kSsh, "ssh port on all the hosts", setInt(&Options::sshPort)},
-      {{"-i", "--ssh-identity-file"}, 1, "SSH_IDENTITY_FILE", kSsh, "ssh private key file (identity)",
-       setString(&Options::sshIdentityFile)},
-
-      // Tunables.
-      {{"--fusion-threshold-mb"}, 1, "FUSION_THRESHOLD_MB", kTunable,
-       "fusion buffer size in MB; 0 disables tensor fusion (default: 128)", setInt(&Options::fusionThresholdMb)},
-      {{"--cycle-time-ms"}, 1, "CYCLE_TIME_MS", kTunable,
-       "milliseconds between background negotiation cycles (default: 1)", setFloat(&Options::cycleTimeMs)},
-      {{"--cache-capacity"}, 1, "CACHE_CAPACITY", kTunable,
-       "number of entries in the response cache; 0 disables it (default: 1024)", setInt(&Options::cacheCapacity)},
-      {{"--hierarchical-allreduce"}, 0, nullptr, kTunable,
-       "allreduce within each host first, then across hosts", setBool(&Options::hierarchicalAllreduce, true)},
-      {{"--no-hierarchical-allreduce"}, 0, nullptr, kTunable, "explicitly disable hierarchical allreduce",
-       setBool(&Options::hierarchicalAllreduce, false)},
-      {{"--hierarchical-allgather"}, 0, nullptr, kTunable,
-       "allgather within each host first, then across hosts", setBool(&Options::hierarchicalAllgather, true)},
-      {{"--no-hierarchical-allgather"}, 0, nullptr, kTunable, "explicitly disable hierarchical allgather",
-       setBool(&Options::hierarchicalAllgather, false)},
-      {{"--torus-allreduce"}, 0, nullptr, kTunable, "use the two-dimensional torus allreduce (NCCL)",
-       setBool(&Options::torusAllreduce, true)},
-      {{"--no-torus-allreduce"}, 0, nullptr, kTunable, "explicitly disable the torus allreduce",
-       setBool(&Options::torusAllreduce, false)},
-
-      // Autotune.
-      {{"--autotune"}, 0, nullptr, kAutotune,
-       "tune the fusion threshold, batching, spin/park, algorithm crossover and cache while training",
-       setBool(&Options::autotune, true)},
-      {{"--no-autotune"}, 0, nullptr, kAutotune, nullptr, setBool(&Options::autotune, false)},
-      {{"--autotune-log-file"}, 1, "AUTOTUNE_LOG_FILE", kAutotune, "CSV file recording every autotune sample",
-       setString(&Options::autotuneLogFile)},
-      {{"--autotune-warmup-samples"}, 1, "AUTOTUNE_WARMUP_SAMPLES", kAutotune,
-       "samples discarded at the start of autotuning (default: 3)", setInt(&Options::autotuneWarmupSamples)},
-      {{"--autotune-steps-per-sample"}, 1, "AUTOTUNE_STEPS_PER_SAMPLE", kAutotune,
-       "steps measured per autotune sample (default: 10)", setInt(&Options::autotuneStepsPerSample)},
-      {{"--autotune-bayes-opt-max-samples"}, 1, "AUTOTUNE_BAYES_OPT_MAX_SAMPLES", kAutotune,
-       "Bayesian optimization samples before settling (default: 20)", setInt(&Options::autotuneBayesOptMaxSamples)},
-      {{"--autotune-gaussian-process-noise"}, 1, "AUTOTUNE_GAUSSIAN_PROCESS_NOISE", kAutotune,
-       "noise (alpha) of the Gaussian process, in [0, 1] (default: 0.8)",
-       setFloat(&Options::autotuneGaussianProcessNoise)},
-
-      // Elastic.
-      {{"--min-np", "--min-num-proc"}, 1, "MIN_NP", kElastic,
-       "minimum processes; training pauses below it (makes the run elastic)", setInt(&Options::minNumProc)},
-      {{"--max-np", "--max-num-proc"}, 1, "MAX_NP", kElastic, "maximum processes", setInt(&Options::maxNumProc)},
-      {{"--slots-per-host"}, 1, "SLOTS", kElastic,
-       "slots for discovered hosts that do not state a slot count", setInt(&Options::slotsPerHost)},
-      {{"--elastic-timeout"}, 1, "ELASTIC_TIMEOUT", kElastic,
-       "seconds to wait for enough slots after a change (default: $HOROVOD_ELASTIC_TIMEOUT or 600)",
-       setFloat(&Options::elasticTimeout)},
-      {{"--reset-limit"}, 1, "RESET_LIMIT", kElastic, "maximum number of resets before the job fails",
-       setInt(&Options::resetLimit)},
-      {{"--blacklist-cooldown-range"}, 2, "COOLDOWN_RANGE", kElastic,
-       "MIN MAX seconds a failed host stays blacklisted (default: forever)",
-       [](Options& o, const Values& v, const std::string& d) {
-         o.blacklistCooldownRange = {static_cast<int>(toInt(d, v[0])), static_cast<int>(toInt(d, v[1]))};
-       }},
-
-      // Timeline.
-      {{"--timeline-filename"}, 1, "TIMELINE_FILENAME", kTimeline,
-       "write a Chrome-trace timeline of every operation to this file", setString(&Options::timelineFilename)},
-      {{"--timeline-mark-cycles"}, 0, nullptr, kTimeline, "mark background cycles in the timeline",
-       setBool(&Options::timelineMarkCycles, true)},
-      {{"--no-timeline-mark-cycles"}, 0, nullptr, kTimeline, nullptr, setBool(&Options::timelineMarkCycles, false)},
-
-      // Stall check.
-      {{"--no-stall-check"}, 0, nullptr, kStall, "disable the check for ranks that stall",
-       setBool(&Options::stallCheck, false)},
-      {{"--stall-check"}, 0, nullptr, kStall, nullptr, setBool(&Options::stallCheck, true)},
-      {{"--stall-check-warning-time-seconds"}, 1, "STALL_CHECK_WARNING_TIME_SECONDS", kStall,
-       "seconds before a stalled tensor is reported (default: 60)",
-       setInt(&Options::stallCheckWarningTimeSeconds)},
-      {{"--stall-check-shutdown-time-seconds"}, 1, "STALL_CHECK_SHUTDOWN_TIME_SECONDS", kStall,
-       "seconds after which a stall shuts the job down; must exceed the warning time (default: 0, never)",
-       setInt(&Options::stallCheckShutdownTimeSeconds)},
-
-      // Library.
-      {{"--mpi-threads-disable"}, 0, nullptr, kLibrary, "initialize MPI with MPI_THREAD_SINGLE",
-       setBool(&Options::mpiThreadsDisable, true)},
-      {{"--no-mpi-threads-disable"}, 0, nullptr, kLibrary, nullptr, setBool(&Options::mpiThreadsDisable, false)},
-      {{"--mpi-args"}, 1, "MPI_ARGS", kLibrary, "extra arguments for mpirun (use the --mpi-args=\"...\" form)",
-       setString(&Options::mpiArgs)},
-      {{"--tcp"}, 0, nullptr, kLibrary, "use TCP only (sets NCCL_IB_DISABLE=1)", setFlag(&Options::tcp)},
-      {{"--binding-args"}, 1, "BINDING_ARGS", kLibrary,
-       "process binding arguments for mpirun (default: -bind-to none -map-by slot)",
-       setString(&Options::bindingArgs)},
-      {{"--num-nccl-streams"}, 1, "NUM_NCCL_STREAMS", kLibrary, "NCCL streams per device (default: 1)",
-       setInt(&Options::numNcclStreams)},
-      {{"--thread-affinity"}, 1, "THREAD_AFFINITY", kLibrary, "pin the background thread to this core",
-       setInt(&Options::threadAffinity)},
-      {{"--gloo-timeout-seconds"}, 1, "GLOO_TIMEOUT_SECONDS", kLibrary,
-       "rendezvous and collective timeout of the Gloo controller (default: 30)",
-       setInt(&Options::glooTimeoutSeconds)},
-
-      // Logging.
-      {{"--log-level"}, 1, "{TRACE,DEBUG,INFO,WARNING,ERROR,FATAL}", kLogging,
-       "minimum severity of core log messages (default: WARNING)",
-       [](Options& o, const Values& v, const std::string& d) {
-         static const char* kLevels[] = {"TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL"};
-         for (const char* level : kLevels) {
-           if (v[0] == level) {
-             o.logLevel = v[0];
-             return;
+    // General.
+    add({
+        {{"-h", "--help"}, 0, nullptr, kGeneral, "show this help message and exit", setFlag(&Options::help)},
+        {{"-v", "--version"}, 0, nullptr, kGeneral, "print the Horovod version and exit", setFlag(&Options::version)},
+        {{"-np", "--num-proc"}, 1, "NP", kGeneral,
+         "total number of worker processes (elastic: processes needed before training starts)",
+         setInt(&Options::numProc)},
+        {{"-cb", "--check-build"}, 0, nullptr, kGeneral,
+         "print which frameworks, controllers and tensor operations this build supports, then exit",
+         setFlag(&Options::checkBuild)},
+        {{"--disable-cache"}, 0, nullptr, kGeneral,
+         "re-run the ssh checks instead of trusting results cached (up to 60 minutes) in ~/.horovod",
+         setFlag(&Options::disableCache)},
+        {{"--start-timeout"}, 1, "START_TIMEOUT", kGeneral,
+         "seconds allowed for the ssh checks and for starting the workers (default: $HOROVOD_START_TIMEOUT or 30)",
+         setFloat(&Options::startTimeout)},
+        {{"--network-interfaces"}, 1, "NICS", kGeneral,
+         "comma-separated network interfaces to use for communication (default: detected)",
+         [](Options& o, const Values& v, const std::string&) {
+           for (auto& nic : splitComma(v[0])) o.networkInterfaces.push_back(nic);
+         }},
+        {{"--network-interface"}, 1, "NIC", kGeneral,
+         "one network interface to use; repeat the option for several",
+         [](Options& o, const Values& v, const std::string&) {
+           auto nics = splitComma(v[0]);
+           if (nics.size() > 1) {
+             std::cerr << "horovodrun: DeprecationWarning: a comma-separated list in --network-interface is "
+                          "deprecated; use --network-interfaces or repeat --network-interface\n";
            }
-         }
-         throw UsageError("argument " + d + ": invalid choice: '" + v[0] +
-                          "' (choose from 'TRACE', 'DEBUG', 'INFO', 'WARNING', 'ERROR', 'FATAL')");
-       }},
-      {{"--log-without-timestamp", "--log-hide-timestamp"}, 0, nullptr, kLogging,
-       "leave timestamps out of core log messages", setBool(&Options::logWithTimestamp, false)},
-      {{"--log-with-timestamp", "--no-log-hide-timestamp"}, 0, nullptr, kLogging, nullptr,
-       setBool(&Options::logWithTimestamp, true)},
-      {{"-prefix-timestamp", "--prefix-output-with-timestamp"}, 0, nullptr, kLogging,
-       "prefix every forwarded output line with the time", setFlag(&Options::prefixOutputWithTimestamp)},
+           for (auto& nic : nics) o.networkInterfaces.push_back(nic);
+         }},
+        {{"--output-filename"}, 1, "OUTPUT_FILENAME", kGeneral,
+         "also write each rank's output to <dir>/rank.<r>/stdout and <dir>/rank.<r>/stderr",
+         setString(&Options::outputFilename)},
+        {{"--verbose"}, 0, nullptr, kGeneral, "print what the launcher does, including the commands it runs",
+         setFlag(&Options::verbose)},
+        {{"--config-file"}, 1, "CONFIG_FILE", kGeneral,
+         "YAML file with parameter values; options given on the command line take precedence",
+         setString(&Options::configFile)},
+        {{"--status-file"}, 1, "STATUS_FILE", kGeneral, nullptr, setString(&Options::statusFile)},
+    });
 
-      // Hosts.
-      {{"-H", "--hosts"}, 1, "HOSTS", kHosts,
-       "hosts and slots, e.g. host1:2,host2:4 (default: localhost:<np>)", setString(&Options::hosts), "hosts"},
-      {{"-hostfile", "--hostfile"}, 1, "HOSTFILE", kHosts,
-       "file with one '<hostname> slots=<n>' per line", setString(&Options::hostfile), "hosts"},
-      {{"--host-discovery-script"}, 1, "HOST_DISCOVERY_SCRIPT", kHosts,
-       "executable printing the available hosts, one 'host[:slots]' per line (elastic)",
-       setString(&Options::hostDiscoveryScript), "hosts"},
+    // SSH.
+    add({
+        {{"-p", "--ssh-port"}, 1, "SSH_PORT", kSsh, "ssh port on all the hosts", setInt(&Options::sshPort)},
+        {{"-i", "--ssh-identity-file"}, 1, "SSH_IDENTITY_FILE", kSsh, "ssh private key file (identity)",
+         setString(&Options::sshIdentityFile)},
+    });
 
-      // Controller.
-      {{"--gloo"}, 0, nullptr, kController, "use the built-in (Gloo-compatible) launcher and controller",
-       setController(Controller::kGloo), "controller"},
-      {{"--mpi"}, 0, nullptr, kController, "launch with mpirun", setController(Controller::kMpi), "controller"},
-      {{"--jsrun"}, 0, nullptr, kController, "launch with jsrun (IBM LSF only)", setController(Controller::kJsrun),
-       "controller"},
-  };
+    // Tunables.
+    add({
+        {{"--fusion-threshold-mb"}, 1, "FUSION_THRESHOLD_MB", kTunable,
+         "fusion buffer size in MB; 0 disables tensor fusion (default: 128)", setInt(&Options::fusionThresholdMb)},
+        {{"--cycle-time-ms"}, 1, "CYCLE_TIME_MS", kTunable,
+         "milliseconds between background negotiation cycles (default: 1)", setFloat(&Options::cycleTimeMs)},
+        {{"--cache-capacity"}, 1, "CACHE_CAPACITY", kTunable,
+         "number of entries in the response cache; 0 disables it (default: 1024)", setInt(&Options::cacheCapacity)},
+    });
+    pair({"--hierarchical-allreduce", "--no-hierarchical-allreduce", &Options::hierarchicalAllreduce, kTunable,
+          "allreduce within each host first, then across hosts (config: params.hierarchical_allreduce)",
+          "explicitly disable hierarchical allreduce, so autotuning leaves it off"});
+    pair({"--hierarchical-allgather", "--no-hierarchical-allgather", &Options::hierarchicalAllgather, kTunable,
+          "allgather within each host first, then across hosts (config: params.hierarchical_allgather)",
+          "explicitly disable hierarchical allgather, so autotuning leaves it off"});
+    pair({"--torus-allreduce", "--no-torus-allreduce", &Options::torusAllreduce, kTunable,
+          "use the two-dimensional torus allreduce (NCCL) (config: params.torus_allreduce)",
+          "explicitly disable the torus allreduce, so autotuning leaves it off"});
+
+    // Autotune.
+    pair({"--autotune", "--no-autotune", &Options::autotune, kAutotune,
+          "tune the fusion threshold, batching, spin/park, algorithm crossover and cache while training "
+          "(config: autotune.enabled)",
+          "do not autotune, even if the config file enables it (exports HOROVOD_AUTOTUNE=0)"});
+    add({
+        {{"--autotune-log-file"}, 1, "AUTOTUNE_LOG_FILE", kAutotune, "CSV file recording every autotune sample",
+         setString(&Options::autotuneLogFile)},
+        {{"--autotune-warmup-samples"}, 1, "AUTOTUNE_WARMUP_SAMPLES", kAutotune,
+         "samples discarded at the start of autotuning (default: 3)", setInt(&Options::autotuneWarmupSamples)},
+        {{"--autotune-steps-per-sample"}, 1, "AUTOTUNE_STEPS_PER_SAMPLE", kAutotune,
+         "steps measured per autotune sample (default: 10)", setInt(&Options::autotuneStepsPerSample)},
+        {{"--autotune-bayes-opt-max-samples"}, 1, "AUTOTUNE_BAYES_OPT_MAX_SAMPLES", kAutotune,
+         "Bayesian optimization samples before settling (default: 20)",
+         setInt(&Options::autotuneBayesOptMaxSamples)},
+        {{"--autotune-gaussian-process-noise"}, 1, "AUTOTUNE_GAUSSIAN_PROCESS_NOISE", kAutotune,
+         "noise (alpha) of the Gaussian process, in [0, 1] (default: 0.8)",
+         setFloat(&Options::autotuneGaussianProcessNoise)},
+    });
+
+    // Elastic.
+    add({
+        {{"--min-np", "--min-num-proc"}, 1, "MIN_NP", kElastic,
+         "minimum processes; training pauses below it (makes the run elastic)", setInt(&Options::minNumProc)},
+        {{"--max-np", "--max-num-proc"}, 1, "MAX_NP", kElastic, "maximum processes", setInt(&Options::maxNumProc)},
+        {{"--slots-per-host"}, 1, "SLOTS", kElastic,
+         "slots for discovered hosts that do not state a slot count", setInt(&Options::slotsPerHost)},
+        {{"--elastic-timeout"}, 1, "ELASTIC_TIMEOUT", kElastic,
+         "seconds to wait for enough slots after a change (default: $HOROVOD_ELASTIC_TIMEOUT or 600)",
+         setFloat(&Options::elasticTimeout)},
+        {{"--reset-limit"}, 1, "RESET_LIMIT", kElastic, "maximum number of resets before the job fails",
+         setInt(&Options::resetLimit)},
+        {{"--blacklist-cooldown-range"}, 2, "COOLDOWN_RANGE", kElastic,
+         "MIN MAX seconds a failed host stays blacklisted (default: forever)",
+         [](Options& o, const Values& v, const std::string& d) {
+           o.blacklistCooldownRange = {static_cast<int>(toInt(d, v[0])), static_cast<int>(toInt(d, v[1]))};
+         }},
+    });
+
+    // Timeline.
+    add({
+        {{"--timeline-filename"}, 1, "TIMELINE_FILENAME", kTimeline,
+         "write a Chrome-trace timeline of every operation to this file", setString(&Options::timelineFilename)},
+    });
+    pair({"--timeline-mark-cycles", "--no-timeline-mark-cycles", &Options::timelineMarkCycles, kTimeline,
+          "mark background cycles in the timeline (config: timeline.mark_cycles)",
+          "do not mark cycles, even if the config file asks to"});
+
+    // Stall check.
+    pair({"--stall-check", "--no-stall-check", &Options::stallCheck, kStall,
+          "enable the stall check, even if the config file disables it (exports HOROVOD_STALL_CHECK_DISABLE=0)",
+          "disable the check for ranks that stall (config: stall_check.enabled: false)", true});
+    add({
+        {{"--stall-check-warning-time-seconds"}, 1, "STALL_CHECK_WARNING_TIME_SECONDS", kStall,
+         "seconds before a stalled tensor is reported (default: 60)",
+         setInt(&Options::stallCheckWarningTimeSeconds)},
+        {{"--stall-check-shutdown-time-seconds"}, 1, "STALL_CHECK_SHUTDOWN_TIME_SECONDS", kStall,
+         "seconds after which a stall shuts the job down; must exceed the warning time (default: 0, never)",
+         setInt(&Options::stallCheckShutdownTimeSeconds)},
+    });
+
+    // Library.
+    pair({"--mpi-threads-disable", "--no-mpi-threads-disable", &Options::mpiThreadsDisable, kLibrary,
+          "initialize MPI with MPI_THREAD_SINGLE (config: library_options.mpi_threads_disable)",
+          "keep MPI's thread support, even if the config file disables it"});
+    add({
+        {{"--mpi-args"}, 1, "MPI_ARGS", kLibrary, "extra arguments for mpirun (use the --mpi-args=\"...\" form)",
+         setString(&Options::mpiArgs)},
+        {{"--tcp"}, 0, nullptr, kLibrary, "use TCP only (sets NCCL_IB_DISABLE=1)", setFlag(&Options::tcp)},
+        {{"--binding-args"}, 1, "BINDING_ARGS", kLibrary,
+         "process binding arguments for mpirun (default: -bind-to none -map-by slot)",
+         setString(&Options::bindingArgs)},
+        {{"--num-nccl-streams"}, 1, "NUM_NCCL_STREAMS", kLibrary, "NCCL streams per device (default: 1)",
+         setInt(&Options::numNcclStreams)},
+        {{"--thread-affinity"}, 1, "THREAD_AFFINITY", kLibrary, "pin the background thread to this core",
+         setInt(&Options::threadAffinity)},
+        {{"--gloo-timeout-seconds"}, 1, "GLOO_TIMEOUT_SECONDS", kLibrary,
+         "rendezvous and collective timeout of the Gloo controller (default: 30)",
+         setInt(&Options::glooTimeoutSeconds)},
+    });
+
+    // Logging. The four timestamp spellings form one exclusive group, as in Horovod; two are
+    // the deprecated pre-0.21 names.
+    add({
+        {{"--log-level"}, 1, "{TRACE,DEBUG,INFO,WARNING,ERROR,FATAL}", kLogging,
+         "minimum severity of core log messages (default: WARNING)",
+         [](Options& o, const Values& v, const std::string& d) {
+           static const char* kLevels[] = {"TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL"};
+           for (const char* level : kLevels) {
+             if (v[0] == level) {
+               o.logLevel = v[0];
+               return;
+             }
+           }
+           throw UsageError("argument " + d + ": invalid choice: '" + v[0] +
+                            "' (choose from 'TRACE', 'DEBUG', 'INFO', 'WARNING', 'ERROR', 'FATAL')");
+         }},
+        {{"--log-with-timestamp"}, 0, nullptr, kLogging,
+         "timestamp core log messages, even if the config file hides the time (exports HOROVOD_LOG_HIDE_TIME=0)",
+         setBool(&Options::logWithTimestamp, true), "log-timestamp"},
+        {{"--log-without-timestamp"}, 0, nullptr, kLogging,
+         "leave timestamps out of core log messages (config: logging.with_timestamp: false)",
+         setBool(&Options::logWithTimestamp, false), "log-timestamp"},
+        {{"--log-hide-timestamp"}, 0, nullptr, kLogging, "deprecated spelling of --log-without-timestamp",
+         setDeprecatedBool(&Options::logWithTimestamp, false, "--log-without-timestamp"), "log-timestamp"},
+        {{"--no-log-hide-timestamp"}, 0, nullptr, kLogging, "deprecated spelling of --log-with-timestamp",
+         setDeprecatedBool(&Options::logWithTimestamp, true, "--log-with-timestamp"), "log-timestamp"},
+        {{"-prefix-timestamp", "--prefix-output-with-timestamp"}, 0, nullptr, kLogging,
+         "prefix every forwarded output line of the workers with the time",
+         setFlag(&Options::prefixOutputWithTimestamp)},
+    });
+
+    // Hosts.
+    add({
+        {{"-H", "--hosts"}, 1, "HOSTS", kHosts,
+         "hosts and slots, e.g. host1:2,host2:4 (default: localhost:<np>)", setString(&Options::hosts), "hosts"},
+        {{"-hostfile", "--hostfile"}, 1, "HOSTFILE", kHosts,
+         "file with one '<hostname> slots=<n>' per line", setString(&Options::hostfile), "hosts"},
+        {{"--host-discovery-script"}, 1, "HOST_DISCOVERY_SCRIPT", kHosts,
+         "executable printing the available hosts, one 'host[:slots]' per line (elastic)",
+         setString(&Options::hostDiscoveryScript), "hosts"},
+    });
+
+    // Controller.
+    add({
+        {{"--gloo"}, 0, nullptr, kController, "use the built-in (Gloo-compatible) launcher and controller",
+         setController(Controller::kGloo), "controller"},
+        {{"--mpi"}, 0, nullptr, kController, "launch with mpirun", setController(Controller::kMpi), "controller"},
+        {{"--jsrun"}, 0, nullptr, kController, "launch with jsrun (IBM LSF only)",
+         setController(Controller::kJsrun), "controller"},
+    });
+    return t;
+  }();
   return table;
 }
 

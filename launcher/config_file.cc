@@ -361,6 +361,12 @@ void applyConfigFile(const std::string& path, Options& o) {
       if (value.isMap) reader.fail(value, where, "expected a value, got a mapping");
       match->set(value, where);
     }
+    // Horovod (config_parser.set_args_from_config): a non-empty stall_check section sets the
+    // check to its `enabled` value, true when absent, unless the command line gave
+    // --stall-check or --no-stall-check.
+    if (sectionName == "stall_check" && !section.entries.empty() && !o.stallCheck.has_value()) {
+      o.stallCheck = true;
+    }
   }
 }
 

@@ -25,7 +25,9 @@ struct YamlNode {
 // Parses text; `source` names it in errors ("<source>:<line>: <problem>"). Throws UsageError.
 YamlNode parseYaml(const std::string& text, const std::string& source);
 
-// Reads the file at path and sets every option it names that the command line left unset.
+// Reads the file at path and sets every option it names that the command line left unset
+// (a flag given on the command line, positive or negative, always wins; the file wins over the
+// defaults). As in Horovod, a non-empty stall_check section without `enabled` enables the check.
 // Unknown keys are reported as warnings on stderr. Throws UsageError for
 // unreadable files, syntax errors and values of the wrong type, and
 // "No such controller supported: <v>" for an unknown controller.

@@ -8,37 +8,6 @@ import sys
 
 import pytest
 
-KNOB_NAMES = [
-    'HOROVOD_FUSION_THRESHOLD', 'HOROVOD_CYCLE_TIME', 'HOROVOD_CACHE_CAPACITY', 'HOROVOD_HIERARCHICAL_ALLREDUCE',
-    'HOROVOD_HIERARCHICAL_ALLGATHER', 'HOROVOD_TORUS_ALLREDUCE', 'HOROVOD_AUTOTUNE', 'HOROVOD_AUTOTUNE_LOG',
-    'HOROVOD_AUTOTUNE_WARMUP_SAMPLES', 'HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE', 'HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES',
-    'HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE', 'HOROVOD_TIMELINE', 'HOROVOD_TIMELINE_MARK_CYCLES',
-    'HOROVOD_STALL_CHECK_DISABLE', 'HOROVOD_STALL_CHECK_TIME_SECONDS', 'HOROVOD_STALL_SHUTDOWN_TIME_SECONDS',
-    'HOROVOD_MPI_THREADS_DISABLE', 'NCCL_IB_DISABLE', 'HOROVOD_NUM_NCCL_STREAMS', 'HOROVOD_THREAD_AFFINITY',
-    'HOROVOD_GLOO_TIMEOUT_SECONDS', 'HOROVOD_LOG_LEVEL', 'HOROVOD_LOG_HIDE_TIME',
-]
-
-
-@pytest.fixture
-def knobs(run):
-    """knobs(*flags) -> the knob variables the worker sees (only those that are set)."""
-    def _knobs(*flags, extra_env=None):
-        import os
-        env = {k: v for k, v in os.environ.items() if k not in KNOB_NAMES}
-        env.update(extra_env or {})
-        r = run('-np', '1', *flags, 'env', env=env)
-        assert r.returncode == 0, r.stderr
-        seen = {}
-        for line in r.stdout.splitlines():
-            body = line.split(':', 1)[1]
-            name, _, value = body.partition('=')
-            if name in KNOB_NAMES:
-                seen[name] = value
-        return seen
-
-    return _knobs
-
-
 MAPPING = [
     (['--fusion-threshold-mb', '32'], {'HOROVOD_FUSION_THRESHOLD': '33554432'}),
     (['--fusion-threshold-mb', '0'], {'HOROVOD_FUSION_THRESHOLD': '0'}),
