@@ -15,6 +15,7 @@ def make_train_fn(spec):
         import torch
         import horovod.torch as hvd
         from horovod.spark.common.reader import epoch_order, epoch_rows, read_shard
+        from horovod.spark.data_loaders.pytorch_data_loaders import PytorchDataLoader
 
         hvd.init()
         if spec.random_seed is not None:
@@ -35,21 +36,22 @@ def make_train_fn(spec):
                                              backward_passes_per_step=spec.backward_passes_per_step,
                                              compression=spec.compression or hvd.Compression.none)
 
-        class WrappingSampler(torch.utils.data.Sampler):
-            """One epoch of ``total`` row indices over ``rows`` rows (reader.epoch_order),
-            reshuffled every epoch with ``generator``; in order without."""
+        class ShardEpoch(object):
+            """The rows of one epoch of this rank's shard: ``total`` rows over ``rows`` rows
+            (reader.epoch_order), reshuffled every epoch with ``generator``; in order without."""
 
-            def __init__(self, rows, total, generator):
-                self.rows, self.total, self.generator = rows, total, generator
+            def __init__(self, dataset, total, generator):
+                self.dataset, self.total, self.generator = dataset, total, generator
 
             def __len__(self):
                 return self.total
 
             def __iter__(self):
                 permute = (lambda n: torch.randperm(n, generator=self.generator).numpy()) if self.generator else None
-                return iter(epoch_order(self.rows, self.total, permute).tolist())
+                for i in epoch_order(len(self.dataset), self.total, permute).tolist():
+                    yield self.dataset[i]
 
-        def loader(path, batch_size, shuffle, what):
+        def loader(path, batch_size, shuffle, what, steps):
             # Every rank goes through as many rows per epoch as the largest shard has, so that
             # all ranks take the same number of steps and every row is used each epoch.
             arrays = read_shard(spec.store, path, spec.columns, hvd.rank(), hvd.size())
@@ -57,11 +59,9 @@ def make_train_fn(spec):
             rows = len(tensors[0])
             total = epoch_rows(hvd.allgather(torch.tensor([rows]), name=what + '_rows').tolist(), what)
             generator = torch.Generator().manual_seed((spec.random_seed or 0) + hvd.rank()) if shuffle else None
-            return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(*tensors), batch_size=batch_size,
-                                               sampler=WrappingSampler(rows, total, generator))
-
-        def steps_of(data, wanted):
-            return len(data) if wanted is None else min(wanted, len(data))
+            return PytorchDataLoader(ShardEpoch(torch.utils.data.TensorDataset(*tensors), total, generator),
+                                     batch_size=batch_size, shuffling_queue_capacity=0, name=what,
+                                     limit_step_per_epoch=-1 if steps is None else max(steps, 0))
 
         def loss_of(batch):
             n_features = len(spec.feature_cols)
@@ -84,10 +84,9 @@ def make_train_fn(spec):
                 total = total + weight * value
             return total
 
-        train_data = loader(spec.train_path, spec.batch_size, spec.shuffle, 'training')
-        val_data = loader(spec.val_path, spec.val_batch_size, False, 'validation') if spec.val_path else None
-        train_steps = steps_of(train_data, spec.train_steps_per_epoch)
-        val_steps = steps_of(val_data, spec.validation_steps_per_epoch) if val_data else 0
+        train_data = loader(spec.train_path, spec.batch_size, spec.shuffle, 'training', spec.train_steps_per_epoch)
+        val_data = (loader(spec.val_path, spec.val_batch_size, False, 'validation', spec.validation_steps_per_epoch)
+                    if spec.val_path else None)
         sums = {}
 
         def record(prefix, total, count):
@@ -101,9 +100,7 @@ def make_train_fn(spec):
         for epoch in range(start_epoch, spec.epochs):
             model.train()
             total, count = 0.0, 0
-            for step, batch in enumerate(train_data):
-                if step >= train_steps:
-                    break
+            for batch in train_data:
                 optimizer.zero_grad()
                 loss = loss_of(batch)
                 loss.backward()
@@ -114,9 +111,7 @@ def make_train_fn(spec):
                 model.eval()
                 total, count = 0.0, 0
                 with torch.no_grad():
-                    for step, batch in enumerate(val_data):
-                        if step >= val_steps:
-                            break
+                    for batch in val_data:
                         total, count = total + loss_of(batch).item(), count + 1
                 record('val_', total, count)
             if hvd.rank() == 0:
