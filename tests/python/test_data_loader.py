@@ -60,7 +60,7 @@ class AsyncCountingLoader(AsyncDataLoaderMixin, CountingLoader):
 def test_exports():
     assert data_loader_base.BaseDataLoader is BaseDataLoader
     assert data_loader_base.AsyncDataLoaderMixin is AsyncDataLoaderMixin
-    from horovod.spark.data_loaders import pytorch_data_loaders as p
+    p = pdl()
     for name in ('PytorchDataLoader', 'PytorchAsyncDataLoader', 'PytorchInfiniteDataLoader',
                  'PytorchInfiniteAsyncDataLoader'):
         assert name in p.__all__
@@ -264,12 +264,16 @@ def test_new_iteration_replaces_the_one_in_progress():
 
 # --- pytorch_data_loaders ---------------------------------------------------------------
 
-torch = pytest.importorskip('torch')
-from horovod.spark.data_loaders.pytorch_data_loaders import (  # noqa: E402
-    PytorchAsyncDataLoader, PytorchDataLoader, PytorchInfiniteAsyncDataLoader, PytorchInfiniteDataLoader)
+def pdl():
+    """The pytorch_data_loaders module (horovod.spark needs pyspark), or skip."""
+    pytest.importorskip('torch')
+    pytest.importorskip('pyspark')
+    from horovod.spark.data_loaders import pytorch_data_loaders
+    return pytorch_data_loaders
 
 
 def dataset(n=10):
+    import torch
     return torch.utils.data.TensorDataset(torch.arange(float(n)).view(-1, 1), torch.arange(n))
 
 
@@ -278,11 +282,12 @@ def labels(batches):
 
 
 @pytest.mark.parametrize('make', [
-    lambda r, **kw: PytorchDataLoader(r, **kw),
-    lambda r, **kw: PytorchAsyncDataLoader(3, r, **kw),
-    lambda r, **kw: PytorchAsyncDataLoader(0, r, **kw),
+    lambda r, **kw: pdl().PytorchDataLoader(r, **kw),
+    lambda r, **kw: pdl().PytorchAsyncDataLoader(3, r, **kw),
+    lambda r, **kw: pdl().PytorchAsyncDataLoader(0, r, **kw),
 ], ids=['sync', 'async', 'async0'])
 def test_pytorch_loader_batches_like_torch(make):
+    import torch
     ds = dataset(10)
     loader = make(ds, batch_size=4, shuffling_queue_capacity=0)
     expected = list(torch.utils.data.DataLoader(ds, batch_size=4))
@@ -298,31 +303,31 @@ def test_pytorch_loader_batches_like_torch(make):
 
 
 def test_pytorch_loader_limit_and_len():
-    loader = PytorchDataLoader(dataset(10), 3, 0, limit_step_per_epoch=2)
+    loader = pdl().PytorchDataLoader(dataset(10), 3, 0, limit_step_per_epoch=2)
     assert len(loader) == 2 and labels(loader) == [[0, 1, 2], [3, 4, 5]]
-    assert len(PytorchDataLoader(dataset(10), 3, 0, limit_step_per_epoch=9)) == 4
-    assert labels(PytorchDataLoader(dataset(10), 3, 0, limit_step_per_epoch=0)) == []
-    assert len(PytorchDataLoader(iter([]), 3, 0)) == 0  # length unknown, no limit: Horovod's 0
-    assert len(PytorchDataLoader(iter([]), 3, 0, limit_step_per_epoch=5)) == 5
+    assert len(pdl().PytorchDataLoader(dataset(10), 3, 0, limit_step_per_epoch=9)) == 4
+    assert labels(pdl().PytorchDataLoader(dataset(10), 3, 0, limit_step_per_epoch=0)) == []
+    assert len(pdl().PytorchDataLoader(iter([]), 3, 0)) == 0  # length unknown, no limit: Horovod's 0
+    assert len(pdl().PytorchDataLoader(iter([]), 3, 0, limit_step_per_epoch=5)) == 5
 
 
 def test_pytorch_loader_shuffling_buffer():
-    loader = PytorchDataLoader(dataset(100), 10, 16, seed=1)
+    loader = pdl().PytorchDataLoader(dataset(100), 10, 16, seed=1)
     epochs = [sum(labels(loader), []) for _ in range(2)]
     for rows in epochs:
         assert sorted(rows) == list(range(100))  # every row once per epoch
     assert epochs[0] != list(range(100)) and epochs[0] != epochs[1]
     # A buffer of capacity c can only move a row back, or at most c - 1 places ahead.
     assert all(pos >= row - 15 for pos, row in enumerate(epochs[0]))
-    again = PytorchDataLoader(dataset(100), 10, 16, seed=1)
+    again = pdl().PytorchDataLoader(dataset(100), 10, 16, seed=1)
     assert sum(labels(again), []) == epochs[0]
 
 
 def test_pytorch_loader_verbose_and_name(capsys):
-    list(PytorchDataLoader(dataset(4), 2, 0, name='train', limit_step_per_epoch=1, verbose=True))
+    list(pdl().PytorchDataLoader(dataset(4), 2, 0, name='train', limit_step_per_epoch=1, verbose=True))
     out = capsys.readouterr().out
     assert '[train]: Initializing' in out and '[train]: Reach limit_step_per_epoch. Stop at step 1.' in out
-    list(PytorchDataLoader(dataset(4), 2, 0, name='quiet'))
+    list(pdl().PytorchDataLoader(dataset(4), 2, 0, name='quiet'))
     assert capsys.readouterr().out == ''
 
 
@@ -337,14 +342,14 @@ def test_pytorch_loader_bad_arguments_are_named(kwargs, name):
     args = dict(reader=dataset(4), batch_size=2, shuffling_queue_capacity=0)
     args.update(kwargs)
     with pytest.raises(ValueError, match=name):
-        PytorchDataLoader(**args)
+        pdl().PytorchDataLoader(**args)
     with pytest.raises(TypeError, match='reader'):
-        PytorchDataLoader(5, 2, 0)
+        pdl().PytorchDataLoader(5, 2, 0)
 
 
 @pytest.mark.parametrize('make', [
-    lambda *a, **kw: PytorchInfiniteDataLoader(*a, **kw),
-    lambda *a, **kw: PytorchInfiniteAsyncDataLoader(2, *a, **kw),
+    lambda *a, **kw: pdl().PytorchInfiniteDataLoader(*a, **kw),
+    lambda *a, **kw: pdl().PytorchInfiniteAsyncDataLoader(2, *a, **kw),
 ], ids=['sync', 'async'])
 def test_infinite_loaders(make):
     loader = make(dataset(5), 2, 0, limit_step_per_epoch=2)
@@ -370,21 +375,17 @@ def test_infinite_loader_rejects_num_epochs_and_empty_reader():
         num_epochs = 1
 
     with pytest.raises(ValueError, match='num_epochs as None'):
-        PytorchInfiniteDataLoader(Reader([1, 2]), 1, 0)
+        pdl().PytorchInfiniteDataLoader(Reader([1, 2]), 1, 0)
     ok = Reader([(1,), (2,)])
     ok.num_epochs = None
-    assert len(labels_of_plain(PytorchInfiniteDataLoader(ok, 1, 0, limit_step_per_epoch=3))) == 3
+    assert len(list(pdl().PytorchInfiniteDataLoader(ok, 1, 0, limit_step_per_epoch=3))) == 3
     with pytest.raises(ValueError, match='no rows'):
-        list(PytorchInfiniteAsyncDataLoader(2, [], 1, 0, limit_step_per_epoch=1))
+        list(pdl().PytorchInfiniteAsyncDataLoader(2, [], 1, 0, limit_step_per_epoch=1))
     assert loader_threads() == []
 
 
-def labels_of_plain(batches):
-    return list(batches)
-
-
 def test_subclass_with_own_iterate_and_process_batch():
-    class Doubling(PytorchDataLoader):
+    class Doubling(pdl().PytorchDataLoader):
         def _process_batch(self, batch):
             return batch[1] * 2
 
@@ -397,6 +398,7 @@ def test_subclass_with_own_iterate_and_process_batch():
 
 
 def test_async_loader_trains_under_horovodrun(tmp_path):
+    pytest.importorskip('torch')
     horovodrun = os.path.join(os.path.dirname(sys.executable), 'horovodrun')
     if not os.path.exists(horovodrun):
         horovodrun = shutil.which('horovodrun')
