@@ -62,7 +62,7 @@ def test_exports():
     assert data_loader_base.AsyncDataLoaderMixin is AsyncDataLoaderMixin
     p = pdl()
     for name in ('PytorchDataLoader', 'PytorchAsyncDataLoader', 'PytorchInfiniteDataLoader',
-                 'PytorchInfiniteAsyncDataLoader'):
+                 'PytorchInfiniteAsyncDataLoader', 'PytorchInmemDataLoader', 'PytorchInmemAsyncDataLoader'):
         assert name in p.__all__
     assert p.PytorchAsyncDataLoader.__mro__[1] is AsyncDataLoaderMixin
 
@@ -416,3 +416,40 @@ def test_async_loader_trains_under_horovodrun(tmp_path):
     output = _tail(log_path)
     assert ok, '{}\n{}'.format(why, output)
     assert output.count('converged') == 2, output
+
+
+@pytest.mark.parametrize('make', [
+    lambda *a, **kw: pdl().PytorchInmemDataLoader(*a, **kw),
+    lambda *a, **kw: pdl().PytorchInmemAsyncDataLoader(2, *a, **kw),
+], ids=['sync', 'async'])
+def test_inmem_loaders(make):
+    # The first batch_size * limit_step_per_epoch = 6 rows are cached, passes cycle over them.
+    loader = make(dataset(10), 2, None, limit_step_per_epoch=3)
+    assert len(loader) == 3 and len(loader.rows) == 6
+    assert labels(loader) == [[0, 1], [2, 3], [4, 5]]
+    assert labels(loader) == [[0, 1], [2, 3], [4, 5]]
+    # num_epochs passes, then the epochs end early; a batch may span two passes.
+    limited = make(dataset(3), 2, 2, limit_step_per_epoch=2)
+    assert labels(limited) == [[0, 1], [2, 0]]
+    assert labels(limited) == [[1, 2]]
+    assert labels(limited) == []
+    shuffled = make(dataset(8), 4, None, shuffle=True, limit_step_per_epoch=2, seed=3)
+    epochs = [sum(labels(shuffled), []) for _ in range(3)]
+    assert all(sorted(e) == list(range(8)) for e in epochs) and len({tuple(e) for e in epochs}) > 1
+    gc.collect()
+    assert loader_threads() == []
+
+
+@pytest.mark.parametrize('kwargs, match', [
+    (dict(limit_step_per_epoch=-1), 'cannot be -1 for inmem'),
+    (dict(limit_step_per_epoch=0), 'limit_step_per_epoch'),
+    (dict(num_epochs=0), 'num_epochs'),
+    (dict(num_epochs=1.5), 'num_epochs'),
+    (dict(batch_size=-2), 'batch_size'),
+    (dict(reader=[]), 'no rows'),
+])
+def test_inmem_loader_bad_arguments_are_named(kwargs, match):
+    args = dict(reader=dataset(4), batch_size=2, num_epochs=None, limit_step_per_epoch=2)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        pdl().PytorchInmemDataLoader(**args)

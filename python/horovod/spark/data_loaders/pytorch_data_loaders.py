@@ -25,7 +25,7 @@ import random
 from horovod.data import AsyncDataLoaderMixin, BaseDataLoader
 
 __all__ = ['PytorchDataLoader', 'PytorchAsyncDataLoader', 'PytorchInfiniteDataLoader',
-           'PytorchInfiniteAsyncDataLoader']
+           'PytorchInfiniteAsyncDataLoader', 'PytorchInmemDataLoader', 'PytorchInmemAsyncDataLoader']
 
 
 def _rows(reader):
@@ -179,6 +179,101 @@ class PytorchInfiniteDataLoader(PytorchDataLoader):
 
 class PytorchInfiniteAsyncDataLoader(AsyncDataLoaderMixin, PytorchInfiniteDataLoader):
     """PytorchInfiniteDataLoader whose batches are prefetched by a background thread."""
+
+    def __init__(self, async_loader_queue_size=64, *args, **kwargs):
+        super().__init__(async_loader_queue_size, *args, **kwargs)
+
+
+class PytorchInmemDataLoader(BaseDataLoader):
+    """Horovod's in-memory loader (Petastorm's InMemBatchedDataLoader): reads the first
+    ``batch_size * limit_step_per_epoch`` rows of one pass over ``reader`` into memory once,
+    then serves batches from ``num_epochs`` passes over those rows (None: endlessly), each pass
+    reshuffled with ``shuffle``; a batch may span two passes. Each loader epoch is
+    ``limit_step_per_epoch`` batches (required: -1 is a ValueError, as in Horovod); an epoch
+    ends early when the ``num_epochs`` passes are used up. ``seed`` seeds the shuffling."""
+
+    def __init__(self, reader, batch_size, num_epochs, name="", shuffle=False, limit_step_per_epoch=-1,
+                 verbose=False, seed=None):
+        if limit_step_per_epoch == -1:
+            raise ValueError('limit_step_per_epoch cannot be -1 for inmem dataloader')
+        if not (hasattr(reader, '__iter__') or (hasattr(reader, '__getitem__') and hasattr(reader, '__len__'))):
+            raise TypeError('reader must be an iterable of rows or a map-style dataset (__len__ and __getitem__), '
+                            'got {}'.format(type(reader).__name__))
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
+            raise ValueError('batch_size must be a positive integer, got {!r}'.format(batch_size))
+        if (isinstance(limit_step_per_epoch, bool) or not isinstance(limit_step_per_epoch, int)
+                or limit_step_per_epoch <= 0):
+            raise ValueError('limit_step_per_epoch must be a positive integer for the inmem dataloader, got '
+                             '{!r}'.format(limit_step_per_epoch))
+        if num_epochs is not None and (isinstance(num_epochs, bool) or not isinstance(num_epochs, int)
+                                       or num_epochs <= 0):
+            raise ValueError('num_epochs must be a positive integer or None (endless), got {!r}'.format(num_epochs))
+        self.reader = reader
+        self.batch_size = batch_size
+        self.num_epochs = num_epochs
+        self.shuffle = shuffle
+        self.limit_step_per_epoch = limit_step_per_epoch
+        self.name = name
+        self.verbose = verbose
+        self._rng = random.Random(seed)
+        self._print_verbose('[{}]: Initializing inmem data loader with batch_size={}, num_epochs={}, shuffle={}, '
+                            'limit_step_per_epoch={}'.format(name, batch_size, num_epochs, shuffle,
+                                                             limit_step_per_epoch))
+        self.rows = []
+        for row in _rows(reader):
+            if len(self.rows) == batch_size * limit_step_per_epoch:
+                break
+            self.rows.append(row)
+        if not self.rows:
+            raise ValueError('[{}]: the reader has no rows'.format(name))
+        self.iterator = self._batches()
+
+    def __len__(self):
+        return self.limit_step_per_epoch
+
+    def _stream(self):
+        passes = 0
+        while self.num_epochs is None or passes < self.num_epochs:
+            order = list(range(len(self.rows)))
+            if self.shuffle:
+                self._rng.shuffle(order)
+            for i in order:
+                yield self.rows[i]
+            passes += 1
+
+    def _batches(self):
+        from torch.utils.data import default_collate
+        batch = []
+        for row in self._stream():
+            batch.append(row)
+            if len(batch) == self.batch_size:
+                yield default_collate(batch)
+                batch = []
+        if batch:
+            yield default_collate(batch)
+
+    def _iterate(self):
+        self._print_verbose('[{}]: Start to generate batch data. limit_step_per_epoch={}'.format(
+            self.name, self.limit_step_per_epoch))
+        num_steps = 0
+        while num_steps != self.limit_step_per_epoch:
+            try:
+                batch = next(self.iterator)
+            except StopIteration:
+                self._print_verbose('[{}]: num_epochs={} passes used up at step {}.'.format(
+                    self.name, self.num_epochs, num_steps))
+                return
+            num_steps += 1
+            yield batch
+        self._print_verbose('[{}]: Reach limit_step_per_epoch. Stop at step {}.'.format(self.name, num_steps))
+
+    def _print_verbose(self, *args, **kwargs):
+        if self.verbose:
+            print(*args, **kwargs)
+
+
+class PytorchInmemAsyncDataLoader(AsyncDataLoaderMixin, PytorchInmemDataLoader):
+    """PytorchInmemDataLoader whose batches are prefetched by a background thread."""
 
     def __init__(self, async_loader_queue_size=64, *args, **kwargs):
         super().__init__(async_loader_queue_size, *args, **kwargs)
