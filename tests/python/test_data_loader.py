@@ -1,13 +1,11 @@
 """horovod.data (BaseDataLoader, AsyncDataLoaderMixin) and
 horovod.spark.data_loaders.pytorch_data_loaders. Single process, except
 test_async_loader_trains_under_horovodrun, which runs data_scripts/async_regression_worker.py
-under ``horovodrun -np 2`` bounded by a timeout."""
+under ``horovodrun -np 2`` bounded by a timeout (launch_util; skipped without horovodrun on
+PATH)."""
 
 import gc
 import os
-import shutil
-import subprocess
-import sys
 import threading
 
 import pytest
@@ -397,25 +395,13 @@ def test_subclass_with_own_iterate_and_process_batch():
     assert loader_threads() == []
 
 
-def test_async_loader_trains_under_horovodrun(tmp_path):
+def test_async_loader_trains_under_horovodrun():
     pytest.importorskip('torch')
-    horovodrun = os.path.join(os.path.dirname(sys.executable), 'horovodrun')
-    if not os.path.exists(horovodrun):
-        horovodrun = shutil.which('horovodrun')
-    if horovodrun is None:
-        pytest.skip('horovodrun is not installed next to {} nor on PATH'.format(sys.executable))
-    from test_distributed import _run_group, _tail
-    log_path = tmp_path / 'output.log'
-    env = dict(os.environ, PYTHONUNBUFFERED='1')
-    env.setdefault('HOROVOD_GLOO_TIMEOUT_SECONDS', '60')
-    with open(log_path, 'w') as log:
-        proc = subprocess.Popen([horovodrun, '-np', '2', sys.executable,
-                                 os.path.join(HERE, 'data_scripts', 'async_regression_worker.py')],
-                                stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=HERE)
-        ok, why = _run_group([proc], 240)
-    output = _tail(log_path)
-    assert ok, '{}\n{}'.format(why, output)
-    assert output.count('converged') == 2, output
+    from launch_util import run_under_horovodrun
+    code, output = run_under_horovodrun([os.path.join(HERE, 'data_scripts', 'async_regression_worker.py')],
+                                        timeout=240, env_extra={'HOROVOD_GLOO_TIMEOUT_SECONDS': '60'}, cwd=HERE)
+    assert code == 0, output[-8000:]
+    assert output.count('converged') == 2, output[-8000:]
 
 
 @pytest.mark.parametrize('make', [
