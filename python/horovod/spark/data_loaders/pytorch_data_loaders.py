@@ -17,6 +17,9 @@ possibly smaller (Petastorm's DataLoader did the same).
 rows (each batch row is drawn at random from the buffer, which refills from the reader); 0 keeps
 the reader's order. ``limit_step_per_epoch``: at most that many batches per epoch (-1: no limit).
 ``name`` prefixes the messages printed with ``verbose``.
+
+PytorchInmemDataLoader / PytorchInmemAsyncDataLoader cache the first rows of the reader in
+memory and serve ``num_epochs`` passes over them (Horovod's in-memory loaders). See docs/data.md.
 """
 
 import math
