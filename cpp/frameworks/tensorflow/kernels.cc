@@ -388,7 +388,7 @@ int rankForCollective(const ApiTable& api) {
   try {
     return api.rank();
   } catch (const InvalidArgument& e) {
-    if (std::strncmp(e.what(), "Horovod has not been initialized", 32) == 0) throw Error(e.what());
+    if (e.code() == ErrorCode::kNotInitialized) throw Error(e.what(), ErrorCode::kNotInitialized);
     throw;
   }
 }
