@@ -149,6 +149,13 @@ class TcpTransport final : public Transport {
 
   // Data plane.
   void transfer(Leg* legs, int count, Deadline deadline, const char* op);
+  // transfer()'s parts: the poll set (dataFds_/dataOwners_: abort, the legs' data sockets, the
+  // other peers' hang-ups and control connections); at the deadline, the Timeout naming what
+  // was left, or PeerLost for a peer that did not answer a probe either (always throws); the
+  // events poll reported (abort, hang-ups, control input and output).
+  void fillTransferPollSet(const Leg* legs, int count);
+  [[noreturn]] void failTransferTimeout(const Leg* legs, int count, const char* op, Deadline::Clock::time_point start);
+  void serveTransferPollSet(const Leg* legs, int count);
   void progress(Leg& leg, const char* op);
   void selfSend(const void* data, size_t bytes);
   void selfRecv(void* data, size_t bytes);
