@@ -145,6 +145,19 @@ class TcpTransport final : public Transport {
   // waitForMessage's keep-alive: pings peers every quarter of the timeout; throws PeerLost for a
   // peer whose ping stayed unanswered for the whole timeout (called with all input read).
   void keepAlive(std::chrono::steady_clock::time_point now);
+  // waitForMessage's parts: the poll set (mailFds_/mailOwners_: abort, wake, every open control
+  // connection, the data sockets' hang-ups); the poll timeout (the deadline's, shortened to the
+  // next keep-alive round); and what poll reported, served under ctrlMu_ (control frames read
+  // and flushed, the wake drained) and returned for the caller to act on outside the lock.
+  struct MailEvents {
+    bool woke = false;
+    int lostPeer = -1;  // the first peer whose control connection failed, and why
+    std::string why;
+    std::vector<std::pair<int, short>> dataHangups;  // (peer, revents)
+  };
+  void fillMailPollSet();
+  int mailWaitMs(Deadline deadline) const;
+  MailEvents serveMailPollSet();
   std::string describePeer(int peer) const;
 
   // Data plane.
