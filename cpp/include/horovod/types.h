@@ -48,9 +48,24 @@ constexpr size_t dataTypeSize(DataType type) {
   }
   return 0;
 }
+
 // Horovod's lower-case name ("float32", "bfloat16", ...), used in error messages.
 std::string_view dataTypeName(DataType type);
 bool isFloatingPoint(DataType type);
+
+// Where one process sits in the job: Horovod's rank, size, local_rank, local_size, cross_rank
+// and cross_size as one value (hvd::placementsOnHosts in common/placement.h derives it from
+// the hosts of the ranks).
+struct Placement {
+  int rank = 0;
+  int size = 1;
+  int localRank = 0;   // index among the ranks on this host, in rank order
+  int localSize = 1;   // ranks on this host
+  int crossRank = 0;   // index of this host among the hosts that have a rank with this local rank
+  int crossSize = 1;   // hosts that have a rank with this local rank
+
+  bool operator==(const Placement&) const = default;
+};
 
 // Reduction operators. Values equal Horovod's public constants (hvd.Average == 0, ...).
 enum class ReduceOp : uint8_t {
