@@ -211,10 +211,6 @@ int toInt(const Param<int64_t>& param, const EnvLookup& env) { return static_cas
 
 // ---- Topology: which launcher started this process -----------------------------------------
 
-const Param<int64_t>& slurmSize(const EnvLookup& env) {
-  return kSlurmStepNTasks.isSet(env) ? kSlurmStepNTasks : kSlurmNTasks;
-}
-
 void readSlurmStep(Config& c, const EnvLookup& env) {
   c.slurmJobId = kSlurmJobId.get(env);
   c.slurmStepId = kSlurmStepId.get(env);
@@ -229,25 +225,25 @@ struct Launcher {
   const char* name;  // Config::launchedBy
   bool (*detects)(const EnvLookup& env);
   const Param<int64_t>& rank;
-  const Param<int64_t>& (*size)(const EnvLookup& env);
-  const Param<int64_t>* localRank;  // null: derived at rendezvous
+  const Param<int64_t>& size;
+  const Param<int64_t>* sizeWhenSet;  // preferred over `size` when set; null: none
+  const Param<int64_t>* localRank;    // null: derived at rendezvous
   const Param<int64_t>* localSize;
   void (*readMore)(Config& c, const EnvLookup& env);  // null: nothing else
 };
 
 const Launcher kLaunchers[] = {
-    {"horovod", [](const EnvLookup& env) { return kRank.isSet(env) || kSize.isSet(env); }, kRank,
-     [](const EnvLookup&) -> const Param<int64_t>& { return kSize; }, nullptr, nullptr, nullptr},
-    {"openmpi", [](const EnvLookup& env) { return kOmpiRank.isSet(env); }, kOmpiRank,
-     [](const EnvLookup&) -> const Param<int64_t>& { return kOmpiSize; }, &kOmpiLocalRank, &kOmpiLocalSize, nullptr},
+    {"horovod", [](const EnvLookup& env) { return kRank.isSet(env) || kSize.isSet(env); }, kRank, kSize, nullptr,
+     nullptr, nullptr, nullptr},
+    {"openmpi", [](const EnvLookup& env) { return kOmpiRank.isSet(env); }, kOmpiRank, kOmpiSize, nullptr,
+     &kOmpiLocalRank, &kOmpiLocalSize, nullptr},
     // MPICH's Hydra (mpiexec). srun's PMI plugins set PMI_RANK too, but not MPI_LOCALRANKID:
     // those launches are Slurm's, below.
     {"pmi",
      [](const EnvLookup& env) { return kPmiRank.isSet(env) && (kHydraLocalRank.isSet(env) || !kSlurmProcId.isSet(env)); },
-     kPmiRank, [](const EnvLookup&) -> const Param<int64_t>& { return kPmiSize; }, &kHydraLocalRank,
-     &kHydraLocalSize, nullptr},
-    {"slurm", [](const EnvLookup& env) { return kSlurmProcId.isSet(env); }, kSlurmProcId, slurmSize, &kSlurmLocalId,
-     nullptr, readSlurmStep},
+     kPmiRank, kPmiSize, nullptr, &kHydraLocalRank, &kHydraLocalSize, nullptr},
+    {"slurm", [](const EnvLookup& env) { return kSlurmProcId.isSet(env); }, kSlurmProcId, kSlurmNTasks,
+     &kSlurmStepNTasks, &kSlurmLocalId, nullptr, readSlurmStep},
 };
 
 // Rank, size and (when the launcher gives them) local rank and size; then horovodrun's explicit
@@ -256,7 +252,8 @@ void readTopology(Config& c, const EnvLookup& env) {
   for (const Launcher& launcher : kLaunchers) {
     if (!launcher.detects(env)) continue;
     c.rank = toInt(launcher.rank, env);
-    c.size = toInt(launcher.size(env), env);
+    const bool stepSize = launcher.sizeWhenSet != nullptr && launcher.sizeWhenSet->isSet(env);
+    c.size = toInt(stepSize ? *launcher.sizeWhenSet : launcher.size, env);
     if (launcher.localRank != nullptr) c.localRank = toInt(*launcher.localRank, env);
     if (launcher.localSize != nullptr) c.localSize = toInt(*launcher.localSize, env);
     c.launchedBy = launcher.name;
