@@ -261,20 +261,44 @@ int TcpTransport::peerThatGaveUp() {
 
 int TcpTransport::probePeers(const std::vector<int>& preferred, int& silent) {
   silent = -1;
-  std::vector<uint32_t> before(size_, 0);
-  std::vector<char> asked(size_, 0);
-  {
-    std::lock_guard<std::mutex> lock(ctrlMu_);
-    for (int r = 0; r < size_; ++r) {
-      Peer& p = peers_[r];
-      if (r == rank_ || p.departed || p.ctrlClosed || p.gaveUp) continue;
-      before[r] = p.pongs.load();
-      appendFrame(p, kFramePing, nullptr, 0);
-      (void)flushLocked(p);
-      asked[r] = 1;
+  const Probe probe = sendProbes();
+  awaitProbeAnswers(probe);
+  int gave = peerThatGaveUp();
+  if (gave >= 0) return gave;
+  for (int r : preferred) {
+    if (r >= 0 && r < size_ && r != rank_ && unanswered(probe, r)) {
+      silent = r;
+      return -1;
     }
   }
-  auto unanswered = [&](int r) { return asked[r] && peers_[r].pongs.load() == before[r] && !peers_[r].departed; };
+  for (int r = 0; r < size_; ++r) {
+    if (r != rank_ && unanswered(probe, r)) {
+      silent = r;
+      return -1;
+    }
+  }
+  return -1;
+}
+
+TcpTransport::Probe TcpTransport::sendProbes() {
+  Probe probe{std::vector<uint32_t>(size_, 0), std::vector<char>(size_, 0)};
+  std::lock_guard<std::mutex> lock(ctrlMu_);
+  for (int r = 0; r < size_; ++r) {
+    Peer& p = peers_[r];
+    if (r == rank_ || p.departed || p.ctrlClosed || p.gaveUp) continue;
+    probe.pongsBefore[r] = p.pongs.load();
+    appendFrame(p, kFramePing, nullptr, 0);
+    (void)flushLocked(p);
+    probe.asked[r] = 1;
+  }
+  return probe;
+}
+
+bool TcpTransport::unanswered(const Probe& probe, int r) const {
+  return probe.asked[r] && peers_[r].pongs.load() == probe.pongsBefore[r] && !peers_[r].departed;
+}
+
+void TcpTransport::awaitProbeAnswers(const Probe& probe) {
   Deadline window = Deadline::after(kProbeWindow);
   std::vector<pollfd> fds;
   std::vector<int> owners;
@@ -287,18 +311,18 @@ int TcpTransport::probePeers(const std::vector<int>& preferred, int& silent) {
       std::lock_guard<std::mutex> lock(ctrlMu_);
       for (int r = 0; r < size_; ++r) {
         Peer& p = peers_[r];
-        if (!unanswered(r) || p.ctrlClosed) continue;
+        if (!unanswered(probe, r) || p.ctrlClosed) continue;
         short events = POLLIN;
         if (p.outStart < p.out.size()) events |= POLLOUT;
         fds.push_back({p.ctrl.fd(), events, 0});
         owners.push_back(r);
       }
     }
-    if (fds.size() == 1) break;  // everyone answered (or closed)
+    if (fds.size() == 1) return;  // everyone answered (or closed)
     int rc = ::poll(fds.data(), fds.size(), window.pollTimeoutMs());
-    if (rc < 0 && errno != EINTR) break;
+    if (rc < 0 && errno != EINTR) return;
     if (rc <= 0) continue;
-    if (fds[0].revents != 0) break;  // aborted meanwhile: the caller's error stands
+    if (fds[0].revents != 0) return;  // aborted meanwhile: the caller's error stands
     std::lock_guard<std::mutex> lock(ctrlMu_);
     for (size_t i = 1; i < fds.size(); ++i) {
       if (fds[i].revents == 0) continue;
@@ -307,21 +331,6 @@ int TcpTransport::probePeers(const std::vector<int>& preferred, int& silent) {
       if (fds[i].revents & ~POLLOUT) (void)readControlLocked(owners[i]);
     }
   }
-  int gave = peerThatGaveUp();
-  if (gave >= 0) return gave;
-  for (int r : preferred) {
-    if (r >= 0 && r < size_ && r != rank_ && unanswered(r)) {
-      silent = r;
-      return -1;
-    }
-  }
-  for (int r = 0; r < size_; ++r) {
-    if (r != rank_ && unanswered(r)) {
-      silent = r;
-      return -1;
-    }
-  }
-  return -1;
 }
 
 void TcpTransport::wake() {

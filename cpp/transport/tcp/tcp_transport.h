@@ -137,6 +137,16 @@ class TcpTransport final : public Transport {
   // peer that gave up (its abort frame read), else -1 with `silent` set to a peer that did not
   // answer (preferring one of `preferred`), or -1 when all answered.
   int probePeers(const std::vector<int>& preferred, int& silent);
+  // probePeers' parts: a ping to every peer still connected (each one's pong count before it);
+  // whether peer r was asked and has not answered (nor departed); the wait for the answers, until
+  // all came, a peer gave up, this transport was aborted, or the probe window passed.
+  struct Probe {
+    std::vector<uint32_t> pongsBefore;
+    std::vector<char> asked;
+  };
+  Probe sendProbes();
+  bool unanswered(const Probe& probe, int r) const;
+  void awaitProbeAnswers(const Probe& probe);
   // Reads `peer`'s control connection until its abort notice arrived, it closed, or `until`
   // (ctrlMu_ not held). Returns whether it gave up.
   bool awaitAbortNotice(int peer, Deadline until);
