@@ -173,12 +173,7 @@ void ElasticDriver::formRound(Supervisor& supervisor, Clock::time_point now) {
   roundMembers_.clear();
   std::vector<std::pair<SlotInfo, int>> toSpawn;
   for (const SlotInfo& s : slots) {
-    join.rank = s.rank;
-    join.size = s.size;
-    join.localRank = s.localRank;
-    join.localSize = s.localSize;
-    join.crossRank = s.crossRank;
-    join.crossSize = s.crossSize;
+    join.placement = s;
     auto found = waitingAt.find({s.hostname, s.localRank});
     int id;
     if (found != waitingAt.end()) {

@@ -5,7 +5,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <map>
 #include <sstream>
 
 #include "options.h"
@@ -144,23 +143,16 @@ std::vector<SlotInfo> assignSlots(const std::vector<HostSlots>& hosts, int np) {
     throw UsageError("Requested more processes (" + std::to_string(np) + ") than there are available slots (" +
                      std::to_string(available) + ")");
   }
-  std::vector<SlotInfo> slots;
-  std::map<int, int> hostsWithLocalRank;  // local_rank -> number of hosts having it so far
+  std::vector<std::string> hostOf;
   for (const auto& h : hosts) {
-    int first = static_cast<int>(slots.size());
-    for (int local = 0; local < h.slots && static_cast<int>(slots.size()) < np; ++local) {
-      SlotInfo info;
-      info.hostname = h.host;
-      info.rank = static_cast<int>(slots.size());
-      info.size = np;
-      info.localRank = local;
-      info.crossRank = hostsWithLocalRank[local]++;
-      slots.push_back(info);
-    }
-    int onHost = static_cast<int>(slots.size()) - first;
-    for (int r = first; r < static_cast<int>(slots.size()); ++r) slots[r].localSize = onHost;
+    for (int i = 0; i < h.slots && static_cast<int>(hostOf.size()) < np; ++i) hostOf.push_back(h.host);
   }
-  for (auto& s : slots) s.crossSize = hostsWithLocalRank[s.localRank];
+  const std::vector<Placement> placements = placementsOnHosts(hostOf);
+  std::vector<SlotInfo> slots(placements.size());
+  for (size_t r = 0; r < slots.size(); ++r) {
+    static_cast<Placement&>(slots[r]) = placements[r];
+    slots[r].hostname = hostOf[r];
+  }
   return slots;
 }
 

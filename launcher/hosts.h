@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "common/placement.h"
+
 namespace hvd::launcher {
 
 struct HostSlots {
@@ -16,14 +18,8 @@ struct HostSlots {
 };
 
 // One process of the job and its place in the topology.
-struct SlotInfo {
+struct SlotInfo : Placement {
   std::string hostname;  // as given in -H (HOROVOD_HOSTNAME)
-  int rank = 0;
-  int size = 0;
-  int localRank = 0;
-  int localSize = 0;
-  int crossRank = 0;
-  int crossSize = 0;
 };
 
 // "h1:2,h2:4". Each item must match [A-Za-z0-9_.-]+:[0-9]+, else UsageError with Horovod's
@@ -40,9 +36,8 @@ std::vector<HostSlots> parseDiscoveredHosts(const std::string& output, int defau
 
 int totalSlots(const std::vector<HostSlots>& hosts);
 
-// Assigns ranks 0..np-1 to slots: hosts in order, each host's slots filled consecutively.
-// local_rank = index on the host; local_size = ranks on the host; cross_rank = index of the host
-// among the hosts that have that local_rank; cross_size = number of such hosts.
+// Assigns ranks 0..np-1 to slots: hosts in order, each host's slots filled consecutively; the
+// placements follow hvd::placementsOnHosts (common/placement.h).
 // Throws UsageError "Requested more processes (np) than there are available slots (n)".
 std::vector<SlotInfo> assignSlots(const std::vector<HostSlots>& hosts, int np);
 

@@ -43,14 +43,14 @@ std::shared_ptr<engine::Runtime> runtimeForOps() {
   auto runtime = defaultRuntime();
   if (!runtime || !runtime->initialized()) {
     if (everInitialized.load(std::memory_order_relaxed)) throw Aborted(kShutdownMessage);
-    throw Error(kNotInitializedMessage);
+    throw Error(kNotInitializedMessage, ErrorCode::kNotInitialized);
   }
   return runtime;
 }
 
 std::shared_ptr<engine::Runtime> runtimeForQueries() {
   auto runtime = defaultRuntime();
-  if (!runtime || !runtime->initialized()) throw InvalidArgument(kNotInitializedMessage);
+  if (!runtime || !runtime->initialized()) throw InvalidArgument(kNotInitializedMessage, ErrorCode::kNotInitialized);
   return runtime;
 }
 

@@ -42,12 +42,7 @@ std::shared_ptr<Store> mpiRendezvous(engine::Config& config, const InitOptions& 
                           ": the MPI loaded in this process is not the launcher's. Use the mpirun of the MPI the "
                           "program loads (docs/mpi.md)");
   }
-  config.rank = job.rank;
-  config.size = job.size;
-  config.localRank = job.localRank;
-  config.localSize = job.localSize;
-  config.crossRank = job.crossRank;
-  config.crossSize = job.crossSize;
+  static_cast<Placement&>(config) = job;
   config.secret = job.secret;
   config.mpiComm = options.mpiComm;
   if (config.launchedBy == "default") config.launchedBy = "mpi";

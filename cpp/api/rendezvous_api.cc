@@ -106,12 +106,7 @@ void RendezvousServer::publishJoin(int64_t workerId, int64_t k, int64_t round, c
   elastic::Assignment a;
   a.kind = elastic::Assignment::Kind::kJoin;
   a.round = round;
-  a.rank = slot.rank;
-  a.size = slot.size;
-  a.localRank = slot.localRank;
-  a.localSize = slot.localSize;
-  a.crossRank = slot.crossRank;
-  a.crossSize = slot.crossSize;
+  a.placement = slot;
   a.updatesSeen = hostUpdatesSeen;
   std::lock_guard<std::mutex> lock(impl_->mu);
   publish(impl_->local, workerId, k, a);

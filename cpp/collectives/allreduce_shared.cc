@@ -54,6 +54,35 @@ void allreduceSharedDirect(const AllreduceArgs& args) {
   }
 }
 
+namespace {
+
+// Chunk c's slice of this rank, reduced over every member in rank order (this rank's part read
+// from its private input through `io`): the result goes where the peers copy it from (`mine`,
+// this rank's half) and into this rank's output in the same pass; the last fold writes both from
+// registers (ReduceKernel::toAndCopy).
+void reduceOwnSlice(const AllreduceArgs& args, SharedSpace& space, const MessageIo& io, const Chunk& c, uint8_t* mine,
+                    bool stream) {
+  const int n = args.comm.size(), me = args.comm.rank();
+  const size_t elem = args.kernel.elementSize;
+  const size_t tileElems = kTileBytes / elem;
+  const Block own = c.slice(me);
+  const size_t ownEnd = own.begin + own.size;
+  for (size_t t = own.begin, len = 0; t < ownEnd; t += len) {
+    len = std::min(tileElems, ownEnd - t);
+    const uint8_t* myInput = io.inputRun(c.offset + t, len);  // cut at the end of a piece
+    uint8_t* myOutput = io.outputRun(c.offset + t, len);      // pieces end at the same element
+    auto input = [&](int j) -> const uint8_t* {
+      return j == me ? myInput : sharedHalf(space, j, c.phase) + t * elem;
+    };
+    uint8_t* result = mine + t * elem;
+    const uint8_t* left = input(0);
+    for (int j = 1; j < n - 1; ++j, left = result) args.kernel.to(result, left, input(j), len);
+    args.kernel.toAndCopy(result, myOutput, left, input(n - 1), len, args.postscale, stream);
+  }
+}
+
+}  // namespace
+
 // Reduce-scatter + gather through the shared buffers, software-pipelined so that each chunk
 // costs one barrier: iteration k publishes what the others need of chunk k (everything but my
 // slice), barrier, copies the other slices' results of chunk k-1, then reduces my slice of chunk
@@ -69,19 +98,9 @@ void allreduceSharedSlices(const AllreduceArgs& args) {
   const int n = comm.size(), me = comm.rank();
   const size_t elem = args.kernel.elementSize;
   const size_t chunkElems = std::min(sharedHalfBytes(space), kSliceChunkBytes) / elem;
-  // Slices are whole cache lines so ranks never write the same line.
-  const size_t lineElems = 64 / elem;
-  const size_t tileElems = kTileBytes / elem;
   const MessageIo contiguous(args.in, args.buf, elem);
   const MessageIo& io = args.io != nullptr ? *args.io : contiguous;
-
-  // One slice geometry for every chunk of the call (the last chunk is clipped), so a rank's
-  // result region never moves into another rank's input region between chunks. Chunks are made
-  // about equal so the last one does not leave most ranks idle.
-  const size_t chunks = (args.count + chunkElems - 1) / chunkElems;
-  const size_t perChunk = (args.count + chunks - 1) / chunks;
-  size_t sliceElems = ((perChunk + n - 1) / n + lineElems - 1) / lineElems * lineElems;
-  if (sliceElems * n > chunkElems) sliceElems = chunkElems / n / lineElems * lineElems;
+  const size_t sliceElems = sliceElemsFor(args.count, chunkElems, n, elem);
   const size_t step = sliceElems * n;
   auto makeChunk = [&](size_t offset) {
     Chunk c;
@@ -112,21 +131,7 @@ void allreduceSharedSlices(const AllreduceArgs& args) {
     io.read(c.offset + ownEnd, c.count - ownEnd, mine + ownEnd * elem);
     space.barrier(comm.deadline());
     if (havePrevious) copyOut(previous);
-
-    // My slice's result goes where the peers copy it from (my buffer, `mine`) and into my output
-    // in the same pass: the last fold writes both from registers (ReduceKernel::toAndCopy).
-    for (size_t t = own.begin, len = 0; t < ownEnd; t += len) {
-      len = std::min(tileElems, ownEnd - t);
-      const uint8_t* myInput = io.inputRun(c.offset + t, len);  // cut at the end of a piece
-      uint8_t* myOutput = io.outputRun(c.offset + t, len);      // pieces end at the same element
-      auto input = [&](int j) -> const uint8_t* {
-        return j == me ? myInput : sharedHalf(space, j, c.phase) + t * elem;
-      };
-      uint8_t* result = mine + t * elem;
-      const uint8_t* left = input(0);
-      for (int j = 1; j < n - 1; ++j, left = result) args.kernel.to(result, left, input(j), len);
-      args.kernel.toAndCopy(result, myOutput, left, input(n - 1), len, args.postscale, stream);
-    }
+    reduceOwnSlice(args, space, io, c, mine, stream);
     previous = c;
     havePrevious = true;
   }

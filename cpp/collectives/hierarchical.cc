@@ -78,6 +78,36 @@ bool hierarchicalUsable(Communicator& comm, bool uniform) {
   return agreedBytes(comm) > 0;
 }
 
+namespace {
+
+// Step 2 of a chunk: this rank's slice of chunk c (local rank `me` of `m`) reduced over the
+// host's members in local-rank order into `mine` (this rank's half); its own part comes from
+// `source`, its private input at the chunk's offset.
+void reduceOwnSliceOnHost(const AllreduceArgs& args, SharedSpace& space, const Chunk& c, int me, int m,
+                          const uint8_t* source, uint8_t* mine) {
+  const size_t elem = args.kernel.elementSize;
+  const size_t tileElems = kTileBytes / elem;
+  const Block own = c.slice(me);
+  for (size_t t = own.begin; t < own.begin + own.size; t += tileElems) {
+    const size_t len = std::min(tileElems, own.begin + own.size - t);
+    auto input = [&](int j) -> const uint8_t* {
+      return j == me ? source + t * elem : sharedHalf(space, j, c.phase) + t * elem;
+    };
+    args.kernel.to(mine + t * elem, input(0), input(1), len);
+    for (int j = 2; j < m; ++j) args.kernel.into(mine + t * elem, input(j), len);
+  }
+}
+
+// Step 3: the slice allreduced in place by this rank's cross-host group and scaled, before the
+// host's other members copy it.
+void allreduceSliceAcrossHosts(const AllreduceArgs& args, Communicator& cross, uint8_t* slice, size_t count) {
+  const AllreduceAlgorithm& algo = chooseAllreduce("", count * args.kernel.elementSize, cross.size(), false, false);
+  algo.run(AllreduceArgs{cross, slice, slice, count, args.dtype, args.kernel, nullptr});
+  scaleBuffer(slice, count, args.dtype, args.postscale);
+}
+
+}  // namespace
+
 // Per chunk (at most the agreed half, one slice geometry for the whole call as in shm_slices):
 //  1. every local rank publishes the chunk, except its own slice, in its buffer; host barrier;
 //  2. local rank i reduces slice i over the host's members in local-rank order (its own part read
@@ -99,15 +129,9 @@ void allreduceHierarchical(const AllreduceArgs& args) {
   const int m = hosts.localSize(), me = hosts.localRank;
   const size_t elem = args.kernel.elementSize;
   const size_t chunkElems = std::min(agreed, kChunkBytes) / elem;
-  const size_t lineElems = 64 / elem;
-  const size_t tileElems = kTileBytes / elem;
   const auto* in = static_cast<const uint8_t*>(args.in);
   auto* buf = static_cast<uint8_t*>(args.buf);
-
-  const size_t chunks = (args.count + chunkElems - 1) / chunkElems;
-  const size_t perChunk = (args.count + chunks - 1) / chunks;
-  size_t sliceElems = ((perChunk + m - 1) / m + lineElems - 1) / lineElems * lineElems;
-  if (sliceElems * m > chunkElems) sliceElems = chunkElems / m / lineElems * lineElems;
+  const size_t sliceElems = sliceElemsFor(args.count, chunkElems, m, elem);
   const size_t step = sliceElems * m;
 
   auto copyOut = [&](const Chunk& c) {
@@ -134,20 +158,10 @@ void allreduceHierarchical(const AllreduceArgs& args) {
                 (c.count - own.begin - own.size) * elem);
     space.barrier(comm.deadline());
     if (havePrevious) copyOut(previous);
-
-    for (size_t t = own.begin; t < own.begin + own.size; t += tileElems) {
-      const size_t len = std::min(tileElems, own.begin + own.size - t);
-      auto input = [&](int j) -> const uint8_t* {
-        return j == me ? source + t * elem : sharedHalf(space, j, c.phase) + t * elem;
-      };
-      args.kernel.to(mine + t * elem, input(0), input(1), len);
-      for (int j = 2; j < m; ++j) args.kernel.into(mine + t * elem, input(j), len);
-    }
+    reduceOwnSliceOnHost(args, space, c, me, m, source, mine);
     if (own.size > 0) {
       uint8_t* slice = mine + own.begin * elem;
-      const AllreduceAlgorithm& algo = chooseAllreduce("", own.size * elem, cross.size(), false, false);
-      algo.run(AllreduceArgs{cross, slice, slice, own.size, args.dtype, args.kernel, nullptr});
-      scaleBuffer(slice, own.size, args.dtype, args.postscale);  // before the host's members copy it
+      allreduceSliceAcrossHosts(args, cross, slice, own.size);
       std::memcpy(buf + (c.offset + own.begin) * elem, slice, own.size * elem);
     }
     previous = c;

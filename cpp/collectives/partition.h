@@ -33,6 +33,21 @@ struct Chunk {
   }
 };
 
+// The slice length (elements) of the chunked shared-memory allreduces for `count` elements of
+// `elem` bytes among `members`, chunks of at most `chunkElems`: one slice geometry for every
+// chunk of a call (the last chunk is clipped), so a rank's result region never moves into
+// another rank's input region between chunks; chunks about equal, so the last one does not leave
+// most ranks idle; slices of whole cache lines, so ranks never write the same line.
+inline size_t sliceElemsFor(size_t count, size_t chunkElems, int members, size_t elem) {
+  const size_t n = static_cast<size_t>(members);
+  const size_t lineElems = 64 / elem;
+  const size_t chunks = (count + chunkElems - 1) / chunkElems;
+  const size_t perChunk = (count + chunks - 1) / chunks;
+  size_t sliceElems = ((perChunk + n - 1) / n + lineElems - 1) / lineElems * lineElems;
+  if (sliceElems * n > chunkElems) sliceElems = chunkElems / n / lineElems * lineElems;
+  return sliceElems;
+}
+
 inline int mod(int a, int n) { return ((a % n) + n) % n; }
 
 // Upper bound on bytes one step of a pipelined point-to-point algorithm sends, so a ring over a

@@ -25,7 +25,8 @@ struct ParamSpec {
   std::string defaultText;
   std::string doc;
 };
-// Every declared parameter, in declaration order (for docs and `horovodrun --help-env`).
+// Every declared parameter of the layers linked into this binary, in declaration order. A test
+// (tests/cpp/api/params_documented_test.cc) checks that docs/ names each of the core's.
 std::vector<ParamSpec> allParams();
 
 namespace detail {

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <functional>
+#include <utility>
 
 #include "collectives/algorithms.h"
 #include "common/logging.h"
@@ -207,67 +209,56 @@ void checkInertKnobs(const EnvLookup& env, bool warn) {
 
 int toInt(const Param<int64_t>& param, const EnvLookup& env) { return static_cast<int>(param.get(env)); }
 
-// The parameter's value; InvalidArgument naming it unless lo <= value <= hi.
-int64_t inRange(const Param<int64_t>& param, const EnvLookup& env, int64_t lo, int64_t hi) {
-  const int64_t value = param.get(env);
-  if (value < lo || value > hi) {
-    throw InvalidArgument(std::string(param.name()) + "='" + std::to_string(value) + "' must be in [" +
-                          std::to_string(lo) + ", " + std::to_string(hi) + "]");
-  }
-  return value;
+// ---- Topology: which launcher started this process -----------------------------------------
+
+void readSlurmStep(Config& c, const EnvLookup& env) {
+  c.slurmJobId = kSlurmJobId.get(env);
+  c.slurmStepId = kSlurmStepId.get(env);
+  c.slurmNodeId = kSlurmNodeId.get(env);
+  c.slurmNumNodes = kSlurmStepNumNodes.get(env);
+  c.slurmNodeList = kSlurmStepNodeList.isSet(env) ? kSlurmStepNodeList.get(env) : kSlurmJobNodeList.get(env);
 }
 
-// The same for a lower bound of 0 only.
-int64_t nonNegative(const Param<int64_t>& param, const EnvLookup& env) {
-  const int64_t value = param.get(env);
-  if (value < 0) throw InvalidArgument(std::string(param.name()) + "='" + std::to_string(value) + "' must be >= 0");
-  return value;
-}
+// A launcher whose variables give rank and size (and maybe the local placement). The first row
+// that detects its launch wins; none: a single rank ("default").
+struct Launcher {
+  const char* name;  // Config::launchedBy
+  bool (*detects)(const EnvLookup& env);
+  const Param<int64_t>& rank;
+  const Param<int64_t>& size;
+  const Param<int64_t>* sizeWhenSet;  // preferred over `size` when set; null: none
+  const Param<int64_t>* localRank;    // null: derived at rendezvous
+  const Param<int64_t>* localSize;
+  void (*readMore)(Config& c, const EnvLookup& env);  // null: nothing else
+};
 
-// A duration given in (possibly fractional) seconds; InvalidArgument unless > 0 (>= 0 with
-// `zeroOk`) and below a day's worth of milliseconds times 1000.
-std::chrono::milliseconds secondsParam(const Param<double>& param, const EnvLookup& env, bool zeroOk) {
-  const double value = param.get(env);
-  if (!(zeroOk ? value >= 0 : value > 0) || value > 1e8) {
-    throw InvalidArgument(std::string(param.name()) + "='" + std::to_string(value) + "' must be " +
-                          (zeroOk ? ">= 0" : "> 0") + " seconds");
-  }
-  return std::chrono::milliseconds(static_cast<int64_t>(value * 1000.0 + 0.5));
-}
-
-}  // namespace
-
-Config Config::fromEnvironment(const EnvLookup& env) {
-  Config c;
-  // Topology: horovodrun's variables first, then the MPI / Slurm launchers'.
-  if (kRank.isSet(env) || kSize.isSet(env)) {
-    c.rank = toInt(kRank, env);
-    c.size = toInt(kSize, env);
-    c.launchedBy = "horovod";
-  } else if (kOmpiRank.isSet(env)) {
-    c.rank = toInt(kOmpiRank, env);
-    c.size = toInt(kOmpiSize, env);
-    c.localRank = toInt(kOmpiLocalRank, env);
-    c.localSize = toInt(kOmpiLocalSize, env);
-    c.launchedBy = "openmpi";
-  } else if (kPmiRank.isSet(env) && (kHydraLocalRank.isSet(env) || !kSlurmProcId.isSet(env))) {
+const Launcher kLaunchers[] = {
+    {"horovod", [](const EnvLookup& env) { return kRank.isSet(env) || kSize.isSet(env); }, kRank, kSize, nullptr,
+     nullptr, nullptr, nullptr},
+    {"openmpi", [](const EnvLookup& env) { return kOmpiRank.isSet(env); }, kOmpiRank, kOmpiSize, nullptr,
+     &kOmpiLocalRank, &kOmpiLocalSize, nullptr},
     // MPICH's Hydra (mpiexec). srun's PMI plugins set PMI_RANK too, but not MPI_LOCALRANKID:
     // those launches are Slurm's, below.
-    c.rank = toInt(kPmiRank, env);
-    c.size = toInt(kPmiSize, env);
-    c.localRank = toInt(kHydraLocalRank, env);
-    c.localSize = toInt(kHydraLocalSize, env);
-    c.launchedBy = "pmi";
-  } else if (kSlurmProcId.isSet(env)) {
-    c.rank = toInt(kSlurmProcId, env);
-    c.size = toInt(kSlurmStepNTasks.isSet(env) ? kSlurmStepNTasks : kSlurmNTasks, env);
-    c.localRank = toInt(kSlurmLocalId, env);
-    c.launchedBy = "slurm";
-    c.slurmJobId = kSlurmJobId.get(env);
-    c.slurmStepId = kSlurmStepId.get(env);
-    c.slurmNodeId = kSlurmNodeId.get(env);
-    c.slurmNumNodes = kSlurmStepNumNodes.get(env);
-    c.slurmNodeList = kSlurmStepNodeList.isSet(env) ? kSlurmStepNodeList.get(env) : kSlurmJobNodeList.get(env);
+    {"pmi",
+     [](const EnvLookup& env) { return kPmiRank.isSet(env) && (kHydraLocalRank.isSet(env) || !kSlurmProcId.isSet(env)); },
+     kPmiRank, kPmiSize, nullptr, &kHydraLocalRank, &kHydraLocalSize, nullptr},
+    {"slurm", [](const EnvLookup& env) { return kSlurmProcId.isSet(env); }, kSlurmProcId, kSlurmNTasks,
+     &kSlurmStepNTasks, &kSlurmLocalId, nullptr, readSlurmStep},
+};
+
+// Rank, size and (when the launcher gives them) local rank and size; then horovodrun's explicit
+// placement variables override whatever the launcher said.
+void readTopology(Config& c, const EnvLookup& env) {
+  for (const Launcher& launcher : kLaunchers) {
+    if (!launcher.detects(env)) continue;
+    c.rank = toInt(launcher.rank, env);
+    const bool stepSize = launcher.sizeWhenSet != nullptr && launcher.sizeWhenSet->isSet(env);
+    c.size = toInt(stepSize ? *launcher.sizeWhenSet : launcher.size, env);
+    if (launcher.localRank != nullptr) c.localRank = toInt(*launcher.localRank, env);
+    if (launcher.localSize != nullptr) c.localSize = toInt(*launcher.localSize, env);
+    c.launchedBy = launcher.name;
+    if (launcher.readMore != nullptr) launcher.readMore(c, env);
+    break;
   }
   if (c.size < 1) {
     throw InvalidArgument("Invalid job size " + std::to_string(c.size) + " (HOROVOD_SIZE or the launcher's size variable)");
@@ -276,78 +267,182 @@ Config Config::fromEnvironment(const EnvLookup& env) {
     throw InvalidArgument("Invalid rank " + std::to_string(c.rank) + " for a job of size " + std::to_string(c.size) +
                           " (HOROVOD_RANK or the launcher's rank variable)");
   }
-  if (kLocalRank.isSet(env)) c.localRank = toInt(kLocalRank, env);
-  if (kLocalSize.isSet(env)) c.localSize = toInt(kLocalSize, env);
-  if (kCrossRank.isSet(env)) c.crossRank = toInt(kCrossRank, env);
-  if (kCrossSize.isSet(env)) c.crossSize = toInt(kCrossSize, env);
+  const std::pair<const Param<int64_t>&, int Config::*> overrides[] = {
+      {kLocalRank, &Config::localRank},
+      {kLocalSize, &Config::localSize},
+      {kCrossRank, &Config::crossRank},
+      {kCrossSize, &Config::crossSize},
+  };
+  for (const auto& [param, field] : overrides) {
+    if (param.isSet(env)) c.*field = toInt(param, env);
+  }
   c.hostname = kHostname.isSet(env) ? kHostname.get(env) : defaultHostname();
+}
 
-  c.rendezvousAddr = kRendezvousAddr.get(env);
-  c.rendezvousPort = toInt(kRendezvousPort, env);
-  c.rendezvousDir = kRendezvousDir.get(env);
-  c.secret = kSecret.get(env);
-  if (!c.rendezvousAddr.empty() && (c.rendezvousPort <= 0 || c.rendezvousPort > 65535)) {
-    throw InvalidArgument("HOROVOD_GLOO_RENDEZVOUS_PORT='" + std::to_string(c.rendezvousPort) +
+// ---- Every other variable: one row each ------------------------------------------------------
+
+// The checks a row may name. Each throws InvalidArgument naming the variable and the value; it
+// sees the Config as read so far (the rows above it).
+template <int64_t lo, int64_t hi>
+void within(const char* name, const int64_t& value, const Config&) {
+  if (value < lo || value > hi) {
+    throw InvalidArgument(std::string(name) + "='" + std::to_string(value) + "' must be in [" + std::to_string(lo) +
+                          ", " + std::to_string(hi) + "]");
+  }
+}
+
+void atLeastZero(const char* name, const int64_t& value, const Config&) {
+  if (value < 0) throw InvalidArgument(std::string(name) + "='" + std::to_string(value) + "' must be >= 0");
+}
+
+void aboveZero(const char* name, const int64_t& value, const Config&) {
+  if (value <= 0) throw InvalidArgument(std::string(name) + "='" + std::to_string(value) + "' must be > 0");
+}
+
+void aboveZero(const char* name, const double& value, const Config&) {
+  if (!(value > 0)) throw InvalidArgument(std::string(name) + "='" + std::to_string(value) + "' must be > 0");
+}
+
+// A duration in (possibly fractional) seconds: > 0 (>= 0 with `zeroOk`), at most 1e8.
+template <bool zeroOk>
+void seconds(const char* name, const double& value, const Config&) {
+  if (!(zeroOk ? value >= 0 : value > 0) || value > 1e8) {
+    throw InvalidArgument(std::string(name) + "='" + std::to_string(value) + "' must be " + (zeroOk ? ">= 0" : "> 0") +
+                          " seconds");
+  }
+}
+
+void portWhenAddressSet(const char* name, const int64_t& value, const Config& c) {
+  const int port = static_cast<int>(value);
+  if (!c.rendezvousAddr.empty() && (port <= 0 || port > 65535)) {
+    throw InvalidArgument(std::string(name) + "='" + std::to_string(port) +
                           "' is not a valid port (HOROVOD_GLOO_RENDEZVOUS_ADDR is set)");
   }
+}
 
-  c.fusionThreshold = nonNegative(kFusionThreshold, env);
-  c.cycleTimeMs = kCycleTime.get(env);
-  c.burstQuietUs = inRange(kBurstQuietUs, env, 0, 1000);
-  c.callerProgressUs = inRange(kCallerProgressUs, env, 0, 100000);
-  c.callerSpinUs = inRange(kCallerSpinUs, env, 0, 1000000);
-  c.cacheCapacity = nonNegative(kCacheCapacity, env);
-  c.dynamicProcessSets = kDynamicProcessSets.get(env);
-  c.disableGroupFusion = kDisableGroupFusion.get(env);
-  int64_t timeoutSeconds = kTimeoutSeconds.get(env);
-  if (timeoutSeconds <= 0) {
-    throw InvalidArgument("HOROVOD_GLOO_TIMEOUT_SECONDS='" + std::to_string(timeoutSeconds) + "' must be > 0");
-  }
-  c.timeout = std::chrono::seconds(timeoutSeconds);
-  c.interface = kIface.get(env);
-  c.threadAffinity = kThreadAffinity.get(env);
-  c.elastic = kElastic.get(env);
-  c.elasticWorkerId = kElasticWorkerId.get(env);
-  if (!c.elasticWorkerId.empty() && !c.elastic) {
+void onlyWhenElastic(const char*, const std::string& value, const Config& c) {
+  if (!value.empty() && !c.elastic) {
     throw InvalidArgument("HOROVOD_ELASTIC_WORKER_ID is set but HOROVOD_ELASTIC is not: both come from horovodrun's "
                           "elastic driver");
   }
-  double elasticTimeout = kElasticTimeout.get(env);
-  if (!(elasticTimeout > 0)) {
-    throw InvalidArgument("HOROVOD_ELASTIC_TIMEOUT='" + std::to_string(elasticTimeout) + "' must be > 0");
-  }
-  c.elasticTimeout = std::chrono::milliseconds(static_cast<int64_t>(elasticTimeout * 1000));
+}
 
-  std::string controller = lower(kController.get(env));
-  c.controllerMpi = controller == "mpi";
-  c.mpiThreadsDisable = kMpiThreadsDisable.get(env);
+void glooOrMpi(const char*, const std::string& value, const Config&) {
+  const std::string controller = lower(value);
   if (controller != "gloo" && controller != "mpi") {
     throw InvalidArgument("Unsupported controller type, only MPI and Gloo are supported (HOROVOD_CONTROLLER='" +
-                          kController.get(env) + "')");
+                          value + "')");
   }
-  std::string cpuOps = lower(kCpuOperations.get(env));
-  c.cpuOperationsMpi = cpuOps == "mpi";
+}
+
+void cpuOperationsBuilt(const char*, const std::string& value, const Config&) {
+  const std::string cpuOps = lower(value);
   if (cpuOps == "ccl") {
     throw InvalidArgument("HOROVOD_CPU_OPERATIONS=ccl: this Horovod was not built with oneCCL support; use gloo");
   } else if (cpuOps != "gloo" && cpuOps != "mpi") {
     throw InvalidArgument(
-        "Unsupported CPU operation type, only MPI, oneCCL, and Gloo are supported (HOROVOD_CPU_OPERATIONS='" +
-        kCpuOperations.get(env) + "')");
+        "Unsupported CPU operation type, only MPI, oneCCL, and Gloo are supported (HOROVOD_CPU_OPERATIONS='" + value +
+        "')");
   }
+}
+
+// How a value lands in the Config when the field's type is not the variable's.
+std::chrono::milliseconds roundedMs(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0 + 0.5));
+}
+
+// One variable: its Param (name, parser, default), the check its value must pass, and where
+// the value goes (a field of the same type, or a store function that converts it).
+struct Setting {
+  template <typename T>
+  using Check = void (*)(const char* name, const T& value, const Config& c);
+  template <typename T>
+  using Store = void (*)(Config& c, const T& value);
+
+  template <typename T, typename Field>
+  Setting(const Param<T>& param, Field Config::*field, Check<T> check = nullptr)
+      : name(param.name()), read([&param, field, check](Config& c, const EnvLookup& env) {
+          const T value = param.get(env);
+          if (check != nullptr) check(param.name(), value, c);
+          c.*field = static_cast<Field>(value);
+        }) {}
+  template <typename T>
+  Setting(const Param<T>& param, Store<T> store, Check<T> check = nullptr)
+      : name(param.name()), read([&param, store, check](Config& c, const EnvLookup& env) {
+          const T value = param.get(env);
+          if (check != nullptr) check(param.name(), value, c);
+          store(c, value);
+        }) {}
+
+  const char* name;
+  std::function<void(Config& c, const EnvLookup& env)> read;
+};
+
+// In the order they are read: a row's check sees the rows above it, and with several bad values
+// the first row's error is the one reported.
+const std::vector<Setting>& settings() {
+  static const std::vector<Setting> table = {
+      {kRendezvousAddr, &Config::rendezvousAddr},
+      {kRendezvousPort, &Config::rendezvousPort, portWhenAddressSet},
+      {kRendezvousDir, &Config::rendezvousDir},
+      {kSecret, &Config::secret},
+      {kFusionThreshold, &Config::fusionThreshold, atLeastZero},
+      {kCycleTime, &Config::cycleTimeMs},
+      {kBurstQuietUs, &Config::burstQuietUs, within<0, 1000>},
+      {kCallerProgressUs, &Config::callerProgressUs, within<0, 100000>},
+      {kCallerSpinUs, &Config::callerSpinUs, within<0, 1000000>},
+      {kCacheCapacity, &Config::cacheCapacity, atLeastZero},
+      {kDynamicProcessSets, &Config::dynamicProcessSets},
+      {kDisableGroupFusion, &Config::disableGroupFusion},
+      {kTimeoutSeconds, Setting::Store<int64_t>([](Config& c, const int64_t& s) { c.timeout = std::chrono::seconds(s); }),
+       aboveZero},
+      {kIface, &Config::interface},
+      {kThreadAffinity, &Config::threadAffinity},
+      {kElastic, &Config::elastic},
+      {kElasticWorkerId, &Config::elasticWorkerId, onlyWhenElastic},
+      {kElasticTimeout,
+       Setting::Store<double>([](Config& c, const double& s) {
+         c.elasticTimeout = std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+       }),
+       aboveZero},
+      {kMpiThreadsDisable, &Config::mpiThreadsDisable},
+      {kController, Setting::Store<std::string>([](Config& c, const std::string& v) { c.controllerMpi = lower(v) == "mpi"; }),
+       glooOrMpi},
+      {kCpuOperations,
+       Setting::Store<std::string>([](Config& c, const std::string& v) { c.cpuOperationsMpi = lower(v) == "mpi"; }),
+       cpuOperationsBuilt},
+      {collectives::allreduceCrossoverParam(), &Config::allreduceCrossoverBytes, atLeastZero},
+      {kTransport, Setting::Store<std::string>([](Config& c, const std::string& v) { c.transport = lower(v); })},
+      {kStallCheckDisable, Setting::Store<bool>([](Config& c, const bool& off) { c.stallCheck = !off; })},
+      {kStallCheckTime, Setting::Store<double>([](Config& c, const double& s) { c.stallCheckTime = roundedMs(s); }),
+       seconds<false>},
+      {kStallShutdownTime,
+       Setting::Store<double>([](Config& c, const double& s) { c.stallShutdownTime = roundedMs(s); }), seconds<true>},
+      {kLivenessTimeout, Setting::Store<double>([](Config& c, const double& s) { c.livenessTimeout = roundedMs(s); }),
+       seconds<true>},
+  };
+  return table;
+}
+
+// Knobs set explicitly, which autotuning leaves alone (Config::Pinned).
+void readPinned(Config& c, const EnvLookup& env) {
   c.pinned.fusionThreshold = kFusionThreshold.isSet(env);
   c.pinned.cacheCapacity = kCacheCapacity.isSet(env);
   c.pinned.burstQuiet = kBurstQuietUs.isSet(env);
   c.pinned.callerProgress = kCallerProgressUs.isSet(env);
   c.pinned.callerSpin = kCallerSpinUs.isSet(env);
   c.pinned.allreduceAlgorithm = collectives::allreduceAlgorithmParam().isSet(env);
-  c.allreduceCrossoverBytes = nonNegative(collectives::allreduceCrossoverParam(), env);
   c.pinned.allreduceCrossover = collectives::allreduceCrossoverParam().isSet(env);
   c.pinned.hierarchical = kHierAllreduce.isSet(env) || kHierAllgather.isSet(env);
-  c.transport = lower(kTransport.get(env));
-  c.stallCheck = !kStallCheckDisable.get(env);
-  c.stallCheckTime = secondsParam(kStallCheckTime, env, false);
-  c.stallShutdownTime = secondsParam(kStallShutdownTime, env, true);
-  c.livenessTimeout = secondsParam(kLivenessTimeout, env, true);
+}
+
+}  // namespace
+
+Config Config::fromEnvironment(const EnvLookup& env) {
+  Config c;
+  readTopology(c, env);
+  for (const Setting& setting : settings()) setting.read(c, env);
+  readPinned(c, env);
   checkInertKnobs(env, /*warn=*/c.rank == 0);
   return c;
 }

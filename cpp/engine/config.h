@@ -15,17 +15,17 @@
 #include <vector>
 
 #include "common/params.h"
+#include "common/placement.h"
 
 namespace hvd::engine {
 
-struct Config {
-  // ---- Topology (launcher-provided, or mapped from mpirun/srun variables) ----------------
-  int rank = 0;
-  int size = 1;
-  int localRank = -1;  // -1: derive from the hostnames published at rendezvous
-  int localSize = -1;
-  int crossRank = -1;
-  int crossSize = -1;
+// The Placement base is the topology the launcher gave (or mpirun/srun variables mapped to it):
+// rank and size always; localRank, localSize, crossRank and crossSize are -1 when it gave none,
+// and the Runtime then derives them from the hostnames published at rendezvous.
+struct Config : Placement {
+  Config() : Placement{.rank = 0, .size = 1, .localRank = -1, .localSize = -1, .crossRank = -1, .crossSize = -1} {}
+
+  // ---- Topology --------------------------------------------------------------------------
   std::string hostname;  // HOROVOD_HOSTNAME, else gethostname()
   // Where rank/size came from: "horovod", "openmpi", "pmi" (MPICH's Hydra), "slurm" (srun) or
   // "default" (single rank).

@@ -148,47 +148,61 @@ void Coordinator::addRequest(Request request) {
   const auto* ranks = setRanks(request.params.processSet);
   if (ranks == nullptr) return;  // removed set; the requester fails it when it learns
   if (!owed_.empty() && answerOwed(request)) return;
-  NameKey key{request.params.processSet, request.name};
-  auto [it, inserted] = pending_.try_emplace(key);
-  const size_t arrived = it->second.requests.size();
-  if (inserted) {
-    it->second.serial = ++nextSerial_;
-    // Ranks that already sent a hit for this name: turn their hits into requests (they arrived
-    // first, so they come first).
-    uint32_t id = cache_.liveId(request.params.processSet, request.name);
-    if (id != kNoCacheId) {
-      const CacheEntry* entry = cache_.find(id, nullptr);
-      for (int r : takeHits(id)) it->second.requests.push_back(entry->requestFor(setIndexOf(*ranks, r), r));
-    }
-  }
-  it->second.requests.push_back(std::move(request));
+  auto [it, inserted] = pending_.try_emplace(NameKey{request.params.processSet, request.name});
+  const NameKey& key = it->first;
+  Pending& pending = it->second;
+  const size_t arrived = pending.requests.size();
+  if (inserted) openPending(request, *ranks, pending);
+  pending.requests.push_back(std::move(request));
   if (observers_->wantsAny(eventBit(EngineEventKind::kNegotiateStart) | eventBit(EngineEventKind::kNegotiateRank)))
       [[unlikely]] {
-    // Ranks whose hits were turned into requests above arrived before this one.
-    const auto& requests = it->second.requests;
-    if (arrived == 0) notify(EngineEventKind::kNegotiateStart, it->first, requests.front().params.kind, requests.front().rank);
-    for (size_t i = arrived; i < requests.size(); ++i) {
-      notify(EngineEventKind::kNegotiateRank, it->first, requests[i].params.kind, requests[i].rank);
-    }
+    notifyArrivals(key, pending, arrived);
   }
+  if (failedEarly(key, pending)) return;
+  maybeReady(key, pending);
+}
+
+void Coordinator::openPending(const Request& request, const std::vector<int>& ranks, Pending& pending) {
+  pending.serial = ++nextSerial_;
+  // Ranks that already sent a hit for this name: turn their hits into requests (they arrived
+  // first, so they come first).
+  uint32_t id = cache_.liveId(request.params.processSet, request.name);
+  if (id == kNoCacheId) return;
+  const CacheEntry* entry = cache_.find(id, nullptr);
+  for (int r : takeHits(id)) pending.requests.push_back(entry->requestFor(setIndexOf(ranks, r), r));
+}
+
+void Coordinator::notifyArrivals(const NameKey& key, const Pending& pending, size_t arrived) const {
+  // Ranks whose hits were turned into requests (openPending) arrived before the new one.
+  const auto& requests = pending.requests;
+  if (arrived == 0) notify(EngineEventKind::kNegotiateStart, key, requests.front().params.kind, requests.front().rank);
+  for (size_t i = arrived; i < requests.size(); ++i) {
+    notify(EngineEventKind::kNegotiateRank, key, requests[i].params.kind, requests[i].rank);
+  }
+}
+
+bool Coordinator::failedEarly(const NameKey& key, const Pending& pending) {
   // A request that contradicts the first one is a mismatch whatever the remaining members send:
   // answer it now instead of waiting for members that may never come (they may be blocked in a
   // different operation of their own, waiting for us).
-  Pending& pending = it->second;
-  if (pending.requests.size() > 1 && failures_.find(it->first) == failures_.end() &&
-      conflicting(pending.requests.front(), pending.requests.back()) &&
-      static_cast<int>(pending.requests.size()) < required(key.processSet, pending.requests.front().params.kind)) {
-    NegotiationContext ctx;
-    ctx.setRanks = ranks;
-    ctx.joinedCount = key.processSet == 0 ? joinedCount_ : 0;
-    ctx.fusionThreshold = options_.fusion.threshold;
-    std::string message = mismatchMessage(pending.requests, ctx);
-    if (!message.empty()) {
-      failEarly(it->first, pending, std::move(message));
-      return;
-    }
+  const auto& requests = pending.requests;
+  if (requests.size() < 2 || failures_.find(key) != failures_.end() ||
+      !conflicting(requests.front(), requests.back()) ||
+      static_cast<int>(requests.size()) >= required(key.processSet, requests.front().params.kind)) {
+    return false;
   }
-  maybeReady(it->first, pending);
+  std::string message = mismatchMessage(requests, contextFor(key.processSet));
+  if (message.empty()) return false;
+  failEarly(key, pending, std::move(message));
+  return true;
+}
+
+NegotiationContext Coordinator::contextFor(int32_t processSet) const {
+  NegotiationContext ctx;
+  ctx.setRanks = setRanks(processSet);
+  ctx.joinedCount = processSet == 0 ? joinedCount_ : 0;
+  ctx.fusionThreshold = options_.fusion.threshold;
+  return ctx;
 }
 
 void Coordinator::failEarly(const NameKey& key, const Pending& pending, std::string message) {
@@ -354,59 +368,61 @@ Response Coordinator::negotiate(const NameKey& key) {
   auto it = pending_.find(key);
   std::vector<Request> requests = std::move(it->second.requests);
   pending_.erase(it);
-  const int32_t ps = key.processSet;
-  const auto* ranks = setRanks(ps);
-  NegotiationContext ctx;
-  ctx.setRanks = ranks;
-  ctx.joinedCount = ps == 0 ? joinedCount_ : 0;
-  ctx.fusionThreshold = options_.fusion.threshold;
+  const NegotiationContext ctx = contextFor(key.processSet);
   Response r = constructResponse(requests, ctx);
-  if (!failures_.empty()) {
-    auto failed = failures_.find(key);
-    if (failed != failures_.end()) {
-      r.params.kind = Kind::kError;
-      r.error = std::move(failed->second);
-      failures_.erase(failed);
-    }
-  }
+  if (!failures_.empty()) applyRecordedFailure(key, r);
+  const bool allTookPart = ctx.setRanks != nullptr && requests.size() == ctx.setRanks->size() && ctx.joinedCount == 0;
   // Shared in place only when every member asked for it and none has joined.
   r.params.sharedInPlace =
-      r.params.kind == Kind::kAllreduce && ranks != nullptr && requests.size() == ranks->size() &&
-      ctx.joinedCount == 0 &&
+      r.params.kind == Kind::kAllreduce && allTookPart &&
       std::all_of(requests.begin(), requests.end(), [](const Request& q) { return q.params.sharedInPlace; });
-
   if (r.params.kind == Kind::kAddProcessSet) {
-    std::vector<int> newRanks(r.setRanks.begin(), r.setRanks.end());
-    for (const auto& [id, existing] : sets_) {
-      if (existing == newRanks) {
-        r.params.kind = Kind::kError;
-        r.error = "Attempted to add a duplicate process set: " +
-                  shapeString(std::vector<int64_t>(newRanks.begin(), newRanks.end()));
-        return r;
-      }
-    }
-    r.setId = nextSetId_++;
-    sets_[r.setId] = std::move(newRanks);
-    return r;
+    addProcessSet(r);
+  } else if (r.params.kind == Kind::kRemoveProcessSet) {
+    removeProcessSet(r);
+  } else {
+    const bool recurs = std::none_of(requests.begin(), requests.end(), [](const Request& q) { return q.oneOffName; });
+    updateCache(key, r, allTookPart && recurs);
   }
-  if (r.params.kind == Kind::kRemoveProcessSet) {
-    if (r.setId == 0 || sets_.find(r.setId) == sets_.end()) {
-      r.params.kind = Kind::kError;
-      r.error = "Process set " + std::to_string(r.setId) + " does not exist or is the global set.";
-      return r;
-    }
-    removedSets_.push_back(r.setId);
-    return r;
-  }
+  return r;
+}
 
-  // Cache maintenance: a changed or failed name loses its entry on every rank; a name negotiated
-  // with every member taking part gets one, unless a member said it will not recur.
-  const std::string& name = key.name;
-  uint32_t old = cache_.liveId(ps, name);
-  bool allTookPart = ranks != nullptr && requests.size() == ranks->size() && ctx.joinedCount == 0;
-  bool recurs =
-      std::none_of(requests.begin(), requests.end(), [](const Request& q) { return q.oneOffName; });
-  if (r.params.kind != Kind::kError && cacheable(r.params.kind) && cache_.enabled() && allTookPart && recurs) {
+void Coordinator::applyRecordedFailure(const NameKey& key, Response& r) {
+  auto failed = failures_.find(key);
+  if (failed == failures_.end()) return;
+  r.params.kind = Kind::kError;
+  r.error = std::move(failed->second);
+  failures_.erase(failed);
+}
+
+void Coordinator::addProcessSet(Response& r) {
+  std::vector<int> newRanks(r.setRanks.begin(), r.setRanks.end());
+  for (const auto& [id, existing] : sets_) {
+    if (existing == newRanks) {
+      r.params.kind = Kind::kError;
+      r.error = "Attempted to add a duplicate process set: " +
+                shapeString(std::vector<int64_t>(newRanks.begin(), newRanks.end()));
+      return;
+    }
+  }
+  r.setId = nextSetId_++;
+  sets_[r.setId] = std::move(newRanks);
+}
+
+void Coordinator::removeProcessSet(Response& r) {
+  if (r.setId == 0 || sets_.find(r.setId) == sets_.end()) {
+    r.params.kind = Kind::kError;
+    r.error = "Process set " + std::to_string(r.setId) + " does not exist or is the global set.";
+    return;
+  }
+  removedSets_.push_back(r.setId);
+}
+
+void Coordinator::updateCache(const NameKey& key, Response& r, bool mayInsert) {
+  // A changed or failed name loses its entry on every rank; a name negotiated with every member
+  // taking part gets one, unless a member said it will not recur (`mayInsert` false).
+  const uint32_t old = cache_.liveId(key.processSet, key.name);
+  if (r.params.kind != Kind::kError && cacheable(r.params.kind) && cache_.enabled() && mayInsert) {
     CacheEntry entry = CacheEntry::fromResponse(r, r.tensors[0]);
     const CacheEntry* existing = old != kNoCacheId ? cache_.find(old, nullptr) : nullptr;
     if (existing != nullptr && sameEntry(*existing, entry)) {
@@ -429,7 +445,6 @@ Response Coordinator::negotiate(const NameKey& key) {
       evicted_.push_back(old);
     }
   }
-  return r;
 }
 
 void Coordinator::takeReady(std::vector<uint32_t>& hits, std::vector<Response>& singles) {
@@ -494,18 +509,34 @@ ResponseList Coordinator::build() {
   out.seq = ++seq_;
   if (pendingKnobs_.has_value()) [[unlikely]] {
     // Before anything is fused or cached for this list: it runs with the new knobs everywhere.
-    options_.fusion.threshold = pendingKnobs_->fusionThreshold;
-    if (cache_.enabled() && !pendingKnobs_->cacheEnabled) {
-      // Announced at the end of this list, after the hits it carries; hits still pending on these
-      // ids are renegotiated below.
-      for (const auto& [id, ranks] : sets_) cache_.evictProcessSet(id, seq_, evicted_);
-    }
-    cache_.setDisabled(!pendingKnobs_->cacheEnabled);
-    out.knobs = pendingKnobs_;
+    applyPendingKnobs();
+    out.knobs = std::move(pendingKnobs_);
     pendingKnobs_.reset();
   }
   std::vector<Response> singles;
   takeReady(out.hits, singles);
+  forgetRemovedSets();
+  if (!evicted_.empty()) renegotiateHitsOfEvicted();
+  out.items = fuseResponses(std::move(singles), options_.fusion);
+  if (joinDone_) out.items.push_back(takeJoinResponse());
+  // Last in the list: earlier items may still refer to these ids.
+  if (!evicted_.empty()) out.items.push_back(takeEvictResponse());
+  out.shutdown = shutdown_;
+  out.shutdownBy = shutdownBy_;
+  return out;
+}
+
+void Coordinator::applyPendingKnobs() {
+  options_.fusion.threshold = pendingKnobs_->fusionThreshold;
+  if (cache_.enabled() && !pendingKnobs_->cacheEnabled) {
+    // Announced at the end of this list, after the hits it carries; hits still pending on these
+    // ids are renegotiated in this build().
+    for (const auto& [id, ranks] : sets_) cache_.evictProcessSet(id, seq_, evicted_);
+  }
+  cache_.setDisabled(!pendingKnobs_->cacheEnabled);
+}
+
+void Coordinator::forgetRemovedSets() {
   // Process sets removed in this batch: forget their state here; every rank fails its own
   // pending operations of the set when it processes the removal.
   for (int32_t id : removedSets_) {
@@ -519,35 +550,30 @@ ResponseList Coordinator::build() {
     }
   }
   removedSets_.clear();
-  if (!evicted_.empty()) renegotiateHitsOfEvicted();
+}
 
-  out.items = fuseResponses(std::move(singles), options_.fusion);
-  if (joinDone_) {
-    Response join;
-    join.params.kind = Kind::kJoin;
-    join.params.processSet = 0;
-    join.lastJoined = lastJoined_;
-    out.items.push_back(std::move(join));
-    joinDone_ = false;
-    std::fill(joined_.begin(), joined_.end(), 0);
-    joinedCount_ = 0;
-    lastJoined_ = -1;
+Response Coordinator::takeJoinResponse() {
+  Response join;
+  join.params.kind = Kind::kJoin;
+  join.params.processSet = 0;
+  join.lastJoined = lastJoined_;
+  joinDone_ = false;
+  std::fill(joined_.begin(), joined_.end(), 0);
+  joinedCount_ = 0;
+  lastJoined_ = -1;
+  return join;
+}
+
+Response Coordinator::takeEvictResponse() {
+  Response evict;
+  evict.params.kind = Kind::kEvict;
+  for (uint32_t id : evicted_) {
+    TensorInfo t;
+    t.cacheId = id;
+    evict.tensors.push_back(std::move(t));
   }
-  if (!evicted_.empty()) {
-    // Last in the list: earlier items may still refer to these ids.
-    Response evict;
-    evict.params.kind = Kind::kEvict;
-    for (uint32_t id : evicted_) {
-      TensorInfo t;
-      t.cacheId = id;
-      evict.tensors.push_back(std::move(t));
-    }
-    out.items.push_back(std::move(evict));
-    evicted_.clear();
-  }
-  out.shutdown = shutdown_;
-  out.shutdownBy = shutdownBy_;
-  return out;
+  evicted_.clear();
+  return evict;
 }
 
 std::vector<int> Coordinator::missingRanks(int32_t processSet, Kind kind, const std::vector<int>& submitted) const {

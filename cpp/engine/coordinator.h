@@ -29,6 +29,7 @@
 #include "common/id_map.h"
 #include "engine/fusion.h"
 #include "engine/message.h"
+#include "engine/negotiation.h"
 #include "engine/observer.h"
 #include "engine/response_cache.h"
 
@@ -109,6 +110,13 @@ class Coordinator {
   // would otherwise keep every later step's entries).
   void compactHitLog();
   void addRequest(Request request);
+  // addRequest's parts: a new pending name takes the hits already sent for it as requests; the
+  // observers hear of the requests from `arrived` on; a request that conflicts with the first is
+  // answered at once (true) when the rules find a mismatch.
+  void openPending(const Request& request, const std::vector<int>& ranks, Pending& pending);
+  void notifyArrivals(const NameKey& key, const Pending& pending, size_t arrived) const;
+  bool failedEarly(const NameKey& key, const Pending& pending);
+  NegotiationContext contextFor(int32_t processSet) const;
   // Fails `key` now with `message` (answered by negotiate()); the members that have not
   // submitted it yet are owed the same answer.
   void failEarly(const NameKey& key, const Pending& pending, std::string message);
@@ -126,6 +134,19 @@ class Coordinator {
   // of the global set while ranks have joined).
   Response fullFromCache(uint32_t id, const CacheEntry& entry);
   Response negotiate(const NameKey& key);
+  // negotiate()'s parts: a failure recorded for the name (failEarly, failPending) replaces the
+  // response; process-set changes are applied to the coordinator's own table (an error response
+  // when they cannot be); the response cache keeps, replaces, inserts or evicts the name's entry.
+  void applyRecordedFailure(const NameKey& key, Response& r);
+  void addProcessSet(Response& r);
+  void removeProcessSet(Response& r);
+  void updateCache(const NameKey& key, Response& r, bool mayInsert);
+  // build()'s other parts: the knob change it announces, the state of removed sets, and the
+  // join and evict responses that end a list (each resets what it reports).
+  void applyPendingKnobs();
+  void forgetRemovedSets();
+  Response takeJoinResponse();
+  Response takeEvictResponse();
   void notify(EngineEventKind kind, const NameKey& key, Kind op, int rank) const;
   // Members of `processSet` expected for `kind` that are not in `submitted` (ascending).
   std::vector<int> missingRanks(int32_t processSet, Kind kind, const std::vector<int>& submitted) const;

@@ -27,12 +27,7 @@ void joinElasticRound(Config& config, int64_t previousRound, int suspect) {
   elastic::Assignment a = elastic::requestAssignment(*store, config.elasticWorkerId, deadline);
   if (a.kind == elastic::Assignment::Kind::kRemoved) throw RemovedFromJob(a.message);
   if (a.kind != elastic::Assignment::Kind::kJoin) throw Error(a.message);
-  config.rank = a.rank;
-  config.size = a.size;
-  config.localRank = a.localRank;
-  config.localSize = a.localSize;
-  config.crossRank = a.crossRank;
-  config.crossSize = a.crossSize;
+  static_cast<Placement&>(config) = a.placement;
   config.elasticRound = a.round;
   config.elasticUpdatesSeen = a.updatesSeen;
 }

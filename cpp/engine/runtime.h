@@ -62,14 +62,9 @@
 
 namespace hvd::engine {
 
-struct Topology {
-  int rank = 0;
-  int size = 1;
-  int localRank = 0;
-  int localSize = 1;
-  int crossRank = 0;
-  int crossSize = 1;
-  bool homogeneous = true;
+// This rank's placement, and the hosts of the job.
+struct Topology : Placement {
+  bool homogeneous = true;  // every host runs the same number of ranks
   std::vector<std::string> hostOf;  // per global rank
 };
 

@@ -41,7 +41,7 @@ void Runtime::wakeEngine() {
 }
 
 void Runtime::checkRunning() const {
-  if (!initialized_) throw Error(kNotInitializedMessage);
+  if (!initialized_) throw Error(kNotInitializedMessage, ErrorCode::kNotInitialized);
   queue_.throwIfClosed();
 }
 

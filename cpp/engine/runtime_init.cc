@@ -110,36 +110,17 @@ std::shared_ptr<Store> Runtime::makeStore() {
 }
 
 void Runtime::computeTopology(const std::vector<std::string>& hosts) {
+  const std::vector<Placement> derived = placementsOnHosts(hosts);
   Topology t;
-  t.rank = config_.rank;
-  t.size = config_.size;
+  static_cast<Placement&>(t) = derived[config_.rank];
   t.hostOf = hosts;
-  // Local: ranks with my hostname, in rank order. Cross: hosts (in order of their lowest rank)
-  // that have a rank with my local rank.
-  std::map<std::string, std::vector<int>> byHost;
-  std::vector<std::string> hostOrder;
-  for (int r = 0; r < t.size; ++r) {
-    auto& list = byHost[hosts[r]];
-    if (list.empty()) hostOrder.push_back(hosts[r]);
-    list.push_back(r);
-  }
-  const auto& mine = byHost[hosts[t.rank]];
-  int localRank = static_cast<int>(std::find(mine.begin(), mine.end(), t.rank) - mine.begin());
-  int crossRank = 0, crossSize = 0;
-  for (const auto& host : hostOrder) {
-    if (static_cast<int>(byHost[host].size()) > localRank) {
-      if (host == hosts[t.rank]) crossRank = crossSize;
-      crossSize++;
-    }
-  }
-  t.homogeneous = true;
-  for (const auto& [host, list] : byHost) {
-    if (list.size() != mine.size()) t.homogeneous = false;
-  }
-  t.localRank = config_.localRank >= 0 ? config_.localRank : localRank;
-  t.localSize = config_.localSize >= 0 ? config_.localSize : static_cast<int>(mine.size());
-  t.crossRank = config_.crossRank >= 0 ? config_.crossRank : crossRank;
-  t.crossSize = config_.crossSize >= 0 ? config_.crossSize : crossSize;
+  t.homogeneous = std::all_of(derived.begin(), derived.end(),
+                              [&](const Placement& p) { return p.localSize == t.localSize; });
+  // The launcher's placement, where it gave one, wins over the derived one.
+  if (config_.localRank >= 0) t.localRank = config_.localRank;
+  if (config_.localSize >= 0) t.localSize = config_.localSize;
+  if (config_.crossRank >= 0) t.crossRank = config_.crossRank;
+  if (config_.crossSize >= 0) t.crossSize = config_.crossSize;
   topology_ = std::move(t);
 }
 

@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "common/placement.h"
 #include "mpi/plugin_api.h"
 #include "store/store.h"
 
@@ -29,10 +30,7 @@ struct MpiBootstrapOptions {
 };
 
 // The job as MPI sees it, and the store to rendezvous on.
-struct MpiJob {
-  int rank = 0, size = 1;
-  int localRank = 0, localSize = 1;
-  int crossRank = 0, crossSize = 1;
+struct MpiJob : Placement {
   std::string secret;
   std::shared_ptr<Store> store;  // rank 0's also owns the server
 };

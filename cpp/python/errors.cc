@@ -40,15 +40,19 @@ PyObject* peerLostError() {
   return cls;
 }
 
-void raisePeerLost(const PeerLost& e) {
-  PyObject* cls = peerLostError();
+// Raises an instance of `cls` with the core's message, its ErrorCode as `.code` and, for PeerLost,
+// the lost rank as `.rank` (code that tells errors apart tests these, never the message).
+void raiseWithCode(PyObject* cls, const Error& e, const PeerLost* lost = nullptr) {
   PyObject* exc = PyObject_CallFunction(cls, "s", e.what());
   if (exc == nullptr) return;  // the constructor's error is raised instead
-  PyObject* rank = PyLong_FromLong(e.rank());
-  if (rank != nullptr) {
-    PyObject_SetAttrString(exc, "rank", rank);
-    Py_DECREF(rank);
-  }
+  auto setInt = [exc](const char* attr, long value) {
+    PyObject* number = PyLong_FromLong(value);
+    if (number == nullptr) return;
+    PyObject_SetAttrString(exc, attr, number);
+    Py_DECREF(number);
+  };
+  setInt("code", static_cast<long>(e.code()));
+  if (lost != nullptr) setInt("rank", lost->rank());
   PyErr_Clear();
   PyErr_SetObject(cls, exc);
   Py_DECREF(exc);
@@ -63,11 +67,11 @@ void registerErrorTranslator() {
     } catch (const InvalidArgument& e) {
       PyErr_SetString(PyExc_ValueError, e.what());
     } catch (const PeerLost& e) {
-      raisePeerLost(e);
+      raiseWithCode(peerLostError(), e, &e);
     } catch (const RemovedFromJob& e) {
-      PyErr_SetString(removedError(), e.what());
+      raiseWithCode(removedError(), e);
     } catch (const Error& e) {
-      PyErr_SetString(internalError(), e.what());
+      raiseWithCode(internalError(), e);
     }
   });
 }

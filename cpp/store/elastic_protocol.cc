@@ -21,8 +21,8 @@ std::string encodeAssignment(const Assignment& a) {
   std::ostringstream out;
   switch (a.kind) {
     case Assignment::Kind::kJoin:
-      out << "join " << a.round << ' ' << a.rank << ' ' << a.size << ' ' << a.localRank << ' ' << a.localSize << ' '
-          << a.crossRank << ' ' << a.crossSize << ' ' << a.updatesSeen;
+      out << "join " << a.round << ' ' << a.placement.rank << ' ' << a.placement.size << ' ' << a.placement.localRank
+          << ' ' << a.placement.localSize << ' ' << a.placement.crossRank << ' ' << a.placement.crossSize << ' ' << a.updatesSeen;
       break;
     case Assignment::Kind::kRemoved:
       out << "removed " << a.message;
@@ -41,8 +41,9 @@ Assignment decodeAssignment(const std::string& text) {
   in >> kind;
   if (kind == "join") {
     a.kind = Assignment::Kind::kJoin;
-    in >> a.round >> a.rank >> a.size >> a.localRank >> a.localSize >> a.crossRank >> a.crossSize >> a.updatesSeen;
-    if (!in || a.size <= 0 || a.rank < 0 || a.rank >= a.size) {
+    in >> a.round >> a.placement.rank >> a.placement.size >> a.placement.localRank >> a.placement.localSize >>
+        a.placement.crossRank >> a.placement.crossSize >> a.updatesSeen;
+    if (!in || a.placement.size <= 0 || a.placement.rank < 0 || a.placement.rank >= a.placement.size) {
       throw Error("malformed elastic assignment from the launcher: '" + text + "'");
     }
     return a;

@@ -20,6 +20,7 @@
 #include <string>
 
 #include "common/deadline.h"
+#include "common/placement.h"
 #include "store/store.h"
 
 namespace hvd::elastic {
@@ -31,7 +32,7 @@ struct Assignment {
   Kind kind = Kind::kJoin;
   // kJoin: the round (0, 1, ...) and this worker's place in it.
   int64_t round = 0;
-  int rank = 0, size = 0, localRank = 0, localSize = 0, crossRank = 0, crossSize = 0;
+  Placement placement{.rank = 0, .size = 0, .localRank = 0, .localSize = 0, .crossRank = 0, .crossSize = 0};
   // Host updates announced before the round formed (the round reacts only to later ones).
   int64_t updatesSeen = 0;
   // kRemoved / kAbort: what the worker's init() raises.

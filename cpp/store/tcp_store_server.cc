@@ -87,6 +87,12 @@ struct TcpStoreServer::Impl {
   }
 
   void run();
+  // run()'s parts: the poll set (wake fd, listener, then one entry per connection in `order`)
+  // and its timeout in ms (-1: none); the work on the descriptors poll found ready; the
+  // handshakes and parked requests whose deadline passed (refused / answered kTimeout).
+  int preparePoll(std::vector<pollfd>& fds, std::vector<Conn*>& order);
+  void serveReady(const std::vector<pollfd>& fds, const std::vector<Conn*>& order);
+  void expireDeadlines(Clock::time_point now);
   void acceptAll();
   void readFrom(Conn& c);
   bool process(Conn& c);  // returns true if it consumed a request
@@ -123,44 +129,14 @@ void TcpStoreServer::Impl::run() {
   std::vector<pollfd> fds;
   std::vector<Conn*> order;
   while (!stopping) {
-    fds.clear();
-    order.clear();
-    fds.push_back({wakeFd.fd(), POLLIN, 0});
-    fds.push_back({listener.fd(), POLLIN, 0});
-    auto next = Clock::time_point::max();
-    for (auto& c : conns) {
-      short events = POLLIN;
-      if (c.outStart < c.out.size()) events |= POLLOUT;
-      fds.push_back({c.sock.fd(), events, 0});
-      order.push_back(&c);
-      if (!c.authenticated) next = std::min(next, c.handshakeDeadline);
-      if (c.waiting) next = std::min(next, c.waitUntil);
-    }
-    if (suppressed > 0) next = std::min(next, logWindowStart + kRefusalLogWindow);
-    int timeoutMs = -1;
-    if (next != Clock::time_point::max()) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(next - Clock::now()).count() + 1;
-      timeoutMs = static_cast<int>(std::clamp<long long>(left, 0, 60000));
-    }
+    const int timeoutMs = preparePoll(fds, order);
     int rc = ::poll(fds.data(), fds.size(), timeoutMs);
     if (rc < 0 && errno != EINTR) {
       HVD_LOG(Error) << "Rendezvous server poll failed: " << std::strerror(errno);
       return;
     }
     if (stopping) return;
-    if (rc > 0) {
-      if (fds[0].revents != 0) {
-        uint64_t drained;
-        (void)!::read(wakeFd.fd(), &drained, sizeof(drained));
-      }
-      if (fds[1].revents != 0) acceptAll();
-      for (size_t i = 0; i < order.size(); ++i) {
-        Conn& c = *order[i];
-        short rev = fds[i + 2].revents;
-        if (rev & (POLLIN | POLLHUP | POLLERR)) readFrom(c);
-        if (!c.dead && (rev & POLLOUT)) flush(c);
-      }
-    }
+    if (rc > 0) serveReady(fds, order);
     // Requests that became answerable (keys set by others) and pipelined input.
     bool progress = true;
     while (progress) {
@@ -171,20 +147,58 @@ void TcpStoreServer::Impl::run() {
     }
     auto now = Clock::now();
     flushRefusalSummary(now);
-    for (auto& c : conns) {
-      if (c.dead) continue;
-      if (!c.authenticated && now >= c.handshakeDeadline) {
-        refuse(c, "did not authenticate within " + std::to_string(kHandshakeTimeout.count()) + " s");
-      } else if (c.waiting && now >= c.waitUntil) {
-        c.waiting = false;
-        store_wire::Writer w;
-        auto absent = missing(c.waitKeys);
-        w.body().u8(static_cast<uint8_t>(Status::kTimeout)).u32(static_cast<uint32_t>(absent.size()));
-        for (const auto& k : absent) w.body().str32(k);
-        reply(c, w);
-      }
-    }
+    expireDeadlines(now);
     conns.remove_if([](const Conn& c) { return c.dead; });
+  }
+}
+
+int TcpStoreServer::Impl::preparePoll(std::vector<pollfd>& fds, std::vector<Conn*>& order) {
+  fds.clear();
+  order.clear();
+  fds.push_back({wakeFd.fd(), POLLIN, 0});
+  fds.push_back({listener.fd(), POLLIN, 0});
+  auto next = Clock::time_point::max();
+  for (auto& c : conns) {
+    short events = POLLIN;
+    if (c.outStart < c.out.size()) events |= POLLOUT;
+    fds.push_back({c.sock.fd(), events, 0});
+    order.push_back(&c);
+    if (!c.authenticated) next = std::min(next, c.handshakeDeadline);
+    if (c.waiting) next = std::min(next, c.waitUntil);
+  }
+  if (suppressed > 0) next = std::min(next, logWindowStart + kRefusalLogWindow);
+  if (next == Clock::time_point::max()) return -1;
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(next - Clock::now()).count() + 1;
+  return static_cast<int>(std::clamp<long long>(left, 0, 60000));
+}
+
+void TcpStoreServer::Impl::serveReady(const std::vector<pollfd>& fds, const std::vector<Conn*>& order) {
+  if (fds[0].revents != 0) {
+    uint64_t drained;
+    (void)!::read(wakeFd.fd(), &drained, sizeof(drained));
+  }
+  if (fds[1].revents != 0) acceptAll();
+  for (size_t i = 0; i < order.size(); ++i) {
+    Conn& c = *order[i];
+    short rev = fds[i + 2].revents;
+    if (rev & (POLLIN | POLLHUP | POLLERR)) readFrom(c);
+    if (!c.dead && (rev & POLLOUT)) flush(c);
+  }
+}
+
+void TcpStoreServer::Impl::expireDeadlines(Clock::time_point now) {
+  for (auto& c : conns) {
+    if (c.dead) continue;
+    if (!c.authenticated && now >= c.handshakeDeadline) {
+      refuse(c, "did not authenticate within " + std::to_string(kHandshakeTimeout.count()) + " s");
+    } else if (c.waiting && now >= c.waitUntil) {
+      c.waiting = false;
+      store_wire::Writer w;
+      auto absent = missing(c.waitKeys);
+      w.body().u8(static_cast<uint8_t>(Status::kTimeout)).u32(static_cast<uint32_t>(absent.size()));
+      for (const auto& k : absent) w.body().str32(k);
+      reply(c, w);
+    }
   }
 }
 

@@ -89,28 +89,6 @@ int tfType(DataType type) {
   return kTfFloat;
 }
 
-// Bytes per element (the core's dataTypeSize lives in the core, which this library does not link).
-size_t elementSize(DataType type) {
-  switch (type) {
-    case DataType::kUInt8:
-    case DataType::kInt8:
-    case DataType::kBool:
-      return 1;
-    case DataType::kUInt16:
-    case DataType::kInt16:
-    case DataType::kFloat16:
-    case DataType::kBFloat16:
-      return 2;
-    case DataType::kInt32:
-    case DataType::kFloat32:
-      return 4;
-    case DataType::kInt64:
-    case DataType::kFloat64:
-      return 8;
-  }
-  return 1;
-}
-
 std::vector<int64_t> dimsOf(const TF_Tensor* t) {
   std::vector<int64_t> dims(static_cast<size_t>(gTf.NumDims(t)));
   for (size_t d = 0; d < dims.size(); ++d) dims[d] = gTf.Dim(t, static_cast<int>(d));
@@ -390,7 +368,7 @@ void setEngineOutput(Call& call, int i, const OwnedTensor& tensor) {
   const TensorView& v = tensor.view;
   size_t bytes = 1;
   for (int64_t d : v.shape) bytes *= static_cast<size_t>(d);
-  bytes *= elementSize(v.dtype);
+  bytes *= dataTypeSize(v.dtype);
   if (bytes == 0 || v.data == nullptr) {
     call.allocate(i, tfType(v.dtype), v.shape, 0);
     return;
@@ -410,7 +388,7 @@ int rankForCollective(const ApiTable& api) {
   try {
     return api.rank();
   } catch (const InvalidArgument& e) {
-    if (std::strncmp(e.what(), "Horovod has not been initialized", 32) == 0) throw Error(e.what());
+    if (e.code() == ErrorCode::kNotInitialized) throw Error(e.what(), ErrorCode::kNotInitialized);
     throw;
   }
 }
@@ -531,7 +509,7 @@ void computeReducescatter(void* kernel, TF_OpKernelContext* ctx,
       std::vector<int64_t> dims = in[i].shape;
       int64_t d = dims[0];
       dims[0] = d / setSize + (setRank < d % setSize ? 1 : 0);
-      size_t bytes = elementSize(in[i].dtype);
+      size_t bytes = dataTypeSize(in[i].dtype);
       for (int64_t x : dims) bytes *= static_cast<size_t>(x);
       out[i] = viewOf(call.allocate(i, gTf.TensorType(t), dims, bytes));
     }

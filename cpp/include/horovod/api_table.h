@@ -5,7 +5,8 @@
 // must drive that module's engine, not link a second copy of the core. The module holding the
 // core hands out the address of its table (hvd::apiTable()); the library checks `version` and
 // `size` before using any entry. Both sides must be built from the same sources with the same
-// compiler (the entries use C++ types); the version changes whenever an entry changes.
+// compiler (the entries use C++ types); the version changes whenever an entry changes, or a type
+// that crosses the table does (exceptions included: the library reads Error::code()).
 #pragma once
 
 #include <cstddef>
@@ -17,7 +18,7 @@
 namespace hvd {
 
 struct ApiTable {
-  static constexpr uint32_t kVersion = 2;  // 2: Work::whenComplete
+  static constexpr uint32_t kVersion = 3;  // 2: Work::whenComplete; 3: Error::code() (errors.h)
   uint32_t version = kVersion;
   uint32_t size = sizeof(ApiTable);
 

@@ -14,13 +14,12 @@
 #include <string>
 
 #include "horovod/errors.h"
+#include "horovod/types.h"
 
 namespace hvd {
 
 // A worker's place in an elastic round (what its hvd.init() returns as rank, size, ...).
-struct ElasticSlot {
-  int rank = 0, size = 0, localRank = 0, localSize = 0, crossRank = 0, crossSize = 0;
-};
+using ElasticSlot = Placement;
 
 // A RendezvousClient's secret does not match the server's (the server closed the connection
 // during the handshake). Its message names the server.

@@ -26,11 +26,46 @@ enum class DataType : uint8_t {
 };
 constexpr int kNumDataTypes = 11;
 
-// Bytes per element.
-size_t dataTypeSize(DataType type);
+// Bytes per element; 0 for a value outside the enum. constexpr and header-only so that code
+// which does not link the core (the TensorFlow kernel library) uses this one definition too.
+constexpr size_t dataTypeSize(DataType type) {
+  switch (type) {
+    case DataType::kUInt8:
+    case DataType::kInt8:
+    case DataType::kBool:
+      return 1;
+    case DataType::kUInt16:
+    case DataType::kInt16:
+    case DataType::kFloat16:
+    case DataType::kBFloat16:
+      return 2;
+    case DataType::kInt32:
+    case DataType::kFloat32:
+      return 4;
+    case DataType::kInt64:
+    case DataType::kFloat64:
+      return 8;
+  }
+  return 0;
+}
+
 // Horovod's lower-case name ("float32", "bfloat16", ...), used in error messages.
 std::string_view dataTypeName(DataType type);
 bool isFloatingPoint(DataType type);
+
+// Where one process sits in the job: Horovod's rank, size, local_rank, local_size, cross_rank
+// and cross_size as one value (hvd::placementsOnHosts in common/placement.h derives it from
+// the hosts of the ranks).
+struct Placement {
+  int rank = 0;
+  int size = 1;
+  int localRank = 0;   // index among the ranks on this host, in rank order
+  int localSize = 1;   // ranks on this host
+  int crossRank = 0;   // index of this host among the hosts that have a rank with this local rank
+  int crossSize = 1;   // hosts that have a rank with this local rank
+
+  bool operator==(const Placement&) const = default;
+};
 
 // Reduction operators. Values equal Horovod's public constants (hvd.Average == 0, ...).
 enum class ReduceOp : uint8_t {

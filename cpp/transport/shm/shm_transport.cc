@@ -155,16 +155,7 @@ void ShmTransport::connect(Deadline deadline) {
   for (int r = 0; r < size_; ++r) everyone[r] = r;
   bool named = options_.named;
   for (int round = 0;; ++round) {
-    own_ = Segment::create(layout_.totalBytes(), named,
-                           segmentName(jobId_, "r" + std::to_string(rank_) + (round ? "b" : "")));
-    header_ = reinterpret_cast<SegmentHeader*>(own_.data());
-    header_->pid = static_cast<int32_t>(::getpid());
-    header_->rank = rank_;
-    header_->size = size_;
-    header_->ringBytes = options_.ringBytes;
-    header_->mailboxBytes = options_.mailboxBytes;
-    header_->totalBytes = layout_.totalBytes();
-    header_->magic.store(kSegmentMagic, std::memory_order_release);
+    createOwnSegment(named, round);
     std::vector<Segment> segments;
     std::string problems;
     try {
@@ -175,9 +166,7 @@ void ShmTransport::connect(Deadline deadline) {
       // A peer may have died after creating its named segment: remove every name of this
       // round, so that a failed setup leaves nothing in /dev/shm either.
       if (named) {
-        for (int p = 0; p < size_; ++p) {
-          ::shm_unlink(segmentName(jobId_, "r" + std::to_string(p) + (round ? "b" : "")).c_str());
-        }
+        for (int p = 0; p < size_; ++p) ::shm_unlink(roundSegmentName(p, round).c_str());
       }
       throw;
     }
@@ -187,31 +176,7 @@ void ShmTransport::connect(Deadline deadline) {
       peers_.resize(size_);
       waiter_ = std::make_unique<Waiter>(rank_, header_, options_.spin, options_.busySpin);
       for (int p = 0; p < size_; ++p) {
-        if (p == rank_) continue;
-        Peer& peer = peers_[p];
-        peer.segment = std::move(segments[p]);
-        uint8_t* base = peer.segment.data();
-        peer.header = reinterpret_cast<SegmentHeader*>(base);
-        HVD_CHECK_EQ(peer.header->magic.load(std::memory_order_acquire), kSegmentMagic)
-            << "segment of rank " << p << " is not initialised";
-        HVD_CHECK(peer.header->rank == p && peer.header->size == size_ &&
-                  peer.header->ringBytes == options_.ringBytes && peer.header->mailboxBytes == options_.mailboxBytes)
-            << "rank " << p << " uses another shared-memory layout (rank " << peer.header->rank << " of "
-            << peer.header->size << ", rings " << peer.header->ringBytes << "/" << peer.header->mailboxBytes
-            << " bytes); all ranks must use the same HOROVOD_SHM_* settings";
-        auto control = [](uint8_t* segBase, size_t offset) { return reinterpret_cast<RingControl*>(segBase + offset); };
-        int there = SegmentLayout::slotOf(p, rank_);  // our slot in the peer's segment
-        int here = SegmentLayout::slotOf(rank_, p);   // the peer's slot in ours
-        peer.dataOut = Ring(control(base, layout_.controlOffset(there, false)), base + layout_.ringOffset(there),
-                            options_.ringBytes);
-        peer.mailOut = Ring(control(base, layout_.controlOffset(there, true)), base + layout_.mailboxOffset(there),
-                            options_.mailboxBytes);
-        uint8_t* mine = own_.data();
-        peer.dataIn = Ring(control(mine, layout_.controlOffset(here, false)), mine + layout_.ringOffset(here),
-                           options_.ringBytes);
-        peer.mailIn = Ring(control(mine, layout_.controlOffset(here, true)), mine + layout_.mailboxOffset(here),
-                           options_.mailboxBytes);
-        waiter_->addPeer(p, peer.header, peer.header->pid);
+        if (p != rank_) attachPeer(p, std::move(segments[p]));
       }
       own_.seal();
       return;
@@ -223,6 +188,49 @@ void ShmTransport::connect(Deadline deadline) {
     }
     named = true;
   }
+}
+
+std::string ShmTransport::roundSegmentName(int rank, int round) const {
+  return segmentName(jobId_, "r" + std::to_string(rank) + (round ? "b" : ""));
+}
+
+void ShmTransport::createOwnSegment(bool named, int round) {
+  own_ = Segment::create(layout_.totalBytes(), named, roundSegmentName(rank_, round));
+  header_ = reinterpret_cast<SegmentHeader*>(own_.data());
+  header_->pid = static_cast<int32_t>(::getpid());
+  header_->rank = rank_;
+  header_->size = size_;
+  header_->ringBytes = options_.ringBytes;
+  header_->mailboxBytes = options_.mailboxBytes;
+  header_->totalBytes = layout_.totalBytes();
+  header_->magic.store(kSegmentMagic, std::memory_order_release);
+}
+
+void ShmTransport::attachPeer(int p, Segment segment) {
+  Peer& peer = peers_[p];
+  peer.segment = std::move(segment);
+  uint8_t* base = peer.segment.data();
+  peer.header = reinterpret_cast<SegmentHeader*>(base);
+  HVD_CHECK_EQ(peer.header->magic.load(std::memory_order_acquire), kSegmentMagic)
+      << "segment of rank " << p << " is not initialised";
+  HVD_CHECK(peer.header->rank == p && peer.header->size == size_ &&
+            peer.header->ringBytes == options_.ringBytes && peer.header->mailboxBytes == options_.mailboxBytes)
+      << "rank " << p << " uses another shared-memory layout (rank " << peer.header->rank << " of "
+      << peer.header->size << ", rings " << peer.header->ringBytes << "/" << peer.header->mailboxBytes
+      << " bytes); all ranks must use the same HOROVOD_SHM_* settings";
+  auto control = [](uint8_t* segBase, size_t offset) { return reinterpret_cast<RingControl*>(segBase + offset); };
+  int there = SegmentLayout::slotOf(p, rank_);  // our slot in the peer's segment
+  int here = SegmentLayout::slotOf(rank_, p);   // the peer's slot in ours
+  peer.dataOut = Ring(control(base, layout_.controlOffset(there, false)), base + layout_.ringOffset(there),
+                      options_.ringBytes);
+  peer.mailOut = Ring(control(base, layout_.controlOffset(there, true)), base + layout_.mailboxOffset(there),
+                      options_.mailboxBytes);
+  uint8_t* mine = own_.data();
+  peer.dataIn = Ring(control(mine, layout_.controlOffset(here, false)), mine + layout_.ringOffset(here),
+                     options_.ringBytes);
+  peer.mailIn = Ring(control(mine, layout_.controlOffset(here, true)), mine + layout_.mailboxOffset(here),
+                     options_.mailboxBytes);
+  waiter_->addPeer(p, peer.header, peer.header->pid);
 }
 
 std::string ShmTransport::exchange(const std::string& prefix, const std::vector<int>& members, Segment& own,

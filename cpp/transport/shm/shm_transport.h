@@ -127,6 +127,12 @@ class ShmTransport final : public Transport {
   };
 
   void connect(Deadline deadline);
+  // connect()'s parts: the name of `rank`'s segment in attempt `round` (0: first, 1: the named
+  // fallback); this rank's segment with its header filled in (own_, header_); a peer's mapped
+  // segment checked against our layout and its rings set up (peers_[p], the waiter).
+  std::string roundSegmentName(int rank, int round) const;
+  void createOwnSegment(bool named, int round);
+  void attachPeer(int p, Segment segment);
   // Collective among `members`: publishes `own` under `prefix`, maps every other member's
   // segment of `bytes`, confirms. On success fills `out` (indexed like members, own slot empty);
   // returns "" on success, else the combined reasons of every member that failed.

@@ -85,15 +85,16 @@ void Waiter::sleep(uint32_t seen, Deadline deadline) {
   ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&own_->bell), FUTEX_WAIT, seen, &ts, nullptr, 0);
 }
 
-bool Waiter::peersAlive(const PeerFilter& needs) {
+bool Waiter::concerns(const WatchedPeer& peer, const PeerFilter& needs) {
   // A peer that failed (aborted) concerns every wait; one that closed cleanly only those
   // selected by `needs`.
-  auto needed = [&](const WatchedPeer& peer) {
-    return !needs || needs(peer.rank) || peer.header->closed.load(std::memory_order_acquire) == kClosedFailed;
-  };
+  return !needs || needs(peer.rank) || peer.header->closed.load(std::memory_order_acquire) == kClosedFailed;
+}
+
+bool Waiter::peersAlive(const PeerFilter& needs) {
   const WatchedPeer* closed = nullptr;
   for (const auto& peer : peers_) {
-    if (peer.header->closed.load(std::memory_order_acquire) != 0 && needed(peer)) {
+    if (peer.header->closed.load(std::memory_order_acquire) != 0 && concerns(peer, needs)) {
       closed = &peer;
       break;
     }
@@ -106,6 +107,15 @@ bool Waiter::peersAlive(const PeerFilter& needs) {
     if (closed == nullptr && now - lastPoll_ < kLivenessInterval) return true;
     lastPoll_ = now;
   }
+  const WatchedPeer* exitedClosed = nullptr;
+  if (!noPeerDied(needs, exitedClosed)) return false;
+  if (exitedClosed != nullptr) closed = exitedClosed;
+  if (closed == nullptr) return noPeerStoppedTooLong();
+  latchClosed(*closed, closed == exitedClosed);
+  return false;
+}
+
+bool Waiter::noPeerDied(const PeerFilter& needs, const WatchedPeer*& exitedClosed) {
   std::vector<struct pollfd> fds;
   fds.reserve(peers_.size());
   for (const auto& peer : peers_) {
@@ -120,12 +130,11 @@ bool Waiter::peersAlive(const PeerFilter& needs) {
   ::poll(fds.data(), fds.size(), 0);
   // Several peers may be gone: name one that died without closing its transport (killed,
   // crashed) before one that closed first (it most likely exited because of the former).
-  const WatchedPeer* exitedClosed = nullptr;
   for (size_t i = 0; i < peers_.size(); ++i) {
     if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
     const auto& peer = peers_[i];
     if (peer.header->closed.load(std::memory_order_acquire) != 0) {
-      if (exitedClosed == nullptr && needed(peer)) exitedClosed = &peer;
+      if (exitedClosed == nullptr && concerns(peer, needs)) exitedClosed = &peer;
       continue;
     }
     latch(std::make_exception_ptr(PeerLost(peer.rank, "Horovod lost rank " + std::to_string(peer.rank) + " (pid " +
@@ -133,59 +142,60 @@ bool Waiter::peersAlive(const PeerFilter& needs) {
                                                           ") on this host: the process exited")));
     return false;
   }
-  if (exitedClosed != nullptr) closed = exitedClosed;
+  return true;
+}
+
+bool Waiter::noPeerStoppedTooLong() {
   const auto stopLimit = std::chrono::milliseconds(stopLimitMs_.load());
-  if (closed == nullptr && stopLimit.count() > 0) {
-    // A peer stopped for longer than the operation timeout is lost, even when no wait of this
-    // rank has a deadline (waiting for a coordinator that is stopped would otherwise hang).
-    std::lock_guard<std::mutex> lock(pollMutex_);
-    auto now = std::chrono::steady_clock::now();
-    if (now - lastStopCheck_ >= std::chrono::milliseconds(250)) {
-      lastStopCheck_ = now;
-      stoppedSince_.resize(peers_.size());
-      for (size_t i = 0; i < peers_.size(); ++i) {
-        if (!processStopped(peers_[i].pid)) {
-          stoppedSince_[i] = {};
-          continue;
-        }
-        if (stoppedSince_[i] == std::chrono::steady_clock::time_point{}) stoppedSince_[i] = now;
-        auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - stoppedSince_[i]);
-        if (ms > stopLimit) {
-          recordBlame(peers_[i].rank);
-          latch(std::make_exception_ptr(PeerLost(
-              peers_[i].rank, "Horovod rank " + std::to_string(peers_[i].rank) + " (pid " +
-                                  std::to_string(peers_[i].pid) + ") on this host has been stopped (SIGSTOP or a "
-                                  "debugger) for " + std::to_string(ms.count()) +
-                                  " ms, longer than HOROVOD_GLOO_TIMEOUT_SECONDS; it did not answer in time")));
-          return false;
-        }
-      }
+  if (stopLimit.count() <= 0) return true;
+  // A peer stopped for longer than the operation timeout is lost, even when no wait of this
+  // rank has a deadline (waiting for a coordinator that is stopped would otherwise hang).
+  std::lock_guard<std::mutex> lock(pollMutex_);
+  auto now = std::chrono::steady_clock::now();
+  if (now - lastStopCheck_ < std::chrono::milliseconds(250)) return true;
+  lastStopCheck_ = now;
+  stoppedSince_.resize(peers_.size());
+  for (size_t i = 0; i < peers_.size(); ++i) {
+    if (!processStopped(peers_[i].pid)) {
+      stoppedSince_[i] = {};
+      continue;
     }
-  }
-  if (closed != nullptr) {
-    // A peer that gave up because a third rank did not answer it: blame that rank (a stopped or
-    // hung process is alive but silent), not the messenger.
-    const uint32_t blamed = closed->header->timedOutOn.load(std::memory_order_acquire);
-    if (blamed != 0 && static_cast<int>(blamed - 1) != closed->rank) {
-      const int silent = static_cast<int>(blamed - 1);
-      latch(std::make_exception_ptr(
-          PeerLost(silent, "Horovod rank " + std::to_string(silent) + (silent == rank_ ? " (this rank)" : "") +
-                  " did not answer in time: rank " + std::to_string(closed->rank) + " timed out waiting for it and "
-                  "aborted while rank " + std::to_string(rank_) + " was waiting for rank " +
-                  std::to_string(closed->rank) + " (is rank " + std::to_string(silent) +
-                  " stopped, hung or starved of CPU? see HOROVOD_GLOO_TIMEOUT_SECONDS)")));
+    if (stoppedSince_[i] == std::chrono::steady_clock::time_point{}) stoppedSince_[i] = now;
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - stoppedSince_[i]);
+    if (ms > stopLimit) {
+      recordBlame(peers_[i].rank);
+      latch(std::make_exception_ptr(PeerLost(
+          peers_[i].rank, "Horovod rank " + std::to_string(peers_[i].rank) + " (pid " +
+                              std::to_string(peers_[i].pid) + ") on this host has been stopped (SIGSTOP or a "
+                              "debugger) for " + std::to_string(ms.count()) +
+                              " ms, longer than HOROVOD_GLOO_TIMEOUT_SECONDS; it did not answer in time")));
       return false;
     }
-    latch(std::make_exception_ptr(
-        PeerLost(closed->rank, "Horovod lost rank " + std::to_string(closed->rank) + " (pid " +
-                                   std::to_string(closed->pid) + ") on this host: it " +
-                                   (closed->header->closed.load() == kClosedFailed ? "failed (aborted its transport"
-                                                                                    : "shut down (closed its transport") +
-                                   (closed == exitedClosed ? " and exited" : "") + ") while rank " +
-                                   std::to_string(rank_) + " was still waiting for it")));
-    return false;
   }
   return true;
+}
+
+void Waiter::latchClosed(const WatchedPeer& closed, bool exited) {
+  // A peer that gave up because a third rank did not answer it: blame that rank (a stopped or
+  // hung process is alive but silent), not the messenger.
+  const uint32_t blamed = closed.header->timedOutOn.load(std::memory_order_acquire);
+  if (blamed != 0 && static_cast<int>(blamed - 1) != closed.rank) {
+    const int silent = static_cast<int>(blamed - 1);
+    latch(std::make_exception_ptr(
+        PeerLost(silent, "Horovod rank " + std::to_string(silent) + (silent == rank_ ? " (this rank)" : "") +
+                " did not answer in time: rank " + std::to_string(closed.rank) + " timed out waiting for it and "
+                "aborted while rank " + std::to_string(rank_) + " was waiting for rank " +
+                std::to_string(closed.rank) + " (is rank " + std::to_string(silent) +
+                " stopped, hung or starved of CPU? see HOROVOD_GLOO_TIMEOUT_SECONDS)")));
+    return;
+  }
+  latch(std::make_exception_ptr(
+      PeerLost(closed.rank, "Horovod lost rank " + std::to_string(closed.rank) + " (pid " +
+                                std::to_string(closed.pid) + ") on this host: it " +
+                                (closed.header->closed.load() == kClosedFailed ? "failed (aborted its transport"
+                                                                                : "shut down (closed its transport") +
+                                (exited ? " and exited" : "") + ") while rank " + std::to_string(rank_) +
+                                " was still waiting for it")));
 }
 
 void Waiter::latch(std::exception_ptr error) {

@@ -157,6 +157,15 @@ class Waiter {
   // and returns false on the first lost peer. A peer that died (no clean close) is always a
   // loss; a peer that closed its transport cleanly only when `needs` selects it (empty = all).
   bool peersAlive(const PeerFilter& needs);
+  // peersAlive's parts. Whether a closed `peer` fails a wait selected by `needs`. The pidfd
+  // poll: latches PeerLost and returns false for a peer that died without closing; sets
+  // `exitedClosed` to the first exited peer that closed first and concerns the wait. The stop
+  // check (at most every 250 ms): false, latched, for a peer stopped past the stop limit. The
+  // PeerLost for a closed peer (`exited`: its process is gone too), naming the rank it blamed.
+  static bool concerns(const WatchedPeer& peer, const PeerFilter& needs);
+  bool noPeerDied(const PeerFilter& needs, const WatchedPeer*& exitedClosed);
+  bool noPeerStoppedTooLong();
+  void latchClosed(const WatchedPeer& closed, bool exited);
   void sleep(uint32_t seen, Deadline deadline);
   void latch(std::exception_ptr error);
   [[noreturn]] void rethrow() const;

@@ -265,86 +265,19 @@ bool TcpTransport::waitForMessage(Deadline deadline) {
   checkUsable(false);
   while (true) {
     keepAlive(std::chrono::steady_clock::now());
-    mailFds_.clear();
-    mailOwners_.clear();
-    mailFds_.push_back({abortFd_.fd(), POLLIN, 0});
-    mailOwners_.push_back({PollKind::kAbort, -1});
-    mailFds_.push_back({wakeFd_.fd(), POLLIN, 0});
-    mailOwners_.push_back({PollKind::kWake, -1});
-    {
-      std::lock_guard<std::mutex> lock(ctrlMu_);
-      for (int r = 0; r < size_; ++r) {
-        if (r == rank_) continue;
-        Peer& p = peers_[r];
-        if (!p.ctrlClosed) {
-          short events = POLLIN | POLLRDHUP;
-          if (p.outStart < p.out.size()) events |= POLLOUT;
-          mailFds_.push_back({p.ctrl.fd(), events, 0});
-          mailOwners_.push_back({PollKind::kCtrl, r});
-        }
-        if (!p.departed && !p.dataClosed) {
-          mailFds_.push_back({p.data.fd(), POLLRDHUP, 0});
-          mailOwners_.push_back({PollKind::kData, r});
-        }
-      }
-    }
-    // Wake for the next keep-alive round too (it needs every input read first: done below).
-    int waitMs = deadline.pollTimeoutMs();
-    auto untilKeepAlive = std::chrono::duration_cast<std::chrono::milliseconds>(
-                              nextKeepAlive_ - std::chrono::steady_clock::now()).count() + 1;
-    if (waitMs < 0 || untilKeepAlive < waitMs) waitMs = static_cast<int>(std::max<long long>(untilKeepAlive, 0));
-    int rc = ::poll(mailFds_.data(), mailFds_.size(), waitMs);
+    fillMailPollSet();
+    int rc = ::poll(mailFds_.data(), mailFds_.size(), mailWaitMs(deadline));
     if (rc < 0 && errno == EINTR) continue;
     HVD_SYSCHECK(rc >= 0, "poll");
     if (rc == 0) {
       if (deadline.expired()) return false;
       continue;
     }
-    bool woke = false;
-    int lostPeer = -1;
-    std::string why;
-    std::vector<std::pair<int, short>> dataHangups;
-    {
-      std::lock_guard<std::mutex> lock(ctrlMu_);
-      for (size_t i = 0; i < mailFds_.size(); ++i) {
-        short revents = mailFds_[i].revents;
-        if (revents == 0) continue;
-        const PollOwner& owner = mailOwners_[i];
-        switch (owner.kind) {
-          case PollKind::kAbort:
-            break;  // handled below, outside the lock
-          case PollKind::kWake: {
-            uint64_t count;
-            (void)!::read(wakeFd_.fd(), &count, sizeof(count));
-            // Clear only after draining the eventfd: clearing first lets a concurrent wake()
-            // write a count that this read then swallows, leaving the flag set with nothing to
-            // read, and every later wake() would be dropped.
-            wakePending_ = false;
-            woke = true;
-            break;
-          }
-          case PollKind::kCtrl: {
-            Peer& p = peers_[owner.peer];
-            if (revents & POLLOUT) {
-              std::string w = flushLocked(p);
-              if (!w.empty() && lostPeer < 0) lostPeer = owner.peer, why = w;
-            }
-            if (revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)) {
-              std::string w = readControlLocked(owner.peer);
-              if (!w.empty() && lostPeer < 0) lostPeer = owner.peer, why = w;
-            }
-            break;
-          }
-          case PollKind::kData:
-            dataHangups.emplace_back(owner.peer, revents);
-            break;
-        }
-      }
-    }
+    MailEvents events = serveMailPollSet();
     if (aborted_) throwAborted();
     try {
-      if (lostPeer >= 0) lost(lostPeer, why);
-      for (auto [peer, revents] : dataHangups) onHangup(peer, true, revents);
+      if (events.lostPeer >= 0) lost(events.lostPeer, events.why);
+      for (auto [peer, revents] : events.dataHangups) onHangup(peer, true, revents);
     } catch (const PeerLost&) {
       // Deliver what already arrived first; the loss is recorded and reported by the next wait.
       std::lock_guard<std::mutex> lock(ctrlMu_);
@@ -352,8 +285,81 @@ bool TcpTransport::waitForMessage(Deadline deadline) {
       throw;
     }
     std::lock_guard<std::mutex> lock(ctrlMu_);
-    if (woke || !inbox_.empty()) return true;
+    if (events.woke || !inbox_.empty()) return true;
   }
+}
+
+void TcpTransport::fillMailPollSet() {
+  mailFds_.clear();
+  mailOwners_.clear();
+  mailFds_.push_back({abortFd_.fd(), POLLIN, 0});
+  mailOwners_.push_back({PollKind::kAbort, -1});
+  mailFds_.push_back({wakeFd_.fd(), POLLIN, 0});
+  mailOwners_.push_back({PollKind::kWake, -1});
+  std::lock_guard<std::mutex> lock(ctrlMu_);
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    Peer& p = peers_[r];
+    if (!p.ctrlClosed) {
+      short events = POLLIN | POLLRDHUP;
+      if (p.outStart < p.out.size()) events |= POLLOUT;
+      mailFds_.push_back({p.ctrl.fd(), events, 0});
+      mailOwners_.push_back({PollKind::kCtrl, r});
+    }
+    if (!p.departed && !p.dataClosed) {
+      mailFds_.push_back({p.data.fd(), POLLRDHUP, 0});
+      mailOwners_.push_back({PollKind::kData, r});
+    }
+  }
+}
+
+int TcpTransport::mailWaitMs(Deadline deadline) const {
+  // Wake for the next keep-alive round too (it needs every input read first: done by the caller).
+  int waitMs = deadline.pollTimeoutMs();
+  auto untilKeepAlive = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            nextKeepAlive_ - std::chrono::steady_clock::now()).count() + 1;
+  if (waitMs < 0 || untilKeepAlive < waitMs) waitMs = static_cast<int>(std::max<long long>(untilKeepAlive, 0));
+  return waitMs;
+}
+
+TcpTransport::MailEvents TcpTransport::serveMailPollSet() {
+  MailEvents events;
+  std::lock_guard<std::mutex> lock(ctrlMu_);
+  for (size_t i = 0; i < mailFds_.size(); ++i) {
+    short revents = mailFds_[i].revents;
+    if (revents == 0) continue;
+    const PollOwner& owner = mailOwners_[i];
+    switch (owner.kind) {
+      case PollKind::kAbort:
+        break;  // handled by the caller, outside the lock
+      case PollKind::kWake: {
+        uint64_t count;
+        (void)!::read(wakeFd_.fd(), &count, sizeof(count));
+        // Clear only after draining the eventfd: clearing first lets a concurrent wake()
+        // write a count that this read then swallows, leaving the flag set with nothing to
+        // read, and every later wake() would be dropped.
+        wakePending_ = false;
+        events.woke = true;
+        break;
+      }
+      case PollKind::kCtrl: {
+        Peer& p = peers_[owner.peer];
+        if (revents & POLLOUT) {
+          std::string w = flushLocked(p);
+          if (!w.empty() && events.lostPeer < 0) events.lostPeer = owner.peer, events.why = w;
+        }
+        if (revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)) {
+          std::string w = readControlLocked(owner.peer);
+          if (!w.empty() && events.lostPeer < 0) events.lostPeer = owner.peer, events.why = w;
+        }
+        break;
+      }
+      case PollKind::kData:
+        events.dataHangups.emplace_back(owner.peer, revents);
+        break;
+    }
+  }
+  return events;
 }
 
 }  // namespace hvd::tcp

@@ -261,20 +261,44 @@ int TcpTransport::peerThatGaveUp() {
 
 int TcpTransport::probePeers(const std::vector<int>& preferred, int& silent) {
   silent = -1;
-  std::vector<uint32_t> before(size_, 0);
-  std::vector<char> asked(size_, 0);
-  {
-    std::lock_guard<std::mutex> lock(ctrlMu_);
-    for (int r = 0; r < size_; ++r) {
-      Peer& p = peers_[r];
-      if (r == rank_ || p.departed || p.ctrlClosed || p.gaveUp) continue;
-      before[r] = p.pongs.load();
-      appendFrame(p, kFramePing, nullptr, 0);
-      (void)flushLocked(p);
-      asked[r] = 1;
+  const Probe probe = sendProbes();
+  awaitProbeAnswers(probe);
+  int gave = peerThatGaveUp();
+  if (gave >= 0) return gave;
+  for (int r : preferred) {
+    if (r >= 0 && r < size_ && r != rank_ && unanswered(probe, r)) {
+      silent = r;
+      return -1;
     }
   }
-  auto unanswered = [&](int r) { return asked[r] && peers_[r].pongs.load() == before[r] && !peers_[r].departed; };
+  for (int r = 0; r < size_; ++r) {
+    if (r != rank_ && unanswered(probe, r)) {
+      silent = r;
+      return -1;
+    }
+  }
+  return -1;
+}
+
+TcpTransport::Probe TcpTransport::sendProbes() {
+  Probe probe{std::vector<uint32_t>(size_, 0), std::vector<char>(size_, 0)};
+  std::lock_guard<std::mutex> lock(ctrlMu_);
+  for (int r = 0; r < size_; ++r) {
+    Peer& p = peers_[r];
+    if (r == rank_ || p.departed || p.ctrlClosed || p.gaveUp) continue;
+    probe.pongsBefore[r] = p.pongs.load();
+    appendFrame(p, kFramePing, nullptr, 0);
+    (void)flushLocked(p);
+    probe.asked[r] = 1;
+  }
+  return probe;
+}
+
+bool TcpTransport::unanswered(const Probe& probe, int r) const {
+  return probe.asked[r] && peers_[r].pongs.load() == probe.pongsBefore[r] && !peers_[r].departed;
+}
+
+void TcpTransport::awaitProbeAnswers(const Probe& probe) {
   Deadline window = Deadline::after(kProbeWindow);
   std::vector<pollfd> fds;
   std::vector<int> owners;
@@ -287,18 +311,18 @@ int TcpTransport::probePeers(const std::vector<int>& preferred, int& silent) {
       std::lock_guard<std::mutex> lock(ctrlMu_);
       for (int r = 0; r < size_; ++r) {
         Peer& p = peers_[r];
-        if (!unanswered(r) || p.ctrlClosed) continue;
+        if (!unanswered(probe, r) || p.ctrlClosed) continue;
         short events = POLLIN;
         if (p.outStart < p.out.size()) events |= POLLOUT;
         fds.push_back({p.ctrl.fd(), events, 0});
         owners.push_back(r);
       }
     }
-    if (fds.size() == 1) break;  // everyone answered (or closed)
+    if (fds.size() == 1) return;  // everyone answered (or closed)
     int rc = ::poll(fds.data(), fds.size(), window.pollTimeoutMs());
-    if (rc < 0 && errno != EINTR) break;
+    if (rc < 0 && errno != EINTR) return;
     if (rc <= 0) continue;
-    if (fds[0].revents != 0) break;  // aborted meanwhile: the caller's error stands
+    if (fds[0].revents != 0) return;  // aborted meanwhile: the caller's error stands
     std::lock_guard<std::mutex> lock(ctrlMu_);
     for (size_t i = 1; i < fds.size(); ++i) {
       if (fds[i].revents == 0) continue;
@@ -307,21 +331,6 @@ int TcpTransport::probePeers(const std::vector<int>& preferred, int& silent) {
       if (fds[i].revents & ~POLLOUT) (void)readControlLocked(owners[i]);
     }
   }
-  int gave = peerThatGaveUp();
-  if (gave >= 0) return gave;
-  for (int r : preferred) {
-    if (r >= 0 && r < size_ && r != rank_ && unanswered(r)) {
-      silent = r;
-      return -1;
-    }
-  }
-  for (int r = 0; r < size_; ++r) {
-    if (r != rank_ && unanswered(r)) {
-      silent = r;
-      return -1;
-    }
-  }
-  return -1;
 }
 
 void TcpTransport::wake() {
@@ -420,92 +429,101 @@ void TcpTransport::transfer(Leg* legs, int count, Deadline deadline, const char*
       pending = pending || legs[i].left > 0;
     }
     if (!pending) return;
-
-    // Wait for our sockets, for abort, and for a hang-up of any other peer.
-    dataFds_.clear();
-    dataOwners_.clear();
-    dataFds_.push_back({abortFd_.fd(), POLLIN, 0});
-    dataOwners_.push_back({PollKind::kAbort, -1});
-    std::unique_lock<std::mutex> outLock(ctrlMu_, std::defer_lock);
-    if (outPending_.load() > 0) (void)outLock.try_lock();
-    for (int r = 0; r < size_; ++r) {
-      if (r == rank_) continue;
-      Peer& p = peers_[r];
-      short events = 0;
-      for (int i = 0; i < count; ++i) {
-        if (legs[i].peer == r && legs[i].left > 0) events |= legs[i].isSend ? POLLOUT : POLLIN;
-      }
-      if (events == 0 && !p.departed && !p.dataClosed) events = POLLRDHUP;
-      if (events != 0) {
-        dataFds_.push_back({p.data.fd(), events, 0});
-        dataOwners_.push_back({PollKind::kData, r});
-      }
-      // POLLIN too: answer liveness probes and learn of a peer's abort while waiting.
-      short ctrlEvents = p.ctrlClosed ? 0 : (POLLRDHUP | POLLIN);
-      if (outLock.owns_lock() && p.outStart < p.out.size()) ctrlEvents |= POLLOUT;
-      if (ctrlEvents != 0) {
-        dataFds_.push_back({p.ctrl.fd(), ctrlEvents, 0});
-        dataOwners_.push_back({PollKind::kCtrl, r});
-      }
-    }
-    if (outLock.owns_lock()) outLock.unlock();
-
+    fillTransferPollSet(legs, count);
     int rc = ::poll(dataFds_.data(), dataFds_.size(), deadline.pollTimeoutMs());
     if (rc < 0 && errno == EINTR) continue;
     HVD_SYSCHECK(rc >= 0, "poll");
     if (rc == 0) {
       if (!deadline.expired()) continue;
-      auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Deadline::Clock::now() - start).count();
-      std::string message = "Timed out after " + std::to_string(ms) + " ms in tcp " + op + " on rank " +
-                            std::to_string(rank_) + ":";
-      for (int i = 0; i < count; ++i) {
-        const Leg& leg = legs[i];
-        if (leg.left == 0) continue;
-        message += std::string(leg.isSend ? " sending to " : " receiving from ") + describePeer(leg.peer) + ", " +
-                   std::to_string(leg.total - leg.left) + " of " + std::to_string(leg.total) + " bytes done;";
-      }
-      message.pop_back();
-      brokenMessage_ = "TCP transport streams are out of step after an earlier failure: " + message;
-      // Name the rank that does not answer, not the one this rank happened to wait for (it may
-      // be waiting for the silent one itself).
-      std::vector<int> preferred;
-      for (int i = 0; i < count; ++i) {
-        if (legs[i].left > 0) preferred.push_back(legs[i].peer);
-      }
-      int silent = -1;
-      int gaveUp = probePeers(preferred, silent);
-      if (gaveUp >= 0) lost(gaveUp, "");
-      if (silent >= 0) {
-        fail(silent, "Horovod " + describePeer(silent) + " did not answer in time: " + message +
-                         "; it did not answer a liveness probe within " + std::to_string(kProbeWindow.count()) +
-                         " ms either (is it stopped, hung, or is its host unreachable? see "
-                         "HOROVOD_GLOO_TIMEOUT_SECONDS)");
-      }
-      throw Timeout(message);
+      failTransferTimeout(legs, count, op, start);
     }
-    for (size_t i = 0; i < dataFds_.size(); ++i) {
-      short revents = dataFds_[i].revents;
-      if (revents == 0) continue;
-      const PollOwner& owner = dataOwners_[i];
-      if (owner.kind == PollKind::kAbort) throwAborted();
-      bool active = false;
-      for (int l = 0; l < count; ++l) active = active || (legs[l].peer == owner.peer && legs[l].left > 0);
-      if (owner.kind == PollKind::kData) {
-        // An active socket's events are handled by progress() (it reads the remaining data first).
-        if (!active && (revents & (POLLRDHUP | POLLHUP | POLLERR))) onHangup(owner.peer, true, revents);
-      } else {
-        if (revents & POLLOUT) flushAllControl();
-        if (revents & (POLLRDHUP | POLLHUP | POLLERR)) {
-          onHangup(owner.peer, false, revents);
-        } else if (revents & POLLIN) {
-          std::string why;
-          {
-            std::lock_guard<std::mutex> lock(ctrlMu_);
-            why = readControlLocked(owner.peer);
-          }
-          if (peers_[owner.peer].gaveUp) lost(owner.peer, why);
-          if (!why.empty()) onHangup(owner.peer, false, revents);
+    serveTransferPollSet(legs, count);
+  }
+}
+
+void TcpTransport::fillTransferPollSet(const Leg* legs, int count) {
+  // Wait for our sockets, for abort, and for a hang-up of any other peer.
+  dataFds_.clear();
+  dataOwners_.clear();
+  dataFds_.push_back({abortFd_.fd(), POLLIN, 0});
+  dataOwners_.push_back({PollKind::kAbort, -1});
+  std::unique_lock<std::mutex> outLock(ctrlMu_, std::defer_lock);
+  if (outPending_.load() > 0) (void)outLock.try_lock();
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    Peer& p = peers_[r];
+    short events = 0;
+    for (int i = 0; i < count; ++i) {
+      if (legs[i].peer == r && legs[i].left > 0) events |= legs[i].isSend ? POLLOUT : POLLIN;
+    }
+    if (events == 0 && !p.departed && !p.dataClosed) events = POLLRDHUP;
+    if (events != 0) {
+      dataFds_.push_back({p.data.fd(), events, 0});
+      dataOwners_.push_back({PollKind::kData, r});
+    }
+    // POLLIN too: answer liveness probes and learn of a peer's abort while waiting.
+    short ctrlEvents = p.ctrlClosed ? 0 : (POLLRDHUP | POLLIN);
+    if (outLock.owns_lock() && p.outStart < p.out.size()) ctrlEvents |= POLLOUT;
+    if (ctrlEvents != 0) {
+      dataFds_.push_back({p.ctrl.fd(), ctrlEvents, 0});
+      dataOwners_.push_back({PollKind::kCtrl, r});
+    }
+  }
+}
+
+void TcpTransport::failTransferTimeout(const Leg* legs, int count, const char* op, Deadline::Clock::time_point start) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Deadline::Clock::now() - start).count();
+  std::string message = "Timed out after " + std::to_string(ms) + " ms in tcp " + op + " on rank " +
+                        std::to_string(rank_) + ":";
+  for (int i = 0; i < count; ++i) {
+    const Leg& leg = legs[i];
+    if (leg.left == 0) continue;
+    message += std::string(leg.isSend ? " sending to " : " receiving from ") + describePeer(leg.peer) + ", " +
+               std::to_string(leg.total - leg.left) + " of " + std::to_string(leg.total) + " bytes done;";
+  }
+  message.pop_back();
+  brokenMessage_ = "TCP transport streams are out of step after an earlier failure: " + message;
+  // Name the rank that does not answer, not the one this rank happened to wait for (it may
+  // be waiting for the silent one itself).
+  std::vector<int> preferred;
+  for (int i = 0; i < count; ++i) {
+    if (legs[i].left > 0) preferred.push_back(legs[i].peer);
+  }
+  int silent = -1;
+  int gaveUp = probePeers(preferred, silent);
+  if (gaveUp >= 0) lost(gaveUp, "");
+  if (silent >= 0) {
+    fail(silent, "Horovod " + describePeer(silent) + " did not answer in time: " + message +
+                     "; it did not answer a liveness probe within " + std::to_string(kProbeWindow.count()) +
+                     " ms either (is it stopped, hung, or is its host unreachable? see "
+                     "HOROVOD_GLOO_TIMEOUT_SECONDS)");
+  }
+  throw Timeout(message);
+}
+
+void TcpTransport::serveTransferPollSet(const Leg* legs, int count) {
+  for (size_t i = 0; i < dataFds_.size(); ++i) {
+    short revents = dataFds_[i].revents;
+    if (revents == 0) continue;
+    const PollOwner& owner = dataOwners_[i];
+    if (owner.kind == PollKind::kAbort) throwAborted();
+    bool active = false;
+    for (int l = 0; l < count; ++l) active = active || (legs[l].peer == owner.peer && legs[l].left > 0);
+    if (owner.kind == PollKind::kData) {
+      // An active socket's events are handled by progress() (it reads the remaining data first).
+      if (!active && (revents & (POLLRDHUP | POLLHUP | POLLERR))) onHangup(owner.peer, true, revents);
+    } else {
+      if (revents & POLLOUT) flushAllControl();
+      if (revents & (POLLRDHUP | POLLHUP | POLLERR)) {
+        onHangup(owner.peer, false, revents);
+      } else if (revents & POLLIN) {
+        std::string why;
+        {
+          std::lock_guard<std::mutex> lock(ctrlMu_);
+          why = readControlLocked(owner.peer);
         }
+        if (peers_[owner.peer].gaveUp) lost(owner.peer, why);
+        if (!why.empty()) onHangup(owner.peer, false, revents);
       }
     }
   }

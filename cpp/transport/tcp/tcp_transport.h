@@ -137,6 +137,16 @@ class TcpTransport final : public Transport {
   // peer that gave up (its abort frame read), else -1 with `silent` set to a peer that did not
   // answer (preferring one of `preferred`), or -1 when all answered.
   int probePeers(const std::vector<int>& preferred, int& silent);
+  // probePeers' parts: a ping to every peer still connected (each one's pong count before it);
+  // whether peer r was asked and has not answered (nor departed); the wait for the answers, until
+  // all came, a peer gave up, this transport was aborted, or the probe window passed.
+  struct Probe {
+    std::vector<uint32_t> pongsBefore;
+    std::vector<char> asked;
+  };
+  Probe sendProbes();
+  bool unanswered(const Probe& probe, int r) const;
+  void awaitProbeAnswers(const Probe& probe);
   // Reads `peer`'s control connection until its abort notice arrived, it closed, or `until`
   // (ctrlMu_ not held). Returns whether it gave up.
   bool awaitAbortNotice(int peer, Deadline until);
@@ -145,10 +155,30 @@ class TcpTransport final : public Transport {
   // waitForMessage's keep-alive: pings peers every quarter of the timeout; throws PeerLost for a
   // peer whose ping stayed unanswered for the whole timeout (called with all input read).
   void keepAlive(std::chrono::steady_clock::time_point now);
+  // waitForMessage's parts: the poll set (mailFds_/mailOwners_: abort, wake, every open control
+  // connection, the data sockets' hang-ups); the poll timeout (the deadline's, shortened to the
+  // next keep-alive round); and what poll reported, served under ctrlMu_ (control frames read
+  // and flushed, the wake drained) and returned for the caller to act on outside the lock.
+  struct MailEvents {
+    bool woke = false;
+    int lostPeer = -1;  // the first peer whose control connection failed, and why
+    std::string why;
+    std::vector<std::pair<int, short>> dataHangups;  // (peer, revents)
+  };
+  void fillMailPollSet();
+  int mailWaitMs(Deadline deadline) const;
+  MailEvents serveMailPollSet();
   std::string describePeer(int peer) const;
 
   // Data plane.
   void transfer(Leg* legs, int count, Deadline deadline, const char* op);
+  // transfer()'s parts: the poll set (dataFds_/dataOwners_: abort, the legs' data sockets, the
+  // other peers' hang-ups and control connections); at the deadline, the Timeout naming what
+  // was left, or PeerLost for a peer that did not answer a probe either (always throws); the
+  // events poll reported (abort, hang-ups, control input and output).
+  void fillTransferPollSet(const Leg* legs, int count);
+  [[noreturn]] void failTransferTimeout(const Leg* legs, int count, const char* op, Deadline::Clock::time_point start);
+  void serveTransferPollSet(const Leg* legs, int count);
   void progress(Leg& leg, const char* op);
   void selfSend(const void* data, size_t bytes);
   void selfRecv(void* data, size_t bytes);

@@ -1,10 +1,27 @@
 """Exceptions raised by Horovod, shared by every framework adapter."""
 
+import enum
+
+
+class ErrorCode(enum.IntEnum):
+    """What went wrong, as the core reports it (hvd::ErrorCode in horovod/errors.h; the values
+    mirror it). Exceptions raised by the core carry one as ``code``: test it, not the message."""
+    INTERNAL = 0
+    INVALID_ARGUMENT = 1
+    MISMATCH = 2
+    TIMEOUT = 3
+    PEER_LOST = 4
+    STORE = 5
+    REMOVED_FROM_JOB = 6
+    ABORTED = 7
+    NOT_INITIALIZED = 8
+
 
 class HorovodInternalError(RuntimeError):
     """A collective failed: a peer died, ranks disagreed about an operation (shape, dtype, op,
-    root, ...), or Horovod was shut down. In elastic mode this triggers restore + reset."""
-    pass
+    root, ...), or Horovod was shut down. In elastic mode this triggers restore + reset.
+    ``code`` is the core's ErrorCode (INTERNAL for one raised by Python code)."""
+    code = ErrorCode.INTERNAL
 
 
 class HorovodPeerLostError(HorovodInternalError):

@@ -6,7 +6,7 @@ import re
 
 import tensorflow as tf
 
-from horovod.common.exceptions import HorovodInternalError
+from horovod.common.exceptions import ErrorCode, HorovodInternalError
 
 
 class HorovodInvalidArgumentError(ValueError, tf.errors.InvalidArgumentError):
@@ -59,6 +59,6 @@ def _translated(e):
         return e
     if isinstance(e, ValueError):
         return HorovodInvalidArgumentError(message)
-    if 'ismatch' in message:  # the coordinator's negotiation errors ("Mismatched ...")
+    if getattr(e, 'code', None) == ErrorCode.MISMATCH:  # the coordinator's negotiation errors
         return HorovodMismatchError(message)
     return HorovodCollectiveError(message)
