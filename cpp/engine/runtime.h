@@ -1,6 +1,6 @@
 // Runtime: one rank's Horovod engine. Owns the config, the rendezvous store, the transport, the
 // process-set table, the tensor queue, the coordinator (rank 0), the response-cache replica, the
-// executor with its fusion buffer, and ONE background thread. No globals: tests run several
+// collective backends (backend.h) with the fusion buffer they share, and ONE background thread. No globals: tests run several
 // Runtimes in one process (threads as ranks) over one MemoryStore and the "local" transport;
 // only cpp/api keeps a default instance for the free functions of horovod.h.
 //
@@ -45,7 +45,6 @@
 #include "engine/config.h"
 #include "engine/coordinator.h"
 #include "engine/drive_gate.h"
-#include "engine/executor.h"
 #include "engine/knobs.h"
 #include "engine/liveness.h"
 #include "engine/message.h"
@@ -86,9 +85,6 @@ struct RuntimeStats {
   uint64_t parks = 0;         // times the background thread left fresh work to waiting callers
   uint64_t callerDrives = 0;  // waits that ran the engine on the waiting thread
   size_t fusionBufferBytes = 0;
-  uint64_t sharedInPlaceOps = 0;    // allreduces that ran in the members' shared buffers
-  uint64_t sharedAllgatherOps = 0;  // allgathers that wrote into the members' shared outputs
-  uint64_t mpiOps = 0;              // collectives that ran through MPI (HOROVOD_CPU_OPERATIONS=mpi)
   size_t outputBlocksMapped = 0;    // blocks the output pool mapped (reused ones count once)
   // Latency probes: std::chrono::steady_clock times in ns since its epoch (CLOCK_MONOTONIC, so
   // comparable between the processes of one host), of the latest such event on this rank's
@@ -149,6 +145,9 @@ class Runtime {
   WorkPtr join();
 
   RuntimeStats stats() const;
+  // The collectives this Runtime's backends ran since init, by (backend, algorithm)
+  // (collective_counters.h). Any thread.
+  std::vector<CollectiveCount> collectiveCounts() const { return counters_.snapshot(); }
 
   // ---- Observers of the engine's events (observer.h) ---------------------------------------
   // Any thread, before or after init; the Runtime keeps a reference until removal (or its end).
@@ -229,8 +228,9 @@ class Runtime {
   // ---- knobs (runtime_tuning.cc) ----
   void initKnobs();
   // Every rank, at the start of a list carrying knobs (the engine's thread).
+  // Every rank, at the start of a list carrying knobs (the engine's thread); reaches the
+  // backends through BackendTable::applyKnobs.
   void applyKnobs(const Knobs& knobs);
-  void tuneCommunicator(ProcessSet& set) const;
   // Rank 0, before each build(): hands the tuner's change, if any, to the coordinator.
   void pollTuner();
 
@@ -255,9 +255,10 @@ class Runtime {
   std::string silentMessage_;       // guarded by silentMu_
   int64_t nextStallScanNs_ = 0;
   CacheReplica replica_;
-  // What backends working in host memory share; then the backends themselves, by (process
-  // set, device) (destroyed first).
+  // What backends working in host memory share, and where every backend counts; then the
+  // backends themselves, by (process set, device) (destroyed first).
   HostResources host_;
+  CollectiveCounters counters_;
   BackendTable backends_;
 
   // Engine state: the token holder's (the background thread's, or a driving caller's).

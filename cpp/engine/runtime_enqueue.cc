@@ -6,6 +6,7 @@
 
 #include "collectives/collectives.h"
 #include "common/check.h"
+#include "engine/fused_layout.h"
 #include "engine/runtime.h"
 #include "transport/peer_memory.h"
 

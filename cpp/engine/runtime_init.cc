@@ -237,10 +237,10 @@ void Runtime::bootstrap(const InitOptions& options) {
 
   std::vector<int> all(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) all[r] = r;
-  sets_.add(0, all, transport_.get(), config_.timeout);
-  for (size_t i = 0; i < staticSets.size(); ++i) {
-    sets_.add(static_cast<int32_t>(i + 1), staticSets[i], transport_.get(), config_.timeout);
-  }
+  checkBackendConfigs(config_);  // a setting no backend can work with fails init, as the first collective would
+  backends_.attach(BackendEnvironment{&config_, transport_.get(), &host_, &observers_, &counters_});
+  sets_.add(0, all);
+  for (size_t i = 0; i < staticSets.size(); ++i) sets_.add(static_cast<int32_t>(i + 1), staticSets[i]);
   initKnobs();
   if (rank == 0) {
     Coordinator::Options copts;

@@ -10,6 +10,7 @@
 #include "common/cpu_relax.h"
 #include "common/logging.h"
 #include "engine/runtime.h"
+#include "horovod/errors.h"
 #include "transport/poll_patience.h"
 
 namespace hvd::engine {
@@ -536,8 +537,7 @@ void Runtime::processResponse(Response& r) {
     }
     case Kind::kAddProcessSet: {
       std::vector<int> ranks(r.setRanks.begin(), r.setRanks.end());
-      sets_.add(r.setId, std::move(ranks), transport_.get(), config_.timeout);
-      if (ProcessSet* added = sets_.get(r.setId)) tuneCommunicator(*added);
+      sets_.add(r.setId, std::move(ranks));
       if (observers_.wants(EngineEventKind::kProcessSetAdded)) [[unlikely]] {
         publishSetChange(EngineEventKind::kProcessSetAdded, r.setId,
                          std::vector<int>(r.setRanks.begin(), r.setRanks.end()));
@@ -609,7 +609,7 @@ void Runtime::runData(Response& r) {
   }
   std::exception_ptr error;
   try {
-    backends_.forResponse(r, *set, *transport_, host_, observers_).run(r, *set, entriesScratch_);
+    backends_.forResponse(r, *set).run(r, *set, entriesScratch_);
   } catch (...) {
     error = std::current_exception();
     // Transport and collective failures end the runtime; anything else fails this response only
@@ -747,9 +747,6 @@ void Runtime::failAll(const ErrorInfo& reason) {
 RuntimeStats Runtime::stats() const {
   std::lock_guard<std::mutex> lock(statsMu_);
   RuntimeStats s = stats_;
-  s.sharedInPlaceOps = host_.sharedInPlaceOps.load(std::memory_order_relaxed);
-  s.sharedAllgatherOps = host_.sharedAllgatherOps.load(std::memory_order_relaxed);
-  s.mpiOps = host_.mpiOps.load(std::memory_order_relaxed);
   s.outputBlocksMapped = host_.outputs->blocksMapped();
   return s;
 }
