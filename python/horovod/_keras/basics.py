@@ -42,3 +42,4 @@ ddl_built = basics.ddl_built
 ccl_built = basics.ccl_built
 cuda_built = basics.cuda_built
 rocm_built = basics.rocm_built
+engine_counters = basics.engine_counters

@@ -40,6 +40,17 @@ def init_count():
     return _init_count
 
 
+def engine_counters():
+    """How many collectives the engine ran since the last init(), by the backend and algorithm
+    that ran them: {(backend, algorithm): count}, e.g. {('cpu', 'ring'): 12, ('cpu',
+    'allgatherv'): 3} or {('mpi', 'mpi_allreduce'): 12}. The names are those of the timeline's
+    collective events (docs/timeline.md lists them); a fused response counts once. Empty when
+    Horovod is not initialized. For tests and benchmarks: which data path ran."""
+    if _core is None:
+        return {}
+    return {(backend, algorithm): count for backend, algorithm, count in _core.engine_counters()}
+
+
 def _require_core():
     if _core is None:
         raise ImportError('horovod._core (the compiled extension) is not available: {}'.format(
@@ -205,3 +216,7 @@ class HorovodBasics:
 
     def rocm_built(self):
         return bool(_core is not None and _core.rocm_built())
+
+    def engine_counters(self):
+        """See the module-level engine_counters()."""
+        return engine_counters()

@@ -18,7 +18,7 @@ from horovod._keras.backend import KerasBackend as _KerasBackend
 from horovod._keras.basics import (  # noqa: F401
     init, shutdown, is_initialized, start_timeline, stop_timeline, size, local_size, cross_size,
     rank, local_rank, cross_rank, mpi_threads_supported, mpi_enabled, mpi_built, gloo_enabled,
-    gloo_built, nccl_built, ddl_built, ccl_built, cuda_built, rocm_built)
+    gloo_built, nccl_built, ddl_built, ccl_built, cuda_built, rocm_built, engine_counters)
 from horovod._keras.compression import Compression
 from horovod.common.ops import Adasum, Average, Sum  # noqa: F401
 from horovod.common.process_sets import (  # noqa: F401

@@ -59,7 +59,7 @@ else:
         init, shutdown, is_initialized, start_timeline, stop_timeline,
         size, local_size, cross_size, rank, local_rank, cross_rank, is_homogeneous,
         mpi_threads_supported, mpi_enabled, mpi_built, gloo_enabled, gloo_built,
-        nccl_built, ddl_built, ccl_built, cuda_built, rocm_built,
+        nccl_built, ddl_built, ccl_built, cuda_built, rocm_built, engine_counters,
         ProcessSet, global_process_set, add_process_set, remove_process_set,
         Average, Sum, Adasum, Min, Max, Product)
     from horovod.tensorflow.gradient_aggregation import LocalGradientAggregationHelper  # noqa: F401

@@ -108,6 +108,7 @@ ddl_built = _basics.ddl_built
 ccl_built = _basics.ccl_built
 cuda_built = _basics.cuda_built
 rocm_built = _basics.rocm_built
+engine_counters = _basics.engine_counters
 
 class _ReduceOps:
     Average = Average
