@@ -235,7 +235,7 @@ class Runtime {
   void pollTuner();
 
   Config config_;
-  // Declared before the parts that publish into it (coordinator, executor): it outlives them.
+  // Declared before the parts that publish into it (coordinator, backends): it outlives them.
   ObserverHub observers_;
   std::shared_ptr<Store> store_;
   std::shared_ptr<Store> roundStore_;

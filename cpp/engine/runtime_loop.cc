@@ -1,5 +1,5 @@
 // Runtime: the background thread. Negotiation messages go through the transport's mailbox;
-// collectives through the executor. Every wait is bounded.
+// collectives through the collective backends (backend.h). Every wait is bounded.
 #include <pthread.h>
 #include <sched.h>
 
