@@ -164,10 +164,27 @@ class Runtime {
   void setTuner(std::shared_ptr<Tuner> tuner);
 
  private:
-  // ---- init (runtime_init.cc) ----
+  // ---- init (runtime_init.cc): bootstrap() runs the steps below in this order ----
   void bootstrap(const InitOptions& options);
+  // The static process sets of `options`, sorted; InvalidArgument when one is malformed.
+  std::vector<std::vector<int>> checkedStaticSets(const InitOptions& options) const;
   std::shared_ptr<Store> makeStore();
+  // Joins this init's round in the store (roundStore_, jobId_), checking that every rank gave
+  // the same static sets; returns every rank's hostname.
+  std::vector<std::string> joinRound(const std::vector<std::vector<int>>& staticSets, Deadline deadline);
   void computeTopology(const std::vector<std::string>& hosts);
+  // Rank 0's fusion options (fusion_), shared through the store: every rank fuses alike.
+  void agreeFusionOptions(Deadline deadline);
+  void startTransport(const std::vector<std::string>& hosts);
+  // The backends' settings checked, the backends attached, the global and static sets added and
+  // the knobs in force set (initKnobs).
+  void registerProcessSets(const std::vector<std::vector<int>>& staticSets);
+  // Rank 0: the coordinator (knowing the static sets) and the stall inspector.
+  void startCoordinator(const std::vector<std::vector<int>>& staticSets);
+  // Returns once every rank got this far (connected), or throws at `deadline`.
+  void awaitEveryRank(Deadline deadline);
+  // The background thread and, with several ranks, the liveness watch.
+  void startEngine(const std::vector<std::string>& hosts);
   // ---- enqueue (runtime_enqueue.cc) ----
   WorkPtr enqueue(std::vector<EntryPtr> entries, std::shared_ptr<WorkImpl> work);
   EntryPtr makeEntry(Kind kind, const char* opName, const TensorView& in, const TensorView& out,
