@@ -103,7 +103,7 @@ struct BackendFactory {
   // Optional. Called by every Runtime's init, before any process set exists, whichever backend
   // will be chosen: throws InvalidArgument when `config` (or the HOROVOD_* settings the backend
   // reads itself) cannot work, so that init fails rather than the first collective.
-  std::function<void(const Config&)> checkConfig;
+  std::function<void(const Config&)> checkConfig = nullptr;
 };
 
 // Adds a factory after the ones of its priority or higher registered before (earlier ones are

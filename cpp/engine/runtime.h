@@ -124,7 +124,8 @@ class Runtime {
   const Config& config() const { return config_; }
   const std::string& jobId() const { return jobId_; }
 
-  // ---- Process sets (collective over all ranks, issued in the same order everywhere) --------
+  // ---- Process sets (collective over all ranks, issued in the same order everywhere;
+  // runtime_process_sets.cc) ------------------------------------------------------------------
   int addProcessSet(std::vector<int> ranks);
   bool removeProcessSet(int processSetId);
   std::vector<int> processSetRanks(int processSetId) const;
@@ -197,7 +198,7 @@ class Runtime {
   // After a push: collects the request on this thread if no thread runs the engine now, else
   // wakes the engine's thread if it is blocked in awaitWork().
   void wakeEngine();
-  // ---- the engine: background thread and driving callers (runtime_loop.cc) ----
+  // ---- driving the engine: background thread and driving callers (runtime_loop.cc) ----
   friend class DriveGate;
   void loop();
   // Runs the engine on a waiting thread (token held) until `work` completes or `deadline`
@@ -215,6 +216,8 @@ class Runtime {
   void collectRequests(RequestList& out);
   void gatherBurst(RequestList& out, uint64_t pushesSeen);
   void postRequests(RequestList& list);
+  void pinThread();
+  // ---- executing response lists (runtime_responses.cc) ----
   bool processList(ResponseList& list);
   void processResponse(Response& response);
   void runData(Response& response);
@@ -222,6 +225,14 @@ class Runtime {
   Entry* findEntry(const Response& response, const TensorInfo& tensor);
   Entry* pendingEntry(int32_t processSet, std::string_view name);
   void completeEntry(Entry* entry, std::exception_ptr error);
+  // ---- process-set lifecycle, every rank, in list order (runtime_process_sets.cc) ----
+  // The set is registered (its backends are built on its first response) and the adding
+  // operation, if this rank has it, completes with the set's id.
+  void addSetFromResponse(const Response& response);
+  // Pending operations of the set fail, the set and its backends go, and the removing
+  // operation, if this rank has it, completes.
+  void removeSetFromResponse(const Response& response);
+  // ---- failures and liveness (runtime_failures.cc) ----
   void failAll(const ErrorInfo& reason);
   void onFatal(std::exception_ptr error, bool notifyPeers);
   // The liveness watch found `rank` silent (its thread): the engine fails with PeerLost naming
@@ -230,7 +241,9 @@ class Runtime {
   // The error to report for `error`: a peer's relayed PeerLost naming another rank when this
   // rank only saw that peer give up (or timed out behind it); else `error` itself.
   std::exception_ptr preferRelayedCause(std::exception_ptr error);
-  void pinThread();
+  // Rank 0: a stall inspector scan, if one is due (the engine's thread, at each step). Logs its
+  // warnings, fails diverged tensors, and throws Aborted when a stall must end the job.
+  void maybeScanStalls();
   // ---- observer events that need the runtime's state (runtime_observe.cc) ----
   void publishEntry(EngineEventKind kind, const Entry& entry, uint32_t cacheId = kNoCacheId, bool failed = false);
   void publishSetChange(EngineEventKind kind, int32_t setId, const std::vector<int>& ranks);
@@ -239,12 +252,8 @@ class Runtime {
   // How long the engine's thread may wait for work: bounded by the stall-tick interval and the
   // stall inspector's scans.
   Deadline idleDeadline() const;
-  // Rank 0: a stall inspector scan, if one is due (the engine's thread, at each step). Logs its
-  // warnings, fails diverged tensors, and throws Aborted when a stall must end the job.
-  void maybeScanStalls();
   // ---- knobs (runtime_tuning.cc) ----
   void initKnobs();
-  // Every rank, at the start of a list carrying knobs (the engine's thread).
   // Every rank, at the start of a list carrying knobs (the engine's thread); reaches the
   // backends through BackendTable::applyKnobs.
   void applyKnobs(const Knobs& knobs);
