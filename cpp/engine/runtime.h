@@ -28,6 +28,11 @@
 // current, pending and later operations fail with that error (a PeerLost stays a PeerLost), the
 // other ranks get a best-effort abort notice, and the loop stops. shutdown() on any rank stops
 // the loop on every rank; pending and later operations fail with Horovod's shutdown message.
+//
+// Files, by job: runtime_init.cc (init's steps, shutdown), runtime_enqueue.cc (the collectives'
+// entry points), runtime_loop.cc (driving the engine), runtime_responses.cc (executing response
+// lists), runtime_process_sets.cc (the process-set lifecycle), runtime_failures.cc (failures,
+// liveness, stall scans), runtime_tuning.cc (knobs and the tuner), runtime_observe.cc (observers).
 #pragma once
 
 #include <atomic>
