@@ -6,9 +6,10 @@
 // and algorithm names, whether or not an observer watches. A backend counts through its shared
 // base (backends/host_backend.h), never directly.
 //
-// Cost: counter(backend, algorithm) looks its slot up (a few pointer compares; under the table
-// lock only when the pair is new); a backend keeps the slot of its last algorithm, so the steady
-// state is one relaxed load and store per collective: no lock, allocation or atomic RMW.
+// Cost: counter(backend, algorithm) looks its slot up (a few pointer compares; a new pair takes
+// the next slot of a fixed table, published with a release store); a backend keeps the slot of
+// its last algorithm, so the steady state is one relaxed load and store per collective: no lock,
+// allocation or atomic read-modify-write.
 //
 // Threads: counter() and increment() on the engine's thread (one writer at a time: the engine's
 // token orders them); snapshot() from any thread.
