@@ -275,7 +275,7 @@ def test_rank_that_never_calls_init_is_named(flavor, tmp_path):
                  'try:\n'
                  '    hvd.init()\n'
                  'except ValueError:\n'
-                 '    print("FAILED", MPI.COMM_WORLD.rank, flush=True)\n'
+                 '    os.write(1, "FAILED {}\\n".format(MPI.COMM_WORLD.rank).encode())\n'  # one write
                  '    os._exit(3)\n')
     cmd = _mpirun(flavor, 3) + _mpi_env_args(flavor, ['HOROVOD_GLOO_TIMEOUT_SECONDS']) + [
         sys.executable, '-c', code_text]
