@@ -23,12 +23,15 @@ import sys
 
 # Layers from the bottom up. A layer may include itself and the layers below it (rule
 # "layer order"). 'transport/*' stands for every backend folder under cpp/transport/ (shm, tcp,
-# local, and nccl to come); 'transport' is the generic headers directly in cpp/transport/. 'mpi'
+# local, and nccl to come); 'transport' is the generic headers directly in cpp/transport/.
+# 'backends/*' likewise stands for every collective backend folder under cpp/backends/ (cpu,
+# mpi, and cuda to come), above the engine, which names none of them (it reaches them through
+# engine/backend.h); 'backends' is what they share, directly in cpp/backends/. 'mpi'
 # is the MPI library reached through run-time plugins (bootstrap over MPI), used by the API.
 # 'vocabulary' is the public headers every layer shares (error classes, data types) and 'public'
 # the rest of cpp/include/horovod/ (the C++ and C API), which sits at the level of 'api'.
 ORDER = ['vocabulary', 'common', 'store', 'transport', 'transport/*', 'mpi', 'collectives', 'engine',
-         'autotune', 'timeline', ['api', 'public'], ['python', 'frameworks']]
+         'backends', 'backends/*', 'autotune', 'timeline', ['api', 'public'], ['python', 'frameworks']]
 
 # Public headers (under cpp/include/) that count as 'vocabulary'; the others are 'public'.
 VOCABULARY_HEADERS = {'horovod/errors.h', 'horovod/types.h', 'horovod/operation.h'}
@@ -44,8 +47,8 @@ FILE_EXCEPTIONS = {
     'cpp/transport/composite.cc': ['transport/*'],
 }
 
-# Backend pairs (includer, included) allowed to cross between sibling backends. Empty: no
-# backend builds on another one today.
+# Backend pairs (includer, included) allowed to cross between sibling backends (transport or
+# collective). Empty: no backend builds on another one today.
 BACKEND_ALLOW = set()
 
 # Each rule: (name, source layers it applies to, kind, layers). kind 'only' lists what the
@@ -67,9 +70,13 @@ RULES = [
      ['vocabulary', 'public']),
     # Algorithms, the engine and the API see transports through the Transport interface and the
     # registry only; which backend is used is the registry's business.
-    ('no concrete transport backend above transport', ['collectives', 'engine', 'autotune', 'timeline', 'api'],
-     'forbid',
+    ('no concrete transport backend above transport',
+     ['collectives', 'engine', 'backends', 'backends/*', 'autotune', 'timeline', 'api'], 'forbid',
      ['transport/*']),
+    # Collective backends register themselves (engine/backend.h); nothing above them picks one
+    # by name.
+    ('no concrete collective backend above backends', ['autotune', 'timeline', 'api'], 'forbid',
+     ['backends/*']),
     # horovodrun links only common and store (see launcher/CMakeLists.txt).
     ('the launcher links only common and store', ['launcher'], 'only',
      ['common', 'store', 'vocabulary']),
@@ -105,16 +112,18 @@ def layer_of(rel):
         return None
     if parts[1] == 'include':
         return 'vocabulary' if '/'.join(parts[2:]) in VOCABULARY_HEADERS else 'public'
-    if parts[1] == 'transport' and len(parts) >= 4:
-        return 'transport/' + parts[2]
+    if parts[1] in ('transport', 'backends') and len(parts) >= 4:
+        return parts[1] + '/' + parts[2]
     if parts[1] in LEVELS:
         return parts[1]
     return None
 
 
 def _generic(layer):
-    """'transport/shm' -> 'transport/*' (how rules name backends)."""
-    return 'transport/*' if layer is not None and layer.startswith('transport/') else layer
+    """'transport/shm' -> 'transport/*', 'backends/cpu' -> 'backends/*' (how rules name backends)."""
+    if layer is not None and '/' in layer:
+        return layer.split('/')[0] + '/*'
+    return layer
 
 
 def resolve(root, including, header):
@@ -148,7 +157,7 @@ def broken_rule(src_file, src, dst):
             return name
         if kind == 'forbid' and gdst in layers:
             return name
-    if gsrc == 'transport/*' and gdst == 'transport/*':
+    if gsrc == gdst and gsrc in ('transport/*', 'backends/*'):
         return None if (src, dst) in BACKEND_ALLOW else SIBLING_RULE
     if gsrc in LEVELS and gdst in LEVELS and LEVELS[gdst] > LEVELS[gsrc]:
         return LAYER_ORDER_RULE

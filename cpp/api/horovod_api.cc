@@ -169,14 +169,13 @@ std::vector<int> processSetIds() { return api::runtimeForQueries()->processSetId
 
 // ---- Introspection ---------------------------------------------------------------------------
 
-EngineCounters engineCounters() {
-  EngineCounters counters;
+std::vector<CollectiveCount> engineCounters() {
+  std::vector<CollectiveCount> counters;
   auto runtime = api::defaultRuntime();
   if (!runtime || !runtime->initialized()) return counters;
-  const engine::RuntimeStats stats = runtime->stats();
-  counters.sharedInPlaceAllreduces = stats.sharedInPlaceOps;
-  counters.sharedOutputAllgathers = stats.sharedAllgatherOps;
-  counters.mpiCollectives = stats.mpiOps;
+  for (engine::CollectiveCount& c : runtime->collectiveCounts()) {
+    counters.push_back(CollectiveCount{std::move(c.backend), std::move(c.algorithm), c.count});
+  }
   return counters;
 }
 

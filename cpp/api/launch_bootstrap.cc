@@ -7,7 +7,6 @@
 #include "common/hmac.h"
 #include "common/logging.h"
 #include "horovod/errors.h"
-#include "engine/mpi_backend.h"
 #include "mpi/mpi_bootstrap.h"
 #include "mpi/mpi_library.h"
 #include "store/served_tcp_store.h"
@@ -194,8 +193,8 @@ void requireMpiDataPlane(engine::Config& config) {
 
 std::shared_ptr<Store> bootstrapWithoutLauncher(engine::Config& config, const InitOptions& options) {
   std::shared_ptr<Store> store = chooseBootstrap(config, options);
+  // The Runtime's Config carries the choice to the collective backends (backends/mpi).
   if (config.cpuOperationsMpi) requireMpiDataPlane(config);
-  engine::selectMpiDataPlane(config.cpuOperationsMpi, config.mpiComm);
   return store;
 }
 

@@ -184,12 +184,16 @@ bool allreduce(Communicator& comm, const void* in, void* out, size_t count, Data
     prescaleIntoOutput();
     if (in != out && bytes > 0) std::memcpy(out, in, bytes);
     scaleBuffer(out, count, dtype, postscale);
+    if (options.ran != nullptr) *options.ran = kLocalAllreduce;
     return false;
   }
   Choice choice = choose(comm, bytes, options.sharedOutputs);
   if (choice.algo->attempt != nullptr) {
     const AllreduceArgs args{comm, in, out, count, dtype, kernel, choice.shared, nullptr, postscale, options.prescale};
-    if (choice.algo->attempt(args)) return true;
+    if (choice.algo->attempt(args)) {
+      if (options.ran != nullptr) *options.ran = choice.algo->name;
+      return true;
+    }
     choice = choose(comm, bytes);  // declined on every member alike
   }
   prescaleIntoOutput();
@@ -202,10 +206,11 @@ bool allreduce(Communicator& comm, const void* in, void* out, size_t count, Data
   }
   algo.run(AllreduceArgs{comm, in, out, count, dtype, kernel, choice.shared, nullptr, postscale});
   if (!algo.foldsPostscale) scaleBuffer(out, count, dtype, postscale);
+  if (options.ran != nullptr) *options.ran = algo.name;
   return false;
 }
 
-bool allreducePieces(Communicator& comm, const std::vector<Piece>& pieces, DataType dtype, ReduceOp op,
+const char* allreducePieces(Communicator& comm, const std::vector<Piece>& pieces, DataType dtype, ReduceOp op,
                      double postscale) {
   const ReduceKernel& kernel = reduceKernel(dtype, op);
   checkScalable(dtype, postscale);
@@ -216,17 +221,17 @@ bool allreducePieces(Communicator& comm, const std::vector<Piece>& pieces, DataT
       if (p.in != p.out && p.count > 0) std::memcpy(p.out, p.in, p.count * kernel.elementSize);
       scaleBuffer(p.out, p.count, dtype, postscale);
     }
-    return true;
+    return kLocalAllreduce;
   }
   const Choice choice = choose(comm, count * kernel.elementSize);
-  if (!choice.algo->takesPieces) return false;
+  if (!choice.algo->takesPieces) return nullptr;
   thread_local std::vector<size_t> starts;  // scratch: no allocation per call in a steady state
   const MessageIo io(pieces, kernel.elementSize, starts);
   choice.algo->run(AllreduceArgs{comm, nullptr, nullptr, count, dtype, kernel, choice.shared, &io, postscale});
   if (!choice.algo->foldsPostscale) {
     for (const Piece& p : pieces) scaleBuffer(p.out, p.count, dtype, postscale);
   }
-  return true;
+  return choice.algo->name;
 }
 
 void allreduce(Communicator& comm, void* buf, size_t count, DataType dtype, ReduceOp op, double postscale) {

@@ -41,7 +41,13 @@ struct AllreduceOptions {
   // buffers are new) and falls back to the other algorithms on every member alike if not. Must
   // be equal on all members.
   bool sharedOutputs = false;
+  // When set, receives the name of the routine that ran: an allreduce table entry's name
+  // ("shm_inplace" when it ran over the members' shared outputs), or kLocalAllreduce (a set of
+  // one, or no elements). A static string. Costs nothing: the choice is made anyway.
+  const char** ran = nullptr;
 };
+// What ran when there was nothing to exchange (a set of one, or no elements).
+inline constexpr const char kLocalAllreduce[] = "local";
 // out = postscale * (OP over ranks of prescale * in), `in` unmodified (in == out: in place).
 // Returns true when it ran over the members' shared outputs (see sharedOutputs).
 bool allreduce(Communicator& comm, const void* in, void* out, size_t count, DataType dtype,
@@ -68,7 +74,8 @@ struct Piece {
 // ones); false, with nothing done or sent, when it needs one contiguous buffer: the caller then
 // copies the pieces into one and calls allreduce(). Every member makes the same choice (it
 // depends on the total size and placement only), whichever form its own data takes.
-bool allreducePieces(Communicator& comm, const std::vector<Piece>& pieces, DataType dtype, ReduceOp op,
+// Returns the name of the routine that ran (as AllreduceOptions::ran), or nullptr when it declined.
+const char* allreducePieces(Communicator& comm, const std::vector<Piece>& pieces, DataType dtype, ReduceOp op,
                      double postscale = 1.0);
 
 struct AllgatherOptions {

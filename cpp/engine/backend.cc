@@ -46,6 +46,17 @@ std::vector<std::string> backendNames(DeviceKind kind) {
   return names;
 }
 
+void checkBackendConfigs(const Config& config) {
+  std::vector<BackendFactory> factories;
+  {
+    std::lock_guard<std::mutex> lock(registryMutex());
+    factories = registry();
+  }
+  for (const auto& f : factories) {
+    if (f.checkConfig) f.checkConfig(config);
+  }
+}
+
 int32_t deviceId(const Device& device) {
   if (device.isCpu()) return kCpuDevice;
   return (static_cast<int32_t>(device.kind) << 16) | (device.index & 0xffff);
@@ -59,8 +70,7 @@ Device deviceOf(int32_t id) {
   return device;
 }
 
-CollectiveBackend& BackendTable::forResponse(const Response& r, ProcessSet& set, Transport& transport,
-                                             HostResources& host, const ObserverHub& observers) {
+CollectiveBackend& BackendTable::forResponse(const Response& r, ProcessSet& set) {
   const std::pair<int32_t, int32_t> key{set.id, r.params.device};
   CollectiveBackend* backend = last_;
   if (backend == nullptr || key != lastKey_) {
@@ -74,9 +84,11 @@ CollectiveBackend& BackendTable::forResponse(const Response& r, ProcessSet& set,
           if (serves(f, device.kind)) candidates.push_back(f);
         }
       }
+      HVD_CHECK(environment_.transport != nullptr) << "collective backends used before the Runtime attached them";
       std::unique_ptr<CollectiveBackend> made;
       for (const auto& f : candidates) {
-        made = f.make(BackendContext{set, device, transport, host, observers});
+        made = f.make(BackendContext{set, device, *environment_.config, knobs_, *environment_.transport,
+                                     *environment_.host, *environment_.observers, *environment_.counters});
         if (made) break;
       }
       if (!made) {
@@ -98,6 +110,11 @@ CollectiveBackend& BackendTable::forResponse(const Response& r, ProcessSet& set,
                 std::string(kindName(r.params.kind)) + " on device " + deviceName(deviceOf(r.params.device)) + ".");
   }
   return *backend;
+}
+
+void BackendTable::applyKnobs(const Knobs& knobs) {
+  knobs_ = knobs;
+  for (auto& [key, backend] : backends_) backend->applyKnobs(knobs);
 }
 
 void BackendTable::removeSet(int32_t processSet) {

@@ -43,7 +43,7 @@ struct Config : Placement {
   // negotiation itself always runs over the engine's own shm/tcp channel.
   bool controllerMpi = false;
   bool mpiThreadsDisable = false;  // HOROVOD_MPI_THREADS_DISABLE
-  // HOROVOD_CPU_OPERATIONS=mpi: host-memory collectives run through MPI (engine/mpi_backend.h)
+  // HOROVOD_CPU_OPERATIONS=mpi: host-memory collectives run through MPI (backends/mpi/mpi_backend.h)
   // instead of the shm/tcp transports; needs a job that MPI started (checked at init).
   bool cpuOperationsMpi = false;
   // Fortran handle of the MPI communicator the job's ranks form (-1: MPI_COMM_WORLD), set by the

@@ -1,5 +1,5 @@
 // Fused layout: how the tensors of one agreed response lie in the fusion buffer, and the copies
-// in and out of it. Shared by the collective backends (executor.h, mpi_backend.h) so that every
+// in and out of it. Shared by the collective backends (backends/: cpu, mpi) so that every
 // data plane packs a response the same way.
 //
 //   allreduce      tensors back to back

@@ -1,4 +1,4 @@
-// Tensor fusion: planning (coordinator) and the fusion buffer (every rank's executor).
+// Tensor fusion: planning (coordinator) and the fusion buffer (every rank's host-memory backends).
 #pragma once
 
 #include <cstddef>

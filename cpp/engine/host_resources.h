@@ -3,7 +3,6 @@
 // on the engine's thread).
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 
@@ -18,12 +17,6 @@ struct HostResources {
   // Engine-allocated outputs (allgather, alltoall) come from it; blocks handed out keep it
   // alive. Thread-safe.
   std::shared_ptr<OutputPool> outputs;
-  // Operations that ran over the members' shared outputs: the allreduce "shm_inplace", the
-  // allgather "shm_outputs". Written by the engine's thread, read by any.
-  std::atomic<uint64_t> sharedInPlaceOps{0};
-  std::atomic<uint64_t> sharedAllgatherOps{0};
-  // Collectives that ran through MPI (the MPI data plane, engine/mpi_backend.h).
-  std::atomic<uint64_t> mpiOps{0};
 };
 
 }  // namespace hvd::engine

@@ -133,6 +133,9 @@ struct EngineEvent {
   // asking for its choice before the first allreduce of a process set would itself be a
   // collective step, so it is read once the allreduce ran.
   const char* algorithm = nullptr;
+  // Collectives and fusion copies: the backend that ran them (CollectiveBackend::name(), "cpu",
+  // "mpi", ...), a static string.
+  const char* backend = nullptr;
   int32_t rank = -1;                  // kNegotiate*: the global rank the request came from
   uint32_t cacheId = kNoCacheId;      // kCacheHit
   bool failed = false;                // kTensorDone

@@ -22,10 +22,11 @@
 // fault per 4 KiB page (no huge pages for shared memory) in its owner and again in every peer
 // that maps it, so only a block that will be reused is worth it; others get a private block.
 //
-// Ownership: the Runtime's Executor holds one pool (made with std::make_shared). Every block it
-// hands out holds the pool too, so a block may be released after the engine is gone (user
-// threads, Python's GC, even during exit). close() at shutdown unmaps the cached blocks, and
-// blocks released later are unmapped at once: nothing stays cached past the runtime.
+// Ownership: the Runtime's HostResources hold one pool (made with std::make_shared), lent to the
+// host-memory backends. Every block it hands out holds the pool too, so a block may be released
+// after the engine is gone (user threads, Python's GC, even during exit). close() at shutdown
+// unmaps the cached blocks, and blocks released later are unmapped at once: nothing stays
+// cached past the runtime.
 //
 // Thread-safe: acquire() runs on the thread running the engine; the storage's deleter runs on
 // whichever thread drops the last reference.

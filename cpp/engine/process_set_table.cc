@@ -5,15 +5,13 @@
 
 namespace hvd::engine {
 
-void ProcessSetTable::add(int32_t id, std::vector<int> ranks, Transport* transport,
-                          std::chrono::milliseconds timeout) {
+void ProcessSetTable::add(int32_t id, std::vector<int> ranks) {
   auto set = std::make_unique<ProcessSet>();
   set->id = id;
   set->ranks = std::move(ranks);
   auto it = std::lower_bound(set->ranks.begin(), set->ranks.end(), myRank_);
   if (it != set->ranks.end() && *it == myRank_) {
     set->myIndex = static_cast<int>(it - set->ranks.begin());
-    if (transport != nullptr) set->comm = std::make_unique<Communicator>(*transport, set->ranks, timeout);
   }
   std::unique_lock<std::shared_mutex> lock(mu_);
   sets_[id] = std::move(set);

@@ -1,7 +1,7 @@
 // ProcessSetTable: this rank's registered process sets (id 0 = all ranks). Read by enqueueing
 // threads (validation) and the engine's thread; changed only by the engine's thread when it
-// processes an add/remove response, and by init. Each set this rank belongs to has a
-// Communicator over the job's transport.
+// processes an add/remove response, and by init. What moves a set's data (a communicator) belongs
+// to the collective backend that runs it (backend.h), not to the set.
 #pragma once
 
 #include <map>
@@ -10,7 +10,8 @@
 #include <shared_mutex>
 #include <vector>
 
-#include "collectives/communicator.h"
+#include <chrono>
+#include <cstdint>
 
 namespace hvd::engine {
 
@@ -18,7 +19,6 @@ struct ProcessSet {
   int32_t id = 0;
   std::vector<int> ranks;  // ascending global ranks
   int myIndex = -1;        // this rank's set rank, -1 if not a member
-  std::unique_ptr<Communicator> comm;  // members only
 };
 
 // What enqueue-time validation needs, copied out under the lock.
@@ -32,7 +32,7 @@ class ProcessSetTable {
  public:
   explicit ProcessSetTable(int myRank) : myRank_(myRank) {}
 
-  void add(int32_t id, std::vector<int> ranks, Transport* transport, std::chrono::milliseconds timeout);
+  void add(int32_t id, std::vector<int> ranks);
   void remove(int32_t id);
   // Any thread.
   std::optional<ProcessSetInfo> lookup(int32_t id, int root = -1) const;

@@ -1,6 +1,6 @@
 // Runtime: one rank's Horovod engine. Owns the config, the rendezvous store, the transport, the
 // process-set table, the tensor queue, the coordinator (rank 0), the response-cache replica, the
-// executor with its fusion buffer, and ONE background thread. No globals: tests run several
+// collective backends (backend.h) with the fusion buffer they share, and ONE background thread. No globals: tests run several
 // Runtimes in one process (threads as ranks) over one MemoryStore and the "local" transport;
 // only cpp/api keeps a default instance for the free functions of horovod.h.
 //
@@ -28,6 +28,11 @@
 // current, pending and later operations fail with that error (a PeerLost stays a PeerLost), the
 // other ranks get a best-effort abort notice, and the loop stops. shutdown() on any rank stops
 // the loop on every rank; pending and later operations fail with Horovod's shutdown message.
+//
+// Files, by job: runtime_init.cc (init's steps, shutdown), runtime_enqueue.cc (the collectives'
+// entry points), runtime_loop.cc (driving the engine), runtime_responses.cc (executing response
+// lists), runtime_process_sets.cc (the process-set lifecycle), runtime_failures.cc (failures,
+// liveness, stall scans), runtime_tuning.cc (knobs and the tuner), runtime_observe.cc (observers).
 #pragma once
 
 #include <atomic>
@@ -45,7 +50,6 @@
 #include "engine/config.h"
 #include "engine/coordinator.h"
 #include "engine/drive_gate.h"
-#include "engine/executor.h"
 #include "engine/knobs.h"
 #include "engine/liveness.h"
 #include "engine/message.h"
@@ -81,9 +85,6 @@ struct RuntimeStats {
   uint64_t parks = 0;         // times the background thread left fresh work to waiting callers
   uint64_t callerDrives = 0;  // waits that ran the engine on the waiting thread
   size_t fusionBufferBytes = 0;
-  uint64_t sharedInPlaceOps = 0;    // allreduces that ran in the members' shared buffers
-  uint64_t sharedAllgatherOps = 0;  // allgathers that wrote into the members' shared outputs
-  uint64_t mpiOps = 0;              // collectives that ran through MPI (HOROVOD_CPU_OPERATIONS=mpi)
   size_t outputBlocksMapped = 0;    // blocks the output pool mapped (reused ones count once)
   // Latency probes: std::chrono::steady_clock times in ns since its epoch (CLOCK_MONOTONIC, so
   // comparable between the processes of one host), of the latest such event on this rank's
@@ -123,7 +124,8 @@ class Runtime {
   const Config& config() const { return config_; }
   const std::string& jobId() const { return jobId_; }
 
-  // ---- Process sets (collective over all ranks, issued in the same order everywhere) --------
+  // ---- Process sets (collective over all ranks, issued in the same order everywhere;
+  // runtime_process_sets.cc) ------------------------------------------------------------------
   int addProcessSet(std::vector<int> ranks);
   bool removeProcessSet(int processSetId);
   std::vector<int> processSetRanks(int processSetId) const;
@@ -144,6 +146,9 @@ class Runtime {
   WorkPtr join();
 
   RuntimeStats stats() const;
+  // The collectives this Runtime's backends ran since init, by (backend, algorithm)
+  // (collective_counters.h). Any thread.
+  std::vector<CollectiveCount> collectiveCounts() const { return counters_.snapshot(); }
 
   // ---- Observers of the engine's events (observer.h) ---------------------------------------
   // Any thread, before or after init; the Runtime keeps a reference until removal (or its end).
@@ -160,10 +165,27 @@ class Runtime {
   void setTuner(std::shared_ptr<Tuner> tuner);
 
  private:
-  // ---- init (runtime_init.cc) ----
+  // ---- init (runtime_init.cc): bootstrap() runs the steps below in this order ----
   void bootstrap(const InitOptions& options);
+  // The static process sets of `options`, sorted; InvalidArgument when one is malformed.
+  std::vector<std::vector<int>> checkedStaticSets(const InitOptions& options) const;
   std::shared_ptr<Store> makeStore();
+  // Joins this init's round in the store (roundStore_, jobId_), checking that every rank gave
+  // the same static sets; returns every rank's hostname.
+  std::vector<std::string> joinRound(const std::vector<std::vector<int>>& staticSets, Deadline deadline);
   void computeTopology(const std::vector<std::string>& hosts);
+  // Rank 0's fusion options (fusion_), shared through the store: every rank fuses alike.
+  void agreeFusionOptions(Deadline deadline);
+  void startTransport(const std::vector<std::string>& hosts);
+  // The backends' settings checked, the backends attached, the global and static sets added and
+  // the knobs in force set (initKnobs).
+  void registerProcessSets(const std::vector<std::vector<int>>& staticSets);
+  // Rank 0: the coordinator (knowing the static sets) and the stall inspector.
+  void startCoordinator(const std::vector<std::vector<int>>& staticSets);
+  // Returns once every rank got this far (connected), or throws at `deadline`.
+  void awaitEveryRank(Deadline deadline);
+  // The background thread and, with several ranks, the liveness watch.
+  void startEngine(const std::vector<std::string>& hosts);
   // ---- enqueue (runtime_enqueue.cc) ----
   WorkPtr enqueue(std::vector<EntryPtr> entries, std::shared_ptr<WorkImpl> work);
   EntryPtr makeEntry(Kind kind, const char* opName, const TensorView& in, const TensorView& out,
@@ -176,7 +198,7 @@ class Runtime {
   // After a push: collects the request on this thread if no thread runs the engine now, else
   // wakes the engine's thread if it is blocked in awaitWork().
   void wakeEngine();
-  // ---- the engine: background thread and driving callers (runtime_loop.cc) ----
+  // ---- driving the engine: background thread and driving callers (runtime_loop.cc) ----
   friend class DriveGate;
   void loop();
   // Runs the engine on a waiting thread (token held) until `work` completes or `deadline`
@@ -194,6 +216,8 @@ class Runtime {
   void collectRequests(RequestList& out);
   void gatherBurst(RequestList& out, uint64_t pushesSeen);
   void postRequests(RequestList& list);
+  void pinThread();
+  // ---- executing response lists (runtime_responses.cc) ----
   bool processList(ResponseList& list);
   void processResponse(Response& response);
   void runData(Response& response);
@@ -201,6 +225,14 @@ class Runtime {
   Entry* findEntry(const Response& response, const TensorInfo& tensor);
   Entry* pendingEntry(int32_t processSet, std::string_view name);
   void completeEntry(Entry* entry, std::exception_ptr error);
+  // ---- process-set lifecycle, every rank, in list order (runtime_process_sets.cc) ----
+  // The set is registered (its backends are built on its first response) and the adding
+  // operation, if this rank has it, completes with the set's id.
+  void addSetFromResponse(const Response& response);
+  // Pending operations of the set fail, the set and its backends go, and the removing
+  // operation, if this rank has it, completes.
+  void removeSetFromResponse(const Response& response);
+  // ---- failures and liveness (runtime_failures.cc) ----
   void failAll(const ErrorInfo& reason);
   void onFatal(std::exception_ptr error, bool notifyPeers);
   // The liveness watch found `rank` silent (its thread): the engine fails with PeerLost naming
@@ -209,7 +241,9 @@ class Runtime {
   // The error to report for `error`: a peer's relayed PeerLost naming another rank when this
   // rank only saw that peer give up (or timed out behind it); else `error` itself.
   std::exception_ptr preferRelayedCause(std::exception_ptr error);
-  void pinThread();
+  // Rank 0: a stall inspector scan, if one is due (the engine's thread, at each step). Logs its
+  // warnings, fails diverged tensors, and throws Aborted when a stall must end the job.
+  void maybeScanStalls();
   // ---- observer events that need the runtime's state (runtime_observe.cc) ----
   void publishEntry(EngineEventKind kind, const Entry& entry, uint32_t cacheId = kNoCacheId, bool failed = false);
   void publishSetChange(EngineEventKind kind, int32_t setId, const std::vector<int>& ranks);
@@ -218,19 +252,16 @@ class Runtime {
   // How long the engine's thread may wait for work: bounded by the stall-tick interval and the
   // stall inspector's scans.
   Deadline idleDeadline() const;
-  // Rank 0: a stall inspector scan, if one is due (the engine's thread, at each step). Logs its
-  // warnings, fails diverged tensors, and throws Aborted when a stall must end the job.
-  void maybeScanStalls();
   // ---- knobs (runtime_tuning.cc) ----
   void initKnobs();
-  // Every rank, at the start of a list carrying knobs (the engine's thread).
+  // Every rank, at the start of a list carrying knobs (the engine's thread); reaches the
+  // backends through BackendTable::applyKnobs.
   void applyKnobs(const Knobs& knobs);
-  void tuneCommunicator(ProcessSet& set) const;
   // Rank 0, before each build(): hands the tuner's change, if any, to the coordinator.
   void pollTuner();
 
   Config config_;
-  // Declared before the parts that publish into it (coordinator, executor): it outlives them.
+  // Declared before the parts that publish into it (coordinator, backends): it outlives them.
   ObserverHub observers_;
   std::shared_ptr<Store> store_;
   std::shared_ptr<Store> roundStore_;
@@ -250,9 +281,10 @@ class Runtime {
   std::string silentMessage_;       // guarded by silentMu_
   int64_t nextStallScanNs_ = 0;
   CacheReplica replica_;
-  // What backends working in host memory share; then the backends themselves, by (process
-  // set, device) (destroyed first).
+  // What backends working in host memory share, and where every backend counts; then the
+  // backends themselves, by (process set, device) (destroyed first).
   HostResources host_;
+  CollectiveCounters counters_;
   BackendTable backends_;
 
   // Engine state: the token holder's (the background thread's, or a driving caller's).

@@ -6,6 +6,7 @@
 
 #include "collectives/collectives.h"
 #include "common/check.h"
+#include "engine/fused_layout.h"
 #include "engine/runtime.h"
 #include "transport/peer_memory.h"
 
@@ -13,10 +14,6 @@ namespace hvd::engine {
 namespace {
 
 bool sameShape(const TensorView& a, const TensorView& b) { return a.dtype == b.dtype && a.shape == b.shape; }
-
-std::string ranksText(const std::vector<int>& ranks) {
-  return shapeString(std::vector<int64_t>(ranks.begin(), ranks.end()));
-}
 
 }  // namespace
 
@@ -335,59 +332,5 @@ WorkPtr Runtime::join() {
   entries.push_back(std::move(e));
   return enqueue(std::move(entries), newWork(1));
 }
-
-// ---- Process sets ----------------------------------------------------------------------------
-
-int Runtime::addProcessSet(std::vector<int> ranks) {
-  checkRunning();
-  if (!config_.dynamicProcessSets) {
-    throw InvalidArgument(
-        "Set HOROVOD_DYNAMIC_PROCESS_SETS=1 to allow adding process sets after Horovod initialization.");
-  }
-  std::sort(ranks.begin(), ranks.end());
-  if (ranks.empty() || ranks.front() < 0 || ranks.back() >= topology_.size ||
-      std::adjacent_find(ranks.begin(), ranks.end()) != ranks.end()) {
-    throw InvalidArgument("Invalid process set " + ranksText(ranks) + ": ranks must be distinct and in [0, " +
-                          std::to_string(topology_.size) + ")");
-  }
-  if (sets_.find(ranks) >= 0) throw InvalidArgument("Attempted to add a duplicate process set: " + ranksText(ranks));
-  auto e = std::make_unique<Entry>();
-  e->request.params.kind = Kind::kAddProcessSet;
-  e->request.name = "process_set.add";
-  e->request.params.dtype = DataType::kUInt8;
-  e->request.splits.assign(ranks.begin(), ranks.end());
-  std::vector<EntryPtr> entries;
-  entries.push_back(std::move(e));
-  WorkPtr work = enqueue(std::move(entries), newWork(1));
-  work->wait();
-  return work->joinResult();
-}
-
-bool Runtime::removeProcessSet(int processSetId) {
-  checkRunning();
-  if (!config_.dynamicProcessSets) {
-    throw InvalidArgument(
-        "Set HOROVOD_DYNAMIC_PROCESS_SETS=1 to allow removing process sets after Horovod initialization.");
-  }
-  if (processSetId == 0 || !sets_.lookup(processSetId)) return false;
-  auto e = std::make_unique<Entry>();
-  e->request.params.kind = Kind::kRemoveProcessSet;
-  e->request.name = "process_set.remove";
-  e->request.params.dtype = DataType::kUInt8;
-  e->request.splits = {processSetId};
-  std::vector<EntryPtr> entries;
-  entries.push_back(std::move(e));
-  WorkPtr work = enqueue(std::move(entries), newWork(1));
-  work->wait();
-  return true;
-}
-
-std::vector<int> Runtime::processSetRanks(int processSetId) const {
-  auto ranks = sets_.ranks(processSetId);
-  if (!ranks) throw InvalidArgument("Process set does not exist or has not been registered.");
-  return *ranks;
-}
-
-std::vector<int> Runtime::processSetIds() const { return sets_.ids(); }
 
 }  // namespace hvd::engine

@@ -132,9 +132,24 @@ void Runtime::init(const InitOptions& options) {
 }
 
 void Runtime::bootstrap(const InitOptions& options) {
-  const int rank = config_.rank;
+  const std::vector<std::vector<int>> staticSets = checkedStaticSets(options);
+  if (options.dynamicProcessSets) config_.dynamicProcessSets = true;
+  if (!store_) store_ = makeStore();
+  const Deadline deadline = Deadline::after(config_.timeout);  // for the whole rendezvous
+  const std::vector<std::string> hosts = joinRound(staticSets, deadline);
+  computeTopology(hosts);
+  agreeFusionOptions(deadline);
+  startTransport(hosts);
+  registerProcessSets(staticSets);
+  if (config_.rank == 0) startCoordinator(staticSets);
+  awaitEveryRank(deadline);
+  startEngine(hosts);
+  HVD_LOG(Debug) << "Horovod initialized: rank " << config_.rank << " of " << config_.size << ", transport "
+                 << transport_->name() << ", job " << jobId_;
+}
+
+std::vector<std::vector<int>> Runtime::checkedStaticSets(const InitOptions& options) const {
   const int size = config_.size;
-  // Static process sets: sorted, in range, distinct.
   std::vector<std::vector<int>> staticSets;
   for (size_t i = 0; i < options.processSets.size(); ++i) {
     std::vector<int> set = options.processSets[i];
@@ -152,10 +167,12 @@ void Runtime::bootstrap(const InitOptions& options) {
     }
     staticSets.push_back(std::move(set));
   }
-  if (options.dynamicProcessSets) config_.dynamicProcessSets = true;
+  return staticSets;
+}
 
-  if (!store_) store_ = makeStore();
-  Deadline deadline = Deadline::after(config_.timeout);
+std::vector<std::string> Runtime::joinRound(const std::vector<std::vector<int>>& staticSets, Deadline deadline) {
+  const int rank = config_.rank;
+  const int size = config_.size;
   // Each init of a static job is a new round for this rank (a per-rank counter keeps re-inits
   // apart); an elastic job's round comes from its driver (elastic_join.h), as ranks change.
   int64_t round = config_.elasticRound;
@@ -184,12 +201,15 @@ void Runtime::bootstrap(const InitOptions& options) {
     }
   }
   jobId_ = getString(*roundStore_, "job", deadline) + "-r" + std::to_string(round);
-  computeTopology(hosts);
+  return hosts;
+}
+
+void Runtime::agreeFusionOptions(Deadline deadline) {
   fusionThreshold_ =
       Config::roundFusionThreshold(config_.fusionThreshold, topology_.localSize, topology_.homogeneous);
   // Every rank fuses the responses of cache hits itself (cachedResponses): all must use the same
   // options, rank 0's (the coordinator's), even if the environment differs between ranks.
-  if (rank == 0) {
+  if (config_.rank == 0) {
     Bytes fusion;
     ByteWriter w(fusion);
     w.svarint(fusionThreshold_);
@@ -203,10 +223,12 @@ void Runtime::bootstrap(const InitOptions& options) {
     fusion_.threshold = in.svarint();
     fusion_.disableGroupFusion = in.u8() != 0;
   }
+}
 
+void Runtime::startTransport(const std::vector<std::string>& hosts) {
   TransportContext ctx;
-  ctx.rank = rank;
-  ctx.size = size;
+  ctx.rank = config_.rank;
+  ctx.size = config_.size;
   ctx.hostOf = hosts;
   ctx.store = std::make_shared<PrefixStore>("transport", roundStore_);
   ctx.jobId = jobId_;
@@ -215,55 +237,60 @@ void Runtime::bootstrap(const InitOptions& options) {
   ctx.reachableAddress = config_.rendezvousAddr;
   ctx.timeout = config_.timeout;
   transport_ = makeTransport(config_.transport, ctx);
+}
 
-  std::vector<int> all(static_cast<size_t>(size));
-  for (int r = 0; r < size; ++r) all[r] = r;
-  sets_.add(0, all, transport_.get(), config_.timeout);
-  for (size_t i = 0; i < staticSets.size(); ++i) {
-    sets_.add(static_cast<int32_t>(i + 1), staticSets[i], transport_.get(), config_.timeout);
-  }
+void Runtime::registerProcessSets(const std::vector<std::vector<int>>& staticSets) {
+  std::vector<int> all(static_cast<size_t>(config_.size));
+  for (int r = 0; r < config_.size; ++r) all[r] = r;
+  checkBackendConfigs(config_);  // a setting no backend can work with fails init, as the first collective would
+  backends_.attach(BackendEnvironment{&config_, transport_.get(), &host_, &observers_, &counters_});
+  sets_.add(0, all);
+  for (size_t i = 0; i < staticSets.size(); ++i) sets_.add(static_cast<int32_t>(i + 1), staticSets[i]);
   initKnobs();
-  if (rank == 0) {
-    Coordinator::Options copts;
-    copts.size = size;
-    copts.cacheCapacity = config_.cacheCapacity;
-    copts.fusion = fusion_;
-    copts.observers = &observers_;
-    coordinator_ = std::make_unique<Coordinator>(copts);
-    StallOptions sopts;
-    sopts.enabled = config_.stallCheck;
-    sopts.checkTime = config_.stallCheckTime;
-    sopts.shutdownTime = config_.stallShutdownTime;
-    stall_ = std::make_unique<StallInspector>(sopts);
-    nextStallScanNs_ = 0;
-    for (size_t i = 0; i < staticSets.size(); ++i) {
-      coordinator_->addProcessSet(static_cast<int32_t>(i + 1), staticSets[i]);
-    }
+}
+
+void Runtime::startCoordinator(const std::vector<std::vector<int>>& staticSets) {
+  Coordinator::Options copts;
+  copts.size = config_.size;
+  copts.cacheCapacity = config_.cacheCapacity;
+  copts.fusion = fusion_;
+  copts.observers = &observers_;
+  coordinator_ = std::make_unique<Coordinator>(copts);
+  StallOptions sopts;
+  sopts.enabled = config_.stallCheck;
+  sopts.checkTime = config_.stallCheckTime;
+  sopts.shutdownTime = config_.stallShutdownTime;
+  stall_ = std::make_unique<StallInspector>(sopts);
+  nextStallScanNs_ = 0;
+  for (size_t i = 0; i < staticSets.size(); ++i) {
+    coordinator_->addProcessSet(static_cast<int32_t>(i + 1), staticSets[i]);
   }
+}
 
+void Runtime::awaitEveryRank(Deadline deadline) {
   // Everyone is connected before anyone returns from init.
-  roundStore_->set("ready/" + std::to_string(rank), Bytes{1}, deadline);
+  roundStore_->set("ready/" + std::to_string(config_.rank), Bytes{1}, deadline);
   std::vector<std::string> keys;
-  for (int r = 0; r < size; ++r) keys.push_back("ready/" + std::to_string(r));
+  for (int r = 0; r < config_.size; ++r) keys.push_back("ready/" + std::to_string(r));
   roundStore_->wait(keys, deadline);
+}
 
+void Runtime::startEngine(const std::vector<std::string>& hosts) {
   {
     std::lock_guard<std::mutex> lock(exitMu_);
     loopExited_ = false;
   }
   thread_ = std::thread([this] { loop(); });
-  if (size > 1 && config_.livenessTimeout.count() > 0) {
+  if (config_.size > 1 && config_.livenessTimeout.count() > 0) {
     LivenessWatch::Options lopts;
-    lopts.rank = rank;
-    lopts.size = size;
+    lopts.rank = config_.rank;
+    lopts.size = config_.size;
     lopts.hostOf = hosts;
     lopts.timeout = config_.livenessTimeout;
     lopts.interval = std::max(std::chrono::milliseconds(50), config_.livenessTimeout / 6);
     liveness_ = std::make_unique<LivenessWatch>(
         roundStore_, lopts, [this](int silent, const std::string& message) { onSilentPeer(silent, message); });
   }
-  HVD_LOG(Debug) << "Horovod initialized: rank " << rank << " of " << size << ", transport "
-                 << transport_->name() << ", job " << jobId_;
 }
 
 elastic::HostUpdates Runtime::elasticHostUpdates() const {

@@ -26,21 +26,12 @@ void Runtime::initKnobs() {
     std::lock_guard<std::mutex> lock(knobsMu_);
     knobs_ = k;
   }
-  for (int32_t id : sets_.ids()) {
-    if (ProcessSet* set = sets_.get(id)) tuneCommunicator(*set);
-  }
+  backends_.applyKnobs(k);  // before any backend exists: they are built with these
 }
 
 Knobs Runtime::knobs() const {
   std::lock_guard<std::mutex> lock(knobsMu_);
   return knobs_;
-}
-
-void Runtime::tuneCommunicator(ProcessSet& set) const {
-  if (!set.comm) return;
-  // knobs_ is written only by this (the engine's) thread: no lock needed to read it here.
-  set.comm->setAllreduceCrossover(static_cast<size_t>(std::max<int64_t>(0, knobs_.allreduceCrossoverBytes)));
-  set.comm->setHierarchicalAllowed(knobs_.hierarchical);
 }
 
 void Runtime::applyKnobs(const Knobs& wanted) {
@@ -62,9 +53,7 @@ void Runtime::applyKnobs(const Knobs& wanted) {
     std::lock_guard<std::mutex> lock(knobsMu_);
     knobs_ = k;
   }
-  for (int32_t id : sets_.ids()) {
-    if (ProcessSet* set = sets_.get(id)) tuneCommunicator(*set);
-  }
+  backends_.applyKnobs(k);
   HVD_LOG(Debug) << "Rank " << topology_.rank << ": knobs applied at response list " << lastSeq_ + 1
                  << ": fusion threshold " << k.fusionThreshold << " B, burst quiet " << k.burstQuietUs
                  << " us, caller progress " << k.callerProgressUs << " us, caller spin " << k.callerSpinUs

@@ -9,12 +9,14 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "arrays.h"
@@ -303,11 +305,14 @@ NB_MODULE(_core, m) {
       "hvd::allocateShared). In-place allreduces inside it run zero-copy when every rank uses one. The "
       "array (and torch.from_dlpack views of it) keeps the memory alive.");
   m.def(
-      "shared_inplace_count", [] { return hvd::engineCounters().sharedInPlaceAllreduces; },
-      "Allreduces that ran zero-copy over shared buffers since init (for tests and benchmarks).");
-  m.def(
-      "mpi_collective_count", [] { return hvd::engineCounters().mpiCollectives; },
-      "Collectives that ran through MPI (HOROVOD_CPU_OPERATIONS=mpi) since init (for tests and benchmarks).");
+      "engine_counters",
+      [] {
+        std::vector<std::tuple<std::string, std::string, uint64_t>> out;
+        for (auto& c : hvd::engineCounters()) out.emplace_back(std::move(c.backend), std::move(c.algorithm), c.count);
+        return out;
+      },
+      "[(backend, algorithm, count)]: the collectives the engine ran since init, by the backend and algorithm "
+      "that ran them (hvd::engineCounters; horovod.common.basics.engine_counters makes the dict).");
   m.def("allreduce_async", &allreduceAsync, "tensor"_a, "output"_a.none(), "name"_a, "op"_a,
         "prescale"_a, "postscale"_a, "process_set"_a, "one_off"_a = false,
         "out = postscale * OP(prescale * tensor); output=None reduces in place.");

@@ -489,7 +489,6 @@ def test_solo_bucket_reduces_the_fresh_gradient():
     fresh gradient and writes the shared view (no copy by the hook): the view is p.grad after
     synchronize(), results match the manual reference, also when one rank keeps its views as
     p.grad (zero_grad(set_to_none=False): in place there) and the other does not."""
-    from horovod.common import basics
     from horovod.torch import _buckets
 
     def make(seed=0):
@@ -508,7 +507,7 @@ def test_solo_bucket_reduces_the_fresh_gradient():
         opt.zero_grad(set_to_none=set_to_none)
         # Read before backward: its hooks start the buckets' allreduces, which may be done by
         # the time backward returns.
-        before = basics._core.shared_inplace_count()
+        before = hvd.engine_counters().get(('cpu', 'shm_inplace'), 0)
         x, y = shard(80 + step, hvd.rank())
         F.cross_entropy(model(x), y).backward()
         fresh = big.grad
@@ -519,7 +518,7 @@ def test_solo_bucket_reduces_the_fresh_gradient():
             assert [len(b.params) for b in opt._buckets].count(1) == 1
             assert (fresh is view) == (not set_to_none)
             if bucket.shared:
-                assert basics._core.shared_inplace_count() == before + len(opt._buckets)
+                assert hvd.engine_counters().get(('cpu', 'shm_inplace'), 0) == before + len(opt._buckets)
         with opt.skip_synchronize():
             opt.step()
         manual_step(manual, opt_m, [80 + step])

@@ -110,13 +110,21 @@ OwnedTensor allocateShared(DataType dtype, std::vector<int64_t> shape);
 
 // ---- Introspection (tests, benchmarks) ----------------------------------------------------------
 
-// Counters of the process's engine since its last init(); all zero when it is not initialized.
-struct EngineCounters {
-  uint64_t sharedInPlaceAllreduces = 0;  // allreduces that ran zero-copy over shared buffers
-  uint64_t sharedOutputAllgathers = 0;   // allgathers that wrote straight into shared outputs
-  uint64_t mpiCollectives = 0;           // collectives run by MPI (HOROVOD_CPU_OPERATIONS=mpi)
+// How many collectives this process's engine ran since its last init(), by the collective
+// backend that ran them and the algorithm it used: the names its collective events carry (the
+// timeline's "algorithm"). Backends: "cpu" (Horovod's shm/tcp data plane), "mpi"
+// (HOROVOD_CPU_OPERATIONS=mpi). Algorithms: the cpu allreduce's table ("shm_inplace",
+// "shm_direct", "ring", ...; "local" for a set of one), "allgatherv", "shm_outputs" (allgather
+// into shared outputs), "broadcast", "alltoallv", "reducescatter", "barrier"; mpi's
+// "mpi_allreduce", "mpi_allgatherv", "mpi_bcast", "mpi_alltoallv", "mpi_reduce_scatter",
+// "mpi_barrier". A fused response is one collective. One record per pair that ran at least once,
+// in order of first use; empty when the engine is not initialized.
+struct CollectiveCount {
+  std::string backend;
+  std::string algorithm;
+  uint64_t count = 0;
 };
-EngineCounters engineCounters();
+std::vector<CollectiveCount> engineCounters();
 
 // ---- Collectives (asynchronous) ----------------------------------------------------------------
 

@@ -221,13 +221,24 @@ class HorovodBasics:
     def rocm_built(self):
         return bool(_core is not None and _core.rocm_built())
 
+    def engine_counters(self):
+        """How many collectives the engine ran since the last init(), by the backend and
+        algorithm that ran them: {(backend, algorithm): count}, e.g. {('cpu', 'ring'): 12,
+        ('cpu', 'allgatherv'): 3} or {('mpi', 'mpi_allreduce'): 12}. The names are those of the
+        timeline's collective events (docs/timeline.md lists them); a fused response counts
+        once. Empty when Horovod is not initialized. For tests and benchmarks: which data path
+        ran."""
+        if _core is None:
+            return {}
+        return {(backend, algorithm): count for backend, algorithm, count in _core.engine_counters()}
+
 
 # What every framework module re-exports (``from horovod.common.basics import *``).
 __all__ = ['init', 'shutdown', 'is_initialized', 'start_timeline', 'stop_timeline',
            'size', 'local_size', 'cross_size', 'rank', 'local_rank', 'cross_rank',
            'is_homogeneous', 'mpi_threads_supported', 'mpi_enabled', 'mpi_built',
            'gloo_enabled', 'gloo_built', 'nccl_built', 'ddl_built', 'ccl_built', 'cuda_built',
-           'rocm_built']
+           'rocm_built', 'engine_counters']
 
 _basics = HorovodBasics()
 
@@ -253,3 +264,4 @@ ddl_built = _basics.ddl_built
 ccl_built = _basics.ccl_built
 cuda_built = _basics.cuda_built
 rocm_built = _basics.rocm_built
+engine_counters = _basics.engine_counters

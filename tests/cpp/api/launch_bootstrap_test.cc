@@ -5,7 +5,6 @@
 
 #include "api/launch_bootstrap.h"
 #include "common/params.h"
-#include "engine/mpi_backend.h"
 #include "horovod/errors.h"
 
 namespace hvd::api {
@@ -66,10 +65,9 @@ TEST(LaunchBootstrap, CpuOperationsMpiWithoutMpiFailsClearly) {
               std::string::npos)
         << e.what();
   }
-  EXPECT_FALSE(engine::mpiDataPlaneSelected());
   auto plain = engine::Config::fromEnvironment(mapEnvironment({}));
   bootstrapWithoutLauncher(plain, InitOptions{});
-  EXPECT_FALSE(engine::mpiDataPlaneSelected());
+  EXPECT_FALSE(plain.cpuOperationsMpi);
 }
 
 }  // namespace

@@ -2,8 +2,9 @@
 // devices nobody serves are refused at enqueue; ops a backend does not support fail by name.
 //
 // No accelerator exists here, so a fake backend registers for ROCm devices and serves host
-// memory: it records every response it receives and runs allreduces as a sum over the process
-// set's communicator, so the result also proves the response reached every rank's fake backend.
+// memory: it records every response it receives and runs allreduces as a sum over a communicator
+// it owns for its process set (built from its BackendContext, as a real backend does), so the
+// result also proves the response reached every rank's fake backend.
 #include <gtest/gtest.h>
 
 #include <mutex>
@@ -13,6 +14,7 @@
 
 #include "cluster.h"
 #include "collectives/collectives.h"
+#include "collectives/communicator.h"
 #include "engine/backend.h"
 #include "engine/process_set_table.h"
 #include "engine/tensor_queue.h"
@@ -34,11 +36,14 @@ int backendsBuilt = 0;
 
 class FakeBackend : public engine::CollectiveBackend {
  public:
+  explicit FakeBackend(const engine::BackendContext& c) : comm_(c.transport, c.set.ranks, c.config.timeout) {}
   const char* name() const override { return "fake"; }
+  // The fake runs a fixed sum: no knob applies.
+  void applyKnobs(const engine::Knobs&) override {}
   bool supports(engine::Kind kind) const override { return kind == engine::Kind::kAllreduce; }
-  void run(const engine::Response& r, engine::ProcessSet& set,
+  void run(const engine::Response& r, engine::ProcessSet&,
            const std::vector<engine::Entry*>& entries) override {
-    Seen s{set.comm->globalRank(set.comm->rank()), r.params.processSet, r.params.kind, {}, nullptr};
+    Seen s{comm_.globalRank(comm_.rank()), r.params.processSet, r.params.kind, {}, nullptr};
     for (const auto& t : r.tensors) s.names.push_back(t.data().name);
     if (!entries.empty() && entries[0] != nullptr) s.stream = entries[0]->stream;
     {
@@ -47,16 +52,19 @@ class FakeBackend : public engine::CollectiveBackend {
     }
     for (size_t i = 0; i < entries.size(); ++i) {
       const size_t count = static_cast<size_t>(r.tensors[i].numElements());
-      collectives::allreduce(*set.comm, entries[i]->input, entries[i]->output, count, r.params.dtype, ReduceOp::kSum, 1.0);
+      collectives::allreduce(comm_, entries[i]->input, entries[i]->output, count, r.params.dtype, ReduceOp::kSum, 1.0);
     }
   }
+
+ private:
+  Communicator comm_;
 };
 
 const bool kRegistered = [] {
   engine::registerBackend(engine::BackendFactory{"fake", {DeviceKind::kRocm}, [](const engine::BackendContext& c) {
                                                    std::lock_guard<std::mutex> lock(seenMu);
                                                    ++backendsBuilt;
-                                                   return std::make_unique<FakeBackend>();
+                                                   return std::make_unique<FakeBackend>(c);
                                                  }});
   return true;
 }();
@@ -76,7 +84,7 @@ TEST(Backend, DeviceIdRoundTrip) {
   EXPECT_EQ(deviceName(cuda), "cuda:3");
   EXPECT_EQ(deviceName(Device{}), "cpu");
   // The MPI data plane's factory ranks first and declines unless HOROVOD_CPU_OPERATIONS=mpi
-  // selected it (engine/mpi_backend.h).
+  // asked for it (backends/mpi/mpi_backend.h).
   EXPECT_EQ(engine::backendNames(DeviceKind::kCpu), (std::vector<std::string>{"mpi", "cpu"}));
   EXPECT_TRUE(engine::backendServes(DeviceKind::kRocm));
   EXPECT_FALSE(engine::backendServes(DeviceKind::kCuda));

@@ -5,7 +5,7 @@
 #include <numeric>
 
 #include "cluster.h"
-#include "engine/executor.h"
+#include "engine/fused_layout.h"
 #include "typed.h"
 
 namespace hvd::test {

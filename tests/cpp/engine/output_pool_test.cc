@@ -10,7 +10,6 @@
 #include <thread>
 
 #include "cluster.h"
-#include "engine/executor.h"
 #include "engine/output_pool.h"
 #include "transport/peer_memory.h"
 #include "typed.h"

@@ -8,7 +8,6 @@ import subprocess
 import torch
 
 import horovod.torch as hvd
-from horovod import _core
 
 hvd.init()
 rank, size = hvd.rank(), hvd.size()
@@ -21,4 +20,4 @@ g = hvd.allgather(torch.tensor([rank, hvd.local_rank()]), name='gather')
 assert g.tolist() == [v for r in range(size) for v in (r, r % hvd.local_size())], g
 os.write(1, 'RANK {} size={} local={}/{} cross={}/{} ns={} mpi_collectives={}\n'.format(
     rank, size, hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), hvd.cross_size(), ns,
-    _core.mpi_collective_count()).encode())
+    sum(n for (backend, _), n in hvd.engine_counters().items() if backend == 'mpi')).encode())
