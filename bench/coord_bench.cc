@@ -207,8 +207,8 @@ int main(int argc, char** argv) try {
   for (size_t i = 0; i < counts.size(); ++i)
     bad += hvd::bench::countMismatches(out[i].data(), hvd::bench::ElemType::kFloat32, counts[i],
                                        [tri, i](size_t k) { return tri * int64_t((k + i) % 5 + 1); });
-  bad += hvd::bench::countMismatches(flatOut.data(), hvd::bench::ElemType::kFloat32, total,
-                                     [tri](size_t) { return tri; });
+  bad +=
+      hvd::bench::countMismatches(flatOut.data(), hvd::bench::ElemType::kFloat32, total, [tri](size_t) { return tri; });
   // Control-plane traffic of pure steps (no single allreduce in between), per rank per step.
   const int statSteps = std::max(1, std::min(args.steps, 50));
   hvd::engine::RuntimeStats before = hvd::api::runtimeForOps()->stats();
@@ -291,9 +291,10 @@ int main(int argc, char** argv) try {
       std::printf(" r%d %.1f/%.1f", r, perRank[size_t(2 * r)] * 1e6, perRank[size_t(2 * r + 1)] * 1e6);
     }
     std::printf("\n");
-    std::printf("# control plane per step, max over ranks: bytes_sent=%.0f (%.2f bits/tensor) messages_sent=%.1f "
-                "collectives_executed=%.1f\n",
-                control[0], control[0] * 8 / double(counts.size()), control[1], control[2]);
+    std::printf(
+        "# control plane per step, max over ranks: bytes_sent=%.0f (%.2f bits/tensor) messages_sent=%.1f "
+        "collectives_executed=%.1f\n",
+        control[0], control[0] * 8 / double(counts.size()), control[1], control[2]);
     std::printf("# who ran the engine, per step, max over ranks: caller_drives=%.2f background_parks=%.2f\n",
                 control[3], control[4]);
     std::printf("# check=%s\n", badVec[0] == 0 ? "OK" : "WRONG");

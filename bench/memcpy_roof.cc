@@ -218,8 +218,7 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  std::printf("# memcpy_roof buffer_bytes=%zu seconds=%.2f (GB = 1e9 B, bytes copied per second)\n", bytes,
-              seconds);
+  std::printf("# memcpy_roof buffer_bytes=%zu seconds=%.2f (GB = 1e9 B, bytes copied per second)\n", bytes, seconds);
   std::printf("#%5s %16s %16s %23s %23s\n", "procs", "per_proc_GBps", "aggregate_GBps", "streaming_per_proc_GBps",
               "streaming_aggregate_GBps");
   for (int p : procs) {

@@ -7,9 +7,9 @@
 // Prints "port <N>" on stdout once listening, then serves until SIGTERM/SIGINT or S seconds pass.
 #include <signal.h>
 
-#include <ctime>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <iostream>
 #include <string>
 

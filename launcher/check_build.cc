@@ -134,19 +134,23 @@ std::string formatBuildInfo(const BuildInfo& info) {
   out += mark(info.mpiOps) + std::string("MPI\n");
   out += mark(info.glooOps) + std::string("Gloo\n");
   if (info.mpiController) {
-    out += "\nMPI starts jobs run under plain mpirun/mpiexec (or HOROVOD_CONTROLLER=mpi): it places the\n"
-           "ranks and carries the rendezvous. Data plane, per process set:\n"
-           "  default (HOROVOD_CPU_OPERATIONS unset or gloo): Horovod's own channel, shared memory\n"
-           "    between ranks of a host (one copy, ranks reduce each other's slices in place) and TCP\n"
-           "    across hosts, as under horovodrun; measured faster than MPI's on one host (docs/mpi.md);\n"
-           "  HOROVOD_CPU_OPERATIONS=mpi: MPI's own collectives, on one MPI communicator per process\n"
-           "    set (needs a job that MPI started). HOROVOD_LOG_LEVEL=debug logs the choice per set.\n"
-           "The negotiation always runs over Horovod's channel.\n";
+    out +=
+        "\nMPI starts jobs run under plain mpirun/mpiexec (or HOROVOD_CONTROLLER=mpi): it places the\n"
+        "ranks and carries the rendezvous. Data plane, per process set:\n"
+        "  default (HOROVOD_CPU_OPERATIONS unset or gloo): Horovod's own channel, shared memory\n"
+        "    between ranks of a host (one copy, ranks reduce each other's slices in place) and TCP\n"
+        "    across hosts, as under horovodrun; measured faster than MPI's on one host (docs/mpi.md);\n"
+        "  HOROVOD_CPU_OPERATIONS=mpi: MPI's own collectives, on one MPI communicator per process\n"
+        "    set (needs a job that MPI started). HOROVOD_LOG_LEVEL=debug logs the choice per set.\n"
+        "The negotiation always runs over Horovod's channel.\n";
   } else if (!info.mpirun.empty()) {
     // Launching through mpirun and being built with MPI are different things; say which holds.
-    out += "\nMPI is not built into this Horovod (horovod.mpi_built() is False). horovodrun --mpi\n"
-           "can still start the processes with " + info.mpirun + "; they then use Horovod's\n"
-           "built-in controller (Gloo above) and its CPU operations, not MPI.\n";
+    out +=
+        "\nMPI is not built into this Horovod (horovod.mpi_built() is False). horovodrun --mpi\n"
+        "can still start the processes with " +
+        info.mpirun +
+        "; they then use Horovod's\n"
+        "built-in controller (Gloo above) and its CPU operations, not MPI.\n";
   }
   return out;
 }

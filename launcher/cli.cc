@@ -54,27 +54,27 @@ double toFloat(const std::string& display, const std::string& text) {
 
 // Setters for the common shapes.
 template <typename T>
-auto setInt(std::optional<T> Options::*field) {
+auto setInt(std::optional<T> Options::* field) {
   return [field](Options& o, const Values& v, const std::string& d) { o.*field = static_cast<T>(toInt(d, v[0])); };
 }
-auto setFloat(std::optional<double> Options::*field) {
+auto setFloat(std::optional<double> Options::* field) {
   return [field](Options& o, const Values& v, const std::string& d) { o.*field = toFloat(d, v[0]); };
 }
-auto setString(std::optional<std::string> Options::*field) {
+auto setString(std::optional<std::string> Options::* field) {
   return [field](Options& o, const Values& v, const std::string&) { o.*field = v[0]; };
 }
-auto setBool(std::optional<bool> Options::*field, bool value) {
+auto setBool(std::optional<bool> Options::* field, bool value) {
   return [field, value](Options& o, const Values&, const std::string&) { o.*field = value; };
 }
 // A deprecated spelling: warns as Horovod's make_deprecated_bool_action does, then sets the value.
-auto setDeprecatedBool(std::optional<bool> Options::*field, bool value, const char* replacement) {
+auto setDeprecatedBool(std::optional<bool> Options::* field, bool value, const char* replacement) {
   return [field, value, replacement](Options& o, const Values&, const std::string& d) {
     std::cerr << "horovodrun: DeprecationWarning: Argument " << d << " has been replaced by " << replacement
               << " and will be removed in v0.21.0\n";
     o.*field = value;
   };
 }
-auto setFlag(bool Options::*field) {
+auto setFlag(bool Options::* field) {
   return [field](Options& o, const Values&, const std::string&) { o.*field = true; };
 }
 auto setController(Controller c) {
@@ -112,7 +112,7 @@ const char* kController = "controller arguments";
 struct BoolPair {
   const char* on;
   const char* off;
-  std::optional<bool> Options::*field;
+  std::optional<bool> Options::* field;
   const char* group;
   const char* onHelp;
   const char* offHelp;
@@ -132,6 +132,9 @@ const std::vector<OptionSpec>& optionTable() {
     std::vector<OptionSpec> t;
     auto add = [&t](std::initializer_list<OptionSpec> specs) { t.insert(t.end(), specs.begin(), specs.end()); };
     auto pair = [&t](const BoolPair& p) { addBoolPair(t, p); };
+
+    // The table is laid out by hand (a row per option, its help text on the line it reads best).
+    // clang-format off
 
     // General.
     add({
@@ -332,6 +335,7 @@ const std::vector<OptionSpec>& optionTable() {
         {{"--jsrun"}, 0, nullptr, kController, "launch with jsrun (IBM LSF only)",
          setController(Controller::kJsrun), "controller"},
     });
+    // clang-format on
     return t;
   }();
   return table;
@@ -414,8 +418,9 @@ Options parseCommandLine(const std::vector<std::string>& args) {
     } else {
       for (int k = 0; k < spec->nargs; ++k) {
         if (i >= args.size()) {
-          throw UsageError("argument " + shown + ": expected " +
-                           (spec->nargs == 1 ? std::string("one argument") : std::to_string(spec->nargs) + " arguments"));
+          throw UsageError(
+              "argument " + shown + ": expected " +
+              (spec->nargs == 1 ? std::string("one argument") : std::to_string(spec->nargs) + " arguments"));
         }
         values.push_back(args[i++]);
       }
@@ -456,8 +461,9 @@ void validateOptions(const Options& o) {
   }
   if (o.command.empty()) throw UsageError("the following arguments are required: command");
   if (o.controller == Controller::kJsrun) {
-    throw UsageError("Horovod did not detect an LSF job.  The jsrun launcher can only be used in that environment. "
-                     "Please, pick a different launcher for other environments.");
+    throw UsageError(
+        "Horovod did not detect an LSF job.  The jsrun launcher can only be used in that environment. "
+        "Please, pick a different launcher for other environments.");
   }
   requireNonNegative("fusion_threshold_mb", o.fusionThresholdMb);
   requireNonNegative("cycle_time_ms", o.cycleTimeMs);

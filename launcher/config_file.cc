@@ -5,8 +5,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <sstream>
 
@@ -132,7 +132,8 @@ YamlNode parseFlowMap(const std::string& text, const std::string& source, int li
     std::string entry = trim(item);
     if (entry.empty()) continue;
     size_t colon = findKeyColon(entry);
-    if (colon == std::string::npos) syntaxError(source, line, "expected 'key: value' in inline mapping, got '" + entry + "'");
+    if (colon == std::string::npos)
+      syntaxError(source, line, "expected 'key: value' in inline mapping, got '" + entry + "'");
     std::string key = parseScalar(entry.substr(0, colon), source, line).scalar;
     if (node.find(key) != nullptr) syntaxError(source, line, "duplicate key '" + key + "'");
     node.entries.emplace_back(key, parseScalar(entry.substr(colon + 1), source, line));
@@ -182,8 +183,9 @@ YamlNode parseYaml(const std::string& text, const std::string& source) {
     }
     while (stack.size() > 1 && d < stack.back().indent) stack.pop_back();
     if (d != stack.back().indent) {
-      syntaxError(source, lineNo, "bad indentation (" + std::to_string(d) + " spaces; expected " +
-                                      std::to_string(stack.back().indent) + ")");
+      syntaxError(
+          source, lineNo,
+          "bad indentation (" + std::to_string(d) + " spaces; expected " + std::to_string(stack.back().indent) + ")");
     }
     if (content[0] == '-' && (content.size() == 1 || content[1] == ' ')) {
       syntaxError(source, lineNo, "sequences are not supported in the config file");
@@ -263,22 +265,22 @@ void applyConfigFile(const std::string& path, Options& o) {
 
   // Each known key: section, key, and how to set the option when the command line did not.
   using Setter = std::function<void(const YamlNode&, const std::string&)>;
-  auto integer = [&](std::optional<int64_t> Options::*field) -> Setter {
+  auto integer = [&](std::optional<int64_t> Options::* field) -> Setter {
     return [&, field](const YamlNode& n, const std::string& w) {
       if (!(o.*field).has_value()) o.*field = reader.toInt(n, w);
     };
   };
-  auto number = [&](std::optional<double> Options::*field) -> Setter {
+  auto number = [&](std::optional<double> Options::* field) -> Setter {
     return [&, field](const YamlNode& n, const std::string& w) {
       if (!(o.*field).has_value()) o.*field = reader.toDouble(n, w);
     };
   };
-  auto boolean = [&](std::optional<bool> Options::*field) -> Setter {
+  auto boolean = [&](std::optional<bool> Options::* field) -> Setter {
     return [&, field](const YamlNode& n, const std::string& w) {
       if (!(o.*field).has_value()) o.*field = reader.toBool(n, w);
     };
   };
-  auto text = [&](std::optional<std::string> Options::*field) -> Setter {
+  auto text = [&](std::optional<std::string> Options::* field) -> Setter {
     return [&, field](const YamlNode& n, const std::string&) {
       if (!(o.*field).has_value()) o.*field = n.scalar;
     };

@@ -103,8 +103,8 @@ class ScriptDiscovery : public Discovery {
     nextRun_ = std::chrono::steady_clock::now() + interval_;
     if (!r.ok) {
       if (!ranOnce_) {
-        throw LaunchError("Failed to execute discovery script: " + script_ + ". Exit code: " +
-                          std::to_string(r.exitCode));
+        throw LaunchError("Failed to execute discovery script: " + script_ +
+                          ". Exit code: " + std::to_string(r.exitCode));
       }
       say("horovodrun: host discovery script " + script_ + " failed (exit code " + std::to_string(r.exitCode) +
           "); keeping the last known hosts\n");

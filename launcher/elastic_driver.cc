@@ -158,9 +158,8 @@ void ElasticDriver::formRound(Supervisor& supervisor, Clock::time_point now) {
   }
   bool first = round_ < 0;
   if (!first) {
-    bool anySurvivor = std::any_of(slots.begin(), slots.end(), [&](const SlotInfo& s) {
-      return waitingAt.count({s.hostname, s.localRank}) > 0;
-    });
+    bool anySurvivor = std::any_of(slots.begin(), slots.end(),
+                                   [&](const SlotInfo& s) { return waitingAt.count({s.hostname, s.localRank}) > 0; });
     if (!anySurvivor) {
       stop(supervisor, "No hosts from previous set remaining, unable to broadcast state.");
       return;
@@ -247,7 +246,9 @@ void ElasticDriver::announceIfHostsChanged(Clock::time_point now) {
   if (flags == 0) return;
   int64_t index = elastic::announceHostUpdate(*store_, flags, storeDeadline());
   say(std::string("horovodrun: elastic: hosts ") +
-      (flags == elastic::kHostsAdded ? "added" : flags == elastic::kHostsRemoved ? "removed" : "added and removed") +
+      (flags == elastic::kHostsAdded     ? "added"
+       : flags == elastic::kHostsRemoved ? "removed"
+                                         : "added and removed") +
       " (update " + std::to_string(index) + "); workers re-form at their next commit\n");
 }
 
@@ -310,7 +311,8 @@ void ElasticDriver::gather(Supervisor& supervisor, Clock::time_point now) {
     });
     for (int id : pending) {
       Worker& w = workers_[id];
-      std::string why = " did not rejoin within " + seconds(settings_.gatherTimeout) + " (HOROVOD_ELASTIC_GATHER_TIMEOUT)";
+      std::string why =
+          " did not rejoin within " + seconds(settings_.gatherTimeout) + " (HOROVOD_ELASTIC_GATHER_TIMEOUT)";
       if (elastic::isSuspect(*store_, round_, w.slot.rank, storeDeadline())) {
         why = " was reported lost by the others and did not rejoin";
       } else if (std::find(suspects.begin(), suspects.end(), id) != suspects.end()) {
@@ -362,16 +364,12 @@ std::chrono::milliseconds ElasticDriver::tick(Supervisor& supervisor) {
         }
         break;
       }
-      case Phase::kGathering:
-        gather(supervisor, now);
-        break;
-      case Phase::kWaitingForHosts:
-        break;
+      case Phase::kGathering: gather(supervisor, now); break;
+      case Phase::kWaitingForHosts: break;
       case Phase::kFinishing:
         tellWaiting("the elastic job is finishing: another worker completed training", /*abort=*/false);
         break;
-      case Phase::kStopped:
-        break;
+      case Phase::kStopped: break;
     }
     if (phase_ == Phase::kWaitingForHosts) {
       bool first = round_ < 0;

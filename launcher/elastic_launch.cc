@@ -73,9 +73,9 @@ int runElasticJob(const Options& options, int signalFd) {
   std::unique_ptr<Discovery> discovery;
   std::vector<HostSlots> firstHosts;
   if (options.hostDiscoveryScript.has_value()) {
-    discovery = scriptDiscovery(*options.hostDiscoveryScript, options.slotsPerHost.value_or(1),
-                                secondsParam(kDiscoveryInterval, std::nullopt), std::chrono::seconds(30),
-                                options.verbose);
+    discovery =
+        scriptDiscovery(*options.hostDiscoveryScript, options.slotsPerHost.value_or(1),
+                        secondsParam(kDiscoveryInterval, std::nullopt), std::chrono::seconds(30), options.verbose);
     firstHosts = *discovery->discover(std::chrono::steady_clock::now());  // the first run must succeed
   } else {
     firstHosts = fixedHosts(options);
@@ -117,8 +117,8 @@ int runElasticJob(const Options& options, int signalFd) {
     say("horovodrun: elastic job; rendezvous " + network.driverAddress + ":" + std::to_string(rendezvous.port()) +
         "\n");
   }
-  auto store = std::make_shared<TcpStore>("127.0.0.1", rendezvous.port(), job.secret,
-                                          Deadline::after(std::chrono::seconds(10)));
+  auto store =
+      std::make_shared<TcpStore>("127.0.0.1", rendezvous.port(), job.secret, Deadline::after(std::chrono::seconds(10)));
 
   std::set<std::string> sshChecked;
   double startTimeout = startTimeoutSeconds(options);
@@ -131,7 +131,8 @@ int runElasticJob(const Options& options, int signalFd) {
     if (j.sshPath.empty()) {
       const char* path = std::getenv("PATH");
       j.sshPath = resolveExecutable("ssh", path != nullptr ? path : "/usr/bin:/bin");
-      if (j.sshPath.empty()) throw LaunchError("ssh not found on PATH; it is needed to start workers on " + slot.hostname);
+      if (j.sshPath.empty())
+        throw LaunchError("ssh not found on PATH; it is needed to start workers on " + slot.hostname);
       job.sshPath = j.sshPath;
     }
     if (sshChecked.insert(slot.hostname).second) {

@@ -88,8 +88,9 @@ JobContext makeJobContext(const Options& options, bool anyLocal, bool anyRemote)
     // Catch a typo before anything starts (remote hosts resolve the command themselves).
     job.localExecutable = resolveExecutable(options.command[0], pathText);
     if (job.localExecutable.empty()) {
-      throw UsageError("command not found: " + options.command[0] +
-                       (options.command[0].find('/') == std::string::npos ? " (not on PATH)" : " (no such executable)"));
+      throw UsageError(
+          "command not found: " + options.command[0] +
+          (options.command[0].find('/') == std::string::npos ? " (not on PATH)" : " (no such executable)"));
     }
   }
   if (anyRemote) {
@@ -134,7 +135,8 @@ int runGlooJob(const Options& options, const std::vector<HostSlots>& hosts, int 
 
   job.secret = jobSecret();
   Rendezvous rendezvous(remoteHosts.empty() ? network.driverAddress : "0.0.0.0", job.secret);
-  if (options.verbose) say("horovodrun: rendezvous server listening on port " + std::to_string(rendezvous.port()) + "\n");
+  if (options.verbose)
+    say("horovodrun: rendezvous server listening on port " + std::to_string(rendezvous.port()) + "\n");
 
   // HOROVOD_CPU_OPERATIONS=mpi from the user's environment reaches the workers, which refuse it on
   // every rank (no MPI started them) instead of silently running gloo.
@@ -148,8 +150,7 @@ int runGlooJob(const Options& options, const std::vector<HostSlots>& hosts, int 
     try {
       supervisor.add(local[slot.hostname] ? spawnLocalWorker(job, slot) : spawnSshWorker(job, slot));
     } catch (const Error& e) {
-      supervisor.abort("cannot start process " + std::to_string(slot.rank) + " on " + slot.hostname + ": " +
-                       e.what());
+      supervisor.abort("cannot start process " + std::to_string(slot.rank) + " on " + slot.hostname + ": " + e.what());
       return 1;
     }
   }

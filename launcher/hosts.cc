@@ -12,8 +12,7 @@
 namespace hvd::launcher {
 namespace {
 
-constexpr const char* kInvalidHosts =
-    "Invalid host input, please make sure it has format as : worker-0:2,worker-1:2.";
+constexpr const char* kInvalidHosts = "Invalid host input, please make sure it has format as : worker-0:2,worker-1:2.";
 
 bool validHostName(const std::string& name) {
   if (name.empty()) return false;
@@ -76,8 +75,8 @@ std::vector<HostSlots> parseHostfile(const std::string& path) {
     std::string host;
     if (!(words >> host)) continue;
     auto bad = [&](const std::string& why) {
-      return UsageError(path + ":" + std::to_string(lineNo) + ": " + why +
-                        " (expected '<hostname> slots=<n>', got '" + line + "')");
+      return UsageError(path + ":" + std::to_string(lineNo) + ": " + why + " (expected '<hostname> slots=<n>', got '" +
+                        line + "')");
     };
     if (!validHostName(host)) throw bad("invalid host name '" + host + "'");
     int slots = 1;

@@ -31,13 +31,13 @@ std::string pathEnv() {
   return p != nullptr ? p : "/usr/local/bin:/usr/bin:/bin";
 }
 
-
 int runMpiJob(const Options& o, const std::vector<HostSlots>& hosts, int signalFd) {
   std::string mpirun = resolveExecutable("mpirun", pathEnv());
   MpiImpl impl = detectMpi(mpirun);
   if (impl == MpiImpl::kMissing) {
-    throw UsageError("MPI support has not been built.  If this is not expected, ensure MPI is installed "
-                     "(mpirun on PATH).");
+    throw UsageError(
+        "MPI support has not been built.  If this is not expected, ensure MPI is installed "
+        "(mpirun on PATH).");
   }
   if (impl == MpiImpl::kUnknown) {
     throw LaunchError("horovodrun does not recognize the MPI implementation of " + mpirun +
@@ -99,8 +99,9 @@ int runLauncher(const std::vector<std::string>& args, int signalFd) {
 
   if (options.elastic()) {
     if (options.controller == Controller::kMpi || options.controller == Controller::kJsrun) {
-      throw UsageError("Gloo support is required to use elastic training: elastic jobs run on horovodrun's own "
-                       "launcher, not under mpirun/jsrun (drop --mpi/--jsrun)");
+      throw UsageError(
+          "Gloo support is required to use elastic training: elastic jobs run on horovodrun's own "
+          "launcher, not under mpirun/jsrun (drop --mpi/--jsrun)");
     }
     return runElasticJob(options, signalFd);
   }

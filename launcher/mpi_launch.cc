@@ -102,19 +102,20 @@ std::string buildMpirunCommand(const Options& o, const MpiJob& job) {
       }
     }
     if (job.nics.size() > 1) {
-      throw UsageError(std::string(mpiImplName(job.impl)) + " accepts only one network interface (-iface); got " + nics);
+      throw UsageError(std::string(mpiImplName(job.impl)) + " accepts only one network interface (-iface); got " +
+                       nics);
     }
     std::vector<std::string> names;
     for (const auto& h : job.hosts) names.push_back(h.host);
-    cmd.insert(cmd.end(), {"-l", "-np", std::to_string(job.np), "-hosts", join(names, ","), "-ppn",
-                           std::to_string(slots)});
+    cmd.insert(cmd.end(),
+               {"-l", "-np", std::to_string(job.np), "-hosts", join(names, ","), "-ppn", std::to_string(slots)});
     if (!sshArgs.empty()) cmd.insert(cmd.end(), {"-bootstrap=ssh", "-bootstrap-exec-args", shellQuote(sshArgs)});
     if (!job.nics.empty()) {
       cmd.insert(cmd.end(), {"-iface", job.nics[0], "-genv", "NCCL_SOCKET_IFNAME", nics});
     }
     if (o.outputFilename.has_value()) {
-      cmd.insert(cmd.end(), {"-outfile-pattern", shellQuote(*o.outputFilename + "/rank.%r/stdout"),
-                             "-errfile-pattern", shellQuote(*o.outputFilename + "/rank.%r/stderr")});
+      cmd.insert(cmd.end(), {"-outfile-pattern", shellQuote(*o.outputFilename + "/rank.%r/stdout"), "-errfile-pattern",
+                             shellQuote(*o.outputFilename + "/rank.%r/stderr")});
     }
   } else {
     if (job.runningAsRoot) cmd.push_back("--allow-run-as-root");

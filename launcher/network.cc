@@ -133,7 +133,8 @@ bool isLocalHost(const std::string& host) {
   return false;
 }
 
-NetworkChoice chooseNetwork(const std::vector<std::string>& requestedNics, const std::vector<std::string>& remoteHosts) {
+NetworkChoice chooseNetwork(const std::vector<std::string>& requestedNics,
+                            const std::vector<std::string>& remoteHosts) {
   NetworkChoice choice;
   if (!requestedNics.empty()) {
     auto interfaces = upInterfaces();
@@ -146,8 +147,8 @@ NetworkChoice chooseNetwork(const std::vector<std::string>& requestedNics, const
         }
       }
       if (!found) {
-        throw UsageError("network interface " + nic + " does not exist or is down (available: " +
-                         describeInterfaces() + ")");
+        throw UsageError("network interface " + nic + " does not exist or is down (available: " + describeInterfaces() +
+                         ")");
       }
       choice.nics.push_back(nic);
     }
@@ -187,8 +188,10 @@ NetworkChoice chooseNetwork(const std::vector<std::string>& requestedNics, const
     }
   }
   if (fallback.empty()) {
-    throw UsageError("cannot find a local address the remote hosts can reach; name an interface with "
-                     "--network-interface (available: " + describeInterfaces() + ")");
+    throw UsageError(
+        "cannot find a local address the remote hosts can reach; name an interface with "
+        "--network-interface (available: " +
+        describeInterfaces() + ")");
   }
   choice.driverAddress = fallback;
   std::string nic = interfaceHolding(fallback);

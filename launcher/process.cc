@@ -1,8 +1,8 @@
 #include "process.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <linux/close_range.h>
+#include <signal.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -190,7 +190,7 @@ SpawnedProcess spawnProcess(const SpawnRequest& req) {
 
 std::string resolveExecutable(const std::string& name, const std::string& pathEnv) {
   auto executable = [](const std::string& p) {
-    struct stat st {};
+    struct stat st{};
     return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(p.c_str(), X_OK) == 0;
   };
   if (name.empty()) return "";

@@ -53,8 +53,8 @@ std::string shellQuote(const std::string& text) {
 }
 
 std::vector<std::string> sshBaseArgs(const JobContext& job) {
-  std::vector<std::string> args = {job.sshPath, "-o", "PasswordAuthentication=no", "-o",
-                                   "StrictHostKeyChecking=no", "-o", "BatchMode=yes"};
+  std::vector<std::string> args = {
+      job.sshPath, "-o", "PasswordAuthentication=no", "-o", "StrictHostKeyChecking=no", "-o", "BatchMode=yes"};
   if (job.sshPort.has_value()) {
     args.push_back("-p");
     args.push_back(std::to_string(*job.sshPort));

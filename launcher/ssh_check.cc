@@ -158,8 +158,8 @@ std::string sshCacheKey(const std::vector<std::string>& hosts, const std::vector
   return buf;
 }
 
-void checkSshHosts(const std::vector<std::string>& hosts, const std::vector<std::string>& baseArgs,
-                   Deadline deadline, bool useCache, bool verbose, int signalFd) {
+void checkSshHosts(const std::vector<std::string>& hosts, const std::vector<std::string>& baseArgs, Deadline deadline,
+                   bool useCache, bool verbose, int signalFd) {
   if (hosts.empty()) return;
   std::string key = sshCacheKey(hosts, baseArgs);
   if (useCache && cachedOk(key)) {

@@ -35,20 +35,18 @@ class BenchComm {
   virtual void allreduce(const void* in, void* out, size_t count, ElemType type) = 0;
   // Every rank contributes `countPerRank` elements; returns the concatenation in rank order
   // (size() * countPerRank elements). `scratch` has room for it; a system may return its own.
-  virtual const void* allgather(const void* in, size_t countPerRank, ElemType type,
-                                void* scratch) = 0;
+  virtual const void* allgather(const void* in, size_t countPerRank, ElemType type, void* scratch) = 0;
   // Overwrites `buffer` on every rank but `root` with root's contents.
   virtual void broadcast(void* buffer, size_t count, ElemType type, int root) = 0;
   // `in` holds size() blocks of `countPerRank` elements, block j for rank j; returns the
   // received blocks in source-rank order (in `scratch` or the system's own buffer).
-  virtual const void* alltoall(const void* in, size_t countPerRank, ElemType type,
-                               void* scratch) = 0;
+  virtual const void* alltoall(const void* in, size_t countPerRank, ElemType type, void* scratch) = 0;
   // Sum of `in` (size() * countPerRank elements) over ranks; this rank keeps block rank().
   virtual void reducescatter(const void* in, void* out, size_t countPerRank, ElemType type) = 0;
   // `k` independent allreduces (in[j] -> out[j], `count` elements each) issued
   // asynchronously, then waited on together.
-  virtual void allreduceBatch(const std::vector<const void*>& in, const std::vector<void*>& out,
-                              size_t count, ElemType type) = 0;
+  virtual void allreduceBatch(const std::vector<const void*>& in, const std::vector<void*>& out, size_t count,
+                              ElemType type) = 0;
 
   // allreduce_shared rows: `bytes` of memory the system can reduce in place without staging
   // copies (Horovod: hvd::allocateShared), or nullptr when it has no such memory (the harness

@@ -24,9 +24,8 @@ int benchMain(int argc, char** argv, const std::function<std::unique_ptr<BenchCo
                           double(end.rssKiB - before.rssKiB), double(end.hwmKiB)};
   comm->maxOverRanks(mem);
   if (comm->rank() == 0) {
-    std::cout << "# memory_kib (max over ranks): rss_before_init=" << long(mem[0])
-              << " added_by_init=" << long(mem[1]) << " added_at_end=" << long(mem[2])
-              << " hwm_end=" << long(mem[3]) << "\n";
+    std::cout << "# memory_kib (max over ranks): rss_before_init=" << long(mem[0]) << " added_by_init=" << long(mem[1])
+              << " added_at_end=" << long(mem[2]) << " hwm_end=" << long(mem[3]) << "\n";
     std::cout << "# rows_wrong=" << wrong << "\n";
   }
   comm.reset();

@@ -61,8 +61,7 @@ RowShape batchShape(size_t bytes, size_t elem, int ranks, int batch) {
 void batchFill(RowContext& row) {
   int r = row.rank;
   for (size_t j = 0; j < row.in.size(); ++j) {
-    fillElements(row.in[j].data(), row.type, row.count,
-                 [r, j](size_t i) { return (r + 1) * int((i + j) % 5 + 1); });
+    fillElements(row.in[j].data(), row.type, row.count, [r, j](size_t i) { return (r + 1) * int((i + j) % 5 + 1); });
     zero(row.out[j]);
   }
 }
@@ -106,8 +105,7 @@ void allgatherRun(RowContext& row) {
 }
 size_t allgatherCheck(const RowContext& row) {
   size_t c = row.count;
-  return countMismatches(row.result, row.type, c * row.ranks,
-                         [c](size_t i) { return gatherValue(int(i / c), i % c); });
+  return countMismatches(row.result, row.type, c * row.ranks, [c](size_t i) { return gatherValue(int(i / c), i % c); });
 }
 
 // ---- broadcast: root holds (3i + root) % 83 + 1, the others zeros ---------------------------
@@ -117,8 +115,7 @@ void broadcastFill(RowContext& row) {
   int root = row.root;
   if (row.rank == root)
     fillElements(row.in[0].data(), row.type, row.count, [root](size_t i) { return bcastValue(root, i); });
-  else
-    zero(row.in[0]);
+  else zero(row.in[0]);
 }
 void broadcastRun(RowContext& row) {
   row.comm->broadcast(row.in[0].data(), row.count, row.type, row.root);
@@ -147,8 +144,7 @@ RowShape alltoallShape(size_t bytes, size_t elem, int ranks, int batch) {
 void alltoallFill(RowContext& row) {
   int r = row.rank;
   size_t c = row.count;
-  fillElements(row.in[0].data(), row.type, c * row.ranks,
-               [r, c](size_t i) { return a2aValue(r, int(i / c), i % c); });
+  fillElements(row.in[0].data(), row.type, c * row.ranks, [r, c](size_t i) { return a2aValue(r, int(i / c), i % c); });
   zero(row.out[0]);
 }
 void alltoallRun(RowContext& row) {
@@ -173,8 +169,7 @@ RowShape reducescatterShape(size_t bytes, size_t elem, int ranks, int batch) {
 }
 void reducescatterFill(RowContext& row) {
   int r = row.rank;
-  fillElements(row.in[0].data(), row.type, row.count * row.ranks,
-               [r](size_t i) { return (r + 1) * int(i % 5 + 1); });
+  fillElements(row.in[0].data(), row.type, row.count * row.ranks, [r](size_t i) { return (r + 1) * int(i % 5 + 1); });
   zero(row.out[0]);
 }
 void reducescatterRun(RowContext& row) {
@@ -251,13 +246,11 @@ const std::vector<Collective>& allCollectives() {
       {"allgather", "none", gatherBus, gatherShape, allgatherFill, allgatherRun, allgatherCheck},
       {"broadcast", "none", oneBus, broadcastShape, broadcastFill, broadcastRun, broadcastCheck},
       {"alltoall", "none", gatherBus, alltoallShape, alltoallFill, alltoallRun, alltoallCheck},
-      {"reducescatter", "sum", gatherBus, reducescatterShape, reducescatterFill, reducescatterRun,
-       reducescatterCheck},
+      {"reducescatter", "sum", gatherBus, reducescatterShape, reducescatterFill, reducescatterRun, reducescatterCheck},
       {"allreduce_batch", "sum", allreduceBus, batchShape, batchFill, batchRun, batchCheck},
       {"allreduce_shared", "avg", allreduceBus, sharedShape, sharedFill, sharedRun, sharedCheck},
       {"allreduce_average", "avg", allreduceBus, sharedShape, averageFill, sharedRun, sharedCheck},
-      {"allreduce_into_shared", "avg", allreduceBus, allreduceShape, intoSharedFill, intoSharedRun,
-       sharedCheck},
+      {"allreduce_into_shared", "avg", allreduceBus, allreduceShape, intoSharedFill, intoSharedRun, sharedCheck},
   };
   return kAll;
 }

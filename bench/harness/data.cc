@@ -11,9 +11,8 @@ struct TypeInfo {
   std::string_view name;
 };
 constexpr TypeInfo kTypes[] = {
-    {ElemType::kUInt8, 1, "uint8"},       {ElemType::kInt32, 4, "int32"},
-    {ElemType::kInt64, 8, "int64"},       {ElemType::kFloat16, 2, "float16"},
-    {ElemType::kBFloat16, 2, "bfloat16"}, {ElemType::kFloat32, 4, "float32"},
+    {ElemType::kUInt8, 1, "uint8"},     {ElemType::kInt32, 4, "int32"},       {ElemType::kInt64, 8, "int64"},
+    {ElemType::kFloat16, 2, "float16"}, {ElemType::kBFloat16, 2, "bfloat16"}, {ElemType::kFloat32, 4, "float32"},
     {ElemType::kFloat64, 8, "float64"},
 };
 }  // namespace

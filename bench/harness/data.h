@@ -43,9 +43,7 @@ void fillElements(void* data, ElemType type, size_t count, Pattern pattern) {
     case ElemType::kUInt8: loop(static_cast<uint8_t*>(data), [](int v) { return uint8_t(v); }); break;
     case ElemType::kInt32: loop(static_cast<int32_t*>(data), [](int v) { return int32_t(v); }); break;
     case ElemType::kInt64: loop(static_cast<int64_t*>(data), [](int v) { return int64_t(v); }); break;
-    case ElemType::kFloat16:
-      loop(static_cast<uint16_t*>(data), [](int v) { return floatToHalf(float(v)); });
-      break;
+    case ElemType::kFloat16: loop(static_cast<uint16_t*>(data), [](int v) { return floatToHalf(float(v)); }); break;
     case ElemType::kBFloat16:
       loop(static_cast<uint16_t*>(data), [](int v) { return floatToBFloat16(float(v)); });
       break;

@@ -17,9 +17,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double secondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double secondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 std::optional<size_t> parseSize(const std::string& text) {
   char* end = nullptr;
@@ -34,14 +32,12 @@ std::optional<size_t> parseSize(const std::string& text) {
   return static_cast<size_t>(value * scale);
 }
 
-std::string formatRow(size_t bytes, size_t count, std::string_view type, std::string_view redop,
-                      std::string_view root, double med, double p99, double algbw, double busbw,
-                      std::string_view check, int iters) {
+std::string formatRow(size_t bytes, size_t count, std::string_view type, std::string_view redop, std::string_view root,
+                      double med, double p99, double algbw, double busbw, std::string_view check, int iters) {
   char line[256];
-  std::snprintf(line, sizeof line, "%12zu %12zu %9.*s %6.*s %5.*s %12.2f %12.2f %10.3f %10.3f %6.*s %6d",
-                bytes, count, int(type.size()), type.data(), int(redop.size()), redop.data(),
-                int(root.size()), root.data(), med, p99, algbw, busbw, int(check.size()), check.data(),
-                iters);
+  std::snprintf(line, sizeof line, "%12zu %12zu %9.*s %6.*s %5.*s %12.2f %12.2f %10.3f %10.3f %6.*s %6d", bytes, count,
+                int(type.size()), type.data(), int(redop.size()), redop.data(), int(root.size()), root.data(), med, p99,
+                algbw, busbw, int(check.size()), check.data(), iters);
   return line;
 }
 
@@ -182,15 +178,16 @@ int runBenchmark(BenchComm& comm, const BenchOptions& options, std::ostream& out
   const std::string_view redop = coll->redop;
   if (lead) {
     out << "# system=" << comm.systemName() << " op=" << options.op << " dtype=" << elemName(options.type)
-        << " ranks=" << n << " warmup=" << options.warmup << " iters="
-        << (options.iters ? std::to_string(options.iters) : std::string("auto")) << " bus_factor="
-        << coll->busFactor(n) << (options.op == "allreduce_batch" ? " k=" + std::to_string(options.batch) : "")
+        << " ranks=" << n << " warmup=" << options.warmup
+        << " iters=" << (options.iters ? std::to_string(options.iters) : std::string("auto"))
+        << " bus_factor=" << coll->busFactor(n)
+        << (options.op == "allreduce_batch" ? " k=" + std::to_string(options.batch) : "")
         << (options.smoke ? " smoke=1" : "") << "\n";
     if (options.header) {
       char header[256];
-      std::snprintf(header, sizeof header, "#%11s %12s %9s %6s %5s %12s %12s %10s %10s %6s %6s", "size",
-                    "count", "type", "redop", "root", "time_med_us", "time_p99_us", "algbw_GBps",
-                    "busbw_GBps", "check", "iters");
+      std::snprintf(header, sizeof header, "#%11s %12s %9s %6s %5s %12s %12s %10s %10s %6s %6s", "size", "count",
+                    "type", "redop", "root", "time_med_us", "time_p99_us", "algbw_GBps", "busbw_GBps", "check",
+                    "iters");
       out << header << "\n";
     }
     out.flush();
@@ -261,8 +258,8 @@ int runBenchmark(BenchComm& comm, const BenchOptions& options, std::ostream& out
     wrongRows += ok ? 0 : 1;
     if (lead) {
       std::string root = options.op == "broadcast" ? std::to_string(row.root) : "-";
-      out << formatRow(shape.reportedBytes, shape.count, elemName(options.type), redop, root, med, p99, algbw,
-                       busbw, ok ? "OK" : "WRONG", iters)
+      out << formatRow(shape.reportedBytes, shape.count, elemName(options.type), redop, root, med, p99, algbw, busbw,
+                       ok ? "OK" : "WRONG", iters)
           << "\n";
       out.flush();
     }
@@ -273,8 +270,8 @@ int runBenchmark(BenchComm& comm, const BenchOptions& options, std::ostream& out
     comm.releaseOutputs();
     MemoryUsage now = readMemoryUsage();
     if (double(now.pssKiB - baseline) > engineMem[0]) {
-      engineMem = {double(now.pssKiB - baseline), double(comm.fusionBufferBytes() / 1024),
-                   double(shape.reportedBytes), double(now.anonKiB), double(now.shmemKiB)};
+      engineMem = {double(now.pssKiB - baseline), double(comm.fusionBufferBytes() / 1024), double(shape.reportedBytes),
+                   double(now.anonKiB), double(now.shmemKiB)};
     }
   }
   std::vector<double> added{engineMem[0]};

@@ -52,17 +52,16 @@ class MpiComm : public BenchComm {
     check(MPI_Allreduce(in, out, int(count), mpiType(type), MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
   }
   const void* allgather(const void* in, size_t countPerRank, ElemType type, void* scratch) override {
-    check(MPI_Allgather(in, int(countPerRank), mpiType(type), scratch, int(countPerRank), mpiType(type),
-                        MPI_COMM_WORLD),
-          "MPI_Allgather");
+    check(
+        MPI_Allgather(in, int(countPerRank), mpiType(type), scratch, int(countPerRank), mpiType(type), MPI_COMM_WORLD),
+        "MPI_Allgather");
     return scratch;
   }
   void broadcast(void* buffer, size_t count, ElemType type, int root) override {
     check(MPI_Bcast(buffer, int(count), mpiType(type), root, MPI_COMM_WORLD), "MPI_Bcast");
   }
   const void* alltoall(const void* in, size_t countPerRank, ElemType type, void* scratch) override {
-    check(MPI_Alltoall(in, int(countPerRank), mpiType(type), scratch, int(countPerRank), mpiType(type),
-                       MPI_COMM_WORLD),
+    check(MPI_Alltoall(in, int(countPerRank), mpiType(type), scratch, int(countPerRank), mpiType(type), MPI_COMM_WORLD),
           "MPI_Alltoall");
     return scratch;
   }

@@ -90,8 +90,12 @@ extern "C" {
 
 const char* hvd_last_error(void) { return tLastError.c_str(); }
 
-hvd_status hvd_init(void) { return guarded([] { hvd::init(); }); }
-hvd_status hvd_shutdown(void) { return guarded([] { hvd::shutdown(); }); }
+hvd_status hvd_init(void) {
+  return guarded([] { hvd::init(); });
+}
+hvd_status hvd_shutdown(void) {
+  return guarded([] { hvd::shutdown(); });
+}
 int hvd_is_initialized(void) {
   try {
     return hvd::isInitialized() ? 1 : 0;
@@ -99,12 +103,24 @@ int hvd_is_initialized(void) {
     return 0;
   }
 }
-hvd_status hvd_rank(int* out) { return topology(out, [] { return hvd::rank(); }); }
-hvd_status hvd_size(int* out) { return topology(out, [] { return hvd::size(); }); }
-hvd_status hvd_local_rank(int* out) { return topology(out, [] { return hvd::localRank(); }); }
-hvd_status hvd_local_size(int* out) { return topology(out, [] { return hvd::localSize(); }); }
-hvd_status hvd_cross_rank(int* out) { return topology(out, [] { return hvd::crossRank(); }); }
-hvd_status hvd_cross_size(int* out) { return topology(out, [] { return hvd::crossSize(); }); }
+hvd_status hvd_rank(int* out) {
+  return topology(out, [] { return hvd::rank(); });
+}
+hvd_status hvd_size(int* out) {
+  return topology(out, [] { return hvd::size(); });
+}
+hvd_status hvd_local_rank(int* out) {
+  return topology(out, [] { return hvd::localRank(); });
+}
+hvd_status hvd_local_size(int* out) {
+  return topology(out, [] { return hvd::localSize(); });
+}
+hvd_status hvd_cross_rank(int* out) {
+  return topology(out, [] { return hvd::crossRank(); });
+}
+hvd_status hvd_cross_size(int* out) {
+  return topology(out, [] { return hvd::crossSize(); });
+}
 
 hvd_status hvd_add_process_set(const int* ranks, int count, int* process_set_id) {
   return guarded([&] {
@@ -153,7 +169,9 @@ hvd_status hvd_allgather_async(const void* in, int64_t rows, int64_t row_element
   });
 }
 
-hvd_status hvd_barrier(int process_set) { return guarded([&] { hvd::barrier(process_set); }); }
+hvd_status hvd_barrier(int process_set) {
+  return guarded([&] { hvd::barrier(process_set); });
+}
 
 hvd_status hvd_join(int* last_joined_rank) {
   return guarded([&] {

@@ -4,11 +4,11 @@
 
 #include <memory>
 
+#include "autotune/autotune_log.h"
+#include "autotune/autotune_options.h"
 #include "common/params.h"
 #include "engine/runtime.h"
 #include "horovod/horovod.h"
-#include "autotune/autotune_log.h"
-#include "autotune/autotune_options.h"
 #include "timeline/timeline.h"
 
 namespace hvd::api {

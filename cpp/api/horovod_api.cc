@@ -123,7 +123,8 @@ OwnedTensor allocateShared(DataType dtype, std::vector<int64_t> shape) {
   t.view.dtype = dtype;
   t.view.shape = std::move(shape);
   for (auto d : t.view.shape) {
-    if (d < 0) throw InvalidArgument("allocateShared: negative dimension in shape " + engine::shapeString(t.view.shape));
+    if (d < 0)
+      throw InvalidArgument("allocateShared: negative dimension in shape " + engine::shapeString(t.view.shape));
   }
   t.storage = allocateSharedBuffer(t.view.bytes());
   t.view.data = t.storage.get();
@@ -162,9 +163,7 @@ ElasticHostUpdates elasticHostUpdates() {
 
 int addProcessSet(std::vector<int> ranks) { return api::runtimeForQueries()->addProcessSet(std::move(ranks)); }
 bool removeProcessSet(int processSetId) { return api::runtimeForQueries()->removeProcessSet(processSetId); }
-std::vector<int> processSetRanks(int processSetId) {
-  return api::runtimeForQueries()->processSetRanks(processSetId);
-}
+std::vector<int> processSetRanks(int processSetId) { return api::runtimeForQueries()->processSetRanks(processSetId); }
 std::vector<int> processSetIds() { return api::runtimeForQueries()->processSetIds(); }
 
 // ---- Introspection ---------------------------------------------------------------------------

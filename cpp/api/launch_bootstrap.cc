@@ -35,9 +35,10 @@ std::shared_ptr<Store> mpiRendezvous(engine::Config& config, const InitOptions& 
     // every process would run alone as rank 0 of 1.
     static const std::map<std::string, std::string> kLaunchers = {
         {"openmpi", "Open MPI"}, {"pmi", "MPICH (Hydra)"}, {"slurm", "srun"}, {"horovod", "horovodrun"}};
-    throw InvalidArgument("the " + kLaunchers.at(config.launchedBy) + " launcher started rank " + std::to_string(config.rank) + " of " +
-                          std::to_string(config.size) + ", but MPI_COMM_WORLD (" + mpi::mpiState().flavor +
-                          " library) says rank " + std::to_string(job.rank) + " of " + std::to_string(job.size) +
+    throw InvalidArgument("the " + kLaunchers.at(config.launchedBy) + " launcher started rank " +
+                          std::to_string(config.rank) + " of " + std::to_string(config.size) +
+                          ", but MPI_COMM_WORLD (" + mpi::mpiState().flavor + " library) says rank " +
+                          std::to_string(job.rank) + " of " + std::to_string(job.size) +
                           ": the MPI loaded in this process is not the launcher's. Use the mpirun of the MPI the "
                           "program loads (docs/mpi.md)");
   }
@@ -165,8 +166,8 @@ void startMpiForDataPlane(engine::Config& config) {
   }
   if (rank != config.rank) {
     // The data plane's communicators number ranks as MPI_COMM_WORLD does.
-    throw InvalidArgument("HOROVOD_CPU_OPERATIONS=mpi: Horovod rank " + std::to_string(config.rank) +
-                          " is rank " + std::to_string(rank) +
+    throw InvalidArgument("HOROVOD_CPU_OPERATIONS=mpi: Horovod rank " + std::to_string(config.rank) + " is rank " +
+                          std::to_string(rank) +
                           " of MPI_COMM_WORLD; the MPI data plane needs both numberings to agree (launch with "
                           "mpirun directly, docs/mpi.md)");
   }

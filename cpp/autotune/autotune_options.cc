@@ -9,8 +9,8 @@ const Param<bool> kAutotune(
     "HOROVOD_AUTOTUNE", false,
     "Tune the engine's knobs while the job trains (Bayesian optimisation of the bytes reduced per second; "
     "docs/autotune.md). Knobs set explicitly stay as set.");
-const Param<std::string> kAutotuneLog("HOROVOD_AUTOTUNE_LOG", "",
-                                      "CSV file (written by rank 0) with one row per autotune sample and the final choice.");
+const Param<std::string> kAutotuneLog(
+    "HOROVOD_AUTOTUNE_LOG", "", "CSV file (written by rank 0) with one row per autotune sample and the final choice.");
 const Param<int64_t> kWarmupSamples("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", 3,
                                     "Samples discarded at the start of autotuning.");
 const Param<int64_t> kStepsPerSample("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", 10,

@@ -45,7 +45,8 @@ Autotuner::Autotuner(const AutotuneOptions& options, KnobSpace space, std::uniqu
 }
 
 engine::EventMask Autotuner::interests() const {
-  return engine::eventBit(engine::EngineEventKind::kCycleStart) | engine::eventBit(engine::EngineEventKind::kCollectiveEnd);
+  return engine::eventBit(engine::EngineEventKind::kCycleStart) |
+         engine::eventBit(engine::EngineEventKind::kCollectiveEnd);
 }
 
 void Autotuner::onEvent(const engine::EngineEvent& e) {

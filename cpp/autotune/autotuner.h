@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "autotune/autotune_options.h"
 #include "autotune/autotune_log.h"
+#include "autotune/autotune_options.h"
 #include "autotune/bayes_opt.h"
 #include "autotune/knob_space.h"
 #include "autotune/sample_meter.h"

@@ -79,7 +79,8 @@ double GaussianProcess::factor(double l) {
 }
 
 void GaussianProcess::fit(const std::vector<std::vector<double>>& x, const std::vector<double>& y) {
-  if (x.empty() || x.size() != y.size()) throw InvalidArgument("GaussianProcess::fit: need as many scores as points (>= 1)");
+  if (x.empty() || x.size() != y.size())
+    throw InvalidArgument("GaussianProcess::fit: need as many scores as points (>= 1)");
   if (!(options_.noise >= 0)) throw InvalidArgument("GaussianProcess: noise must be >= 0");
   x_ = x;
   const double n = static_cast<double>(y.size());

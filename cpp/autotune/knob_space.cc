@@ -23,7 +23,9 @@ double logScale(double value, double lo, double hi) {
   return std::clamp((l - lo) / (hi - lo), 0.0, 1.0);
 }
 double fromLogScale(double c, double lo, double hi) { return std::exp2(lo + std::clamp(c, 0.0, 1.0) * (hi - lo)); }
-double waitScale(double us, double max) { return std::clamp(std::log1p(std::max(us, 0.0)) / std::log1p(max), 0.0, 1.0); }
+double waitScale(double us, double max) {
+  return std::clamp(std::log1p(std::max(us, 0.0)) / std::log1p(max), 0.0, 1.0);
+}
 int64_t fromWaitScale(double c, double max) {
   return static_cast<int64_t>(std::llround(std::expm1(std::clamp(c, 0.0, 1.0) * std::log1p(max))));
 }
@@ -58,7 +60,8 @@ std::string knobText(KnobId id, const engine::Knobs& k) {
   return "";
 }
 
-KnobSpace::KnobSpace(const KnobSpaceInputs& in) : initial_(in.initial), fusionUnit_(std::max<int64_t>(1, in.fusionUnit)) {
+KnobSpace::KnobSpace(const KnobSpaceInputs& in)
+    : initial_(in.initial), fusionUnit_(std::max<int64_t>(1, in.fusionUnit)) {
   if (!in.pinFusion) free_.push_back(KnobId::kFusionThreshold);
   if (!in.pinBurst) free_.push_back(KnobId::kBurstQuietUs);
   // Whether callers may drive at all is fixed at start (engine/knobs.h): 0 stays 0.
@@ -84,7 +87,9 @@ engine::Knobs KnobSpace::toKnobs(const std::vector<double>& coords) const {
         break;
       }
       case KnobId::kBurstQuietUs: k.burstQuietUs = fromWaitScale(c, kBurstMaxUs); break;
-      case KnobId::kCallerProgressUs: k.callerProgressUs = std::max<int64_t>(1, fromWaitScale(c, kProgressMaxUs)); break;
+      case KnobId::kCallerProgressUs:
+        k.callerProgressUs = std::max<int64_t>(1, fromWaitScale(c, kProgressMaxUs));
+        break;
       case KnobId::kCallerSpinUs: k.callerSpinUs = fromWaitScale(c, kSpinMaxUs); break;
       case KnobId::kAllreduceCrossover:
         k.allreduceCrossoverBytes =

@@ -18,10 +18,8 @@ bool HostBackendBase::supports(Kind kind) const {
     case Kind::kBroadcast:
     case Kind::kAlltoall:
     case Kind::kReducescatter:
-    case Kind::kBarrier:
-      return true;
-    default:
-      return false;
+    case Kind::kBarrier: return true;
+    default: return false;
   }
 }
 

@@ -37,8 +37,8 @@
 namespace hvd::backends {
 
 using engine::BackendContext;
-using engine::Entry;
 using engine::EngineEventKind;
+using engine::Entry;
 using engine::Kind;
 using engine::ProcessSet;
 using engine::Response;
@@ -65,7 +65,8 @@ class HostBackendBase : public engine::CollectiveBackend {
   void notify(EngineEventKind kind, const Response& r, int64_t bytes, const char* algorithm, int64_t timeNs = 0) const;
   // notify() when someone watches `kind` (the arguments are evaluated either way: keep them cheap).
   void notifyIf(EngineEventKind kind, const Response& r, int64_t bytes, const char* algorithm) const {
-    if (watching(kind)) [[unlikely]] notify(kind, r, bytes, algorithm);
+    if (watching(kind)) [[unlikely]]
+      notify(kind, r, bytes, algorithm);
   }
   // kCollectiveStart, when watched. `algorithm` may be null when it is known only once it ran.
   void started(const Response& r, int64_t bytes, const char* algorithm) const {

@@ -79,8 +79,8 @@ void checkAllreduceAlgorithmName(std::string_view name) {
     if (name == algo.name) return;
     known += (known.empty() ? "" : ", ") + std::string(algo.name);
   }
-  throw InvalidArgument(std::string(kAllreduceAlgo.name()) + "='" + std::string(name) + "' is not an allreduce algorithm; known: " +
-                        known);
+  throw InvalidArgument(std::string(kAllreduceAlgo.name()) + "='" + std::string(name) +
+                        "' is not an allreduce algorithm; known: " + known);
 }
 
 namespace {
@@ -107,8 +107,8 @@ size_t defaultAllreduceCrossover() {
   return most;
 }
 
-const AllreduceAlgorithm& chooseAllreduce(std::string_view requested, size_t bytes, int n, bool shared,
-                                          bool hosts, bool sharedOutputs, size_t crossover) {
+const AllreduceAlgorithm& chooseAllreduce(std::string_view requested, size_t bytes, int n, bool shared, bool hosts,
+                                          bool sharedOutputs, size_t crossover) {
   if (sharedOutputs) {
     for (const auto& algo : kTable) {
       if (algo.needsSharedOutputs && runnable(algo, shared, hosts, sharedOutputs)) return algo;
@@ -150,9 +150,9 @@ Choice choose(Communicator& comm, size_t bytes, bool sharedOutputs = false) {
   if (!useShared && comm.hierarchicalAllowed() && honoured(requested, useShared) == nullptr) {
     hosts = hierarchicalUsable(comm, true);
   }
-  return Choice{&chooseAllreduce(requested, bytes, comm.size(), useShared, hosts, sharedOutputs,
-                                 comm.allreduceCrossover()),
-                useShared ? shared : nullptr};
+  return Choice{
+      &chooseAllreduce(requested, bytes, comm.size(), useShared, hosts, sharedOutputs, comm.allreduceCrossover()),
+      useShared ? shared : nullptr};
 }
 
 }  // namespace
@@ -211,7 +211,7 @@ bool allreduce(Communicator& comm, const void* in, void* out, size_t count, Data
 }
 
 const char* allreducePieces(Communicator& comm, const std::vector<Piece>& pieces, DataType dtype, ReduceOp op,
-                     double postscale) {
+                            double postscale) {
   const ReduceKernel& kernel = reduceKernel(dtype, op);
   checkScalable(dtype, postscale);
   size_t count = 0;
@@ -273,8 +273,7 @@ const std::vector<AllgatherAlgorithm> kAllgatherTable = {
 
 const std::vector<AllgatherAlgorithm>& allgatherAlgorithms() { return kAllgatherTable; }
 
-const AllgatherAlgorithm& allgatherChoice(Communicator& comm, size_t total, bool sharedOutputs,
-                                          SharedSpace** shared) {
+const AllgatherAlgorithm& allgatherChoice(Communicator& comm, size_t total, bool sharedOutputs, SharedSpace** shared) {
   // Queried in this order (shared space, then hosts only without one) so that the collective
   // first uses happen at the same point on every member.
   SharedSpace* space = comm.sharedSpace(comm.deadline());

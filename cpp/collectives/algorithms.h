@@ -139,8 +139,7 @@ const std::vector<AllgatherAlgorithm>& allgatherAlgorithms();
 // The row allgatherv() runs for `total` output bytes on this communicator, with `shared` set to
 // the SharedSpace when the row needs it. `sharedOutputs`: the caller offers shared outputs.
 // Collective the first time it looks at shared memory or the hosts (like allgatherv itself).
-const AllgatherAlgorithm& allgatherChoice(Communicator& comm, size_t total, bool sharedOutputs,
-                                          SharedSpace** shared);
+const AllgatherAlgorithm& allgatherChoice(Communicator& comm, size_t total, bool sharedOutputs, SharedSpace** shared);
 
 void allgatherShared(const AllgatherArgs& args);
 bool allgatherSharedOutputs(const AllgatherArgs& args);

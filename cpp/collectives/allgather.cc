@@ -94,8 +94,8 @@ void allgatherRing(Communicator& comm, uint8_t* out, const std::vector<size_t>& 
   const int right = mod(r + 1, n), left = mod(r - 1, n);
   for (int s = 0; s < n - 1; ++s) {
     int sendBlock = mod(r - s, n), recvBlock = mod(r - s - 1, n);
-    comm.sendRecv(right, out + offsets[sendBlock], bytes[sendBlock], left, out + offsets[recvBlock],
-                  bytes[recvBlock], comm.deadline());
+    comm.sendRecv(right, out + offsets[sendBlock], bytes[sendBlock], left, out + offsets[recvBlock], bytes[recvBlock],
+                  comm.deadline());
   }
 }
 

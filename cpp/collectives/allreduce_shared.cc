@@ -71,9 +71,7 @@ void reduceOwnSlice(const AllreduceArgs& args, SharedSpace& space, const Message
     len = std::min(tileElems, ownEnd - t);
     const uint8_t* myInput = io.inputRun(c.offset + t, len);  // cut at the end of a piece
     uint8_t* myOutput = io.outputRun(c.offset + t, len);      // pieces end at the same element
-    auto input = [&](int j) -> const uint8_t* {
-      return j == me ? myInput : sharedHalf(space, j, c.phase) + t * elem;
-    };
+    auto input = [&](int j) -> const uint8_t* { return j == me ? myInput : sharedHalf(space, j, c.phase) + t * elem; };
     uint8_t* result = mine + t * elem;
     const uint8_t* left = input(0);
     for (int j = 1; j < n - 1; ++j, left = result) args.kernel.to(result, left, input(j), len);

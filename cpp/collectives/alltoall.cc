@@ -26,7 +26,8 @@ void alltoallv(Communicator& comm, const void* in, const std::vector<size_t>& se
   if (n == 1) return;
   for (int s = 1; s < n; ++s) {
     int to = mod(r + s, n), from = mod(r - s, n);
-    comm.sendRecv(to, src + sendOffsets[to], sendBytes[to], from, dst + recvOffsets[from], recvBytes[from], comm.deadline());
+    comm.sendRecv(to, src + sendOffsets[to], sendBytes[to], from, dst + recvOffsets[from], recvBytes[from],
+                  comm.deadline());
   }
 }
 

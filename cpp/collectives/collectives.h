@@ -76,7 +76,7 @@ struct Piece {
 // depends on the total size and placement only), whichever form its own data takes.
 // Returns the name of the routine that ran (as AllreduceOptions::ran), or nullptr when it declined.
 const char* allreducePieces(Communicator& comm, const std::vector<Piece>& pieces, DataType dtype, ReduceOp op,
-                     double postscale = 1.0);
+                            double postscale = 1.0);
 
 struct AllgatherOptions {
   // Outputs may be shared buffers (transport/peer_memory.h) on the members: the "shm_outputs"

@@ -37,14 +37,10 @@ class Communicator {
   // bounds progress, not the length of a large collective).
   Deadline deadline() const { return Deadline::after(timeout_); }
 
-  void send(int peer, const void* data, size_t bytes, Deadline d) {
-    transport_.send(members_[peer], data, bytes, d);
-  }
-  void recv(int peer, void* data, size_t bytes, Deadline d) {
-    transport_.recv(members_[peer], data, bytes, d);
-  }
-  void sendRecv(int to, const void* sendData, size_t sendBytes, int from, void* recvData,
-                size_t recvBytes, Deadline d) {
+  void send(int peer, const void* data, size_t bytes, Deadline d) { transport_.send(members_[peer], data, bytes, d); }
+  void recv(int peer, void* data, size_t bytes, Deadline d) { transport_.recv(members_[peer], data, bytes, d); }
+  void sendRecv(int to, const void* sendData, size_t sendBytes, int from, void* recvData, size_t recvBytes,
+                Deadline d) {
     transport_.sendRecv(members_[to], sendData, sendBytes, members_[from], recvData, recvBytes, d);
   }
   // Shared memory over all members when they are on one host and the transport offers it;

@@ -112,8 +112,8 @@ ReduceKernel nativeKernel() {
 }
 template <DataType D, typename Cvt, typename Op>
 ReduceKernel halfKernel() {
-  return {&halfToFn<Cvt, Op>, &halfIntoFn<Cvt, Op>, &halfIntoLeftFn<Cvt, Op>,
-          &blockToAndCopy<D, 2, &halfToFn<Cvt, Op>>, 2};
+  return {&halfToFn<Cvt, Op>, &halfIntoFn<Cvt, Op>, &halfIntoLeftFn<Cvt, Op>, &blockToAndCopy<D, 2, &halfToFn<Cvt, Op>>,
+          2};
 }
 template <DataType D, typename T>
 std::array<ReduceKernel, 4> nativeKernels() {
@@ -224,8 +224,7 @@ void checkScalable(DataType dtype, double factor) {
     case DataType::kBool:
       // As Horovod's CPU path: these types cannot be scaled (Average of them fails at execution).
       throw Error("Type " + std::string(dataTypeName(dtype)) + " not supported by ScaleBufferCPUImpl.");
-    default:
-      return;
+    default: return;
   }
 }
 
@@ -247,8 +246,7 @@ void scaleBuffer(void* buf, size_t count, DataType dtype, double factor) {
     case DataType::kFloat64: return scaleFloat(static_cast<double*>(buf), count, factor);
     case DataType::kUInt16:
     case DataType::kInt16:
-    case DataType::kBool:
-      break;
+    case DataType::kBool: break;
   }
   checkScalable(dtype, factor);
 }

@@ -81,8 +81,7 @@ constexpr size_t kHalfBlock = 256;
 // copied to both destinations. Blocks are read whole before either destination is written, so
 // dst and copy may alias a or b exactly.
 template <DataType D, size_t Elem, void (*To)(void*, const void*, const void*, size_t)>
-void blockToAndCopy(void* dst, void* copy, const void* a, const void* b, size_t count, double factor,
-                    bool stream) {
+void blockToAndCopy(void* dst, void* copy, const void* a, const void* b, size_t count, double factor, bool stream) {
   constexpr size_t kBlockBytes = 2048;
   constexpr size_t perBlock = kBlockBytes / Elem;
   alignas(64) uint8_t block[kBlockBytes];

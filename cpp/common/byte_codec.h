@@ -49,9 +49,7 @@ class ByteWriter {
     out_->push_back(static_cast<uint8_t>(v));
     return *this;
   }
-  ByteWriter& svarint(int64_t v) {
-    return varint((static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63));
-  }
+  ByteWriter& svarint(int64_t v) { return varint((static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63)); }
   // Varint length, then the bytes.
   ByteWriter& str(std::string_view s) {
     varint(s.size());
@@ -161,7 +159,8 @@ class ByteReader {
     return v;
   }
   void need(size_t n) const {
-    if (left() < n) [[unlikely]] truncated(n);
+    if (left() < n) [[unlikely]]
+      truncated(n);
   }
   // Out of line: the checks on the decode path stay a compare and a branch.
   [[noreturn, gnu::cold, gnu::noinline]] void truncated(size_t n) const {

@@ -20,28 +20,24 @@ template <typename E>
 }  // namespace hvd::detail
 
 // HVD_CHECK(cond) << "message";  -- throws hvd::Error.
-#define HVD_CHECK_AS(ErrorType, cond)                                                       \
-  if (cond) {                                                                               \
-  } else                                                                                    \
-    for (std::ostringstream hvd_check_msg_;;                                                \
-         ::hvd::detail::throwAt<ErrorType>(__FILE__, __LINE__,                              \
-                                           "Check failed: " #cond ": " + hvd_check_msg_.str())) \
+#define HVD_CHECK_AS(ErrorType, cond)                                                                               \
+  if (cond) {                                                                                                       \
+  } else                                                                                                            \
+    for (std::ostringstream hvd_check_msg_;;                                                                        \
+         ::hvd::detail::throwAt<ErrorType>(__FILE__, __LINE__, "Check failed: " #cond ": " + hvd_check_msg_.str())) \
     hvd_check_msg_
 
 #define HVD_CHECK(cond) HVD_CHECK_AS(::hvd::Error, cond)
 
-#define HVD_CHECK_OP_AS(ErrorType, a, op, b)                                                 \
-  if (auto hvd_a_ = (a), hvd_b_ = (b); hvd_a_ op hvd_b_) {                                   \
-  } else                                                                                     \
-    for (std::ostringstream hvd_check_msg_;;                                                 \
-         ::hvd::detail::throwAt<ErrorType>(                                                  \
-             __FILE__, __LINE__,                                                             \
-             [&] {                                                                           \
-               std::ostringstream s;                                                         \
-               s << "Check failed: " #a " " #op " " #b " (" << hvd_a_ << " vs " << hvd_b_     \
-                 << "): " << hvd_check_msg_.str();                                           \
-               return s.str();                                                               \
-             }()))                                                                           \
+#define HVD_CHECK_OP_AS(ErrorType, a, op, b)                                                             \
+  if (auto hvd_a_ = (a), hvd_b_ = (b); hvd_a_ op hvd_b_) {                                               \
+  } else                                                                                                 \
+    for (std::ostringstream hvd_check_msg_;; ::hvd::detail::throwAt<ErrorType>(__FILE__, __LINE__, [&] { \
+           std::ostringstream s;                                                                         \
+           s << "Check failed: " #a " " #op " " #b " (" << hvd_a_ << " vs " << hvd_b_                    \
+             << "): " << hvd_check_msg_.str();                                                           \
+           return s.str();                                                                               \
+         }()))                                                                                           \
     hvd_check_msg_
 
 #define HVD_CHECK_EQ(a, b) HVD_CHECK_OP_AS(::hvd::Error, a, ==, b)
@@ -51,9 +47,9 @@ template <typename E>
 #define HVD_CHECK_GE(a, b) HVD_CHECK_OP_AS(::hvd::Error, a, >=, b)
 
 // Throws the system error for errno with context: HVD_SYSCHECK(fd >= 0, "open " + path);
-#define HVD_SYSCHECK(cond, what)                                                             \
-  do {                                                                                       \
-    if (!(cond)) ::hvd::detail::throwSystemError(__FILE__, __LINE__, (what));                \
+#define HVD_SYSCHECK(cond, what)                                              \
+  do {                                                                        \
+    if (!(cond)) ::hvd::detail::throwSystemError(__FILE__, __LINE__, (what)); \
   } while (0)
 
 namespace hvd::detail {

@@ -181,8 +181,7 @@ std::string toHex(const void* data, size_t bytes) {
 namespace auth {
 namespace {
 
-Digest clientMac(const std::string& secret, const uint8_t* nonceS, const std::string& clientId,
-                 const uint8_t* nonceC) {
+Digest clientMac(const std::string& secret, const uint8_t* nonceS, const std::string& clientId, const uint8_t* nonceC) {
   HmacSha256 h(secret);
   h.update("client");
   h.update(nonceS, kNonceBytes);
@@ -191,8 +190,7 @@ Digest clientMac(const std::string& secret, const uint8_t* nonceS, const std::st
   return h.finish();
 }
 
-Digest serverMac(const std::string& secret, const uint8_t* nonceC, const uint8_t* nonceS,
-                 const std::string& serverId) {
+Digest serverMac(const std::string& secret, const uint8_t* nonceC, const uint8_t* nonceS, const std::string& serverId) {
   HmacSha256 h(secret);
   h.update("server");
   h.update(nonceC, kNonceBytes);

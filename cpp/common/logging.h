@@ -38,7 +38,6 @@ class LogMessage {
 
 }  // namespace hvd
 
-#define HVD_LOG(LEVEL)                                                   \
-  if (::hvd::LogLevel::k##LEVEL < ::hvd::logLevel()) {                   \
-  } else                                                                 \
-    ::hvd::LogMessage(__FILE__, __LINE__, ::hvd::LogLevel::k##LEVEL).stream()
+#define HVD_LOG(LEVEL)                                 \
+  if (::hvd::LogLevel::k##LEVEL < ::hvd::logLevel()) { \
+  } else ::hvd::LogMessage(__FILE__, __LINE__, ::hvd::LogLevel::k##LEVEL).stream()

@@ -93,9 +93,13 @@ double parseDouble(const std::string& name, const std::string& value) {
 }
 
 template <>
-std::string toText(const bool& value) { return value ? "1" : "0"; }
+std::string toText(const bool& value) {
+  return value ? "1" : "0";
+}
 template <>
-std::string toText(const int64_t& value) { return std::to_string(value); }
+std::string toText(const int64_t& value) {
+  return std::to_string(value);
+}
 template <>
 std::string toText(const double& value) {
   std::ostringstream out;
@@ -103,7 +107,9 @@ std::string toText(const double& value) {
   return out.str();
 }
 template <>
-std::string toText(const std::string& value) { return value; }
+std::string toText(const std::string& value) {
+  return value;
+}
 
 }  // namespace detail
 }  // namespace hvd

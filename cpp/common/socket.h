@@ -114,7 +114,6 @@ void authenticateAsClient(int fd, const std::string& secret, const std::string& 
                           const std::string& expectedServerId, Deadline deadline);
 // Server: returns the client's authenticated identity; throws AuthenticationRefused (after
 // which the caller closes the socket) if its proof does not verify.
-std::string authenticateAsServer(int fd, const std::string& secret, const std::string& serverId,
-                                 Deadline deadline);
+std::string authenticateAsServer(int fd, const std::string& secret, const std::string& serverId, Deadline deadline);
 
 }  // namespace hvd

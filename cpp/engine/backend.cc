@@ -97,8 +97,8 @@ CollectiveBackend& BackendTable::forResponse(const Response& r, ProcessSet& set)
                     (candidates.empty() ? std::string(" (this build has none for that device)")
                                         : std::string(" (every backend for that device declined it)")));
       }
-      HVD_LOG(Debug) << "process set " << set.id << " runs on " << deviceName(device) << " through the "
-                     << made->name() << " collective backend";
+      HVD_LOG(Debug) << "process set " << set.id << " runs on " << deviceName(device) << " through the " << made->name()
+                     << " collective backend";
       it = backends_.emplace(key, std::move(made)).first;
     }
     backend = it->second.get();

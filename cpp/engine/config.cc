@@ -23,8 +23,7 @@ const Param<int64_t> kLocalSize("HOROVOD_LOCAL_SIZE", -1,
                                 "Number of processes on this host; derived from hostnames when unset.");
 const Param<int64_t> kCrossRank("HOROVOD_CROSS_RANK", -1,
                                 "Index of this host among hosts with a process of the same local rank.");
-const Param<int64_t> kCrossSize("HOROVOD_CROSS_SIZE", -1,
-                                "Number of hosts with a process of this local rank.");
+const Param<int64_t> kCrossSize("HOROVOD_CROSS_SIZE", -1, "Number of hosts with a process of this local rank.");
 const Param<std::string> kHostname("HOROVOD_HOSTNAME", "",
                                    "Host identity used to group ranks by host (default: gethostname()).");
 // Under mpirun / srun without horovodrun.
@@ -185,8 +184,7 @@ template <typename T>
 void inert(const Param<T>& param, const EnvLookup& env, bool warn, const char* why) {
   (void)param.get(env);
   if (!warn || !param.isSet(env)) return;
-  HVD_LOG(Warning) << param.name() << " is set but has no effect in this build: " << why
-                   << " (docs/env-vars.md).";
+  HVD_LOG(Warning) << param.name() << " is set but has no effect in this build: " << why << " (docs/env-vars.md).";
 }
 
 // `warn`: this process says so (rank 0 only, so a job prints each warning once).
@@ -240,7 +238,9 @@ const Launcher kLaunchers[] = {
     // MPICH's Hydra (mpiexec). srun's PMI plugins set PMI_RANK too, but not MPI_LOCALRANKID:
     // those launches are Slurm's, below.
     {"pmi",
-     [](const EnvLookup& env) { return kPmiRank.isSet(env) && (kHydraLocalRank.isSet(env) || !kSlurmProcId.isSet(env)); },
+     [](const EnvLookup& env) {
+       return kPmiRank.isSet(env) && (kHydraLocalRank.isSet(env) || !kSlurmProcId.isSet(env));
+     },
      kPmiRank, kPmiSize, nullptr, &kHydraLocalRank, &kHydraLocalSize, nullptr},
     {"slurm", [](const EnvLookup& env) { return kSlurmProcId.isSet(env); }, kSlurmProcId, kSlurmNTasks,
      &kSlurmStepNTasks, &kSlurmLocalId, nullptr, readSlurmStep},
@@ -261,7 +261,8 @@ void readTopology(Config& c, const EnvLookup& env) {
     break;
   }
   if (c.size < 1) {
-    throw InvalidArgument("Invalid job size " + std::to_string(c.size) + " (HOROVOD_SIZE or the launcher's size variable)");
+    throw InvalidArgument("Invalid job size " + std::to_string(c.size) +
+                          " (HOROVOD_SIZE or the launcher's size variable)");
   }
   if (c.rank < 0 || c.rank >= c.size) {
     throw InvalidArgument("Invalid rank " + std::to_string(c.rank) + " for a job of size " + std::to_string(c.size) +
@@ -322,16 +323,17 @@ void portWhenAddressSet(const char* name, const int64_t& value, const Config& c)
 
 void onlyWhenElastic(const char*, const std::string& value, const Config& c) {
   if (!value.empty() && !c.elastic) {
-    throw InvalidArgument("HOROVOD_ELASTIC_WORKER_ID is set but HOROVOD_ELASTIC is not: both come from horovodrun's "
-                          "elastic driver");
+    throw InvalidArgument(
+        "HOROVOD_ELASTIC_WORKER_ID is set but HOROVOD_ELASTIC is not: both come from horovodrun's "
+        "elastic driver");
   }
 }
 
 void glooOrMpi(const char*, const std::string& value, const Config&) {
   const std::string controller = lower(value);
   if (controller != "gloo" && controller != "mpi") {
-    throw InvalidArgument("Unsupported controller type, only MPI and Gloo are supported (HOROVOD_CONTROLLER='" +
-                          value + "')");
+    throw InvalidArgument("Unsupported controller type, only MPI and Gloo are supported (HOROVOD_CONTROLLER='" + value +
+                          "')");
   }
 }
 
@@ -360,7 +362,7 @@ struct Setting {
   using Store = void (*)(Config& c, const T& value);
 
   template <typename T, typename Field>
-  Setting(const Param<T>& param, Field Config::*field, Check<T> check = nullptr)
+  Setting(const Param<T>& param, Field Config::* field, Check<T> check = nullptr)
       : name(param.name()), read([&param, field, check](Config& c, const EnvLookup& env) {
           const T value = param.get(env);
           if (check != nullptr) check(param.name(), value, c);
@@ -394,19 +396,19 @@ const std::vector<Setting>& settings() {
       {kCacheCapacity, &Config::cacheCapacity, atLeastZero},
       {kDynamicProcessSets, &Config::dynamicProcessSets},
       {kDisableGroupFusion, &Config::disableGroupFusion},
-      {kTimeoutSeconds, Setting::Store<int64_t>([](Config& c, const int64_t& s) { c.timeout = std::chrono::seconds(s); }),
-       aboveZero},
+      {kTimeoutSeconds,
+       Setting::Store<int64_t>([](Config& c, const int64_t& s) { c.timeout = std::chrono::seconds(s); }), aboveZero},
       {kIface, &Config::interface},
       {kThreadAffinity, &Config::threadAffinity},
       {kElastic, &Config::elastic},
       {kElasticWorkerId, &Config::elasticWorkerId, onlyWhenElastic},
-      {kElasticTimeout,
-       Setting::Store<double>([](Config& c, const double& s) {
+      {kElasticTimeout, Setting::Store<double>([](Config& c, const double& s) {
          c.elasticTimeout = std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
        }),
        aboveZero},
       {kMpiThreadsDisable, &Config::mpiThreadsDisable},
-      {kController, Setting::Store<std::string>([](Config& c, const std::string& v) { c.controllerMpi = lower(v) == "mpi"; }),
+      {kController,
+       Setting::Store<std::string>([](Config& c, const std::string& v) { c.controllerMpi = lower(v) == "mpi"; }),
        glooOrMpi},
       {kCpuOperations,
        Setting::Store<std::string>([](Config& c, const std::string& v) { c.cpuOperationsMpi = lower(v) == "mpi"; }),

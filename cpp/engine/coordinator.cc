@@ -323,10 +323,10 @@ void Coordinator::recheckAfterJoin() {
   for (const auto& key : keys) {
     auto it = pending_.find(key);
     if (it == pending_.end()) continue;
-    bool alreadyReady = std::any_of(ready_.begin(), ready_.end(), [&](const ReadyItem& r) {
-      return r.hitId == kNoCacheId && r.key == key;
-    });
-    if (!alreadyReady && static_cast<int>(it->second.requests.size()) >= required(0, it->second.requests[0].params.kind)) {
+    bool alreadyReady = std::any_of(ready_.begin(), ready_.end(),
+                                    [&](const ReadyItem& r) { return r.hitId == kNoCacheId && r.key == key; });
+    if (!alreadyReady &&
+        static_cast<int>(it->second.requests.size()) >= required(0, it->second.requests[0].params.kind)) {
       notify(EngineEventKind::kNegotiateEnd, key, it->second.requests[0].params.kind, -1);
       ReadyItem item;
       item.key = key;

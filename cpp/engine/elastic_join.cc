@@ -10,11 +10,12 @@ namespace {
 
 std::unique_ptr<TcpStore> connect(const Config& config, Deadline deadline) {
   if (config.rendezvousAddr.empty()) {
-    throw InvalidArgument("HOROVOD_ELASTIC_WORKER_ID is set but HOROVOD_GLOO_RENDEZVOUS_ADDR is not: elastic workers "
-                          "are started by horovodrun's elastic driver");
+    throw InvalidArgument(
+        "HOROVOD_ELASTIC_WORKER_ID is set but HOROVOD_GLOO_RENDEZVOUS_ADDR is not: elastic workers "
+        "are started by horovodrun's elastic driver");
   }
-  return std::make_unique<TcpStore>(config.rendezvousAddr, static_cast<uint16_t>(config.rendezvousPort),
-                                    config.secret, deadline);
+  return std::make_unique<TcpStore>(config.rendezvousAddr, static_cast<uint16_t>(config.rendezvousPort), config.secret,
+                                    deadline);
 }
 
 }  // namespace

@@ -71,8 +71,8 @@ void LivenessWatch::run() {
     } catch (const std::exception& e) {
       if (now - storeOk > options_.timeout) {
         silent = 0;
-        silence = "Horovod lost the rendezvous store (no answer for " + seconds(options_.timeout) + " s: " +
-                  e.what() + ")";
+        silence =
+            "Horovod lost the rendezvous store (no answer for " + seconds(options_.timeout) + " s: " + e.what() + ")";
       }
     }
     if (silent >= 0) {

@@ -169,15 +169,13 @@ std::string shapeLabel(const Request& q) { return shapeString(q.shape); }
 // Horovod's checks and messages, in Horovod's order; after the device rule, checks beyond
 // Horovod's table whose failure would otherwise surface only at execution.
 const Rule kRules[] = {
-    {"data type", anyKind,
-     [](const Request& a, const Request& b) { return a.params.dtype != b.params.dtype; },
+    {"data type", anyKind, [](const Request& a, const Request& b) { return a.params.dtype != b.params.dtype; },
      [](std::ostream& msg, const Request& a, const Request& b) {
        msg << "Mismatched data types: One rank had type " << dataTypeName(a.params.dtype)
            << ", but another rank had type " << dataTypeName(b.params.dtype) << ".";
      },
      [](const Request& q) { return std::string(dataTypeName(q.params.dtype)); }, nullptr},
-    {"operation", anyKind,
-     [](const Request& a, const Request& b) { return a.params.kind != b.params.kind; },
+    {"operation", anyKind, [](const Request& a, const Request& b) { return a.params.kind != b.params.kind; },
      [](std::ostream& msg, const Request& a, const Request& b) {
        msg << "Mismatched operations: One rank did an " << kindName(a.params.kind) << ", but another rank did an "
            << kindName(b.params.kind) << ".";
@@ -205,8 +203,7 @@ const Rule kRules[] = {
        return f.str();
      },
      nullptr},
-    {"reduction operator", allreduceOnly,
-     [](const Request& a, const Request& b) { return a.params.op != b.params.op; },
+    {"reduction operator", allreduceOnly, [](const Request& a, const Request& b) { return a.params.op != b.params.op; },
      [](std::ostream& msg, const Request& a, const Request& b) {
        msg << "Mismatched reduction operation: One rank sent reduction op " << static_cast<int>(a.params.op)
            << ", but another rank sent reduction op " << static_cast<int>(b.params.op) << ".";
@@ -230,13 +227,11 @@ const Rule kRules[] = {
            << ", but another rank sent a tensor with dimension " << d << " equal to " << b.shape[d] << ".";
      },
      shapeLabel, nullptr},
-    {"prescaled input fits the fusion buffer", reducescatterOnly, nullptr, nullptr, nullptr,
-     prescaleNeedsFusionBuffer},
-    {"root rank", broadcastOnly,
-     [](const Request& a, const Request& b) { return a.params.root != b.params.root; },
+    {"prescaled input fits the fusion buffer", reducescatterOnly, nullptr, nullptr, nullptr, prescaleNeedsFusionBuffer},
+    {"root rank", broadcastOnly, [](const Request& a, const Request& b) { return a.params.root != b.params.root; },
      [](std::ostream& msg, const Request& a, const Request& b) {
-       msg << "Mismatched " << kindName(a.params.kind) << " root ranks: One rank specified root rank "
-           << a.params.root << ", but another rank specified root rank " << b.params.root << ".";
+       msg << "Mismatched " << kindName(a.params.kind) << " root ranks: One rank specified root rank " << a.params.root
+           << ", but another rank specified root rank " << b.params.root << ".";
      },
      [](const Request& q) { return "root " + std::to_string(q.params.root); }, nullptr},
     {"CPU or GPU", anyKind, [](const Request& a, const Request& b) { return onCpu(a) != onCpu(b); },

@@ -76,23 +76,23 @@ struct Topology : Placement {
 struct RuntimeStats {
   uint64_t controlMessagesSent = 0;
   uint64_t controlBytesSent = 0;
-  uint64_t responseLists = 0;   // lists processed
-  uint64_t responses = 0;       // data responses executed (a fused one counts once)
-  uint64_t tensors = 0;         // tensors in those responses
-  uint64_t cachedTensors = 0;   // tensors that arrived as cache ids
-  uint64_t hitsSent = 0;        // requests sent as cache hits
+  uint64_t responseLists = 0;  // lists processed
+  uint64_t responses = 0;  // data responses executed (a fused one counts once)
+  uint64_t tensors = 0;  // tensors in those responses
+  uint64_t cachedTensors = 0;  // tensors that arrived as cache ids
+  uint64_t hitsSent = 0;  // requests sent as cache hits
   uint64_t fullRequestsSent = 0;
-  uint64_t parks = 0;         // times the background thread left fresh work to waiting callers
+  uint64_t parks = 0;  // times the background thread left fresh work to waiting callers
   uint64_t callerDrives = 0;  // waits that ran the engine on the waiting thread
   size_t fusionBufferBytes = 0;
-  size_t outputBlocksMapped = 0;    // blocks the output pool mapped (reused ones count once)
+  size_t outputBlocksMapped = 0;  // blocks the output pool mapped (reused ones count once)
   // Latency probes: std::chrono::steady_clock times in ns since its epoch (CLOCK_MONOTONIC, so
   // comparable between the processes of one host), of the latest such event on this rank's
   // engine's thread; 0 = never.
   int64_t lastRequestsSentNs = 0;  // requests/hits handed to the coordinator (rank 0: ingested)
-  int64_t lastListBuiltNs = 0;     // rank 0: a response list built and posted to the others
-  int64_t lastListStartNs = 0;     // began processing a response list
-  int64_t lastDataStartNs = 0;     // began executing a data response (its collective)
+  int64_t lastListBuiltNs = 0;  // rank 0: a response list built and posted to the others
+  int64_t lastListStartNs = 0;  // began processing a response list
+  int64_t lastDataStartNs = 0;  // began executing a data response (its collective)
 };
 
 class Runtime {
@@ -188,8 +188,8 @@ class Runtime {
   void startEngine(const std::vector<std::string>& hosts);
   // ---- enqueue (runtime_enqueue.cc) ----
   WorkPtr enqueue(std::vector<EntryPtr> entries, std::shared_ptr<WorkImpl> work);
-  EntryPtr makeEntry(Kind kind, const char* opName, const TensorView& in, const TensorView& out,
-                     const Options& options, const std::string& name, const ProcessSetInfo& set);
+  EntryPtr makeEntry(Kind kind, const char* opName, const TensorView& in, const TensorView& out, const Options& options,
+                     const std::string& name, const ProcessSetInfo& set);
   ProcessSetInfo checkProcessSet(const char* opName, int processSet, int root = -1) const;
   std::string autoName(const std::string& name);
   void checkDevices(const char* opName, const TensorView& in, const TensorView& out) const;
@@ -273,12 +273,12 @@ class Runtime {
   ProcessSetTable sets_;
   TensorQueue queue_;
   std::unique_ptr<Coordinator> coordinator_;  // rank 0
-  std::unique_ptr<StallInspector> stall_;     // rank 0
+  std::unique_ptr<StallInspector> stall_;  // rank 0
   std::unique_ptr<LivenessWatch> liveness_;  // size > 1, unless HOROVOD_LIVENESS_TIMEOUT_SECONDS=0
   std::atomic<bool> silentPeer_{false};
   std::mutex silentMu_;
-  int silentRank_ = -1;             // guarded by silentMu_
-  std::string silentMessage_;       // guarded by silentMu_
+  int silentRank_ = -1;  // guarded by silentMu_
+  std::string silentMessage_;  // guarded by silentMu_
   int64_t nextStallScanNs_ = 0;
   CacheReplica replica_;
   // What backends working in host memory share, and where every backend counts; then the
@@ -311,7 +311,7 @@ class Runtime {
   int64_t nextStallTickNs_ = 0;
   bool shutdownSent_ = false;
   // A caller's drive that ended the engine, for the background thread to finish the job.
-  bool callerStopped_ = false;        // step() returned true (shutdown processed)
+  bool callerStopped_ = false;  // step() returned true (shutdown processed)
   std::exception_ptr callerFailure_;  // step() threw
 
   std::shared_ptr<DriveGate> gate_;

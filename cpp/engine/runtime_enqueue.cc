@@ -61,8 +61,8 @@ ProcessSetInfo Runtime::checkProcessSet(const char* opName, int processSet, int 
 // A tensor off the CPU: both views on one device, and a collective backend for it in this build.
 void Runtime::checkDevices(const char* opName, const TensorView& in, const TensorView& out) const {
   if (out.data != nullptr && !out.device.sameDevice(in.device)) {
-    throw InvalidArgument(std::string(opName) + ": the output is on " + deviceName(out.device) +
-                          " but the input on " + deviceName(in.device) + "; both must be on one device.");
+    throw InvalidArgument(std::string(opName) + ": the output is on " + deviceName(out.device) + " but the input on " +
+                          deviceName(in.device) + "; both must be on one device.");
   }
   if (!backendServes(in.device.kind)) {
     throw InvalidArgument(std::string(opName) + ": no collective backend in this build runs on " +
@@ -95,7 +95,8 @@ EntryPtr Runtime::makeEntry(Kind kind, const char* opName, const TensorView& in,
   r.params.device = deviceId(in.device);
   e->stream = in.device.stream;
   for (auto d : in.shape) {
-    if (d < 0) throw InvalidArgument(std::string(opName) + ": negative dimension in tensor shape " + shapeString(in.shape));
+    if (d < 0)
+      throw InvalidArgument(std::string(opName) + ": negative dimension in tensor shape " + shapeString(in.shape));
   }
   if (in.data == nullptr && in.numElements() > 0) {
     throw InvalidArgument(std::string(opName) + ": tensor data is null");
@@ -147,7 +148,8 @@ WorkPtr Runtime::allreduce(const TensorView& in, const TensorView& out, const Op
   auto work = newWork(1);
   e->work = work;
   // Before the push: once pushed, the engine may publish the entry's next events (or recycle it).
-  if (observers_.wants(EngineEventKind::kEnqueue)) [[unlikely]] publishEntry(EngineEventKind::kEnqueue, *e);
+  if (observers_.wants(EngineEventKind::kEnqueue)) [[unlikely]]
+    publishEntry(EngineEventKind::kEnqueue, *e);
   queue_.push(e);
   wakeEngine();
   return work;
@@ -158,8 +160,8 @@ WorkPtr Runtime::groupedAllreduce(const std::vector<TensorView>& in, const std::
   checkRunning();
   ProcessSetInfo set = checkProcessSet("Allreduce", options.processSet);
   if (in.empty() || in.size() != out.size()) {
-    throw InvalidArgument("Allreduce: expected as many outputs as inputs (got " + std::to_string(in.size()) +
-                          " and " + std::to_string(out.size()) + ")");
+    throw InvalidArgument("Allreduce: expected as many outputs as inputs (got " + std::to_string(in.size()) + " and " +
+                          std::to_string(out.size()) + ")");
   }
   const bool grouped = in.size() > 1;
   std::string base = autoName(options.name);
@@ -287,8 +289,8 @@ WorkPtr Runtime::groupedReducescatter(const std::vector<TensorView>& in, const s
       expected[0] = reducescatterRows(in[i].shape[0], set.size, set.myIndex);
       if (out[i].dtype != in[i].dtype || out[i].shape != expected) {
         throw InvalidArgument("Reducescatter: output tensor must be " + std::string(dataTypeName(in[i].dtype)) + " " +
-                              shapeString(expected) + " on this rank, got " +
-                              std::string(dataTypeName(out[i].dtype)) + " " + shapeString(out[i].shape));
+                              shapeString(expected) + " on this rank, got " + std::string(dataTypeName(out[i].dtype)) +
+                              " " + shapeString(out[i].shape));
       }
     }
     std::string name = grouped ? base + "_" + std::to_string(i + 1) + "of" + std::to_string(in.size()) : base;

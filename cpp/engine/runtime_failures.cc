@@ -61,10 +61,10 @@ std::exception_ptr Runtime::preferRelayedCause(std::exception_ptr error) {
   // silent remote rank. That peer's abort notice names the culprit and is on its way: wait for
   // it a little (a peer's liveness probe takes up to 0.5 s). The transports say when the lost
   // rank aborted: TCP "failed and aborted", shm "failed (aborted its transport".
-  const bool lostAMessenger = mine.message.find("failed and aborted") != std::string::npos ||
-                              mine.message.find("failed (aborted its transport") != std::string::npos ||
-                              (mine.message.rfind("local transport: ", 0) == 0 &&
-                               mine.message.find(" aborted (") != std::string::npos);
+  const bool lostAMessenger =
+      mine.message.find("failed and aborted") != std::string::npos ||
+      mine.message.find("failed (aborted its transport") != std::string::npos ||
+      (mine.message.rfind("local transport: ", 0) == 0 && mine.message.find(" aborted (") != std::string::npos);
   // The messenger's notice comes from a rank that saw the culprit itself (over TCP, or over shared
   // memory on the culprit's host: up to 100 ms to notice, then its abort frame): on a loaded
   // machine that takes more than half a second now and then.

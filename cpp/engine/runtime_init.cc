@@ -114,8 +114,8 @@ void Runtime::computeTopology(const std::vector<std::string>& hosts) {
   Topology t;
   static_cast<Placement&>(t) = derived[config_.rank];
   t.hostOf = hosts;
-  t.homogeneous = std::all_of(derived.begin(), derived.end(),
-                              [&](const Placement& p) { return p.localSize == t.localSize; });
+  t.homogeneous =
+      std::all_of(derived.begin(), derived.end(), [&](const Placement& p) { return p.localSize == t.localSize; });
   // The launcher's placement, where it gave one, wins over the derived one.
   if (config_.localRank >= 0) t.localRank = config_.localRank;
   if (config_.localSize >= 0) t.localSize = config_.localSize;
@@ -157,8 +157,8 @@ std::vector<std::vector<int>> Runtime::checkedStaticSets(const InitOptions& opti
     if (set.empty() || set.front() < 0 || set.back() >= size ||
         std::adjacent_find(set.begin(), set.end()) != set.end()) {
       throw InvalidArgument("Process set " + std::to_string(i) + " given to init() is invalid: " +
-                            shapeString(std::vector<int64_t>(set.begin(), set.end())) + " (ranks must be distinct and in [0, " +
-                            std::to_string(size) + "))");
+                            shapeString(std::vector<int64_t>(set.begin(), set.end())) +
+                            " (ranks must be distinct and in [0, " + std::to_string(size) + "))");
     }
     if (std::find(staticSets.begin(), staticSets.end(), set) != staticSets.end() ||
         static_cast<int>(set.size()) == size) {
@@ -205,8 +205,7 @@ std::vector<std::string> Runtime::joinRound(const std::vector<std::vector<int>>&
 }
 
 void Runtime::agreeFusionOptions(Deadline deadline) {
-  fusionThreshold_ =
-      Config::roundFusionThreshold(config_.fusionThreshold, topology_.localSize, topology_.homogeneous);
+  fusionThreshold_ = Config::roundFusionThreshold(config_.fusionThreshold, topology_.localSize, topology_.homogeneous);
   // Every rank fuses the responses of cache hits itself (cachedResponses): all must use the same
   // options, rank 0's (the coordinator's), even if the environment differs between ranks.
   if (config_.rank == 0) {

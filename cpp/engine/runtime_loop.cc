@@ -139,8 +139,7 @@ bool Runtime::leaveToCallers() const {
   // the whole step itself. Messages, coordinator work, shutdown and threads already blocked on
   // earlier operations (nobody would run the engine for them) are not left waiting.
   return callerProgressUs_.load(std::memory_order_relaxed) > 0 && (!queue_.empty() || !outgoing_.empty()) &&
-         !(coordinator_ && coordinator_->hasWork()) && !shutdownRequested_.load() &&
-         !gate_->hasBlockedWaiters();
+         !(coordinator_ && coordinator_->hasWork()) && !shutdownRequested_.load() && !gate_->hasBlockedWaiters();
 }
 
 bool Runtime::parkForCallers(std::unique_lock<std::mutex>& token) {
@@ -198,7 +197,8 @@ bool Runtime::drive(const WorkImpl& work, Deadline deadline) {
 
 Deadline Runtime::idleDeadline() const {
   std::chrono::milliseconds wait = kIdleWait;
-  if (stall_) [[unlikely]] wait = std::min(wait, stall_->scanInterval());
+  if (stall_) [[unlikely]]
+    wait = std::min(wait, stall_->scanInterval());
   if (observers_.wants(EngineEventKind::kStallTick)) [[unlikely]] {
     wait = std::min<std::chrono::milliseconds>(wait, observers_.tickInterval());
   }
@@ -210,8 +210,10 @@ bool Runtime::step() {
     std::lock_guard<std::mutex> lock(silentMu_);
     throw PeerLost(silentRank_, silentMessage_);
   }
-  if (stall_) [[unlikely]] maybeScanStalls();
-  if (observers_.wants(EngineEventKind::kStallTick)) [[unlikely]] maybeStallTick();
+  if (stall_) [[unlikely]]
+    maybeScanStalls();
+  if (observers_.wants(EngineEventKind::kStallTick)) [[unlikely]]
+    maybeStallTick();
   RequestList& mine = outgoing_;  // may hold requests collected at enqueue already
   const uint64_t pushesSeen = queue_.pushes();  // before draining: later pushes show as a change
   collectRequests(mine);
@@ -229,20 +231,18 @@ bool Runtime::step() {
     std::vector<std::pair<int, RequestList>> others;
     while (auto message = transport_->poll()) {
       switch (messageType(message->bytes)) {
-        case MessageType::kRequests:
-          others.emplace_back(message->from, decodeRequestList(message->bytes));
-          break;
+        case MessageType::kRequests: others.emplace_back(message->from, decodeRequestList(message->bytes)); break;
         case MessageType::kAbort: {
           ErrorInfo info = decodeErrorInfo(message->bytes);
           std::rethrow_exception(info.toException());
         }
-        default:
-          HVD_LOG(Error) << "Coordinator: unexpected control message from rank " << message->from;
+        default: HVD_LOG(Error) << "Coordinator: unexpected control message from rank " << message->from;
       }
     }
     std::stable_sort(others.begin(), others.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     for (auto& [from, list] : others) coordinator_->ingest(from, list);
-    if (hasTuner_.load(std::memory_order_relaxed)) [[unlikely]] pollTuner();
+    if (hasTuner_.load(std::memory_order_relaxed)) [[unlikely]]
+      pollTuner();
     ResponseList list = coordinator_->build();
     if (list.items.empty() && list.hits.empty() && !list.shutdown && !list.knobs) return false;
     encode(list, sendBuffer_);
@@ -273,8 +273,7 @@ bool Runtime::step() {
         ErrorInfo info = decodeErrorInfo(message->bytes);
         std::rethrow_exception(info.toException());
       }
-      default:
-        HVD_LOG(Error) << "Worker: unexpected control message from rank " << message->from;
+      default: HVD_LOG(Error) << "Worker: unexpected control message from rank " << message->from;
     }
   }
   return false;
@@ -304,7 +303,8 @@ void Runtime::collectRequests(RequestList& out) {
         e->sentCacheId = id;
         byCacheId_[id] = e.get();
         ++hits;
-        if (observers_.wants(EngineEventKind::kCacheHit)) [[unlikely]] publishEntry(EngineEventKind::kCacheHit, *e, id);
+        if (observers_.wants(EngineEventKind::kCacheHit)) [[unlikely]]
+          publishEntry(EngineEventKind::kCacheHit, *e, id);
       } else {
         out.requests.push_back(r);
         ++full;

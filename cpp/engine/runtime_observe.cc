@@ -8,7 +8,8 @@ namespace hvd::engine {
 namespace {
 
 int64_t inputBytes(const Request& r) {
-  if (r.params.kind == Kind::kJoin || r.params.kind == Kind::kAddProcessSet || r.params.kind == Kind::kRemoveProcessSet) return 0;
+  if (r.params.kind == Kind::kJoin || r.params.kind == Kind::kAddProcessSet || r.params.kind == Kind::kRemoveProcessSet)
+    return 0;
   int64_t elements = 1;
   for (int64_t d : r.shape) elements *= d;
   return elements * static_cast<int64_t>(dataTypeSize(r.params.dtype));

@@ -98,7 +98,8 @@ void Runtime::removeSetFromResponse(const Response& r) {
   }
   sets_.remove(r.setId);
   backends_.removeSet(r.setId);
-  if (announce) [[unlikely]] publishSetChange(EngineEventKind::kProcessSetRemoved, r.setId, removedRanks);
+  if (announce) [[unlikely]]
+    publishSetChange(EngineEventKind::kProcessSetRemoved, r.setId, removedRanks);
   if (Entry* e = pendingEntry(0, "process_set.remove")) {
     e->work->setJoinResult(1);
     completeEntry(e, nullptr);

@@ -42,7 +42,8 @@ bool Runtime::processList(ResponseList& list) {
     e.kind = EngineEventKind::kCycleStart;
     observers_.publish(e);
   }
-  if (list.knobs.has_value()) [[unlikely]] applyKnobs(*list.knobs);
+  if (list.knobs.has_value()) [[unlikely]]
+    applyKnobs(*list.knobs);
   // Cache hits first (the coordinator put them first), derived locally: the same responses on
   // every rank. Evictions come last in `items`, so every hit id is still in the replica here.
   if (!list.hits.empty()) {
@@ -150,19 +151,14 @@ void Runtime::processResponse(Response& r) {
       }
       return;
     }
-    case Kind::kAddProcessSet:
-      addSetFromResponse(r);
-      return;
-    case Kind::kRemoveProcessSet:
-      removeSetFromResponse(r);
-      return;
+    case Kind::kAddProcessSet: addSetFromResponse(r); return;
+    case Kind::kRemoveProcessSet: removeSetFromResponse(r); return;
     case Kind::kError:
       for (const auto& t : r.tensors) {
         completeEntry(findEntry(r, t), std::make_exception_ptr(MismatchError(r.error)));
       }
       return;
-    default:
-      runData(r);
+    default: runData(r);
   }
 }
 

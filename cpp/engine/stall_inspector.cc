@@ -33,7 +33,8 @@ bool contains(const std::vector<int>& ranks, int r) { return std::find(ranks.beg
 
 StallInspector::StallInspector(StallOptions options) : options_(options) {
   auto quarter = options_.checkTime / 4;
-  interval_ = std::clamp<std::chrono::milliseconds>(quarter, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
+  interval_ =
+      std::clamp<std::chrono::milliseconds>(quarter, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
   if (!options_.enabled) interval_ = std::chrono::milliseconds(1000);
 }
 
@@ -80,16 +81,19 @@ StallInspector::Verdict StallInspector::scan(std::span<const PendingTensor> pend
     if (options_.shutdownTime < options_.checkTime) {
       if (!warnedShutdownIgnored_) {
         warnedShutdownIgnored_ = true;
-        verdict.warning += (verdict.warning.empty() ? "" : "\n") + std::string(
-            "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS is less than HOROVOD_STALL_CHECK_TIME_SECONDS, will not shutdown.");
+        verdict.warning +=
+            (verdict.warning.empty() ? "" : "\n") + std::string(
+                                                        "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS is less than "
+                                                        "HOROVOD_STALL_CHECK_TIME_SECONDS, will not shutdown.");
       }
     } else {
       const int64_t shutdownNs = std::chrono::nanoseconds(options_.shutdownTime).count();
       bool over = std::any_of(stalled.begin(), stalled.end(), [&](size_t i) { return ages[i] >= shutdownNs; });
       if (over) {
-        verdict.shutdown = "Horovod is shutting down: one or more tensors waited for the remaining ranks for more "
-                           "than HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=" + seconds(options_.shutdownTime) +
-                           " seconds. " + text;
+        verdict.shutdown =
+            "Horovod is shutting down: one or more tensors waited for the remaining ranks for more "
+            "than HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=" +
+            seconds(options_.shutdownTime) + " seconds. " + text;
       }
     }
   }

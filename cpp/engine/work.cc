@@ -40,7 +40,9 @@ void WorkImpl::finish() {
   // Pairs with wait(): either the sleeper's check under mu_ sees done_, or we see it counted.
   done_.store(true, std::memory_order_seq_cst);
   if (sleepers_.load(std::memory_order_seq_cst) > 0) {
-    { std::lock_guard<std::mutex> lock(mu_); }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+    }
     cv_.notify_all();
   }
   if (hasCallback_.load(std::memory_order_seq_cst)) runCallback();

@@ -47,6 +47,7 @@ class WorkImpl : public Work {
   void completeMember(std::exception_ptr error);
   // Fails every member that has not completed yet (shutdown, fatal transport error).
   void failRemaining(std::exception_ptr error);
+
  private:
   void finish();
   bool driveOrSpin(Deadline deadline);

@@ -62,9 +62,9 @@ MpiJob bootstrapOverMpi(const MpiBootstrapOptions& options) {
   MpiJob job;
   check(plugin.rankSize(options.comm, &job.rank, &job.size, err, sizeof(err)), err, "rank and size");
   awaitAllRanks(plugin, options, job);
-  check(plugin.placement(options.comm, &job.localRank, &job.localSize, &job.crossRank, &job.crossSize, err,
-                         sizeof(err)),
-        err, "node placement");
+  check(
+      plugin.placement(options.comm, &job.localRank, &job.localSize, &job.crossRank, &job.crossSize, err, sizeof(err)),
+      err, "node placement");
 
   Deadline deadline = Deadline::after(options.timeout);
   char payload[kPayloadBytes] = {0};
@@ -109,8 +109,8 @@ MpiJob bootstrapOverMpi(const MpiBootstrapOptions& options) {
     job.store = std::make_shared<TcpStore>(host, port, job.secret, deadline);
   }
   HVD_LOG(Debug) << "MPI bootstrap: rank " << job.rank << " of " << job.size << " (local " << job.localRank << "/"
-                 << job.localSize << ", cross " << job.crossRank << "/" << job.crossSize << "), rendezvous at "
-                 << host << ":" << port;
+                 << job.localSize << ", cross " << job.crossRank << "/" << job.crossSize << "), rendezvous at " << host
+                 << ":" << port;
   return job;
 }
 

@@ -141,8 +141,8 @@ const HvdMpiPlugin& initMpi(bool threadsDisable, bool dataPlane) {
     bool have = false;
     for (const auto& f : built) have = have || f == wanted;
     if (!have) {
-      throw Error("this process runs under " + wanted + " but Horovod's MPI plugins were built for " +
-                  HVD_MPI_FLAVORS + " only: rebuild Horovod with " + wanted +
+      throw Error("this process runs under " + wanted + " but Horovod's MPI plugins were built for " + HVD_MPI_FLAVORS +
+                  " only: rebuild Horovod with " + wanted +
                   "'s development package installed, or launch with that MPI's mpirun (docs/mpi.md)");
     }
     order.push_back(wanted);

@@ -50,8 +50,7 @@ typedef struct HvdMpiPlugin {
   int (*rankSize)(int64_t comm, int* rank, int* size, char* err, int errLen);
   // Node-local and cross-node placement within `comm` (MPI_COMM_TYPE_SHARED split, then a split
   // by local rank). Collective over comm.
-  int (*placement)(int64_t comm, int* localRank, int* localSize, int* crossRank, int* crossSize, char* err,
-                   int errLen);
+  int (*placement)(int64_t comm, int* localRank, int* localSize, int* crossRank, int* crossSize, char* err, int errLen);
   // MPI_Bcast of `bytes` bytes from `root` over comm. Collective over comm.
   int (*broadcast)(int64_t comm, void* data, int bytes, int root, char* err, int errLen);
   // The bootstrap's broadcast, bounded: every non-root rank reports to `root` (point to point),
@@ -76,8 +75,7 @@ typedef struct HvdMpiPlugin {
   // Frees a communicator from commCreate (MPI_Comm_free); nothing once MPI is finalized.
   int (*commFree)(int64_t comm, char* err, int errLen);
   // MPI_Allreduce of `count` elements; in == NULL reduces out in place.
-  int (*allreduce)(int64_t comm, const void* in, void* out, int64_t count, int dtype, int op, char* err,
-                   int errLen);
+  int (*allreduce)(int64_t comm, const void* in, void* out, int64_t count, int dtype, int op, char* err, int errLen);
   // MPI_Allgatherv of bytes: this rank's recvBytes[me] bytes from `in` (NULL: already in place in
   // out), rank p's placed after those of the ranks before it in `out`.
   int (*allgatherv)(int64_t comm, const void* in, void* out, const int64_t* recvBytes, char* err, int errLen);
@@ -89,8 +87,8 @@ typedef struct HvdMpiPlugin {
                    char* err, int errLen);
   // MPI_Reduce_scatter: rank p gets counts[p] reduced elements (in holds all of them in rank
   // order); this rank's go to out.
-  int (*reducescatter)(int64_t comm, const void* in, void* out, const int64_t* counts, int dtype, int op,
-                       char* err, int errLen);
+  int (*reducescatter)(int64_t comm, const void* in, void* out, const int64_t* counts, int dtype, int op, char* err,
+                       int errLen);
   // MPI_Barrier.
   int (*barrier)(int64_t comm, char* err, int errLen);
 } HvdMpiPlugin;

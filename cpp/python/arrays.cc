@@ -32,8 +32,7 @@ DataType toDataType(dl::dtype t, const char* what) {
       case dl::dtype_code::Bool:
         if (t.bits == 8) return DataType::kBool;
         break;
-      default:
-        break;
+      default: break;
     }
   }
   throw InvalidArgument(std::string(what) + ": unsupported DLPack dtype (code " +

@@ -128,8 +128,8 @@ class HandleSpace {
 
   void track(int64_t handle, nb::object work, nb::object payload, int kind) {
     if (!nb::isinstance<PyWork>(work)) {
-      throw nb::type_error(("track(): expected a Work, got " +
-                            std::string(Py_TYPE(work.ptr())->tp_name)).c_str());
+      throw nb::type_error(
+          ("track(): expected a Work, got " + std::string(Py_TYPE(work.ptr())->tp_name)).c_str());
     }
     Slot& slot = table_[handle];
     slot.pyWork = std::move(work);
@@ -233,10 +233,9 @@ class HandleSpace {
 
 namespace {
 
-PyType_Slot handleSpaceSlots[] = {
-    {Py_tp_traverse, reinterpret_cast<void*>(&HandleSpace::traverse)},
-    {Py_tp_clear, reinterpret_cast<void*>(&HandleSpace::clear)},
-    {0, nullptr}};
+PyType_Slot handleSpaceSlots[] = {{Py_tp_traverse, reinterpret_cast<void*>(&HandleSpace::traverse)},
+                                  {Py_tp_clear, reinterpret_cast<void*>(&HandleSpace::clear)},
+                                  {0, nullptr}};
 
 }  // namespace
 
@@ -263,7 +262,8 @@ void bindHandles(nb::module_& m) {
       .def("poll", &HandleSpace::poll, "handle"_a.none(),
            "True once the operation behind `handle` has completed (synchronize() will not block).")
       .def("reset", &HandleSpace::reset, "Forgets every handle and restarts the counter.")
-      .def_prop_ro("pending", &HandleSpace::pending, "Handles registered and not yet synchronized.");
+      .def_prop_ro("pending", &HandleSpace::pending,
+                   "Handles registered and not yet synchronized.");
 }
 
 }  // namespace hvd::py

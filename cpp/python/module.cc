@@ -80,17 +80,17 @@ WorkHandle allreduceAsync(const OutArray& in, const std::optional<OutArray>& out
 }
 
 WorkHandle groupedAllreduceAsync(const std::vector<OutArray>& in,
-                                 const std::optional<std::vector<OutArray>>& out,
-                                 std::string name, int op, double prescale, double postscale,
-                                 int processSet, bool oneOff) {
+                                 const std::optional<std::vector<OutArray>>& out, std::string name,
+                                 int op, double prescale, double postscale, int processSet,
+                                 bool oneOff) {
   reapOrphans();
   std::vector<TensorView> inViews, outViews;
   Arrays keep;
   viewsOf(in, "grouped_allreduce", inViews, keep);
   if (out) {
     if (out->size() != in.size()) {
-      throw InvalidArgument("grouped_allreduce: got " + std::to_string(in.size()) +
-                            " inputs but " + std::to_string(out->size()) + " outputs");
+      throw InvalidArgument("grouped_allreduce: got " + std::to_string(in.size()) + " inputs but " +
+                            std::to_string(out->size()) + " outputs");
     }
     viewsOf(*out, "grouped_allreduce", outViews, keep);
   } else {
@@ -111,8 +111,8 @@ WorkHandle allgatherAsync(const InArray& in, std::string name, int processSet, b
   return wrap(std::move(work), std::move(keep));
 }
 
-WorkHandle groupedAllgatherAsync(const std::vector<InArray>& in, std::string name,
-                                 int processSet, bool oneOff) {
+WorkHandle groupedAllgatherAsync(const std::vector<InArray>& in, std::string name, int processSet,
+                                 bool oneOff) {
   reapOrphans();
   std::vector<TensorView> views;
   Arrays keep;
@@ -161,7 +161,8 @@ WorkHandle reducescatterAsync(const InArray& in, const OutArray& out, std::strin
 
 WorkHandle groupedReducescatterAsync(const std::vector<InArray>& in,
                                      const std::vector<OutArray>& out, std::string name, int op,
-                                     double prescale, double postscale, int processSet, bool oneOff) {
+                                     double prescale, double postscale, int processSet,
+                                     bool oneOff) {
   reapOrphans();
   if (out.size() != in.size()) {
     throw InvalidArgument("grouped_reducescatter: got " + std::to_string(in.size()) +
@@ -188,7 +189,8 @@ WorkHandle joinAsync() {
 
 // ---- lifecycle ---------------------------------------------------------------------------------
 
-void initCore(const std::optional<std::vector<std::vector<int>>>& processSets, bool dynamic, int64_t mpiComm) {
+void initCore(const std::optional<std::vector<std::vector<int>>>& processSets, bool dynamic,
+              int64_t mpiComm) {
   InitOptions options;
   if (processSets) options.processSets = *processSets;
   options.dynamicProcessSets = dynamic;
@@ -216,7 +218,8 @@ NB_MODULE(_core, m) {
   using namespace nb::literals;
   using namespace hvd::py;
 
-  m.doc() = "Horovod core binding: lifecycle, topology, process sets and collectives on DLPack arrays.";
+  m.doc() =
+      "Horovod core binding: lifecycle, topology, process sets and collectives on DLPack arrays.";
   registerErrorTranslator();
   registerRendezvous(m);
   // Adapters' handle spaces (and their bound methods) are reachable from framework objects that
@@ -226,14 +229,18 @@ NB_MODULE(_core, m) {
   bindWork(m);
   bindHandles(m);
 
-  m.def("init", &initCore, "process_sets"_a.none() = nb::none(), "dynamic"_a = false, "mpi_comm"_a = -1,
-        "Joins the job described by the environment; blocks until every rank has joined. mpi_comm: the "
-        "Fortran handle (mpi4py Comm.py2f()) of the communicator forming the job, -1 for MPI_COMM_WORLD.");
+  m.def("init", &initCore, "process_sets"_a.none() = nb::none(), "dynamic"_a = false,
+        "mpi_comm"_a = -1,
+        "Joins the job described by the environment; blocks until every rank has joined. mpi_comm: "
+        "the "
+        "Fortran handle (mpi4py Comm.py2f()) of the communicator forming the job, -1 for "
+        "MPI_COMM_WORLD.");
   m.def("shutdown", &shutdownCore, "Stops the engine; pending operations fail.");
   m.def("is_initialized", [] { return hvd::isInitialized(); });
   m.def("start_timeline", &hvd::startTimeline, "file_path"_a, "mark_cycles"_a = false,
         nb::call_guard<nb::gil_scoped_release>(),
-        "Starts writing the timeline to file_path on rank 0 (closing the current one); returns once it is open.");
+        "Starts writing the timeline to file_path on rank 0 (closing the current one); returns "
+        "once it is open.");
   m.def("stop_timeline", &hvd::stopTimeline, nb::call_guard<nb::gil_scoped_release>(),
         "Stops the timeline and completes its file.");
   m.def("rank", [] { return hvd::rank(); });
@@ -253,7 +260,8 @@ NB_MODULE(_core, m) {
         }
         return nb::make_tuple(u.round, u.latest, u.flags);
       },
-      "(round, latest, flags): the elastic round joined at init (-1: static job) and the host-set changes "
+      "(round, latest, flags): the elastic round joined at init (-1: static job) and the host-set "
+      "changes "
       "announced since it formed.");
 
   m.def(
@@ -270,15 +278,8 @@ NB_MODULE(_core, m) {
         return hvd::removeProcessSet(id);
       },
       "process_set_id"_a, "Collective: removes a process set; False for id 0 or unknown ids.");
-  m.def(
-      "process_set_ranks",
-      [](int id) {
-        return hvd::processSetRanks(id);
-      },
-      "process_set_id"_a);
-  m.def("process_set_ids", [] {
-    return hvd::processSetIds();
-  });
+  m.def("process_set_ranks", [](int id) { return hvd::processSetRanks(id); }, "process_set_id"_a);
+  m.def("process_set_ids", [] { return hvd::processSetIds(); });
 
   // Built features. The native controller and CPU collectives answer to the Gloo name; MPI is
   // what the job rendezvoused through (plugins loaded at run time, docs/mpi.md).
@@ -301,17 +302,21 @@ NB_MODULE(_core, m) {
         return toResult(hvd::allocateShared(hvd::DataType::kUInt8, {static_cast<int64_t>(nbytes)}));
       },
       "nbytes"_a,
-      "A zero-filled 1-D uint8 array of nbytes in memory the ranks of this host share (64-byte aligned; "
-      "hvd::allocateShared). In-place allreduces inside it run zero-copy when every rank uses one. The "
+      "A zero-filled 1-D uint8 array of nbytes in memory the ranks of this host share (64-byte "
+      "aligned; "
+      "hvd::allocateShared). In-place allreduces inside it run zero-copy when every rank uses one. "
+      "The "
       "array (and torch.from_dlpack views of it) keeps the memory alive.");
   m.def(
       "engine_counters",
       [] {
         std::vector<std::tuple<std::string, std::string, uint64_t>> out;
-        for (auto& c : hvd::engineCounters()) out.emplace_back(std::move(c.backend), std::move(c.algorithm), c.count);
+        for (auto& c : hvd::engineCounters())
+          out.emplace_back(std::move(c.backend), std::move(c.algorithm), c.count);
         return out;
       },
-      "[(backend, algorithm, count)]: the collectives the engine ran since init, by the backend and algorithm "
+      "[(backend, algorithm, count)]: the collectives the engine ran since init, by the backend "
+      "and algorithm "
       "that ran them (hvd::engineCounters; horovod.common.basics.engine_counters makes the dict).");
   m.def("allreduce_async", &allreduceAsync, "tensor"_a, "output"_a.none(), "name"_a, "op"_a,
         "prescale"_a, "postscale"_a, "process_set"_a, "one_off"_a = false,
@@ -321,13 +326,13 @@ NB_MODULE(_core, m) {
         "Members are named <name>_<i>of<n> by the core.");
   m.def("allgather_async", &allgatherAsync, "tensor"_a, "name"_a, "process_set"_a,
         "one_off"_a = false);
-  m.def("grouped_allgather_async", &groupedAllgatherAsync, "tensors"_a, "name"_a,
-        "process_set"_a, "one_off"_a = false);
+  m.def("grouped_allgather_async", &groupedAllgatherAsync, "tensors"_a, "name"_a, "process_set"_a,
+        "one_off"_a = false);
   m.def("broadcast_async", &broadcastAsync, "tensor"_a, "root_rank"_a, "name"_a, "process_set"_a,
         "one_off"_a = false,
         "In place: overwrites tensor with root's contents (root is a global rank).");
-  m.def("alltoall_async", &alltoallAsync, "tensor"_a, "splits"_a.none(), "name"_a,
-        "process_set"_a, "one_off"_a = false);
+  m.def("alltoall_async", &alltoallAsync, "tensor"_a, "splits"_a.none(), "name"_a, "process_set"_a,
+        "one_off"_a = false);
   m.def("reducescatter_async", &reducescatterAsync, "tensor"_a, "output"_a, "name"_a, "op"_a,
         "prescale"_a, "postscale"_a, "process_set"_a, "one_off"_a = false);
   m.def("grouped_reducescatter_async", &groupedReducescatterAsync, "tensors"_a, "outputs"_a,
@@ -338,5 +343,4 @@ NB_MODULE(_core, m) {
       "The address of this module's hvd::ApiTable, for kernel libraries loaded by a framework "
       "(horovod/api_table.h) that must drive this module's engine.");
   m.def("join_async", &joinAsync);
-
 }

@@ -55,8 +55,8 @@ std::optional<nb::bytes> toBytes(const std::optional<std::string>& value) {
 }  // namespace
 
 void registerRendezvous(nb::module_& m) {
-  nb::object refused = nb::steal(PyErr_NewException("horovod._core.RendezvousSecretRefused",
-                                                    PyExc_ConnectionError, nullptr));
+  nb::object refused = nb::steal(
+      PyErr_NewException("horovod._core.RendezvousSecretRefused", PyExc_ConnectionError, nullptr));
   if (!refused.is_valid()) throw nb::python_error();
   secretRefusedClass = refused.inc_ref().ptr();
   m.attr("RendezvousSecretRefused") = refused;
@@ -64,53 +64,66 @@ void registerRendezvous(nb::module_& m) {
   nb::class_<RendezvousServer>(m, "RendezvousServer")
       .def(
           "__init__",
-          [](RendezvousServer* self, const nb::bytes& secret, const std::string& bindHost, int port) {
+          [](RendezvousServer* self, const nb::bytes& secret, const std::string& bindHost,
+             int port) {
             if (port < 0 || port > 65535) throw nb::value_error("port must be in 0..65535");
             std::string s = text(secret);
-            withoutGil([&] { new (self) RendezvousServer(bindHost, static_cast<uint16_t>(port), s); }, true);
+            withoutGil(
+                [&] { new (self) RendezvousServer(bindHost, static_cast<uint16_t>(port), s); },
+                true);
           },
           "secret"_a, "bind_host"_a, "port"_a = 0)
       .def_prop_ro("port", [](const RendezvousServer& s) { return s.port(); })
       .def_prop_ro("refused", [](const RendezvousServer& s) { return s.refusedConnections(); })
       .def("shutdown", [](RendezvousServer& s) { withoutGil([&] { s.shutdown(); }); })
-      .def("set",
-           [](RendezvousServer& s, const std::string& key, const nb::bytes& value) {
-             std::string v = text(value);
-             withoutGil([&] { s.set(key, v); });
-           },
-           "key"_a, "value"_a)
-      .def("add",
-           [](RendezvousServer& s, const std::string& key, int64_t delta) {
-             return withoutGil([&] { return s.add(key, delta); });
-           },
-           "key"_a, "delta"_a)
-      .def("try_get",
-           [](RendezvousServer& s, const std::string& key) {
-             return toBytes(withoutGil([&] { return s.tryGet(key); }));
-           },
-           "key"_a)
-      .def("elastic_inits",
-           [](RendezvousServer& s, int64_t workerId) { return withoutGil([&] { return s.elasticInits(workerId); }); },
-           "worker_id"_a)
-      .def("elastic_host_updates", [](RendezvousServer& s) { return withoutGil([&] { return s.elasticHostUpdates(); }); })
-      .def("publish_join",
-           [](RendezvousServer& s, int64_t workerId, int64_t k, int64_t round, int rank, int size, int localRank,
-              int localSize, int crossRank, int crossSize, int64_t hostUpdatesSeen) {
-             ElasticSlot slot{rank, size, localRank, localSize, crossRank, crossSize};
-             withoutGil([&] { s.publishJoin(workerId, k, round, slot, hostUpdatesSeen); });
-           },
-           "worker_id"_a, "k"_a, "round"_a, "rank"_a, "size"_a, "local_rank"_a, "local_size"_a, "cross_rank"_a,
-           "cross_size"_a, "host_updates_seen"_a)
-      .def("publish_removed",
-           [](RendezvousServer& s, int64_t workerId, int64_t k, const std::string& message) {
-             withoutGil([&] { s.publishRemoved(workerId, k, message); });
-           },
-           "worker_id"_a, "k"_a, "message"_a)
-      .def("publish_abort",
-           [](RendezvousServer& s, int64_t workerId, int64_t k, const std::string& message) {
-             withoutGil([&] { s.publishAbort(workerId, k, message); });
-           },
-           "worker_id"_a, "k"_a, "message"_a);
+      .def(
+          "set",
+          [](RendezvousServer& s, const std::string& key, const nb::bytes& value) {
+            std::string v = text(value);
+            withoutGil([&] { s.set(key, v); });
+          },
+          "key"_a, "value"_a)
+      .def(
+          "add",
+          [](RendezvousServer& s, const std::string& key, int64_t delta) {
+            return withoutGil([&] { return s.add(key, delta); });
+          },
+          "key"_a, "delta"_a)
+      .def(
+          "try_get",
+          [](RendezvousServer& s, const std::string& key) {
+            return toBytes(withoutGil([&] { return s.tryGet(key); }));
+          },
+          "key"_a)
+      .def(
+          "elastic_inits",
+          [](RendezvousServer& s, int64_t workerId) {
+            return withoutGil([&] { return s.elasticInits(workerId); });
+          },
+          "worker_id"_a)
+      .def("elastic_host_updates",
+           [](RendezvousServer& s) { return withoutGil([&] { return s.elasticHostUpdates(); }); })
+      .def(
+          "publish_join",
+          [](RendezvousServer& s, int64_t workerId, int64_t k, int64_t round, int rank, int size,
+             int localRank, int localSize, int crossRank, int crossSize, int64_t hostUpdatesSeen) {
+            ElasticSlot slot{rank, size, localRank, localSize, crossRank, crossSize};
+            withoutGil([&] { s.publishJoin(workerId, k, round, slot, hostUpdatesSeen); });
+          },
+          "worker_id"_a, "k"_a, "round"_a, "rank"_a, "size"_a, "local_rank"_a, "local_size"_a,
+          "cross_rank"_a, "cross_size"_a, "host_updates_seen"_a)
+      .def(
+          "publish_removed",
+          [](RendezvousServer& s, int64_t workerId, int64_t k, const std::string& message) {
+            withoutGil([&] { s.publishRemoved(workerId, k, message); });
+          },
+          "worker_id"_a, "k"_a, "message"_a)
+      .def(
+          "publish_abort",
+          [](RendezvousServer& s, int64_t workerId, int64_t k, const std::string& message) {
+            withoutGil([&] { s.publishAbort(workerId, k, message); });
+          },
+          "worker_id"_a, "k"_a, "message"_a);
 
   nb::class_<RendezvousClient>(m, "RendezvousClient")
       .def(
@@ -120,26 +133,31 @@ void registerRendezvous(nb::module_& m) {
             if (port <= 0 || port > 65535) throw nb::value_error("port must be in 1..65535");
             std::string s = text(secret);
             auto timeout = millis(connectTimeoutS);
-            withoutGil([&] { new (self) RendezvousClient(host, static_cast<uint16_t>(port), s, timeout); });
+            withoutGil([&] {
+              new (self) RendezvousClient(host, static_cast<uint16_t>(port), s, timeout);
+            });
           },
           "host"_a, "port"_a, "secret"_a, "connect_timeout_s"_a)
-      .def("set",
-           [](RendezvousClient& c, const std::string& key, const nb::bytes& value) {
-             std::string v = text(value);
-             withoutGil([&] { c.set(key, v); });
-           },
-           "key"_a, "value"_a)
-      .def("add",
-           [](RendezvousClient& c, const std::string& key, int64_t delta) {
-             return withoutGil([&] { return c.add(key, delta); });
-           },
-           "key"_a, "delta"_a)
-      .def("get",
-           [](RendezvousClient& c, const std::string& key, double timeoutS) {
-             auto timeout = millis(timeoutS);
-             return toBytes(withoutGil([&] { return c.get(key, timeout); }));
-           },
-           "key"_a, "timeout_s"_a);
+      .def(
+          "set",
+          [](RendezvousClient& c, const std::string& key, const nb::bytes& value) {
+            std::string v = text(value);
+            withoutGil([&] { c.set(key, v); });
+          },
+          "key"_a, "value"_a)
+      .def(
+          "add",
+          [](RendezvousClient& c, const std::string& key, int64_t delta) {
+            return withoutGil([&] { return c.add(key, delta); });
+          },
+          "key"_a, "delta"_a)
+      .def(
+          "get",
+          [](RendezvousClient& c, const std::string& key, double timeoutS) {
+            auto timeout = millis(timeoutS);
+            return toBytes(withoutGil([&] { return c.get(key, timeout); }));
+          },
+          "key"_a, "timeout_s"_a);
 }
 
 }  // namespace hvd::py

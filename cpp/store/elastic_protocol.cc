@@ -22,14 +22,11 @@ std::string encodeAssignment(const Assignment& a) {
   switch (a.kind) {
     case Assignment::Kind::kJoin:
       out << "join " << a.round << ' ' << a.placement.rank << ' ' << a.placement.size << ' ' << a.placement.localRank
-          << ' ' << a.placement.localSize << ' ' << a.placement.crossRank << ' ' << a.placement.crossSize << ' ' << a.updatesSeen;
+          << ' ' << a.placement.localSize << ' ' << a.placement.crossRank << ' ' << a.placement.crossSize << ' '
+          << a.updatesSeen;
       break;
-    case Assignment::Kind::kRemoved:
-      out << "removed " << a.message;
-      break;
-    case Assignment::Kind::kAbort:
-      out << "abort " << a.message;
-      break;
+    case Assignment::Kind::kRemoved: out << "removed " << a.message; break;
+    case Assignment::Kind::kAbort: out << "abort " << a.message; break;
   }
   return out.str();
 }
@@ -48,7 +45,8 @@ Assignment decodeAssignment(const std::string& text) {
     }
     return a;
   }
-  if (kind != "removed" && kind != "abort") throw Error("malformed elastic assignment from the launcher: '" + text + "'");
+  if (kind != "removed" && kind != "abort")
+    throw Error("malformed elastic assignment from the launcher: '" + text + "'");
   a.kind = kind == "removed" ? Assignment::Kind::kRemoved : Assignment::Kind::kAbort;
   size_t space = text.find(' ');
   a.message = space == std::string::npos ? "" : text.substr(space + 1);

@@ -115,11 +115,12 @@ std::vector<uint8_t> TcpStore::roundTrip(const std::function<std::vector<uint8_t
       throw StoreError("rendezvous server at " + serverAddress() + " during " + what + ": " + e.what());
     } catch (const Error& e) {
       // The connection broke after the request may have reached the server.
-      std::string lost = "lost connection to rendezvous server at " + serverAddress() + " during " + what + ": " +
-                         e.what();
+      std::string lost =
+          "lost connection to rendezvous server at " + serverAddress() + " during " + what + ": " + e.what();
       if (!idempotent) {
-        throw StoreError(lost + " (not sent again: add() is not idempotent, and whether the server applied it "
-                                "is unknown)");
+        throw StoreError(lost +
+                         " (not sent again: add() is not idempotent, and whether the server applied it "
+                         "is unknown)");
       }
       if (resends >= kMaxResends || deadline.expired()) throw StoreError(lost);
       HVD_LOG(Debug) << lost << "; reconnecting and sending it again";

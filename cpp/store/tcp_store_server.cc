@@ -45,7 +45,9 @@ constexpr size_t kReadChunk = 64 * 1024;
 
 struct Conn {
   Conn(Socket s, const std::string& secret)
-      : sock(std::move(s)), peer(peerAddress(sock.fd())), handshake(secret, store_wire::kServerIdentity),
+      : sock(std::move(s)),
+        peer(peerAddress(sock.fd())),
+        handshake(secret, store_wire::kServerIdentity),
         handshakeDeadline(Clock::now() + kHandshakeTimeout) {}
 
   Socket sock;
@@ -235,8 +237,7 @@ void TcpStoreServer::Impl::logRefusal(const std::string& peer, const std::string
 void TcpStoreServer::Impl::flushRefusalSummary(Clock::time_point now) {
   if (suppressed == 0 || now - logWindowStart < kRefusalLogWindow) return;
   HVD_LOG(Warning) << "Rendezvous server refused " << suppressed << " more connection(s) in "
-                   << kRefusalLogWindow.count() << " s (not logged one by one; the last from " << lastSuppressed
-                   << ")";
+                   << kRefusalLogWindow.count() << " s (not logged one by one; the last from " << lastSuppressed << ")";
   suppressed = 0;
   lastSuppressed.clear();
   logWindowStart = now;

@@ -69,7 +69,8 @@ engine::EventMask Timeline::interests() const {
                            eventBit(EngineEventKind::kNegotiateRank) | eventBit(EngineEventKind::kNegotiateEnd) |
                            eventBit(EngineEventKind::kFusionCopyInStart) | eventBit(EngineEventKind::kFusionCopyInEnd) |
                            eventBit(EngineEventKind::kCollectiveStart) | eventBit(EngineEventKind::kCollectiveEnd) |
-                           eventBit(EngineEventKind::kFusionCopyOutStart) | eventBit(EngineEventKind::kFusionCopyOutEnd);
+                           eventBit(EngineEventKind::kFusionCopyOutStart) |
+                           eventBit(EngineEventKind::kFusionCopyOutEnd);
   if (markCycles_) mask |= eventBit(EngineEventKind::kCycleStart);
   mask |= eventBit(EngineEventKind::kKnobsApplied);  // rare: autotune's changes
   return mask;
@@ -184,9 +185,7 @@ void Timeline::onEvent(const EngineEvent& e) {
       spans(e, Activity::kCollective, collectiveStartNs_);
       collectiveStartNs_ = -1;
       break;
-    case EngineEventKind::kFusionCopyOutStart:
-      copyOutStartNs_ = e.timeNs;
-      break;
+    case EngineEventKind::kFusionCopyOutStart: copyOutStartNs_ = e.timeNs; break;
     case EngineEventKind::kFusionCopyOutEnd:
       spans(e, Activity::kCopyOut, copyOutStartNs_);
       copyOutStartNs_ = -1;
@@ -201,8 +200,7 @@ void Timeline::onEvent(const EngineEvent& e) {
       writer_.push({&rec, 1});
       break;
     }
-    default:
-      break;
+    default: break;
   }
 }
 

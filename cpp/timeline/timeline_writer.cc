@@ -12,11 +12,13 @@ namespace hvd::timeline {
 namespace {
 
 int64_t steadyNowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 int64_t epochNowUs() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 // What the end of a segment costs: the closing event and "]" (reserved so a segment never
@@ -122,8 +124,7 @@ void TimelineWriter::push(std::span<const Record> records) {
     queue_.insert(queue_.end(), records.begin(), records.begin() + static_cast<std::ptrdiff_t>(accepted));
     // Wake the writer when it sleeps (the first record after a quiet spell) or once the queue is
     // half full; not at every push.
-    notify = arrivedLocked() ||
-             (before < options_.queueCapacity / 2 && queue_.size() >= options_.queueCapacity / 2);
+    notify = arrivedLocked() || (before < options_.queueCapacity / 2 && queue_.size() >= options_.queueCapacity / 2);
   }
   if (accepted < records.size()) dropped_.fetch_add(records.size() - accepted, std::memory_order_relaxed);
   if (notify) wake_.notify_one();
@@ -198,8 +199,8 @@ void TimelineWriter::writeBatch(const std::vector<Record>& records,
   for (const auto& [row, name] : rows) {
     if (rowNames_.size() < row) rowNames_.resize(row);
     rowNames_[row - 1] = name;
-    emit("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":" + std::to_string(row) +
-         ",\"args\":{\"name\":\"" + jsonEscape(name) + "\"}}");
+    emit("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":" + std::to_string(row) + ",\"args\":{\"name\":\"" +
+         jsonEscape(name) + "\"}}");
   }
   for (const Record& r : records) emit(format(r));
   for (const std::string& line : instants) emit(line);
@@ -238,9 +239,7 @@ std::string TimelineWriter::format(const Record& r) const {
     line += r.activity == Activity::kCycleStart ? ",\"s\":\"g\"" : ",\"s\":\"t\"";
   }
   switch (r.activity) {
-    case Activity::kRankReady:
-      line += ",\"args\":{\"rank\":" + std::to_string(r.rank) + "}";
-      break;
+    case Activity::kRankReady: line += ",\"args\":{\"rank\":" + std::to_string(r.rank) + "}"; break;
     case Activity::kCollective:
       line += ",\"args\":{\"algorithm\":\"";
       line += r.algorithm != nullptr ? r.algorithm : "";
@@ -251,11 +250,8 @@ std::string TimelineWriter::format(const Record& r) const {
     case Activity::kCopyOut:
       line += ",\"args\":{\"bytes\":" + std::to_string(r.bytes) + ",\"fused_tensors\":" + std::to_string(r.fused) + "}";
       break;
-    case Activity::kNegotiate:
-      line += ",\"args\":{\"process_set\":" + std::to_string(r.processSet) + "}";
-      break;
-    default:
-      break;
+    case Activity::kNegotiate: line += ",\"args\":{\"process_set\":" + std::to_string(r.processSet) + "}"; break;
+    default: break;
   }
   line += "}";
   return line;

@@ -99,7 +99,8 @@ CompositeTransport::~CompositeTransport() {
 }
 
 void CompositeTransport::checkPeer(int peer) const {
-  HVD_CHECK_AS(InvalidArgument, peer >= 0 && peer < size_) << "peer rank " << peer << " out of range [0, " << size_ << ")";
+  HVD_CHECK_AS(InvalidArgument, peer >= 0 && peer < size_)
+      << "peer rank " << peer << " out of range [0, " << size_ << ")";
 }
 
 void CompositeTransport::checkUsable() {
@@ -148,7 +149,8 @@ std::exception_ptr CompositeTransport::translate(std::exception_ptr error, bool 
       // host did not answer it or died, and its abort notice over TCP names that rank (it is
       // sent before its shared-memory flag is raised, see abort()).
       if (global >= 0 && global != rank_ && remote_) {
-        if (auto behind = remote_->culpritBehind(global, globalize(e.what()), kMessengerNoticeWait)) translated = behind;
+        if (auto behind = remote_->culpritBehind(global, globalize(e.what()), kMessengerNoticeWait))
+          translated = behind;
       }
     }
   } catch (const Timeout& e) {

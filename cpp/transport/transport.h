@@ -89,8 +89,8 @@ class Transport {
   virtual void recv(int peer, void* data, size_t bytes, Deadline deadline) = 0;
   // Sends to `to` and receives from `from` concurrently, so ring steps cannot deadlock on
   // buffer space. Either size may be zero; `to` and `from` may be equal.
-  virtual void sendRecv(int to, const void* sendData, size_t sendBytes, int from, void* recvData,
-                        size_t recvBytes, Deadline deadline) = 0;
+  virtual void sendRecv(int to, const void* sendData, size_t sendBytes, int from, void* recvData, size_t recvBytes,
+                        Deadline deadline) = 0;
 
   // Shared memory among `ranks` (ascending global ranks, all on this host, including this rank),
   // or nullptr when this transport cannot provide it. Created collectively on first request:

@@ -154,8 +154,8 @@ int child(int rank, const Scenario& scenario, const std::string& jobId, int comm
       writeLine(reportFd, "error " + std::to_string(rank) + " " + problems.str());
       return 1;
     }
-    writeLine(reportFd, "ok " + std::to_string(rank) + " " + transport->name() + " " + algo + " " +
-                            std::to_string(hash));
+    writeLine(reportFd,
+              "ok " + std::to_string(rank) + " " + transport->name() + " " + algo + " " + std::to_string(hash));
     return 0;
   } catch (const std::exception& e) {
     writeLine(reportFd, "error " + std::to_string(rank) + " " + e.what());
@@ -278,9 +278,7 @@ void expectAgreement(const std::vector<Report>& reports, const std::string& algo
   }
 }
 
-TEST(HierarchicalMultiProcess, TwoHostsTwoRanks) {
-  expectAgreement(run({{"a", "a", "b", "b"}, {}}), "hierarchical");
-}
+TEST(HierarchicalMultiProcess, TwoHostsTwoRanks) { expectAgreement(run({{"a", "a", "b", "b"}, {}}), "hierarchical"); }
 
 TEST(HierarchicalMultiProcess, TwoHostsThreeRanksInterleavedSmallSpaces) {
   // Small shared buffers: many chunks per collective.

@@ -40,9 +40,8 @@ int main(int argc, char** argv) {
       }
     }
     auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
-    std::printf("allreduce ok rank=%d size=%d local_rank=%d sum=%g init_ms=%.1f first_allreduce_ms=%.1f\n",
-                hvd::rank(), hvd::size(), hvd::localRank(), expected, ms(initialized - start),
-                ms(reduced - start));
+    std::printf("allreduce ok rank=%d size=%d local_rank=%d sum=%g init_ms=%.1f first_allreduce_ms=%.1f\n", hvd::rank(),
+                hvd::size(), hvd::localRank(), expected, ms(initialized - start), ms(reduced - start));
     std::fflush(stdout);
     hvd::shutdown();
     return 0;

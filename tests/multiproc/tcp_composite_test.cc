@@ -63,7 +63,8 @@ TEST(CompositeShmTcp, BackendsAreRegistered) {
 }
 
 TEST(CompositeShmTcp, AutoPicksTheCompositeAndExchangesAllPairs) {
-  for (const auto& hosts : {std::vector<std::string>{"a", "a", "b", "b"}, std::vector<std::string>{"a", "b", "a", "b", "a"}}) {
+  for (const auto& hosts :
+       {std::vector<std::string>{"a", "a", "b", "b"}, std::vector<std::string>{"a", "b", "a", "b", "a"}}) {
     runRanks("auto", hosts, [&](int rank, Transport& t) {
       ASSERT_EQ(t.name(), "shm+tcp");
       EXPECT_TRUE(dynamic_cast<CompositeTransport&>(t).hasLocal());

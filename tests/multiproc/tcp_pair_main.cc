@@ -118,8 +118,8 @@ int run(const Options& o) {
     uint8_t token = 1;
     t->sendRecv(peer, &token, 1, peer, &token, 1, Deadline::after(30s));
   }
-  std::printf("OK rank %d: %zu bytes from rank %d in %.3f s (%.1f MB/s), %d messages\n", o.rank, o.bytes, prev,
-              seconds, o.bytes / seconds / 1e6, got);
+  std::printf("OK rank %d: %zu bytes from rank %d in %.3f s (%.1f MB/s), %d messages\n", o.rank, o.bytes, prev, seconds,
+              o.bytes / seconds / 1e6, got);
   if (server) std::printf("refused connections: %lld\n", static_cast<long long>(server->refusedConnections()));
   return 0;
 }

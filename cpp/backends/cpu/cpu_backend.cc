@@ -77,7 +77,8 @@ void CpuBackend::allreduce(const Response& r, ProcessSet&, const std::vector<Ent
   const bool observed = observers_.wantsAny(engine::eventBit(EngineEventKind::kCollectiveStart) |
                                             engine::eventBit(EngineEventKind::kCollectiveEnd));
   size_t payload = 0;
-  if (observed) [[unlikely]] payload = engine::fusedBytes(r);
+  if (observed) [[unlikely]]
+    payload = engine::fusedBytes(r);
   const char* ran = nullptr;
   if (r.tensors.size() == 1) {
     // Into the caller's output; the collective reads the input where it lies and applies the
@@ -111,7 +112,8 @@ void CpuBackend::allreduce(const Response& r, ProcessSet&, const std::vector<Ent
   // Fused: over the tensors where they lie when the algorithm can (collectives/pieces.h), else
   // through the fusion buffer. With a prescale, or on a rank lacking a tensor (joined), the buffer
   // is used; the other ranks need not follow: the algorithm and the exchange are the same.
-  if (r.params.prescale == 1.0 && std::all_of(entries.begin(), entries.end(), [](const Entry* e) { return e != nullptr; })) {
+  if (r.params.prescale == 1.0 &&
+      std::all_of(entries.begin(), entries.end(), [](const Entry* e) { return e != nullptr; })) {
     pieces_.clear();
     for (size_t i = 0; i < r.tensors.size(); ++i) {
       pieces_.push_back({entries[i]->input, entries[i]->output, static_cast<size_t>(r.tensors[i].numElements())});
@@ -119,7 +121,8 @@ void CpuBackend::allreduce(const Response& r, ProcessSet&, const std::vector<Ent
     const int64_t start = watching(EngineEventKind::kCollectiveStart) ? ObserverHub::nowNs() : 0;
     ran = collectives::allreducePieces(comm, pieces_, dtype, op, post);
     if (ran != nullptr) {
-      if (start != 0) [[unlikely]] notify(EngineEventKind::kCollectiveStart, r, static_cast<int64_t>(payload), ran, start);
+      if (start != 0) [[unlikely]]
+        notify(EngineEventKind::kCollectiveStart, r, static_cast<int64_t>(payload), ran, start);
       ended(r, static_cast<int64_t>(payload), ran);
       return;
     }
@@ -169,7 +172,8 @@ void CpuBackend::allgather(const Response& r, ProcessSet&, const std::vector<Ent
     }
     const bool shared = collectives::allgatherv(comm, in, out, layout.bytesPerRank, {.sharedOutputs = sharedTry});
     const char* algorithm = shared ? kSharedAllgather : "allgatherv";
-    if (start != 0) [[unlikely]] notify(EngineEventKind::kCollectiveStart, r, total, algorithm, start);
+    if (start != 0) [[unlikely]]
+      notify(EngineEventKind::kCollectiveStart, r, total, algorithm, start);
     ended(r, total, algorithm);
     if (shared && !loggedSharedAllgather_) [[unlikely]] {
       loggedSharedAllgather_ = true;

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "backends/host_backend.h"
-#include "collectives/communicator.h"
 #include "collectives/collectives.h"
+#include "collectives/communicator.h"
 
 namespace hvd::backends {
 

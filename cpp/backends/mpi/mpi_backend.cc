@@ -58,8 +58,8 @@ MpiBackend::MpiBackend(const HvdMpiPlugin& plugin, const BackendContext& context
     : HostBackend("mpi", context), mpi_(plugin), setId_(context.set.id) {
   const ProcessSet& set = context.set;
   // MPI tags are at least 0..32767; the tag only tells apart creations that overlap in time.
-  check(mpi_.commCreate(context.config.mpiComm, set.ranks.data(), static_cast<int>(set.ranks.size()),
-                        set.id % 32768, &comm_, err_, sizeof(err_)),
+  check(mpi_.commCreate(context.config.mpiComm, set.ranks.data(), static_cast<int>(set.ranks.size()), set.id % 32768,
+                        &comm_, err_, sizeof(err_)),
         "creating the communicator of process set " + std::to_string(set.id) + " " + ranksText(set.ranks));
   mpi_.setReducer(&coreReduce);
 }

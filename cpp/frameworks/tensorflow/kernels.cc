@@ -19,10 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "async_done.h"
 #include "horovod/api_table.h"
 #include "horovod/errors.h"
 #include "horovod/operation.h"
-#include "async_done.h"
 #include "tf_c_api.h"
 
 namespace hvd::tf {
@@ -166,10 +166,13 @@ void* createKernel(TF_OpKernelConstruction* ctx) {
   TF_Bool flag = 0;
   if ((kAttrs & kName) && st.ok()) config->name = stringAttr(ctx, "hvd_name", st);
   if ((kAttrs & kWhat) && st.ok()) config->what = stringAttr(ctx, "what", st);
-  if ((kAttrs & kReduce) && st.ok()) gTf.GetAttrInt32(ctx, "reduce_op", &config->reduceOp, st.get());
+  if ((kAttrs & kReduce) && st.ok())
+    gTf.GetAttrInt32(ctx, "reduce_op", &config->reduceOp, st.get());
   if ((kAttrs & kReduce) && st.ok()) gTf.GetAttrFloat(ctx, "prescale", &config->prescale, st.get());
-  if ((kAttrs & kReduce) && st.ok()) gTf.GetAttrFloat(ctx, "postscale", &config->postscale, st.get());
-  if ((kAttrs & kProcessSet) && st.ok()) gTf.GetAttrInt32(ctx, "process_set", &config->processSet, st.get());
+  if ((kAttrs & kReduce) && st.ok())
+    gTf.GetAttrFloat(ctx, "postscale", &config->postscale, st.get());
+  if ((kAttrs & kProcessSet) && st.ok())
+    gTf.GetAttrInt32(ctx, "process_set", &config->processSet, st.get());
   if ((kAttrs & kRoot) && st.ok()) gTf.GetAttrInt32(ctx, "root_rank", &config->root, st.get());
   if ((kAttrs & kOneOff) && st.ok()) {
     gTf.GetAttrBool(ctx, "one_off", &flag, st.get());
@@ -246,9 +249,8 @@ struct Call {
     Status st;
     std::vector<int64_t> dims = dimsOf(in);
     int forwarded = -1;
-    TF_Tensor* t = gTf.ForwardInputOrAllocateOutput(ctx, &i, 1, i, dims.data(),
-                                                    static_cast<int>(dims.size()), &forwarded,
-                                                    st.get());
+    TF_Tensor* t = gTf.ForwardInputOrAllocateOutput(
+        ctx, &i, 1, i, dims.data(), static_cast<int>(dims.size()), &forwarded, st.get());
     st.check("allocating an output");
     tensors.push_back(t);
     return t;
@@ -434,7 +436,8 @@ void computeAllgather(void* kernel, TF_OpKernelContext* ctx, TF_AsyncOpKernelDon
                                      : api.allgatherAsync(in[0], cfg.options(cfg.name)));
     call.finish = [](Call& c) {
       const auto& outputs = c.works[0]->outputs();
-      for (size_t i = 0; i < outputs.size(); ++i) setEngineOutput(c, static_cast<int>(i), outputs[i]);
+      for (size_t i = 0; i < outputs.size(); ++i)
+        setEngineOutput(c, static_cast<int>(i), outputs[i]);
     };
   });
 }
@@ -455,8 +458,8 @@ void computeBroadcast(void* kernel, TF_OpKernelContext* ctx, TF_AsyncOpKernelDon
       start = end + 1;
     }
     if (names.size() != static_cast<size_t>(n)) {
-      throw InvalidArgument("Horovod: HorovodBroadcast got " + std::to_string(n) +
-                            " tensors but " + std::to_string(names.size()) + " names");
+      throw InvalidArgument("Horovod: HorovodBroadcast got " + std::to_string(n) + " tensors but " +
+                            std::to_string(names.size()) + " names");
     }
     bool isRoot = rankForCollective(api) == cfg.root;
     for (int i = 0; i < n; ++i) {
@@ -505,7 +508,8 @@ void computeReducescatter(void* kernel, TF_OpKernelContext* ctx,
     for (int i = 0; i < n; ++i) {
       TF_Tensor* t = call.input(i);
       in[i] = viewOf(t);
-      if (in[i].shape.empty()) throw InvalidArgument("Reducescatter does not support scalar inputs");
+      if (in[i].shape.empty())
+        throw InvalidArgument("Reducescatter does not support scalar inputs");
       std::vector<int64_t> dims = in[i].shape;
       int64_t d = dims[0];
       dims[0] = d / setSize + (setRank < d % setSize ? 1 : 0);
@@ -599,42 +603,69 @@ struct OpSpec {
 std::string listOf(const char* types) { return std::string("T: list(") + types + ") >= 1"; }
 
 std::vector<OpSpec> opSpecs() {
-  const std::vector<std::string> reduceAttrs = {"hvd_name: string", "reduce_op: int",
-                                                "prescale: float", "postscale: float",
-                                                "process_set: int", "one_off: bool",
-                                                "grouped: bool"};
+  const std::vector<std::string> reduceAttrs = {
+      "hvd_name: string", "reduce_op: int", "prescale: float", "postscale: float",
+      "process_set: int", "one_off: bool",  "grouped: bool"};
   constexpr unsigned kReduceAll = kName | kReduce | kProcessSet | kOneOff | kGrouped;
   std::vector<OpSpec> specs;
   {
     auto attrs = reduceAttrs;
     attrs.push_back(listOf(kReduceTypes));
-    specs.push_back({"HorovodAllreduce", attrs, {"tensors: T"}, {"outputs: T"}, sameShapes,
-                     createKernel<kReduceAll>, computeAllreduce});
+    specs.push_back({"HorovodAllreduce",
+                     attrs,
+                     {"tensors: T"},
+                     {"outputs: T"},
+                     sameShapes,
+                     createKernel<kReduceAll>,
+                     computeAllreduce});
   }
   specs.push_back({"HorovodAllgather",
                    {listOf(kMoveTypes), "hvd_name: string", "process_set: int", "one_off: bool",
                     "grouped: bool"},
-                   {"tensors: T"}, {"outputs: T"}, unknownShapes,
-                   createKernel<kName | kProcessSet | kOneOff | kGrouped>, computeAllgather});
+                   {"tensors: T"},
+                   {"outputs: T"},
+                   unknownShapes,
+                   createKernel<kName | kProcessSet | kOneOff | kGrouped>,
+                   computeAllgather});
   specs.push_back({"HorovodBroadcast",
                    {listOf(kMoveTypes), "hvd_name: string", "root_rank: int", "process_set: int"},
-                   {"tensors: T"}, {"outputs: T"}, sameShapes,
-                   createKernel<kName | kRoot | kProcessSet>, computeBroadcast});
-  specs.push_back({"HorovodAlltoall",
-                   {std::string("T: ") + kMoveTypes, "hvd_name: string", "process_set: int",
-                    "one_off: bool"},
-                   {"tensor: T", "splits: int32"}, {"output: T", "received_splits: int32"},
-                   unknownShapes, createKernel<kName | kProcessSet | kOneOff>, computeAlltoall});
+                   {"tensors: T"},
+                   {"outputs: T"},
+                   sameShapes,
+                   createKernel<kName | kRoot | kProcessSet>,
+                   computeBroadcast});
+  specs.push_back(
+      {"HorovodAlltoall",
+       {std::string("T: ") + kMoveTypes, "hvd_name: string", "process_set: int", "one_off: bool"},
+       {"tensor: T", "splits: int32"},
+       {"output: T", "received_splits: int32"},
+       unknownShapes,
+       createKernel<kName | kProcessSet | kOneOff>,
+       computeAlltoall});
   {
     auto attrs = reduceAttrs;
     attrs.push_back(listOf(kScatterTypes));
-    specs.push_back({"HorovodReducescatter", attrs, {"tensors: T"}, {"outputs: T"},
-                     unknownShapes, createKernel<kReduceAll>, computeReducescatter});
+    specs.push_back({"HorovodReducescatter",
+                     attrs,
+                     {"tensors: T"},
+                     {"outputs: T"},
+                     unknownShapes,
+                     createKernel<kReduceAll>,
+                     computeReducescatter});
   }
-  specs.push_back({"HorovodJoin", {}, {}, {"last_joined_rank: int32"}, unknownShapes,
-                   createKernel<0>, computeJoin});
-  specs.push_back({"HorovodTopology", {"what: string", "process_set: int"}, {},
-                   {"value: int32"}, unknownShapes, createKernel<kWhat | kProcessSet>,
+  specs.push_back({"HorovodJoin",
+                   {},
+                   {},
+                   {"last_joined_rank: int32"},
+                   unknownShapes,
+                   createKernel<0>,
+                   computeJoin});
+  specs.push_back({"HorovodTopology",
+                   {"what: string", "process_set: int"},
+                   {},
+                   {"value: int32"},
+                   unknownShapes,
+                   createKernel<kWhat | kProcessSet>,
                    computeTopology});
   return specs;
 }
@@ -657,8 +688,8 @@ bool registerAll(std::string& error) {
         gTf.NewAsyncKernelBuilder(spec.name, "CPU", spec.create, spec.compute, destroyKernel);
     gTf.RegisterKernelBuilder(spec.name, kernel, st.get());  // takes ownership of `kernel`
     if (!st.ok()) {
-      error = std::string("registering the CPU kernel of ") + spec.name + ": " +
-              gTf.Message(st.get());
+      error =
+          std::string("registering the CPU kernel of ") + spec.name + ": " + gTf.Message(st.get());
       return false;
     }
   }

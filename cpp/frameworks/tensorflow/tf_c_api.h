@@ -74,8 +74,9 @@ struct TfApi {
   void (*OpDefinitionBuilderAddInput)(TF_OpDefinitionBuilder*, const char* spec);
   void (*OpDefinitionBuilderAddOutput)(TF_OpDefinitionBuilder*, const char* spec);
   void (*OpDefinitionBuilderSetIsStateful)(TF_OpDefinitionBuilder*, bool);
-  void (*OpDefinitionBuilderSetShapeInferenceFunction)(
-      TF_OpDefinitionBuilder*, void (*fn)(TF_ShapeInferenceContext*, TF_Status*));
+  void (*OpDefinitionBuilderSetShapeInferenceFunction)(TF_OpDefinitionBuilder*,
+                                                       void (*fn)(TF_ShapeInferenceContext*,
+                                                                  TF_Status*));
   void (*RegisterOpDefinition)(TF_OpDefinitionBuilder*, TF_Status*);
   int64_t (*ShapeInferenceContextNumInputs)(TF_ShapeInferenceContext*);
   TF_ShapeHandle* (*NewShapeHandle)();
@@ -86,10 +87,11 @@ struct TfApi {
                                          TF_Status*);
   void (*ShapeInferenceContextSetUnknownShape)(TF_ShapeInferenceContext*, TF_Status*);
   // kernels.h
-  TF_KernelBuilder* (*NewAsyncKernelBuilder)(
-      const char* opName, const char* deviceName, void* (*create)(TF_OpKernelConstruction*),
-      void (*computeAsync)(void*, TF_OpKernelContext*, TF_AsyncOpKernelDoneCallback*),
-      void (*destroy)(void*));
+  TF_KernelBuilder* (*NewAsyncKernelBuilder)(const char* opName, const char* deviceName,
+                                             void* (*create)(TF_OpKernelConstruction*),
+                                             void (*computeAsync)(void*, TF_OpKernelContext*,
+                                                                  TF_AsyncOpKernelDoneCallback*),
+                                             void (*destroy)(void*));
   void (*RegisterKernelBuilder)(const char* kernelName, TF_KernelBuilder*, TF_Status*);
   void (*RunAsyncOpKernelDoneCallback)(TF_AsyncOpKernelDoneCallback*);
   int (*NumInputs)(TF_OpKernelContext*);
@@ -109,8 +111,8 @@ struct TfApi {
   void (*GetAttrInt32)(TF_OpKernelConstruction*, const char* name, int32_t* value, TF_Status*);
   void (*GetAttrFloat)(TF_OpKernelConstruction*, const char* name, float* value, TF_Status*);
   void (*GetAttrBool)(TF_OpKernelConstruction*, const char* name, TF_Bool* value, TF_Status*);
-  void (*GetAttrString)(TF_OpKernelConstruction*, const char* name, char* value,
-                        size_t maxLength, TF_Status*);
+  void (*GetAttrString)(TF_OpKernelConstruction*, const char* name, char* value, size_t maxLength,
+                        TF_Status*);
 };
 
 // Resolves every entry from the loaded TensorFlow; on failure returns false and says which

@@ -29,16 +29,14 @@ struct ApiTable {
   std::vector<int> (*processSetRanks)(int processSetId);
 
   WorkPtr (*allreduceAsync)(const TensorView& in, const TensorView& out, const Options& options);
-  WorkPtr (*groupedAllreduceAsync)(const std::vector<TensorView>& in,
-                                   const std::vector<TensorView>& out, const Options& options);
+  WorkPtr (*groupedAllreduceAsync)(const std::vector<TensorView>& in, const std::vector<TensorView>& out,
+                                   const Options& options);
   WorkPtr (*allgatherAsync)(const TensorView& in, const Options& options);
   WorkPtr (*groupedAllgatherAsync)(const std::vector<TensorView>& in, const Options& options);
   WorkPtr (*broadcastAsync)(const TensorView& tensor, const Options& options);
   WorkPtr (*alltoallAsync)(const TensorView& in, const Options& options);
-  WorkPtr (*reducescatterAsync)(const TensorView& in, const TensorView& out,
-                                const Options& options);
-  WorkPtr (*groupedReducescatterAsync)(const std::vector<TensorView>& in,
-                                       const std::vector<TensorView>& out,
+  WorkPtr (*reducescatterAsync)(const TensorView& in, const TensorView& out, const Options& options);
+  WorkPtr (*groupedReducescatterAsync)(const std::vector<TensorView>& in, const std::vector<TensorView>& out,
                                        const Options& options);
   WorkPtr (*joinAsync)();
 };

@@ -144,8 +144,8 @@ WorkPtr alltoallAsync(const TensorView& in, const Options& options);
 // Reduce, then this rank keeps its block of dim 0 (rank r: d/n+1 rows if r < d%n, else d/n).
 // `out` must have that shape. Only kSum and kAverage.
 WorkPtr reducescatterAsync(const TensorView& in, const TensorView& out, const Options& options);
-WorkPtr groupedReducescatterAsync(const std::vector<TensorView>& in,
-                                  const std::vector<TensorView>& out, const Options& options);
+WorkPtr groupedReducescatterAsync(const std::vector<TensorView>& in, const std::vector<TensorView>& out,
+                                  const Options& options);
 WorkPtr barrierAsync(int processSet = 0);
 // Declares this rank out of data; completes when every rank has joined (global set only).
 WorkPtr joinAsync();
@@ -155,8 +155,7 @@ WorkPtr joinAsync();
 void allreduce(const TensorView& in, const TensorView& out, const Options& options);
 OwnedTensor allgather(const TensorView& in, const Options& options);
 void broadcast(const TensorView& tensor, const Options& options);
-OwnedTensor alltoall(const TensorView& in, const Options& options,
-                     std::vector<int32_t>* receivedSplits = nullptr);
+OwnedTensor alltoall(const TensorView& in, const Options& options, std::vector<int32_t>* receivedSplits = nullptr);
 void reducescatter(const TensorView& in, const TensorView& out, const Options& options);
 void barrier(int processSet = 0);
 int join();

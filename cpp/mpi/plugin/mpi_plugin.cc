@@ -25,13 +25,13 @@ void describe(int code, const char* what, char* err, int errLen) {
 }
 
 // Runs an MPI call; on failure fills err and returns from the enclosing function.
-#define HVD_MPI_TRY(call)                         \
-  do {                                            \
-    int hvdCode = (call);                         \
-    if (hvdCode != MPI_SUCCESS) {                 \
-      describe(hvdCode, #call, err, errLen);      \
-      return 1;                                   \
-    }                                             \
+#define HVD_MPI_TRY(call)                    \
+  do {                                       \
+    int hvdCode = (call);                    \
+    if (hvdCode != MPI_SUCCESS) {            \
+      describe(hvdCode, #call, err, errLen); \
+      return 1;                              \
+    }                                        \
   } while (0)
 
 // The communicator behind a Fortran handle; MPI_COMM_NULL is refused with an error saying why.
@@ -114,8 +114,7 @@ int rankSize(int64_t handle, int* rank, int* size, char* err, int errLen) {
   return 0;
 }
 
-int placement(int64_t handle, int* localRank, int* localSize, int* crossRank, int* crossSize, char* err,
-              int errLen) {
+int placement(int64_t handle, int* localRank, int* localSize, int* crossRank, int* crossSize, char* err, int errLen) {
   MPI_Comm comm;
   if (toComm(handle, &comm, err, errLen) != 0) return 1;
   int rank = 0;
@@ -138,7 +137,6 @@ int broadcast(int64_t handle, void* data, int bytes, int root, char* err, int er
   HVD_MPI_TRY(MPI_Bcast(data, bytes, MPI_BYTE, root, comm));
   return 0;
 }
-
 
 // ---- bounded bootstrap broadcast ----
 
@@ -273,9 +271,7 @@ int mpiType(int dtype, MPI_Datatype* out, char* err, int errLen) {
       }
       *out = customType[dtype];
       return 0;
-    default:
-      std::snprintf(err, static_cast<size_t>(errLen), "MPI data plane: unknown data type %d", dtype);
-      return 1;
+    default: std::snprintf(err, static_cast<size_t>(errLen), "MPI data plane: unknown data type %d", dtype); return 1;
   }
 }
 
@@ -410,8 +406,8 @@ int broadcastBytes(int64_t handle, void* data, int64_t bytes, int root, char* er
   return 0;
 }
 
-int alltoallv(int64_t handle, const void* in, const int64_t* sendBytes, void* out, const int64_t* recvBytes,
-              char* err, int errLen) {
+int alltoallv(int64_t handle, const void* in, const int64_t* sendBytes, void* out, const int64_t* recvBytes, char* err,
+              int errLen) {
   MPI_Comm comm;
   if (toComm(handle, &comm, err, errLen) != 0) return 1;
   int size = 1;
@@ -455,9 +451,10 @@ int barrier(int64_t handle, char* err, int errLen) {
   return 0;
 }
 
-const HvdMpiPlugin kPlugin = {HVD_MPI_PLUGIN_ABI, HVD_MPI_FLAVOR, libraryVersion, init, rankSize, placement,
-                              broadcast, rendezvousBroadcast, setReducer, allgatherInt, commCreate, commFree,
-                              allreduce, allgatherv, broadcastBytes, alltoallv, reducescatter, barrier};
+const HvdMpiPlugin kPlugin = {
+    HVD_MPI_PLUGIN_ABI, HVD_MPI_FLAVOR,      libraryVersion, init,         rankSize,      placement,
+    broadcast,          rendezvousBroadcast, setReducer,     allgatherInt, commCreate,    commFree,
+    allreduce,          allgatherv,          broadcastBytes, alltoallv,    reducescatter, barrier};
 
 }  // namespace
 

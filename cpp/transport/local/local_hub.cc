@@ -35,9 +35,8 @@ std::shared_ptr<LocalHub> LocalHub::attach(const std::string& jobId, int rank, i
     hub = std::make_shared<LocalHub>(size);
     hubs[jobId] = hub;
   }
-  HVD_CHECK_AS(InvalidArgument, hub->size() == size)
-      << "local transport: job '" << jobId << "' has size " << hub->size() << ", rank " << rank << " asked for "
-      << size;
+  HVD_CHECK_AS(InvalidArgument, hub->size() == size) << "local transport: job '" << jobId << "' has size "
+                                                     << hub->size() << ", rank " << rank << " asked for " << size;
   std::lock_guard<std::mutex> hubLock(hub->mutex);
   LocalRankState& state = hub->rank(rank);
   HVD_CHECK_AS(InvalidArgument, !state.present && !state.departed.load())

@@ -77,8 +77,7 @@ class LocalSharedSpace : public SharedSpace {
     std::unique_lock<std::mutex> lock(g.mutex);
     while (g.generation.load(std::memory_order_acquire) == gen) {
       checkFailures();
-      if (waitTimedOut(g.cv, lock, deadline) &&
-          g.generation.load(std::memory_order_acquire) == gen) {
+      if (waitTimedOut(g.cv, lock, deadline) && g.generation.load(std::memory_order_acquire) == gen) {
         throwTimeout("shared-space barrier", rank_, -1, deadline);
       }
     }

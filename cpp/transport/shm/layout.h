@@ -97,9 +97,7 @@ struct SegmentLayout {
   size_t mailboxOffset(int slot) const {
     return dataBase() + static_cast<size_t>(slots()) * ringBytes + static_cast<size_t>(slot) * mailboxBytes;
   }
-  size_t totalBytes() const {
-    return dataBase() + static_cast<size_t>(slots()) * (ringBytes + mailboxBytes);
-  }
+  size_t totalBytes() const { return dataBase() + static_cast<size_t>(slots()) * (ringBytes + mailboxBytes); }
 };
 
 }  // namespace hvd::shm

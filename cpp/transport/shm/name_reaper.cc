@@ -46,7 +46,7 @@ void remember(const char* name) {
 // The helper's whole life. Messages are "+name\n" and "-name\n".
 [[noreturn]] void helperMain(int fd) {
   setsid();
-  struct sigaction ignore {};
+  struct sigaction ignore{};
   ignore.sa_handler = SIG_IGN;
   sigaction(SIGINT, &ignore, nullptr);
   sigaction(SIGTERM, &ignore, nullptr);
@@ -121,8 +121,7 @@ void NameReaper::send(char op, const std::string& name) {
     ssize_t n = ::send(channel, msg.data() + done, msg.size() - done, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      throw Error(std::string("shm: the helper that removes named segments at exit is gone: ") +
-                  std::strerror(errno));
+      throw Error(std::string("shm: the helper that removes named segments at exit is gone: ") + std::strerror(errno));
     }
     done += static_cast<size_t>(n);
   }

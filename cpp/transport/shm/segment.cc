@@ -104,7 +104,7 @@ Segment Segment::open(const std::string& descriptor, size_t bytes) {
     throw Error("shm: bad segment descriptor '" + descriptor + "'");
   }
   if (fd < 0) throw Error("shm: cannot open peer segment " + what + ": " + errnoText(errno));
-  struct stat st {};
+  struct stat st{};
   if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != bytes) {
     int err = errno;
     ::close(fd);
@@ -159,7 +159,8 @@ void Segment::reset() {
 std::string segmentName(const std::string& jobId, const std::string& tag) {
   std::string clean;
   for (char c : jobId) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
+    bool ok =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
     clean += ok ? c : '_';
   }
   if (clean.size() > 120) {

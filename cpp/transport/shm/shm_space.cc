@@ -45,26 +45,29 @@ void ShmSpace::barrier(Deadline deadline) {
     }
     return true;
   };
-  transport_.waitOrBlame(ready, deadline, [&] {
-    std::ostringstream out;
-    out << "shm barrier timed out on rank " << transport_.rank() << " (members: ";
-    for (size_t i = 0; i < n; ++i) out << (i ? ", " : "") << "rank " << members_[i];
-    out << "); not arrived: ";
-    bool first = true;
-    for (size_t i = 0; i < n; ++i) {
-      if (headers_[i]->arrived.load(std::memory_order_acquire) < generation) {
-        out << (first ? "" : ", ") << "rank " << members_[i];
-        first = false;
-      }
-    }
-    return out.str();
-  }, [&](int peer) { return std::find(members_.begin(), members_.end(), peer) != members_.end(); },
-  [&] {  // the first member that has not arrived
-    for (size_t i = 0; i < n; ++i) {
-      if (headers_[i]->arrived.load(std::memory_order_acquire) < generation) return members_[i];
-    }
-    return -1;
-  });
+  transport_.waitOrBlame(
+      ready, deadline,
+      [&] {
+        std::ostringstream out;
+        out << "shm barrier timed out on rank " << transport_.rank() << " (members: ";
+        for (size_t i = 0; i < n; ++i) out << (i ? ", " : "") << "rank " << members_[i];
+        out << "); not arrived: ";
+        bool first = true;
+        for (size_t i = 0; i < n; ++i) {
+          if (headers_[i]->arrived.load(std::memory_order_acquire) < generation) {
+            out << (first ? "" : ", ") << "rank " << members_[i];
+            first = false;
+          }
+        }
+        return out.str();
+      },
+      [&](int peer) { return std::find(members_.begin(), members_.end(), peer) != members_.end(); },
+      [&] {  // the first member that has not arrived
+        for (size_t i = 0; i < n; ++i) {
+          if (headers_[i]->arrived.load(std::memory_order_acquire) < generation) return members_[i];
+        }
+        return -1;
+      });
   std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
@@ -83,15 +86,15 @@ void ShmSpace::awaitPublished(int memberIndex, uint64_t value, Deadline deadline
   if (published.load(std::memory_order_acquire) >= value) return;
   transport_.waiter_->throwIfFailed();
   const int peer = members_[memberIndex];
-  transport_.waitOrTimeout(
-      [&] { return published.load(std::memory_order_acquire) >= value; }, deadline,
-      [&] {
-        std::ostringstream out;
-        out << "shm shared space: rank " << transport_.rank() << " timed out waiting for rank " << peer
-            << " to publish " << value << " (it published " << published.load(std::memory_order_acquire) << ")";
-        return out.str();
-      },
-      [&](int rank) { return rank == peer; }, peer);
+  transport_.waitOrTimeout([&] { return published.load(std::memory_order_acquire) >= value; }, deadline,
+                           [&] {
+                             std::ostringstream out;
+                             out << "shm shared space: rank " << transport_.rank() << " timed out waiting for rank "
+                                 << peer << " to publish " << value << " (it published "
+                                 << published.load(std::memory_order_acquire) << ")";
+                             return out.str();
+                           },
+                           [&](int rank) { return rank == peer; }, peer);
 }
 
 }  // namespace hvd::shm

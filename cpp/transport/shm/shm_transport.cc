@@ -93,24 +93,20 @@ int usableCpus() {
 }
 
 ShmTransport::ShmTransport(const TransportContext& context, ShmOptions options)
-    : rank_(context.rank),
-      size_(context.size),
-      jobId_(context.jobId),
-      store_(context.store),
-      options_(options) {
+    : rank_(context.rank), size_(context.size), jobId_(context.jobId), store_(context.store), options_(options) {
   if (size_ < 1 || rank_ < 0 || rank_ >= size_) {
     throw InvalidArgument("shm transport: rank " + std::to_string(rank_) + " of size " + std::to_string(size_));
   }
   if (size_ > 1 && !store_) throw InvalidArgument("shm transport: a store is needed for more than one rank");
   if (!context.hostOf.empty()) {
     if (static_cast<int>(context.hostOf.size()) != size_) {
-      throw InvalidArgument("shm transport: hostOf has " + std::to_string(context.hostOf.size()) +
-                            " entries for " + std::to_string(size_) + " ranks");
+      throw InvalidArgument("shm transport: hostOf has " + std::to_string(context.hostOf.size()) + " entries for " +
+                            std::to_string(size_) + " ranks");
     }
     for (int r = 0; r < size_; ++r) {
       if (context.hostOf[r] != context.hostOf[0]) {
-        throw InvalidArgument("shm transport needs all ranks on one host, but rank " + std::to_string(r) +
-                              " is on '" + context.hostOf[r] + "' and rank 0 on '" + context.hostOf[0] + "'");
+        throw InvalidArgument("shm transport needs all ranks on one host, but rank " + std::to_string(r) + " is on '" +
+                              context.hostOf[r] + "' and rank 0 on '" + context.hostOf[0] + "'");
       }
     }
   }
@@ -213,23 +209,23 @@ void ShmTransport::attachPeer(int p, Segment segment) {
   peer.header = reinterpret_cast<SegmentHeader*>(base);
   HVD_CHECK_EQ(peer.header->magic.load(std::memory_order_acquire), kSegmentMagic)
       << "segment of rank " << p << " is not initialised";
-  HVD_CHECK(peer.header->rank == p && peer.header->size == size_ &&
-            peer.header->ringBytes == options_.ringBytes && peer.header->mailboxBytes == options_.mailboxBytes)
-      << "rank " << p << " uses another shared-memory layout (rank " << peer.header->rank << " of "
-      << peer.header->size << ", rings " << peer.header->ringBytes << "/" << peer.header->mailboxBytes
+  HVD_CHECK(peer.header->rank == p && peer.header->size == size_ && peer.header->ringBytes == options_.ringBytes &&
+            peer.header->mailboxBytes == options_.mailboxBytes)
+      << "rank " << p << " uses another shared-memory layout (rank " << peer.header->rank << " of " << peer.header->size
+      << ", rings " << peer.header->ringBytes << "/" << peer.header->mailboxBytes
       << " bytes); all ranks must use the same HOROVOD_SHM_* settings";
   auto control = [](uint8_t* segBase, size_t offset) { return reinterpret_cast<RingControl*>(segBase + offset); };
   int there = SegmentLayout::slotOf(p, rank_);  // our slot in the peer's segment
   int here = SegmentLayout::slotOf(rank_, p);   // the peer's slot in ours
-  peer.dataOut = Ring(control(base, layout_.controlOffset(there, false)), base + layout_.ringOffset(there),
-                      options_.ringBytes);
+  peer.dataOut =
+      Ring(control(base, layout_.controlOffset(there, false)), base + layout_.ringOffset(there), options_.ringBytes);
   peer.mailOut = Ring(control(base, layout_.controlOffset(there, true)), base + layout_.mailboxOffset(there),
                       options_.mailboxBytes);
   uint8_t* mine = own_.data();
-  peer.dataIn = Ring(control(mine, layout_.controlOffset(here, false)), mine + layout_.ringOffset(here),
-                     options_.ringBytes);
-  peer.mailIn = Ring(control(mine, layout_.controlOffset(here, true)), mine + layout_.mailboxOffset(here),
-                     options_.mailboxBytes);
+  peer.dataIn =
+      Ring(control(mine, layout_.controlOffset(here, false)), mine + layout_.ringOffset(here), options_.ringBytes);
+  peer.mailIn =
+      Ring(control(mine, layout_.controlOffset(here, true)), mine + layout_.mailboxOffset(here), options_.mailboxBytes);
   waiter_->addPeer(p, peer.header, peer.header->pid);
 }
 
@@ -283,15 +279,15 @@ void ShmTransport::recv(int peer, void* data, size_t bytes, Deadline deadline) {
   transfer(peer, nullptr, 0, peer, data, bytes, deadline, "recv");
 }
 
-void ShmTransport::sendRecv(int to, const void* sendData, size_t sendBytes, int from, void* recvData,
-                            size_t recvBytes, Deadline deadline) {
+void ShmTransport::sendRecv(int to, const void* sendData, size_t sendBytes, int from, void* recvData, size_t recvBytes,
+                            Deadline deadline) {
   checkPeer(to, "sendRecv");
   checkPeer(from, "sendRecv");
   transfer(to, sendData, sendBytes, from, recvData, recvBytes, deadline, "sendRecv");
 }
 
-void ShmTransport::transfer(int to, const void* sendData, size_t sendBytes, int from, void* recvData,
-                            size_t recvBytes, Deadline deadline, const char* op) {
+void ShmTransport::transfer(int to, const void* sendData, size_t sendBytes, int from, void* recvData, size_t recvBytes,
+                            Deadline deadline, const char* op) {
   waiter_->throwIfFailed();
   auto src = static_cast<const uint8_t*>(sendData);
   auto dst = static_cast<uint8_t*>(recvData);
@@ -338,20 +334,21 @@ void ShmTransport::transfer(int to, const void* sendData, size_t sendBytes, int 
       }
     }
     if (progress) continue;
-    waitOrTimeout([&] { return (sendLeft > 0 && out->dataOut.writable()) || (recvLeft > 0 && in->dataIn.readable()); },
-                  deadline, [&] {
-                    std::ostringstream text;
-                    text << "shm " << op << " on rank " << rank_ << " timed out:";
-                    if (sendLeft > 0) text << " sent " << sendBytes - sendLeft << " of " << sendBytes << " bytes to rank " << to;
-                    if (sendLeft > 0 && recvLeft > 0) text << ",";
-                    if (recvLeft > 0) {
-                      text << " received " << recvBytes - recvLeft << " of " << recvBytes << " bytes from rank " << from;
-                    }
-                    return text.str();
-                  },
-                  [&](int peer) { return (sendLeft > 0 && peer == to) || (recvLeft > 0 && peer == from); },
-                  // Data not arriving is the sender's silence; a full ring, the receiver's.
-                  recvLeft > 0 ? from : to);
+    waitOrTimeout(
+        [&] { return (sendLeft > 0 && out->dataOut.writable()) || (recvLeft > 0 && in->dataIn.readable()); }, deadline,
+        [&] {
+          std::ostringstream text;
+          text << "shm " << op << " on rank " << rank_ << " timed out:";
+          if (sendLeft > 0) text << " sent " << sendBytes - sendLeft << " of " << sendBytes << " bytes to rank " << to;
+          if (sendLeft > 0 && recvLeft > 0) text << ",";
+          if (recvLeft > 0) {
+            text << " received " << recvBytes - recvLeft << " of " << recvBytes << " bytes from rank " << from;
+          }
+          return text.str();
+        },
+        [&](int peer) { return (sendLeft > 0 && peer == to) || (recvLeft > 0 && peer == from); },
+        // Data not arriving is the sender's silence; a full ring, the receiver's.
+        recvLeft > 0 ? from : to);
   }
 }
 
@@ -359,8 +356,8 @@ void ShmTransport::transfer(int to, const void* sendData, size_t sendBytes, int 
 
 SharedSpace* ShmTransport::sharedSpace(const std::vector<int>& ranks, Deadline deadline) {
   waiter_->throwIfFailed();
-  bool sorted = std::is_sorted(ranks.begin(), ranks.end()) &&
-                std::adjacent_find(ranks.begin(), ranks.end()) == ranks.end();
+  bool sorted =
+      std::is_sorted(ranks.begin(), ranks.end()) && std::adjacent_find(ranks.begin(), ranks.end()) == ranks.end();
   bool member = std::find(ranks.begin(), ranks.end(), rank_) != ranks.end();
   if (ranks.empty() || !sorted || !member || ranks.front() < 0 || ranks.back() >= size_) {
     std::ostringstream text;

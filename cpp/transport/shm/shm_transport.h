@@ -149,11 +149,13 @@ class ShmTransport final : public Transport {
   template <typename Ready, typename Describe>
   void waitOrTimeout(Ready&& ready, Deadline deadline, Describe&& describe, const shm::PeerFilter& needs = {},
                      int silent = -1) {
-    waitOrBlame(std::forward<Ready>(ready), deadline, std::forward<Describe>(describe), needs, [silent] { return silent; });
+    waitOrBlame(std::forward<Ready>(ready), deadline, std::forward<Describe>(describe), needs,
+                [silent] { return silent; });
   }
   // The same, with the peer to blame found once the wait timed out (silent() -> rank or -1).
   template <typename Ready, typename Describe, typename Silent>
-  void waitOrBlame(Ready&& ready, Deadline deadline, Describe&& describe, const shm::PeerFilter& needs, Silent&& silent) {
+  void waitOrBlame(Ready&& ready, Deadline deadline, Describe&& describe, const shm::PeerFilter& needs,
+                   Silent&& silent) {
     bool ok = waiter_->wait(
         [&] {
           flushOutboxes();
@@ -167,7 +169,8 @@ class ShmTransport final : public Transport {
       waiter_->failWaitingFor(stopped, std::make_exception_ptr(PeerLost(
                                            stopped, "Horovod rank " + std::to_string(stopped) +
                                                         " is stopped (SIGSTOP or a debugger) and did not answer in "
-                                                        "time: " + describe())));
+                                                        "time: " +
+                                                        describe())));
     }
     waiter_->failWaitingFor(silent(), std::make_exception_ptr(Timeout(describe())));
   }

@@ -165,9 +165,10 @@ bool Waiter::noPeerStoppedTooLong() {
     if (ms > stopLimit) {
       recordBlame(peers_[i].rank);
       latch(std::make_exception_ptr(PeerLost(
-          peers_[i].rank, "Horovod rank " + std::to_string(peers_[i].rank) + " (pid " +
-                              std::to_string(peers_[i].pid) + ") on this host has been stopped (SIGSTOP or a "
-                              "debugger) for " + std::to_string(ms.count()) +
+          peers_[i].rank, "Horovod rank " + std::to_string(peers_[i].rank) + " (pid " + std::to_string(peers_[i].pid) +
+                              ") on this host has been stopped (SIGSTOP or a "
+                              "debugger) for " +
+                              std::to_string(ms.count()) +
                               " ms, longer than HOROVOD_GLOO_TIMEOUT_SECONDS; it did not answer in time")));
       return false;
     }
@@ -181,19 +182,20 @@ void Waiter::latchClosed(const WatchedPeer& closed, bool exited) {
   const uint32_t blamed = closed.header->timedOutOn.load(std::memory_order_acquire);
   if (blamed != 0 && static_cast<int>(blamed - 1) != closed.rank) {
     const int silent = static_cast<int>(blamed - 1);
-    latch(std::make_exception_ptr(
-        PeerLost(silent, "Horovod rank " + std::to_string(silent) + (silent == rank_ ? " (this rank)" : "") +
-                " did not answer in time: rank " + std::to_string(closed.rank) + " timed out waiting for it and "
-                "aborted while rank " + std::to_string(rank_) + " was waiting for rank " +
-                std::to_string(closed.rank) + " (is rank " + std::to_string(silent) +
-                " stopped, hung or starved of CPU? see HOROVOD_GLOO_TIMEOUT_SECONDS)")));
+    latch(std::make_exception_ptr(PeerLost(
+        silent, "Horovod rank " + std::to_string(silent) + (silent == rank_ ? " (this rank)" : "") +
+                    " did not answer in time: rank " + std::to_string(closed.rank) +
+                    " timed out waiting for it and "
+                    "aborted while rank " +
+                    std::to_string(rank_) + " was waiting for rank " + std::to_string(closed.rank) + " (is rank " +
+                    std::to_string(silent) + " stopped, hung or starved of CPU? see HOROVOD_GLOO_TIMEOUT_SECONDS)")));
     return;
   }
   latch(std::make_exception_ptr(
-      PeerLost(closed.rank, "Horovod lost rank " + std::to_string(closed.rank) + " (pid " +
-                                std::to_string(closed.pid) + ") on this host: it " +
+      PeerLost(closed.rank, "Horovod lost rank " + std::to_string(closed.rank) + " (pid " + std::to_string(closed.pid) +
+                                ") on this host: it " +
                                 (closed.header->closed.load() == kClosedFailed ? "failed (aborted its transport"
-                                                                                : "shut down (closed its transport") +
+                                                                               : "shut down (closed its transport") +
                                 (exited ? " and exited" : "") + ") while rank " + std::to_string(rank_) +
                                 " was still waiting for it")));
 }

@@ -128,9 +128,9 @@ std::string TcpTransport::readControlLocked(int peer) {
       int32_t blamed = -1;
       if (length >= sizeof(blamed)) std::memcpy(&blamed, body, sizeof(blamed));
       p.blamed = blamed >= 0 && blamed < size_ ? blamed : -1;
-      p.gaveUpReason = length > sizeof(blamed) ? std::string(reinterpret_cast<const char*>(body) + sizeof(blamed),
-                                                              length - sizeof(blamed))
-                                               : std::string("no reason given");
+      p.gaveUpReason = length > sizeof(blamed)
+                           ? std::string(reinterpret_cast<const char*>(body) + sizeof(blamed), length - sizeof(blamed))
+                           : std::string("no reason given");
       p.gaveUp = true;
     } else if (kind == kFramePing) {
       appendFrame(p, kFramePong, nullptr, 0);
@@ -250,8 +250,8 @@ void TcpTransport::keepAlive(std::chrono::steady_clock::time_point now) {
   }
   if (silent >= 0) {
     fail(silent, "Horovod " + describePeer(silent) + " did not answer a liveness probe for " +
-                     std::to_string(silentFor.count()) +
-                     " ms while rank " + std::to_string(rank_) + " waited for messages (is it stopped, hung, or is "
+                     std::to_string(silentFor.count()) + " ms while rank " + std::to_string(rank_) +
+                     " waited for messages (is it stopped, hung, or is "
                      "its host unreachable? see HOROVOD_GLOO_TIMEOUT_SECONDS)");
   }
 }
@@ -316,8 +316,9 @@ void TcpTransport::fillMailPollSet() {
 int TcpTransport::mailWaitMs(Deadline deadline) const {
   // Wake for the next keep-alive round too (it needs every input read first: done by the caller).
   int waitMs = deadline.pollTimeoutMs();
-  auto untilKeepAlive = std::chrono::duration_cast<std::chrono::milliseconds>(
-                            nextKeepAlive_ - std::chrono::steady_clock::now()).count() + 1;
+  auto untilKeepAlive =
+      std::chrono::duration_cast<std::chrono::milliseconds>(nextKeepAlive_ - std::chrono::steady_clock::now()).count() +
+      1;
   if (waitMs < 0 || untilKeepAlive < waitMs) waitMs = static_cast<int>(std::max<long long>(untilKeepAlive, 0));
   return waitMs;
 }
@@ -330,8 +331,7 @@ TcpTransport::MailEvents TcpTransport::serveMailPollSet() {
     if (revents == 0) continue;
     const PollOwner& owner = mailOwners_[i];
     switch (owner.kind) {
-      case PollKind::kAbort:
-        break;  // handled by the caller, outside the lock
+      case PollKind::kAbort: break;  // handled by the caller, outside the lock
       case PollKind::kWake: {
         uint64_t count;
         (void)!::read(wakeFd_.fd(), &count, sizeof(count));
@@ -354,9 +354,7 @@ TcpTransport::MailEvents TcpTransport::serveMailPollSet() {
         }
         break;
       }
-      case PollKind::kData:
-        events.dataHangups.emplace_back(owner.peer, revents);
-        break;
+      case PollKind::kData: events.dataHangups.emplace_back(owner.peer, revents); break;
     }
   }
   return events;

@@ -100,7 +100,8 @@ class Acceptor {
       if (rc == 0 && deadline_.expired()) {
         std::string who;
         for (int r = 0; r < rank; ++r) {
-          if (!links_.data[r].valid() || !links_.control[r].valid()) who += (who.empty() ? "" : ", ") + std::to_string(r);
+          if (!links_.data[r].valid() || !links_.control[r].valid())
+            who += (who.empty() ? "" : ", ") + std::to_string(r);
         }
         throw Timeout("TCP transport setup timed out on rank " + std::to_string(rank) +
                       ": no connection from rank(s) " + who + " (listening on " + links_.listenAddress + ")");
@@ -148,8 +149,8 @@ Socket connectTo(const TransportContext& context, int peer, const std::string& a
   try {
     s = connectTcp(host, port, deadline, /*retry=*/true, bufferBytes);
   } catch (const Timeout& e) {
-    throw Timeout("TCP transport setup: rank " + std::to_string(context.rank) + " could not connect to " + who +
-                  ": " + e.what());
+    throw Timeout("TCP transport setup: rank " + std::to_string(context.rank) + " could not connect to " + who + ": " +
+                  e.what());
   } catch (const Error& e) {
     throw Error("TCP transport setup: rank " + std::to_string(context.rank) + " could not connect to " + who + ": " +
                 e.what());
@@ -158,8 +159,8 @@ Socket connectTo(const TransportContext& context, int peer, const std::string& a
     authenticateAsClient(s.fd(), context.secret, clientIdentity(context.jobId, context.rank, plane),
                          serverIdentity(context.jobId, peer), deadline);
   } catch (const AuthenticationRefused& e) {
-    throw Error("TCP transport setup: " + who + " refused authentication (does it have the same job secret?): " +
-                e.what());
+    throw Error("TCP transport setup: " + who +
+                " refused authentication (does it have the same job secret?): " + e.what());
   } catch (const Error& e) {
     throw Error("TCP transport setup: authentication with " + who + " failed: " + e.what());
   }
@@ -180,9 +181,9 @@ std::pair<std::string, std::string> chooseAddresses(const TransportContext& cont
     if (ip.empty()) {
       std::string known;
       for (const auto& name : interfaceNames()) known += (known.empty() ? "" : ", ") + name;
-      throw InvalidArgument("network interface '" + context.interface +
-                            "' (HOROVOD_GLOO_IFACE) does not exist or has no IP address; interfaces that are up: " +
-                            known);
+      throw InvalidArgument(
+          "network interface '" + context.interface +
+          "' (HOROVOD_GLOO_IFACE) does not exist or has no IP address; interfaces that are up: " + known);
     }
     bind = publish = ip;
   }
@@ -225,8 +226,8 @@ MeshLinks connectMesh(const TransportContext& context, int socketBufferBytes) {
         address = getString(*context.store, "addr/" + std::to_string(peer), deadline);
       } catch (const Timeout& e) {
         throw Timeout("TCP transport setup timed out on rank " + std::to_string(rank) + ": rank " +
-                      std::to_string(peer) + " (host " + hostOf(context, peer) + ") did not publish its address: " +
-                      e.what());
+                      std::to_string(peer) + " (host " + hostOf(context, peer) +
+                      ") did not publish its address: " + e.what());
       }
       links.data[peer] = connectTo(context, peer, address, kData, socketBufferBytes, deadline);
       links.control[peer] = connectTo(context, peer, address, kControl, socketBufferBytes, deadline);

@@ -374,8 +374,8 @@ void TcpTransport::recv(int peer, void* data, size_t bytes, Deadline deadline) {
   transfer(&leg, 1, deadline, "recv");
 }
 
-void TcpTransport::sendRecv(int to, const void* sendData, size_t sendBytes, int from, void* recvData,
-                            size_t recvBytes, Deadline deadline) {
+void TcpTransport::sendRecv(int to, const void* sendData, size_t sendBytes, int from, void* recvData, size_t recvBytes,
+                            Deadline deadline) {
   checkPeer(to, "sendRecv");
   checkPeer(from, "sendRecv");
   checkUsable(true);
@@ -473,8 +473,8 @@ void TcpTransport::fillTransferPollSet(const Leg* legs, int count) {
 
 void TcpTransport::failTransferTimeout(const Leg* legs, int count, const char* op, Deadline::Clock::time_point start) {
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Deadline::Clock::now() - start).count();
-  std::string message = "Timed out after " + std::to_string(ms) + " ms in tcp " + op + " on rank " +
-                        std::to_string(rank_) + ":";
+  std::string message =
+      "Timed out after " + std::to_string(ms) + " ms in tcp " + op + " on rank " + std::to_string(rank_) + ":";
   for (int i = 0; i < count; ++i) {
     const Leg& leg = legs[i];
     if (leg.left == 0) continue;

@@ -115,11 +115,13 @@ TEST(CApi, RoundTrip) {
 
   // Duplicate name while pending is impossible to provoke with one rank (it completes at once),
   // so check the error mapping with a bad argument and a bad process set.
-  EXPECT_EQ(hvd_allreduce_async(in.data(), out.data(), 2, 99, HVD_SUM, 1.0, 1.0, "c.y", 0, &h), HVD_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(hvd_allreduce_async(in.data(), out.data(), 2, 99, HVD_SUM, 1.0, 1.0, "c.y", 0, &h),
+            HVD_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(hvd_last_error()).find("dtype"), std::string::npos);
   EXPECT_EQ(hvd_allreduce_async(in.data(), out.data(), 2, HVD_FLOAT64, HVD_SUM, 1.0, 1.0, "c.y", 5, &h),
             HVD_ERR_INVALID_ARGUMENT);
-  EXPECT_EQ(std::string(hvd_last_error()), "Allreduce: Process set provided does not exist, or has not been registered.");
+  EXPECT_EQ(std::string(hvd_last_error()),
+            "Allreduce: Process set provided does not exist, or has not been registered.");
 
   std::vector<int32_t> rows = {7, 8, 9, 10};
   ASSERT_EQ(hvd_allgather_async(rows.data(), 2, 2, HVD_INT32, "c.ag", 0, &h), HVD_OK);

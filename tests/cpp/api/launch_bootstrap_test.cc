@@ -33,8 +33,8 @@ TEST(LaunchBootstrap, SlurmPortIsBelowTheEphemeralRange) {
 TEST(LaunchBootstrap, NoLauncherMeansTheRuntimesOwnStore) {
   auto config = engine::Config::fromEnvironment(mapEnvironment({}));
   EXPECT_EQ(bootstrapWithoutLauncher(config, InitOptions{}), nullptr);
-  auto dir = engine::Config::fromEnvironment(
-      mapEnvironment({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"HOROVOD_RENDEZVOUS_DIR", "/tmp/x"}}));
+  auto dir = engine::Config::fromEnvironment(mapEnvironment(
+      {{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"HOROVOD_RENDEZVOUS_DIR", "/tmp/x"}}));
   EXPECT_EQ(bootstrapWithoutLauncher(dir, InitOptions{}), nullptr);  // a given rendezvous wins
 }
 

@@ -260,7 +260,8 @@ TEST(AutotuneOptions, ValidatesEveryVariable) {
   EXPECT_FALSE(AutotuneOptions::fromEnvironment(mapEnvironment({})).enabled);
   EXPECT_TRUE(AutotuneOptions::fromEnvironment(env("HOROVOD_AUTOTUNE", "1")).enabled);
   EXPECT_THROW(AutotuneOptions::fromEnvironment(env("HOROVOD_AUTOTUNE", "sure")), InvalidArgument);
-  EXPECT_THROW(AutotuneOptions::fromEnvironment(env("HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "1.5")), InvalidArgument);
+  EXPECT_THROW(AutotuneOptions::fromEnvironment(env("HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "1.5")),
+               InvalidArgument);
   EXPECT_THROW(AutotuneOptions::fromEnvironment(env("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "0")), InvalidArgument);
   EXPECT_THROW(AutotuneOptions::fromEnvironment(env("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "x")), InvalidArgument);
   EXPECT_THROW(AutotuneOptions::fromEnvironment(env("HOROVOD_AUTOTUNE_STRATEGY", "random")), InvalidArgument);

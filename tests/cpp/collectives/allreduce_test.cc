@@ -14,9 +14,8 @@ namespace {
 // Runs one allreduce on n ranks and checks: every rank's output is bitwise identical, and equals
 // the reference (exact for integers and Min/Max, within rounding for float sums and products).
 void checkAllreduce(int n, size_t count, DataType t, ReduceOp op, const RankOptions& options, uint64_t seed = 1) {
-  SCOPED_TRACE("n=" + std::to_string(n) + " count=" + std::to_string(count) + " dtype=" +
-               std::string(dataTypeName(t)) + " op=" + opName(op) + " algo=" + options.algorithm +
-               (options.shared ? " shared" : " p2p"));
+  SCOPED_TRACE("n=" + std::to_string(n) + " count=" + std::to_string(count) + " dtype=" + std::string(dataTypeName(t)) +
+               " op=" + opName(op) + " algo=" + options.algorithm + (options.shared ? " shared" : " p2p"));
   std::vector<std::vector<uint8_t>> inputs, outputs(n);
   for (int r = 0; r < n; ++r) inputs.push_back(makeInput(t, op, r, count, seed));
   runRanks(n, options, [&](Communicator& comm) {
@@ -129,8 +128,9 @@ TEST(Allreduce, OutOfPlaceMatchesInPlace) {
   for (const auto& algo : kAlgorithms) {
     for (int n : {1, 2, 3, 4}) {
       for (size_t count : {size_t(1), size_t(1000), size_t(65537)}) {
-        for (auto [t, op] : {std::pair{DataType::kFloat32, ReduceOp::kSum}, std::pair{DataType::kFloat16, ReduceOp::kMax},
-                             std::pair{DataType::kInt64, ReduceOp::kProduct}}) {
+        for (auto [t, op] :
+             {std::pair{DataType::kFloat32, ReduceOp::kSum}, std::pair{DataType::kFloat16, ReduceOp::kMax},
+              std::pair{DataType::kInt64, ReduceOp::kProduct}}) {
           SCOPED_TRACE(algo + " n=" + std::to_string(n) + " count=" + std::to_string(count));
           RankOptions options;
           options.algorithm = algo;
@@ -169,8 +169,9 @@ TEST(Allreduce, NaNsAndSignedZerosAgreeAcrossRanks) {
                 uint32_t bits = 0x7fc00000u | static_cast<uint32_t>(comm.rank() * 977 + i);  // payload per rank
                 std::memcpy(buf.data() + i * 4, &bits, 4);
               } else {
-                uint16_t bits = t == DataType::kFloat16 ? static_cast<uint16_t>(0x7e00 | ((comm.rank() * 31 + i) & 0x1ff))
-                                                        : static_cast<uint16_t>(0x7fc0 | ((comm.rank() * 7 + i) & 0x3f));
+                uint16_t bits = t == DataType::kFloat16
+                                    ? static_cast<uint16_t>(0x7e00 | ((comm.rank() * 31 + i) & 0x1ff))
+                                    : static_cast<uint16_t>(0x7fc0 | ((comm.rank() * 7 + i) & 0x3f));
                 std::memcpy(buf.data() + i * 2, &bits, 2);
               }
             }

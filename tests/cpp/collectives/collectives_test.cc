@@ -45,7 +45,8 @@ TEST(Allgatherv, VaryingSizesIncludingZero) {
           collectives::allgatherv(comm, in.data(), out.data(), sizes);
           size_t offset = 0;
           for (int j = 0; j < n; ++j) {
-            for (size_t i = 0; i < sizes[j]; ++i) ASSERT_EQ(out[offset + i], pattern(j, i)) << "block " << j << " i " << i;
+            for (size_t i = 0; i < sizes[j]; ++i)
+              ASSERT_EQ(out[offset + i], pattern(j, i)) << "block " << j << " i " << i;
             offset += sizes[j];
           }
           ASSERT_EQ(out[total], 0xee) << "wrote past the end";
@@ -69,13 +70,15 @@ TEST(Broadcast, EveryRootAndSize) {
       for (size_t bytes : {size_t(0), size_t(1), size_t(1000), size_t(300000), size_t(3u << 20) + 5}) {
         if (bytes > 300000 && n != 3) continue;  // the pipelined chain: one odd size is enough
         if (bytes == 300000 && n > 5) continue;
-        SCOPED_TRACE("n=" + std::to_string(n) + " bytes=" + std::to_string(bytes) + (options.shared ? " shared" : " p2p"));
+        SCOPED_TRACE("n=" + std::to_string(n) + " bytes=" + std::to_string(bytes) +
+                     (options.shared ? " shared" : " p2p"));
         runRanks(n, options, [&](Communicator& comm) {
           std::vector<uint8_t> buf(bytes);
           for (int root = 0; root < n; ++root) {
             for (size_t i = 0; i < bytes; ++i) buf[i] = pattern(comm.rank(), i, root);
             collectives::broadcast(comm, buf.data(), bytes, root);
-            for (size_t i = 0; i < bytes; ++i) ASSERT_EQ(buf[i], pattern(root, i, root)) << "root " << root << " i " << i;
+            for (size_t i = 0; i < bytes; ++i)
+              ASSERT_EQ(buf[i], pattern(root, i, root)) << "root " << root << " i " << i;
           }
         });
         if (HasFatalFailure()) return;

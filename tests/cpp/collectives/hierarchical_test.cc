@@ -219,19 +219,17 @@ TEST(Hierarchical, AllreduceTwoHostsTwoRanks) {
 }
 
 TEST(Hierarchical, AllreduceShapesAndManyChunks) {
-  std::vector<Case> cases = {{DataType::kFloat32, ReduceOp::kSum, 1, false},
-                             {DataType::kFloat32, ReduceOp::kSum, 33, true},
-                             {DataType::kFloat32, ReduceOp::kSum, 100003, false},
-                             {DataType::kFloat16, ReduceOp::kSum, 20001, true},
-                             {DataType::kFloat64, ReduceOp::kMin, 9999, false},
-                             {DataType::kInt32, ReduceOp::kProduct, 12345, false},
-                             {DataType::kBFloat16, ReduceOp::kMax, 777, false}};
+  std::vector<Case> cases = {
+      {DataType::kFloat32, ReduceOp::kSum, 1, false},      {DataType::kFloat32, ReduceOp::kSum, 33, true},
+      {DataType::kFloat32, ReduceOp::kSum, 100003, false}, {DataType::kFloat16, ReduceOp::kSum, 20001, true},
+      {DataType::kFloat64, ReduceOp::kMin, 9999, false},   {DataType::kInt32, ReduceOp::kProduct, 12345, false},
+      {DataType::kBFloat16, ReduceOp::kMax, 777, false}};
   // 2 x 3 and 3 x 2, blocks and interleaved; small shared buffers (many chunks).
   checkAllreduces({{"a", "a", "a", "b", "b", "b"}, "local-small"}, cases, "hierarchical");
   checkAllreduces({{"x", "y", "z", "z", "y", "x"}, "local-small"}, cases, "hierarchical");
   // Default-size buffers: a 4 MiB message in one chunk per host half.
-  checkAllreduces({{"a", "b", "a", "b", "a", "b"}},
-                  {{DataType::kFloat32, ReduceOp::kSum, size_t(1) << 20, false}}, "hierarchical");
+  checkAllreduces({{"a", "b", "a", "b", "a", "b"}}, {{DataType::kFloat32, ReduceOp::kSum, size_t(1) << 20, false}},
+                  "hierarchical");
 }
 
 TEST(Hierarchical, ForcedAndFallback) {
@@ -300,7 +298,8 @@ TEST(Hierarchical, ProcessSetsShareAHostSpace) {
   std::vector<std::string> failures;
   runHosts({{"a", "b", "a", "b"}, "local-slow"}, [&](Communicator& world) {
     std::unique_ptr<Communicator> pair;
-    if (world.rank() % 2 == 0) pair = std::make_unique<Communicator>(world.transport(), std::vector<int>{0, 2}, 20000ms);
+    if (world.rank() % 2 == 0)
+      pair = std::make_unique<Communicator>(world.transport(), std::vector<int>{0, 2}, 20000ms);
     for (int iter = 0; iter < 6; ++iter) {
       std::vector<float> w(count), p(pairCount);
       for (size_t i = 0; i < count; ++i) w[i] = static_cast<float>((world.rank() + 1) * (i % 97) + iter);

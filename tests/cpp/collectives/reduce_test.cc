@@ -261,8 +261,8 @@ TEST(ReduceKernels, ToAndCopyIsToThenScaleWrittenTwice) {
       const bool scalable = t != DataType::kUInt16 && t != DataType::kInt16 && t != DataType::kBool;
       for (double factor : {1.0, 0.5}) {
         for (bool stream : {false, true}) {
-          for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(9), size_t(255), size_t(1023), size_t(1025),
-                               size_t(5000)}) {
+          for (size_t count :
+               {size_t(0), size_t(1), size_t(7), size_t(9), size_t(255), size_t(1023), size_t(1025), size_t(5000)}) {
             for (size_t shift : {size_t(0), size_t(1), size_t(3)}) {  // elements: moves the copy off alignment
               SCOPED_TRACE(std::string(dataTypeName(t)) + " " + opName(op) + " factor " + std::to_string(factor) +
                            (stream ? " streamed" : "") + " count " + std::to_string(count) + " shift " +
@@ -307,9 +307,16 @@ TEST(ReduceKernels, DispatchedFloatToAndCopyMatchesPortable) {
   if (!detail::cpuHasAvx2F16c()) GTEST_SKIP() << "no AVX2/F16C here: the dispatched kernels are the portable ones";
   std::mt19937 rng(5);
   const size_t count = 4099;
-  const float specials[] = {0.0f, -0.0f, 1e-45f, -1e-45f, 1.0f, std::numeric_limits<float>::infinity(),
-                            -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
-                            std::numeric_limits<float>::max(), 3.0f};
+  const float specials[] = {0.0f,
+                            -0.0f,
+                            1e-45f,
+                            -1e-45f,
+                            1.0f,
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(),
+                            std::numeric_limits<float>::max(),
+                            3.0f};
   const std::vector<float> a = randomWithSpecials(rng, count, specials, 3, 0);
   const std::vector<float> b = randomWithSpecials(rng, count, specials, 5, 4);
   const DataType f32 = DataType::kFloat32;

@@ -6,9 +6,9 @@
 #include <unistd.h>
 
 #include <barrier>
+#include <cstring>
 #include <numeric>
 #include <thread>
-#include <cstring>
 
 #include "collectives/collectives.h"
 #include "collectives/reduce.h"
@@ -118,14 +118,16 @@ TEST(ShmTransportCollectives, AllreducePiecesMatchesConcatenation) {
         if (ran) {
           ASSERT_TRUE(collectives::allreducePieces(comm, pieces, DataType::kFloat32, ReduceOp::kSum));
         }
-        for (auto& o : ins) gotInPlace[r].insert(gotInPlace[r].end(), (uint8_t*)o.data(), (uint8_t*)(o.data() + o.size()));
+        for (auto& o : ins)
+          gotInPlace[r].insert(gotInPlace[r].end(), (uint8_t*)o.data(), (uint8_t*)(o.data() + o.size()));
       });
       const bool shared = std::string(algo) != "ring";
       for (int r = 0; r < n; ++r) {
         ASSERT_EQ(taken[r], shared ? 1 : 0) << "rank " << r;
         if (!shared) {
           std::vector<float> untouched(total, -1.0f);
-          ASSERT_EQ(0, std::memcmp(gotOut[r].data(), untouched.data(), total * 4)) << "declined, yet outputs were written";
+          ASSERT_EQ(0, std::memcmp(gotOut[r].data(), untouched.data(), total * 4))
+              << "declined, yet outputs were written";
           continue;
         }
         ASSERT_EQ(gotOut[r], expected[0]) << "rank " << r << ": pieces differ from the concatenation";
@@ -169,8 +171,8 @@ TEST(ShmTransportCollectives, AllreducePostscaleEqualsScaledSum) {
     for (int r = 0; r < n; ++r) ASSERT_EQ(failures[r], "") << "rank " << r << " differs from scaleBuffer(sum)";
   };
   for (const char* algo : {"shm_direct", "shm_slices", "recursive_doubling", "ring"}) {
-    for (DataType t : {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16, DataType::kInt32,
-                       DataType::kFloat64}) {
+    for (DataType t :
+         {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16, DataType::kInt32, DataType::kFloat64}) {
       check(algo, t, 3, 70001);  // several chunks and tiles of the 128 KiB shared half
       if (HasFatalFailure()) return;
     }

@@ -58,7 +58,8 @@ inline void storeFloat(DataType t, void* buf, size_t i, double v) {
 // Element i of an integer/bool buffer as uint64 (sign-extended for signed types).
 inline uint64_t loadInt(DataType t, const void* buf, size_t i) {
   switch (t) {
-    case DataType::kUInt8: case DataType::kBool: return static_cast<const uint8_t*>(buf)[i];
+    case DataType::kUInt8:
+    case DataType::kBool: return static_cast<const uint8_t*>(buf)[i];
     case DataType::kInt8: return static_cast<uint64_t>(static_cast<int64_t>(static_cast<const int8_t*>(buf)[i]));
     case DataType::kUInt16: return static_cast<const uint16_t*>(buf)[i];
     case DataType::kInt16: return static_cast<uint64_t>(static_cast<int64_t>(static_cast<const int16_t*>(buf)[i]));
@@ -69,8 +70,11 @@ inline uint64_t loadInt(DataType t, const void* buf, size_t i) {
 }
 inline void storeInt(DataType t, void* buf, size_t i, uint64_t v) {
   switch (t) {
-    case DataType::kUInt8: case DataType::kInt8: case DataType::kBool: static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(v); break;
-    case DataType::kUInt16: case DataType::kInt16: static_cast<uint16_t*>(buf)[i] = static_cast<uint16_t>(v); break;
+    case DataType::kUInt8:
+    case DataType::kInt8:
+    case DataType::kBool: static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(v); break;
+    case DataType::kUInt16:
+    case DataType::kInt16: static_cast<uint16_t*>(buf)[i] = static_cast<uint16_t>(v); break;
     case DataType::kInt32: static_cast<uint32_t*>(buf)[i] = static_cast<uint32_t>(v); break;
     case DataType::kInt64: static_cast<uint64_t*>(buf)[i] = v; break;
     default: break;

@@ -29,11 +29,8 @@ void matchesUnorderedMapUnderRandomOperations() {
           map.assign(id, step);
           ref[id] = step;
           break;
-        case 2:
-          EXPECT_EQ(map.erase(id), ref.erase(id) == 1);
-          break;
-        default:
-          base += 1;
+        case 2: EXPECT_EQ(map.erase(id), ref.erase(id) == 1); break;
+        default: base += 1;
       }
       if (step % 97 == 0) {
         ASSERT_EQ(map.size(), ref.size());
@@ -61,7 +58,9 @@ void matchesUnorderedMapUnderRandomOperations() {
 }
 
 TEST(IdMap, MatchesUnorderedMapUnderRandomOperations) { matchesUnorderedMapUnderRandomOperations<IdMap<int>>(); }
-TEST(FlatIdMap, MatchesUnorderedMapUnderRandomOperations) { matchesUnorderedMapUnderRandomOperations<FlatIdMap<int>>(); }
+TEST(FlatIdMap, MatchesUnorderedMapUnderRandomOperations) {
+  matchesUnorderedMapUnderRandomOperations<FlatIdMap<int>>();
+}
 
 TEST(IdMap, ValuesNeverMove) {
   IdMap<std::string> map;

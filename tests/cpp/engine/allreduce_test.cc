@@ -77,7 +77,8 @@ TEST(Allreduce, InPlaceAndScaling) {
     // Integer average truncates toward zero: sum 5 over 2 -> 2, of -5 -> -2.
     std::vector<int32_t> ints = {rank == 0 ? 2 : 0, rank == 0 ? -2 : 0, rank == 1 ? 3 : 0, rank == 1 ? -3 : 0};
     std::vector<int32_t> res(4);
-    rt.allreduce(view(ints, DataType::kInt32), view(res, DataType::kInt32), named("intavg", ReduceOp::kAverage))->wait();
+    rt.allreduce(view(ints, DataType::kInt32), view(res, DataType::kInt32), named("intavg", ReduceOp::kAverage))
+        ->wait();
     // sums 2,-2,3,-3 over 3 ranks -> 0,0,1,-1
     EXPECT_EQ(res, (std::vector<int32_t>{0, 0, 1, -1}));
   });
@@ -145,7 +146,8 @@ TEST(Allreduce, OrderingFreedom) {
     std::vector<WorkPtr> works(kTensors);
     for (int t : order) {
       std::fill(in[t].begin(), in[t].end(), t + rank);
-      works[t] = rt.allreduce(view(in[t], DataType::kInt64), view(out[t], DataType::kInt64), named("o" + std::to_string(t)));
+      works[t] =
+          rt.allreduce(view(in[t], DataType::kInt64), view(out[t], DataType::kInt64), named("o" + std::to_string(t)));
     }
     for (int t = 0; t < kTensors; ++t) {
       works[t]->wait();

@@ -41,8 +41,7 @@ class FakeBackend : public engine::CollectiveBackend {
   // The fake runs a fixed sum: no knob applies.
   void applyKnobs(const engine::Knobs&) override {}
   bool supports(engine::Kind kind) const override { return kind == engine::Kind::kAllreduce; }
-  void run(const engine::Response& r, engine::ProcessSet&,
-           const std::vector<engine::Entry*>& entries) override {
+  void run(const engine::Response& r, engine::ProcessSet&, const std::vector<engine::Entry*>& entries) override {
     Seen s{comm_.globalRank(comm_.rank()), r.params.processSet, r.params.kind, {}, nullptr};
     for (const auto& t : r.tensors) s.names.push_back(t.data().name);
     if (!entries.empty() && entries[0] != nullptr) s.stream = entries[0]->stream;
@@ -130,12 +129,12 @@ TEST(Backend, UnservedDeviceIsRefusedAtEnqueue) {
   v.device.kind = DeviceKind::kCuda;
   v.device.index = 1;
   expectThrowWith<InvalidArgument>([&] { c[0].allreduce(v, v, named("cuda.x")); },
-                               "no collective backend in this build runs on cuda:1");
+                                   "no collective backend in this build runs on cuda:1");
   TensorView host = view(x, DataType::kFloat32);
   std::vector<float> y(2);
   TensorView rocm = onRocm(y, nullptr);
   expectThrowWith<InvalidArgument>([&] { c[0].allreduce(host, rocm, named("mixed.x")); },
-                               "the output is on rocm:0 but the input on cpu");
+                                   "the output is on rocm:0 but the input on cpu");
 }
 
 TEST(Backend, UnsupportedOpFailsNamingBackendAndOp) {
@@ -143,7 +142,8 @@ TEST(Backend, UnsupportedOpFailsNamingBackendAndOp) {
   c.run([&](int r, engine::Runtime& rt) {
     std::vector<float> x(4, 1.0f);
     WorkPtr w = rt.broadcast(onRocm(x, nullptr), named("dev.b"));
-    expectThrowWith<Error>([&] { w->wait(); }, "The fake collective backend does not support BROADCAST on device rocm:0");
+    expectThrowWith<Error>([&] { w->wait(); },
+                           "The fake collective backend does not support BROADCAST on device rocm:0");
     // The engine keeps running: later operations work.
     std::vector<float> y(2, 1.0f);
     rt.allreduce(onRocm(y, nullptr), onRocm(y, nullptr), named("dev.after"))->wait();

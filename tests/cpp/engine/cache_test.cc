@@ -78,7 +78,8 @@ TEST(Cache, ChangedShapeRenegotiatesAndMismatchStillRaised) {
       std::vector<float> g(8, 1.0f), h(8);
       rt.allreduce(view(g, DataType::kFloat32), view(h, DataType::kFloat32), named("y"))->wait();
     }
-    Buffer gi(rank == 1 ? DataType::kFloat64 : DataType::kFloat32, 8), ho(rank == 1 ? DataType::kFloat64 : DataType::kFloat32, 8);
+    Buffer gi(rank == 1 ? DataType::kFloat64 : DataType::kFloat32, 8),
+        ho(rank == 1 ? DataType::kFloat64 : DataType::kFloat32, 8);
     auto w2 = rt.allreduce(gi.view(), ho.view(), named("y"));
     expectThrowWith<MismatchError>([&] { w2->wait(); }, "Mismatched data types");
     // Scale factors changed on one rank of a cached allreduce.

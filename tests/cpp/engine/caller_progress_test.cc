@@ -96,8 +96,8 @@ TEST(CallerProgress, WorkNobodyWaitsForAfterCallersDroveStillCompletes) {
 }
 
 TEST(CallerProgress, ParksGrowWhileCallersDriveAndFallBackOtherwise) {
-  using std::chrono::microseconds;
   using engine::DriveGate;
+  using std::chrono::microseconds;
   const microseconds window(200);
   microseconds wait = window;
   std::vector<int64_t> seen;
@@ -127,7 +127,8 @@ TEST(CallerProgress, SeveralThreadsPerRankEnqueueAndWaitAtOnce) {
               std::vector<int32_t> in(3, rank + i), out(3);
               rt.allreduce(view(in, DataType::kInt32), view(out, DataType::kInt32), named("s" + std::to_string(k)))
                   ->wait();
-              if (out != std::vector<int32_t>(3, 1 + 2 * i)) throw std::runtime_error("wrong sum at " + std::to_string(i));
+              if (out != std::vector<int32_t>(3, 1 + 2 * i))
+                throw std::runtime_error("wrong sum at " + std::to_string(i));
             }
           }
         } catch (const std::exception& e) {

@@ -132,8 +132,8 @@ TEST(Collectives, FusedAllgatherAndReducescatter) {
     std::vector<WorkPtr> works;
     for (int t = 0; t < kT; ++t) {
       in[t].assign(static_cast<size_t>((rank + 1) * (t % 3 + 1) * 2), rank * 100 + t);
-      works.push_back(rt.allgather(view(in[t], DataType::kInt32, {(rank + 1) * (t % 3 + 1), 2}),
-                                   named("fag" + std::to_string(t))));
+      works.push_back(
+          rt.allgather(view(in[t], DataType::kInt32, {(rank + 1) * (t % 3 + 1), 2}), named("fag" + std::to_string(t))));
     }
     std::vector<std::vector<float>> rin(kT), rout(kT);
     std::vector<WorkPtr> rworks;
@@ -144,7 +144,8 @@ TEST(Collectives, FusedAllgatherAndReducescatter) {
       Options o = named("frs" + std::to_string(t));
       o.prescale = 2.0;
       rworks.push_back(rt.reducescatter(view(rin[t], DataType::kFloat32, {rows}),
-                                        view(rout[t], DataType::kFloat32, {engine::reducescatterRows(rows, 3, rank)}), o));
+                                        view(rout[t], DataType::kFloat32, {engine::reducescatterRows(rows, 3, rank)}),
+                                        o));
     }
     for (int t = 0; t < kT; ++t) {
       works[t]->wait();
@@ -213,7 +214,8 @@ TEST(Collectives, AlltoallAndReducescatterEveryDtype) {
       // Alltoall: rank r sends value r*10+p (row p) to rank p.
       Buffer in(dtype, {3, 2});
       for (int p = 0; p < 3; ++p) {
-        for (int c = 0; c < 2; ++c) in.set(static_cast<size_t>(p * 2 + c), dtype == DataType::kBool ? 1 : rank * 10 + p);
+        for (int c = 0; c < 2; ++c)
+          in.set(static_cast<size_t>(p * 2 + c), dtype == DataType::kBool ? 1 : rank * 10 + p);
       }
       auto w = rt.alltoall(in.view(), named("a2a." + tag));
       w->wait();

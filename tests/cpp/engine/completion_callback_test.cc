@@ -128,8 +128,7 @@ TEST(CompletionCallback, ShutdownFailsPendingOperationsThroughTheirCallbacks) {
   std::vector<std::vector<float>> in(2, std::vector<float>(2, 1.0f)), out(2, std::vector<float>(2));
   std::vector<WorkPtr> works(2);
   // Only rank 0 submits: the operation can never complete, until shutdown fails it.
-  works[0] = cluster[0].allreduce(view(in[0], DataType::kFloat32), view(out[0], DataType::kFloat32),
-                                  named("never"));
+  works[0] = cluster[0].allreduce(view(in[0], DataType::kFloat32), view(out[0], DataType::kFloat32), named("never"));
   Work* raw = works[0].get();
   works[0]->whenComplete([&, raw] {
     try {

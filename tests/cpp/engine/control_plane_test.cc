@@ -118,7 +118,9 @@ TEST(ControlPlane, CoordinatorAnswersHitsWithIdsAndRanksDeriveSameFusion) {
       int ps = name[0] == 'd' ? 1 : 0;
       if (ps == 1 && rank != 1) continue;
       Request q = request(name, ps, name[0] == 'c' ? DataType::kFloat64 : DataType::kFloat32,
-                          name[0] == 'b' ? 8 : name[0] == 'd' ? 2 : 4);
+                          name[0] == 'b'   ? 8
+                          : name[0] == 'd' ? 2
+                                           : 4);
       uint32_t id = replicas[rank].lookup(q, ps == 1 ? 0 : rank);
       EXPECT_NE(id, engine::kNoCacheId) << name;
       l.hits.push_back(id);
@@ -235,17 +237,18 @@ TEST(ControlPlane, SeveralProcessSetsWithEvictionsStayCorrect) {
           for (int t = 0; t < 5; ++t) {
             in.emplace_back(static_cast<size_t>(3 + t), static_cast<float>(rank + 1 + step + t));
             out.emplace_back(in.back().size());
-            works.push_back(rt.allreduce(view(in.back(), DataType::kFloat32), view(out.back(), DataType::kFloat32),
-                                         named("g" + std::to_string(set) + "." + std::to_string(t), ReduceOp::kSum,
-                                               set)));
+            works.push_back(
+                rt.allreduce(view(in.back(), DataType::kFloat32), view(out.back(), DataType::kFloat32),
+                             named("g" + std::to_string(set) + "." + std::to_string(t), ReduceOp::kSum, set)));
             what.emplace_back(set, t);
           }
         }
         for (auto& w : works) w->wait();
         for (size_t i = 0; i < what.size(); ++i) {
           auto [set, t] = what[i];
-          std::vector<int> members = set == 0 ? std::vector<int>{0, 1, 2} : set == 1 ? std::vector<int>{0, 2}
-                                                                                     : std::vector<int>{1, 2};
+          std::vector<int> members = set == 0   ? std::vector<int>{0, 1, 2}
+                                     : set == 1 ? std::vector<int>{0, 2}
+                                                : std::vector<int>{1, 2};
           float expected = 0;
           for (int m : members) expected += static_cast<float>(m + 1 + step + t);
           for (float v : out[i]) ASSERT_EQ(v, expected) << "set " << set << " tensor " << t << " step " << step;
@@ -258,8 +261,8 @@ TEST(ControlPlane, SeveralProcessSetsWithEvictionsStayCorrect) {
       // A cached name now differs between the members of set 1: the mismatch, on both members.
       if (rank != 1) {
         std::vector<float> a(rank == 0 ? 3 : 4, 1.0f), b(a.size());
-        auto w = rt.allreduce(view(a, DataType::kFloat32), view(b, DataType::kFloat32),
-                              named("g1.0", ReduceOp::kSum, 1));
+        auto w =
+            rt.allreduce(view(a, DataType::kFloat32), view(b, DataType::kFloat32), named("g1.0", ReduceOp::kSum, 1));
         expectThrowWith<MismatchError>([&] { w->wait(); }, "Mismatched ALLREDUCE tensor shapes");
       }
     });

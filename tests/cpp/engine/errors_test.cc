@@ -18,12 +18,14 @@ void expectHealthy(engine::Runtime& rt, int n, const std::string& name) {
 TEST(Errors, DtypeAndShapeMismatchFailOnEveryRank) {
   Cluster cluster(3);
   cluster.run([&](int rank, engine::Runtime& rt) {
-    Buffer in(rank == 1 ? DataType::kInt32 : DataType::kFloat32, 4), out(rank == 1 ? DataType::kInt32 : DataType::kFloat32, 4);
+    Buffer in(rank == 1 ? DataType::kInt32 : DataType::kFloat32, 4),
+        out(rank == 1 ? DataType::kInt32 : DataType::kFloat32, 4);
     auto w = rt.allreduce(in.view(), out.view(), named("dt"));
     expectThrowWith<MismatchError>([&] { w->wait(); }, "Mismatched data types: One rank had type ");
     std::vector<float> a(rank == 2 ? 5 : 4), b(a.size());
     auto w2 = rt.allreduce(view(a, DataType::kFloat32), view(b, DataType::kFloat32), named("sh"));
-    expectThrowWith<MismatchError>([&] { w2->wait(); }, "Mismatched ALLREDUCE tensor shapes: One rank sent a tensor of shape [");
+    expectThrowWith<MismatchError>([&] { w2->wait(); },
+                                   "Mismatched ALLREDUCE tensor shapes: One rank sent a tensor of shape [");
     expectHealthy(rt, 3, "after");
   });
 }

@@ -23,8 +23,12 @@ TEST_P(JoinBySize, AverageWithJoinedRankContributingZeros) {
           for (int i = 0; i < 2; ++i) {
             std::vector<float> f(6, 3.0f), fo(6);
             std::vector<int32_t> k(6, 7), ko(6);
-            rt.allreduce(view(f, DataType::kFloat32), view(fo, DataType::kFloat32), named("jf" + suffix, ReduceOp::kAverage))->wait();
-            rt.allreduce(view(k, DataType::kInt32), view(ko, DataType::kInt32), named("ji" + suffix, ReduceOp::kAverage))->wait();
+            rt.allreduce(view(f, DataType::kFloat32), view(fo, DataType::kFloat32),
+                         named("jf" + suffix, ReduceOp::kAverage))
+                ->wait();
+            rt.allreduce(view(k, DataType::kInt32), view(ko, DataType::kInt32),
+                         named("ji" + suffix, ReduceOp::kAverage))
+                ->wait();
           }
         }
         int last;
@@ -35,8 +39,10 @@ TEST_P(JoinBySize, AverageWithJoinedRankContributingZeros) {
         } else {
           std::vector<float> f(6, 3.0f), fo(6);
           std::vector<int32_t> k(6, 7), ko(6);
-          auto w1 = rt.allreduce(view(f, DataType::kFloat32), view(fo, DataType::kFloat32), named("jf" + suffix, ReduceOp::kAverage));
-          auto w2 = rt.allreduce(view(k, DataType::kInt32), view(ko, DataType::kInt32), named("ji" + suffix, ReduceOp::kAverage));
+          auto w1 = rt.allreduce(view(f, DataType::kFloat32), view(fo, DataType::kFloat32),
+                                 named("jf" + suffix, ReduceOp::kAverage));
+          auto w2 = rt.allreduce(view(k, DataType::kInt32), view(ko, DataType::kInt32),
+                                 named("ji" + suffix, ReduceOp::kAverage));
           w1->wait();
           w2->wait();
           for (float v : fo) ASSERT_NEAR(v, 3.0f * (n - 1) / n, 1e-6);
@@ -50,7 +56,8 @@ TEST_P(JoinBySize, AverageWithJoinedRankContributingZeros) {
         }
         // Same value on every rank.
         std::vector<int32_t> v = {last, -last}, m(2);
-        rt.allreduce(view(v, DataType::kInt32), view(m, DataType::kInt32), named("jmax" + suffix, ReduceOp::kMax))->wait();
+        rt.allreduce(view(v, DataType::kInt32), view(m, DataType::kInt32), named("jmax" + suffix, ReduceOp::kMax))
+            ->wait();
         EXPECT_EQ(m[0], last);
         EXPECT_EQ(m[1], -last);
       }
@@ -164,7 +171,9 @@ TEST(ProcessSets, DynamicAddRemove) {
     EXPECT_FALSE(rt.removeProcessSet(42));
     EXPECT_EQ(rt.processSetIds(), (std::vector<int>{0, 2}));
     expectThrowWith<InvalidArgument>(
-        [&] { rt.allreduce(view(a, DataType::kFloat32), view(b, DataType::kFloat32), named("gone", ReduceOp::kSum, even)); },
+        [&] {
+          rt.allreduce(view(a, DataType::kFloat32), view(b, DataType::kFloat32), named("gone", ReduceOp::kSum, even));
+        },
         "Allreduce: Process set provided does not exist, or has not been registered.");
     int again = rt.addProcessSet({0, 2});
     EXPECT_EQ(again, 3);

@@ -26,8 +26,9 @@ TEST(Lifecycle, ShutdownOnOneRankFailsPendingOpsEverywhere) {
       rt.shutdown();
       EXPECT_FALSE(rt.initialized());
       std::vector<float> a(2), b(2);
-      expectThrowWith<Error>([&] { rt.allreduce(view(a, DataType::kFloat32), view(b, DataType::kFloat32), named("late")); },
-                             "Horovod has not been initialized");
+      expectThrowWith<Error>(
+          [&] { rt.allreduce(view(a, DataType::kFloat32), view(b, DataType::kFloat32), named("late")); },
+          "Horovod has not been initialized");
       return;
     }
     std::vector<float> a(2), b(2);
@@ -44,8 +45,8 @@ TEST(Lifecycle, ShutdownOnOneRankFailsPendingOpsEverywhere) {
     }
     // Later ops fail synchronously with the same message; the runtime still reports initialized.
     EXPECT_TRUE(rt.initialized());
-    expectThrowWith<Aborted>([&] { rt.allreduce(view(a, DataType::kFloat32), view(b, DataType::kFloat32), named("x")); },
-                             kShutdown);
+    expectThrowWith<Aborted>(
+        [&] { rt.allreduce(view(a, DataType::kFloat32), view(b, DataType::kFloat32), named("x")); }, kShutdown);
     rt.shutdown();
   });
 }
@@ -81,8 +82,8 @@ TEST(Lifecycle, TopologyFromHostnames) {
   auto store = std::make_shared<MemoryStore>();
   std::vector<engine::Topology> topo(5);
   runRankThreads(5, [&](int r) {
-    auto config = engine::Config::fromEnvironment(
-        mapEnvironment(rankEnv(r, 5, {{"HOROVOD_HOSTNAME", r < 2 ? "a" : "b"}})));
+    auto config =
+        engine::Config::fromEnvironment(mapEnvironment(rankEnv(r, 5, {{"HOROVOD_HOSTNAME", r < 2 ? "a" : "b"}})));
     engine::Runtime rt(config, store);
     rt.init();
     topo[r] = rt.topology();
@@ -117,7 +118,8 @@ TEST(Config, BadValuesNameVariableAndValue) {
   expectBad("HOROVOD_STALL_CHECK_TIME_SECONDS", "1m", "");
   expectBad("HOROVOD_BURST_QUIET_US", "soon", "");
   expectBad("HOROVOD_CONTROLLER", "nccl", "Unsupported controller type, only MPI and Gloo are supported");
-  expectBad("HOROVOD_CPU_OPERATIONS", "cuda", "Unsupported CPU operation type, only MPI, oneCCL, and Gloo are supported");
+  expectBad("HOROVOD_CPU_OPERATIONS", "cuda",
+            "Unsupported CPU operation type, only MPI, oneCCL, and Gloo are supported");
   // HOROVOD_CPU_OPERATIONS=mpi is accepted here; init checks that MPI started the job.
   EXPECT_TRUE(engine::Config::fromEnvironment(mapEnvironment({{"HOROVOD_CPU_OPERATIONS", "mpi"}})).cpuOperationsMpi);
   EXPECT_FALSE(engine::Config::fromEnvironment(mapEnvironment({})).cpuOperationsMpi);
@@ -159,31 +161,43 @@ TEST(Config, LauncherVariableMapping) {
   EXPECT_EQ(c.localRank, 0);
   EXPECT_EQ(c.localSize, 2);
   EXPECT_EQ(c.launchedBy, "openmpi");
-  c = engine::Config::fromEnvironment(mapEnvironment({{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"}}));
+  c = engine::Config::fromEnvironment(
+      mapEnvironment({{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"}}));
   EXPECT_EQ(c.rank, 3);
   EXPECT_EQ(c.size, 8);
   EXPECT_EQ(c.localRank, 1);
   EXPECT_EQ(c.launchedBy, "slurm");
-  c = engine::Config::fromEnvironment(mapEnvironment({{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}, {"HOROVOD_RANK", "0"}, {"HOROVOD_SIZE", "1"}}));
+  c = engine::Config::fromEnvironment(
+      mapEnvironment({{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}, {"HOROVOD_RANK", "0"}, {"HOROVOD_SIZE", "1"}}));
   EXPECT_EQ(c.size, 1);  // horovodrun's variables win
   // Hydra marks its launches with MPI_LOCALRANKID; srun's PMI plugin sets PMI_RANK without it.
-  c = engine::Config::fromEnvironment(mapEnvironment({{"PMI_RANK", "1"}, {"PMI_SIZE", "4"}, {"MPI_LOCALRANKID", "1"},
-                                                      {"MPI_LOCALNRANKS", "2"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}}));
+  c = engine::Config::fromEnvironment(mapEnvironment({{"PMI_RANK", "1"},
+                                                      {"PMI_SIZE", "4"},
+                                                      {"MPI_LOCALRANKID", "1"},
+                                                      {"MPI_LOCALNRANKS", "2"},
+                                                      {"SLURM_PROCID", "0"},
+                                                      {"SLURM_NTASKS", "1"}}));
   EXPECT_EQ(c.launchedBy, "pmi");
   EXPECT_EQ(c.rank, 1);
   EXPECT_EQ(c.localSize, 2);
-  c = engine::Config::fromEnvironment(mapEnvironment({{"PMI_RANK", "5"}, {"PMI_SIZE", "8"}, {"SLURM_PROCID", "5"},
-                                                      {"SLURM_STEP_NUM_TASKS", "8"}, {"SLURM_NTASKS", "16"},
-                                                      {"SLURM_JOB_ID", "77"}, {"SLURM_STEP_ID", "2"},
-                                                      {"SLURM_NODEID", "1"}, {"SLURM_STEP_NODELIST", "n[1-2]"}}));
+  c = engine::Config::fromEnvironment(mapEnvironment({{"PMI_RANK", "5"},
+                                                      {"PMI_SIZE", "8"},
+                                                      {"SLURM_PROCID", "5"},
+                                                      {"SLURM_STEP_NUM_TASKS", "8"},
+                                                      {"SLURM_NTASKS", "16"},
+                                                      {"SLURM_JOB_ID", "77"},
+                                                      {"SLURM_STEP_ID", "2"},
+                                                      {"SLURM_NODEID", "1"},
+                                                      {"SLURM_STEP_NODELIST", "n[1-2]"}}));
   EXPECT_EQ(c.launchedBy, "slurm");
   EXPECT_EQ(c.size, 8);  // the step's tasks, not the job's
   EXPECT_EQ(c.slurmJobId, 77);
   EXPECT_EQ(c.slurmStepId, 2);
   EXPECT_EQ(c.slurmNodeId, 1);
   EXPECT_EQ(c.slurmNodeList, "n[1-2]");
-  expectThrowWith<InvalidArgument>([] { engine::Config::fromEnvironment(mapEnvironment({{"HOROVOD_RANK", "3"}, {"HOROVOD_SIZE", "2"}})); },
-                                   "Invalid rank 3");
+  expectThrowWith<InvalidArgument>(
+      [] { engine::Config::fromEnvironment(mapEnvironment({{"HOROVOD_RANK", "3"}, {"HOROVOD_SIZE", "2"}})); },
+      "Invalid rank 3");
 }
 
 TEST(Lifecycle, MpirunWithoutRendezvousFailsClearly) {
@@ -231,9 +245,10 @@ TEST(Config, RecordsWhichTunableKnobsWereSetExplicitly) {
   EXPECT_FALSE(none.pinned.fusionThreshold || none.pinned.cacheCapacity || none.pinned.burstQuiet ||
                none.pinned.callerProgress || none.pinned.callerSpin || none.pinned.allreduceAlgorithm ||
                none.pinned.hierarchical);
-  engine::Config some = engine::Config::fromEnvironment(mapEnvironment(
-      {{"HOROVOD_FUSION_THRESHOLD", "1048576"}, {"HOROVOD_CACHE_CAPACITY", "0"}, {"HOROVOD_ALLREDUCE_ALGO", "ring"},
-       {"HOROVOD_HIERARCHICAL_ALLREDUCE", "0"}}));
+  engine::Config some = engine::Config::fromEnvironment(mapEnvironment({{"HOROVOD_FUSION_THRESHOLD", "1048576"},
+                                                                        {"HOROVOD_CACHE_CAPACITY", "0"},
+                                                                        {"HOROVOD_ALLREDUCE_ALGO", "ring"},
+                                                                        {"HOROVOD_HIERARCHICAL_ALLREDUCE", "0"}}));
   EXPECT_TRUE(some.pinned.fusionThreshold);
   EXPECT_TRUE(some.pinned.cacheCapacity);
   EXPECT_TRUE(some.pinned.allreduceAlgorithm);

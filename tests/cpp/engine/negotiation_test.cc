@@ -124,10 +124,10 @@ TEST(Negotiation, AllgatherCollectsFirstDims) {
   static const std::vector<int> ranks = {1, 4, 6};
   NegotiationContext ctx;
   ctx.setRanks = &ranks;
-  Response r = constructResponse({req(Kind::kAllgather, DataType::kInt8, {3, 2}, 6),
-                                  req(Kind::kAllgather, DataType::kInt8, {0, 2}, 1),
-                                  req(Kind::kAllgather, DataType::kInt8, {5, 2}, 4)},
-                                 ctx);
+  Response r = constructResponse(
+      {req(Kind::kAllgather, DataType::kInt8, {3, 2}, 6), req(Kind::kAllgather, DataType::kInt8, {0, 2}, 1),
+       req(Kind::kAllgather, DataType::kInt8, {5, 2}, 4)},
+      ctx);
   ASSERT_EQ(r.params.kind, Kind::kAllgather);
   EXPECT_EQ(r.tensors[0].firstDims, (std::vector<int64_t>{0, 5, 3}));
   EXPECT_EQ(fusionBytes(r), 16);

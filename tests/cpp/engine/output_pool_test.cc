@@ -53,7 +53,9 @@ TEST(OutputPool, SteadyLoopMapsTwoBlocks) {
 
 TEST(OutputPool, BudgetBoundsWhatIsKept) {
   auto pool = std::make_shared<OutputPool>(8 * kMiB);
-  { auto big = pool->acquire(10 * kMiB); }
+  {
+    auto big = pool->acquire(10 * kMiB);
+  }
   EXPECT_EQ(pool->cachedBytes(), 0u) << "a block over the budget is unmapped at once";
   {
     auto a = pool->acquire(4 * kMiB);
@@ -69,7 +71,9 @@ TEST(OutputPool, BudgetBoundsWhatIsKept) {
     EXPECT_NE(d.get(), pa);
   }
   auto none = std::make_shared<OutputPool>(0);
-  { auto x = none->acquire(1 * kMiB); }
+  {
+    auto x = none->acquire(1 * kMiB);
+  }
   EXPECT_EQ(none->cachedBytes(), 0u);
   pool->trim();
   EXPECT_EQ(pool->cachedBytes(), 0u);
@@ -77,7 +81,9 @@ TEST(OutputPool, BudgetBoundsWhatIsKept) {
 
 TEST(OutputPool, DoesNotHandOutAFarLargerBlock) {
   auto pool = std::make_shared<OutputPool>(64 * kMiB);
-  { auto big = pool->acquire(32 * kMiB); }
+  {
+    auto big = pool->acquire(32 * kMiB);
+  }
   auto small = pool->acquire(1 * kMiB);
   EXPECT_EQ(pool->cachedBytes(), 32 * kMiB) << "a 1 MiB request does not take the 32 MiB block";
   EXPECT_EQ(pool->blocksMapped(), 2u);
@@ -115,7 +121,9 @@ TEST(OutputPool, ClosedPoolCachesNothingAndOutlivesItsOwner) {
   std::weak_ptr<OutputPool> watch = pool;
   auto a = pool->acquire(3 * kMiB);
   auto b = pool->acquire(3 * kMiB);
-  { auto c = pool->acquire(3 * kMiB); }
+  {
+    auto c = pool->acquire(3 * kMiB);
+  }
   EXPECT_EQ(pool->cachedBytes(), 4 * kMiB);
   pool->close();
   EXPECT_EQ(pool->cachedBytes(), 0u) << "close() trims";
@@ -148,27 +156,27 @@ TEST(OutputPoolEngine, AllgatherOutputsOutliveWorkAndEngine) {
   const int n = 2;
   std::vector<OwnedTensor> kept(n);
   {
-  Cluster cluster(n);
-  cluster.run([&](int rank, engine::Runtime& rt) {
-    const int64_t rows = 300000;  // 1.2 MB per rank: pooled
-    Buffer in(DataType::kInt32, {rows});
-    for (int iter = 0; iter < 6; ++iter) {
-      for (int64_t i = 0; i < rows; ++i) in.set(static_cast<size_t>(i), rank * 1000 + iter + i % 7);
-      OwnedTensor out;
-      {
-        auto work = rt.allgather(in.view(), named("pool->ag"));
-        work->wait();
-        out = work->outputs().at(0);
-      }  // the Work is gone; `out` holds the storage
-      for (int r = 0; r < n; ++r) {
-        for (int64_t i : {int64_t(0), rows / 2, rows - 1}) {
-          ASSERT_EQ(Buffer::load(out.view.data, DataType::kInt32, static_cast<size_t>(r * rows + i)),
-                    r * 1000 + iter + i % 7);
+    Cluster cluster(n);
+    cluster.run([&](int rank, engine::Runtime& rt) {
+      const int64_t rows = 300000;  // 1.2 MB per rank: pooled
+      Buffer in(DataType::kInt32, {rows});
+      for (int iter = 0; iter < 6; ++iter) {
+        for (int64_t i = 0; i < rows; ++i) in.set(static_cast<size_t>(i), rank * 1000 + iter + i % 7);
+        OwnedTensor out;
+        {
+          auto work = rt.allgather(in.view(), named("pool->ag"));
+          work->wait();
+          out = work->outputs().at(0);
+        }  // the Work is gone; `out` holds the storage
+        for (int r = 0; r < n; ++r) {
+          for (int64_t i : {int64_t(0), rows / 2, rows - 1}) {
+            ASSERT_EQ(Buffer::load(out.view.data, DataType::kInt32, static_cast<size_t>(r * rows + i)),
+                      r * 1000 + iter + i % 7);
+          }
         }
+        kept[rank] = out;
       }
-      kept[rank] = out;
-    }
-  });
+    });
   }
   // The engines are shut down; the last outputs are still readable, and release afterwards.
   for (int r = 0; r < n; ++r) {

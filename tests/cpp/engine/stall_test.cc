@@ -188,8 +188,8 @@ TEST(Stall, ShapeAndDtypeMismatchesNameTheRanksOnEachSide) {
 // ---- StallInspector alone ---------------------------------------------------------------------
 
 engine::PendingTensor pendingTensor(std::string_view name,  // a literal: the tensor keeps a view
-                                    engine::Kind op, std::vector<int> submitted,
-                                    std::vector<int> missing, uint64_t instance = 1) {
+                                    engine::Kind op, std::vector<int> submitted, std::vector<int> missing,
+                                    uint64_t instance = 1) {
   engine::PendingTensor t;
   t.name = name;
   t.op = op;

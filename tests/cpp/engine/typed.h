@@ -73,10 +73,10 @@ class Buffer {
 };
 
 inline const std::vector<DataType>& allDataTypes() {
-  static const std::vector<DataType> types = {
-      DataType::kUInt8,   DataType::kInt8,     DataType::kUInt16,  DataType::kInt16,
-      DataType::kInt32,   DataType::kInt64,    DataType::kFloat16, DataType::kBFloat16,
-      DataType::kFloat32, DataType::kFloat64,  DataType::kBool};
+  static const std::vector<DataType> types = {DataType::kUInt8,   DataType::kInt8,     DataType::kUInt16,
+                                              DataType::kInt16,   DataType::kInt32,    DataType::kInt64,
+                                              DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32,
+                                              DataType::kFloat64, DataType::kBool};
   return types;
 }
 

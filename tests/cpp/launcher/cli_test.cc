@@ -22,7 +22,7 @@ struct Pair {
   const char* off;
   const char* section;
   const char* key;
-  std::optional<bool> Options::*field;
+  std::optional<bool> Options::* field;
 };
 
 const std::vector<Pair> kPairs = {

@@ -79,30 +79,33 @@ int gatherAndCheck(int rank, int n, int64_t baseRows, int64_t cols, bool wantSha
 }
 
 TEST(SharedAllgather, RightResultsAcrossSizesAndThresholds) {
-  auto codes = runRanks(3, [](int rank) {
-    init();
-    struct Case {
-      int64_t baseRows, cols;
-      bool shared;
-    };
-    // Output bytes: ~1 KiB and ~200 KiB (below the pooled size: staged), ~300 KiB, ~2.4 MiB
-    // (several chunks), ~12 MiB (streaming stores) and ~13 MiB with rows of 5 int32.
-    const std::vector<Case> cases = {{20, 4, false},    {16000, 1, false}, {25000, 1, true},
-                                     {200000, 1, true}, {1000000, 1, true}, {220000, 5, true}};
-    int id = 0;
-    for (const Case& c : cases) {
-      int code = gatherAndCheck(rank, 3, c.baseRows, c.cols, c.shared, "gather." + std::to_string(id++));
-      if (code != kOk) return code;
-    }
-    // A steady loop under one name: the pool hands the same shared blocks back.
-    for (int step = 0; step < 10; ++step) {
-      int code = gatherAndCheck(rank, 3, 100000, 1, true, "steady");
-      if (code != kOk) return code;
-    }
-    barrier();
-    shutdown();
-    return kOk;
-  }, 120);
+  auto codes = runRanks(
+      3,
+      [](int rank) {
+        init();
+        struct Case {
+          int64_t baseRows, cols;
+          bool shared;
+        };
+        // Output bytes: ~1 KiB and ~200 KiB (below the pooled size: staged), ~300 KiB, ~2.4 MiB
+        // (several chunks), ~12 MiB (streaming stores) and ~13 MiB with rows of 5 int32.
+        const std::vector<Case> cases = {{20, 4, false},    {16000, 1, false},  {25000, 1, true},
+                                         {200000, 1, true}, {1000000, 1, true}, {220000, 5, true}};
+        int id = 0;
+        for (const Case& c : cases) {
+          int code = gatherAndCheck(rank, 3, c.baseRows, c.cols, c.shared, "gather." + std::to_string(id++));
+          if (code != kOk) return code;
+        }
+        // A steady loop under one name: the pool hands the same shared blocks back.
+        for (int step = 0; step < 10; ++step) {
+          int code = gatherAndCheck(rank, 3, 100000, 1, true, "steady");
+          if (code != kOk) return code;
+        }
+        barrier();
+        shutdown();
+        return kOk;
+      },
+      120);
   EXPECT_EQ(codes, (std::vector<int>{kOk, kOk, kOk}));
 }
 

@@ -64,8 +64,7 @@ TEST(SharedFlag, CacheHitImpliesTheSameFlag) {
 TEST(SharedFlag, FlaggedResponsesAreNeverFused) {
   FusionOptions options;
   options.threshold = 1 << 20;
-  std::vector<Response> in = {response("a", false), response("b", true), response("c", false),
-                              response("d", true)};
+  std::vector<Response> in = {response("a", false), response("b", true), response("c", false), response("d", true)};
   std::vector<Response> out = fuseResponses(in, options);
   // a and c fuse (b is skipped over), b and d stay alone.
   ASSERT_EQ(out.size(), 3u);

@@ -113,87 +113,90 @@ TEST(SharedBuffers, AllocationIsZeroedAlignedAndRegistered) {
 // memory (the staged path) with the same data; the results must be bitwise equal, equal on
 // every rank, and the shared ones must have taken the in-place path.
 TEST(SharedInPlace, MatchesStagedPathAcrossDtypesOpsSizes) {
-  auto codes = runRanks(3, [](int rank) {
-    init();
-    struct Case {
-      DataType dtype;
-      ReduceOp op;
-      double prescale, postscale;
-      bool fractional;
-    };
-    const std::vector<Case> cases = {
-        {DataType::kFloat32, ReduceOp::kSum, 1.0, 1.0, true},
-        {DataType::kFloat32, ReduceOp::kAverage, 1.0, 1.0, true},
-        {DataType::kFloat32, ReduceOp::kSum, 0.5, 3.0, true},
-        {DataType::kFloat64, ReduceOp::kAverage, 1.0, 1.0, true},
-        {DataType::kFloat16, ReduceOp::kSum, 1.0, 1.0, false},
-        {DataType::kBFloat16, ReduceOp::kAverage, 1.0, 1.0, false},
-        {DataType::kInt32, ReduceOp::kMax, 1.0, 1.0, false},
-        {DataType::kInt64, ReduceOp::kMin, 1.0, 1.0, false},
-        {DataType::kUInt8, ReduceOp::kSum, 1.0, 1.0, false},
-        {DataType::kFloat32, ReduceOp::kProduct, 1.0, 1.0, false},
-    };
-    const std::vector<size_t> counts = {1, 7, 1000, 4099, 65537, (size_t(1) << 20) + 3};
-    // Room for the largest case at the largest offset; rank r's tensors start 8*r + 24 elements in.
-    const size_t offsetElems = 8 * size_t(rank) + 24;
-    OwnedTensor shared = allocateShared(DataType::kUInt8, {int64_t(((size_t(1) << 20) + 64) * 8 + 1024)});
-    int id = 0;
-    for (const Case& c : cases) {
-      for (size_t count : counts) {
-        const size_t esize = dataTypeSize(c.dtype);
-        uint8_t* s = static_cast<uint8_t*>(shared.view.data) + offsetElems * esize;
-        std::vector<uint8_t> plain(count * esize);
-        fill(s, c.dtype, count, rank, c.fractional);
-        fill(plain.data(), c.dtype, count, rank, c.fractional);
+  auto codes = runRanks(
+      3,
+      [](int rank) {
+        init();
+        struct Case {
+          DataType dtype;
+          ReduceOp op;
+          double prescale, postscale;
+          bool fractional;
+        };
+        const std::vector<Case> cases = {
+            {DataType::kFloat32, ReduceOp::kSum, 1.0, 1.0, true},
+            {DataType::kFloat32, ReduceOp::kAverage, 1.0, 1.0, true},
+            {DataType::kFloat32, ReduceOp::kSum, 0.5, 3.0, true},
+            {DataType::kFloat64, ReduceOp::kAverage, 1.0, 1.0, true},
+            {DataType::kFloat16, ReduceOp::kSum, 1.0, 1.0, false},
+            {DataType::kBFloat16, ReduceOp::kAverage, 1.0, 1.0, false},
+            {DataType::kInt32, ReduceOp::kMax, 1.0, 1.0, false},
+            {DataType::kInt64, ReduceOp::kMin, 1.0, 1.0, false},
+            {DataType::kUInt8, ReduceOp::kSum, 1.0, 1.0, false},
+            {DataType::kFloat32, ReduceOp::kProduct, 1.0, 1.0, false},
+        };
+        const std::vector<size_t> counts = {1, 7, 1000, 4099, 65537, (size_t(1) << 20) + 3};
+        // Room for the largest case at the largest offset; rank r's tensors start 8*r + 24 elements in.
+        const size_t offsetElems = 8 * size_t(rank) + 24;
+        OwnedTensor shared = allocateShared(DataType::kUInt8, {int64_t(((size_t(1) << 20) + 64) * 8 + 1024)});
+        int id = 0;
+        for (const Case& c : cases) {
+          for (size_t count : counts) {
+            const size_t esize = dataTypeSize(c.dtype);
+            uint8_t* s = static_cast<uint8_t*>(shared.view.data) + offsetElems * esize;
+            std::vector<uint8_t> plain(count * esize);
+            fill(s, c.dtype, count, rank, c.fractional);
+            fill(plain.data(), c.dtype, count, rank, c.fractional);
+            Options o;
+            o.op = c.op;
+            o.prescale = c.prescale;
+            o.postscale = c.postscale;
+            o.name = "shared." + std::to_string(id);
+            uint64_t before = test_support::sharedInPlaceCount();
+            allreduce(viewOf(s, c.dtype, count), viewOf(s, c.dtype, count), o);
+            if (test_support::sharedInPlaceCount() != before + 1) {
+              fprintf(stderr, "rank %d case %d: shared in-place path not taken\n", rank, id);
+              return kWrongPath;
+            }
+            o.name = "plain." + std::to_string(id);
+            allreduce(viewOf(plain.data(), c.dtype, count), viewOf(plain.data(), c.dtype, count), o);
+            if (std::memcmp(s, plain.data(), count * esize) != 0) {
+              fprintf(stderr, "rank %d case %d (dtype %s, count %zu): differs from the staged path\n", rank, id,
+                      std::string(dataTypeName(c.dtype)).c_str(), count);
+              return kMismatch;
+            }
+            if (!sameOnAllRanks(fnv(s, count * esize), "hash." + std::to_string(id))) {
+              fprintf(stderr, "rank %d case %d: results differ between ranks\n", rank, id);
+              return kMismatch;
+            }
+            ++id;
+          }
+        }
+        // Explicit values for one case: float32 sum of small integers is exact.
+        float* f = static_cast<float*>(shared.view.data) + offsetElems;
+        fill(f, DataType::kFloat32, 1001, rank, false);
         Options o;
-        o.op = c.op;
-        o.prescale = c.prescale;
-        o.postscale = c.postscale;
-        o.name = "shared." + std::to_string(id);
+        o.name = "shared.exact";
+        allreduce(viewOf(f, DataType::kFloat32, 1001), viewOf(f, DataType::kFloat32, 1001), o);
+        for (size_t i = 0; i < 1001; ++i) {
+          double want = valueOf(0, i, false) + valueOf(1, i, false) + valueOf(2, i, false);
+          if (f[i] != float(want)) return kMismatch;
+        }
+        // Steady state: the same name again and again (response cache hits keep the flag).
         uint64_t before = test_support::sharedInPlaceCount();
-        allreduce(viewOf(s, c.dtype, count), viewOf(s, c.dtype, count), o);
-        if (test_support::sharedInPlaceCount() != before + 1) {
-          fprintf(stderr, "rank %d case %d: shared in-place path not taken\n", rank, id);
-          return kWrongPath;
+        for (int step = 0; step < 20; ++step) {
+          for (size_t i = 0; i < 1001; ++i) f[i] = float(rank + step);
+          allreduce(viewOf(f, DataType::kFloat32, 1001), viewOf(f, DataType::kFloat32, 1001), o);
+          for (size_t i = 0; i < 1001; ++i) {
+            if (f[i] != float(3 * step + 3)) return kMismatch;
+          }
         }
-        o.name = "plain." + std::to_string(id);
-        allreduce(viewOf(plain.data(), c.dtype, count), viewOf(plain.data(), c.dtype, count), o);
-        if (std::memcmp(s, plain.data(), count * esize) != 0) {
-          fprintf(stderr, "rank %d case %d (dtype %s, count %zu): differs from the staged path\n", rank, id,
-                  std::string(dataTypeName(c.dtype)).c_str(), count);
-          return kMismatch;
-        }
-        if (!sameOnAllRanks(fnv(s, count * esize), "hash." + std::to_string(id))) {
-          fprintf(stderr, "rank %d case %d: results differ between ranks\n", rank, id);
-          return kMismatch;
-        }
-        ++id;
-      }
-    }
-    // Explicit values for one case: float32 sum of small integers is exact.
-    float* f = static_cast<float*>(shared.view.data) + offsetElems;
-    fill(f, DataType::kFloat32, 1001, rank, false);
-    Options o;
-    o.name = "shared.exact";
-    allreduce(viewOf(f, DataType::kFloat32, 1001), viewOf(f, DataType::kFloat32, 1001), o);
-    for (size_t i = 0; i < 1001; ++i) {
-      double want = valueOf(0, i, false) + valueOf(1, i, false) + valueOf(2, i, false);
-      if (f[i] != float(want)) return kMismatch;
-    }
-    // Steady state: the same name again and again (response cache hits keep the flag).
-    uint64_t before = test_support::sharedInPlaceCount();
-    for (int step = 0; step < 20; ++step) {
-      for (size_t i = 0; i < 1001; ++i) f[i] = float(rank + step);
-      allreduce(viewOf(f, DataType::kFloat32, 1001), viewOf(f, DataType::kFloat32, 1001), o);
-      for (size_t i = 0; i < 1001; ++i) {
-        if (f[i] != float(3 * step + 3)) return kMismatch;
-      }
-    }
-    if (test_support::sharedInPlaceCount() != before + 20) return kWrongPath;
-    barrier();
-    shutdown();
-    return kOk;
-  }, 120);
+        if (test_support::sharedInPlaceCount() != before + 20) return kWrongPath;
+        barrier();
+        shutdown();
+        return kOk;
+      },
+      120);
   EXPECT_EQ(codes, (std::vector<int>{kOk, kOk, kOk}));
 }
 
@@ -204,49 +207,52 @@ TEST(SharedInPlace, MatchesStagedPathAcrossDtypesOpsSizes) {
 // on 2 ranks (one fold, straight into both buffers) and 3.
 TEST(SharedInPlace, IntoSharedOutputFromAnyInput) {
   for (int ranks : {2, 3}) {
-    auto codes = runRanks(ranks, [](int rank) {
-      init();
-      const std::vector<size_t> counts = {1, 5, 17, 4099, 65537, (size_t(1) << 20) + 3, (size_t(2) << 20) + 5};
-      OwnedTensor shared = allocateShared(DataType::kFloat32, {int64_t((size_t(2) << 20) + 64)});
-      float* out = static_cast<float*>(shared.view.data) + 8 * rank;  // offsets differ between ranks
-      int id = 0;
-      for (size_t count : counts) {
-        for (int inPlaceRank = -1; inPlaceRank < 3; inPlaceRank += 2) {  // none, or rank 1 in place
-          for (double prescale : {1.0, 0.5}) {
-            std::vector<float> input(count), expect(count), copy(count);
-            fill(input.data(), DataType::kFloat32, count, rank, true);
-            copy = input;
-            const bool inPlace = rank == inPlaceRank;
-            if (inPlace) std::memcpy(out, input.data(), count * 4);
-            std::fill(out + (inPlace ? count : 0), out + count, -7.0f);  // stale contents
-            Options o;
-            o.op = ReduceOp::kAverage;
-            o.prescale = prescale;
-            o.name = "into." + std::to_string(id);
-            const uint64_t before = test_support::sharedInPlaceCount();
-            allreduce(viewOf(inPlace ? out : input.data(), DataType::kFloat32, count),
-                      viewOf(out, DataType::kFloat32, count), o);
-            if (test_support::sharedInPlaceCount() != before + 1) return kWrongPath;
-            if (!inPlace && input != copy) {
-              fprintf(stderr, "rank %d case %d: the input was written\n", rank, id);
-              return kMismatch;
+    auto codes = runRanks(
+        ranks,
+        [](int rank) {
+          init();
+          const std::vector<size_t> counts = {1, 5, 17, 4099, 65537, (size_t(1) << 20) + 3, (size_t(2) << 20) + 5};
+          OwnedTensor shared = allocateShared(DataType::kFloat32, {int64_t((size_t(2) << 20) + 64)});
+          float* out = static_cast<float*>(shared.view.data) + 8 * rank;  // offsets differ between ranks
+          int id = 0;
+          for (size_t count : counts) {
+            for (int inPlaceRank = -1; inPlaceRank < 3; inPlaceRank += 2) {  // none, or rank 1 in place
+              for (double prescale : {1.0, 0.5}) {
+                std::vector<float> input(count), expect(count), copy(count);
+                fill(input.data(), DataType::kFloat32, count, rank, true);
+                copy = input;
+                const bool inPlace = rank == inPlaceRank;
+                if (inPlace) std::memcpy(out, input.data(), count * 4);
+                std::fill(out + (inPlace ? count : 0), out + count, -7.0f);  // stale contents
+                Options o;
+                o.op = ReduceOp::kAverage;
+                o.prescale = prescale;
+                o.name = "into." + std::to_string(id);
+                const uint64_t before = test_support::sharedInPlaceCount();
+                allreduce(viewOf(inPlace ? out : input.data(), DataType::kFloat32, count),
+                          viewOf(out, DataType::kFloat32, count), o);
+                if (test_support::sharedInPlaceCount() != before + 1) return kWrongPath;
+                if (!inPlace && input != copy) {
+                  fprintf(stderr, "rank %d case %d: the input was written\n", rank, id);
+                  return kMismatch;
+                }
+                o.name = "into.plain." + std::to_string(id);
+                allreduce(viewOf(copy.data(), DataType::kFloat32, count),
+                          viewOf(expect.data(), DataType::kFloat32, count), o);
+                if (std::memcmp(out, expect.data(), count * 4) != 0) {
+                  fprintf(stderr, "rank %d case %d (count %zu): differs from the staged path\n", rank, id, count);
+                  return kMismatch;
+                }
+                if (!sameOnAllRanks(fnv(out, count * 4), "into.hash." + std::to_string(id))) return kMismatch;
+                ++id;
+              }
             }
-            o.name = "into.plain." + std::to_string(id);
-            allreduce(viewOf(copy.data(), DataType::kFloat32, count), viewOf(expect.data(), DataType::kFloat32, count),
-                      o);
-            if (std::memcmp(out, expect.data(), count * 4) != 0) {
-              fprintf(stderr, "rank %d case %d (count %zu): differs from the staged path\n", rank, id, count);
-              return kMismatch;
-            }
-            if (!sameOnAllRanks(fnv(out, count * 4), "into.hash." + std::to_string(id))) return kMismatch;
-            ++id;
           }
-        }
-      }
-      barrier();
-      shutdown();
-      return kOk;
-    }, 120);
+          barrier();
+          shutdown();
+          return kOk;
+        },
+        120);
     EXPECT_EQ(codes, std::vector<int>(ranks, kOk)) << ranks << " ranks";
   }
 }
@@ -296,19 +302,22 @@ TEST(SharedInPlace, MixedRanksTakeTheStagedPath) {
 
 // Over tcp there is no shared memory: shared buffers are ordinary memory to the engine.
 TEST(SharedInPlace, TcpTransportTakesTheStagedPath) {
-  auto codes = runRanks(2, [](int rank) {
-    init();
-    OwnedTensor shared = allocateShared(DataType::kFloat32, {1000});
-    float* buf = static_cast<float*>(shared.view.data);
-    for (int i = 0; i < 1000; ++i) buf[i] = float(rank + 1);
-    Options o;
-    o.name = "tcp";
-    allreduce(viewOf(buf, DataType::kFloat32, 1000), viewOf(buf, DataType::kFloat32, 1000), o);
-    if (test_support::sharedInPlaceCount() != 0) return kWrongPath;
-    if (buf[999] != 3.0f) return kMismatch;
-    shutdown();
-    return kOk;
-  }, 60, "tcp");
+  auto codes = runRanks(
+      2,
+      [](int rank) {
+        init();
+        OwnedTensor shared = allocateShared(DataType::kFloat32, {1000});
+        float* buf = static_cast<float*>(shared.view.data);
+        for (int i = 0; i < 1000; ++i) buf[i] = float(rank + 1);
+        Options o;
+        o.name = "tcp";
+        allreduce(viewOf(buf, DataType::kFloat32, 1000), viewOf(buf, DataType::kFloat32, 1000), o);
+        if (test_support::sharedInPlaceCount() != 0) return kWrongPath;
+        if (buf[999] != 3.0f) return kMismatch;
+        shutdown();
+        return kOk;
+      },
+      60, "tcp");
   EXPECT_EQ(codes, (std::vector<int>{kOk, kOk}));
 }
 

@@ -28,7 +28,8 @@ TEST(FileStore, RendezvousAndCountersAcrossProcesses) {
         FileStore store(dir);
         setString(store, "addr/" + std::to_string(r), "proc" + std::to_string(r), Deadline::after(10s));
         for (int q = 0; q < kProcs; ++q) {
-          if (getString(store, "addr/" + std::to_string(q), Deadline::after(10s)) != "proc" + std::to_string(q)) code = 2;
+          if (getString(store, "addr/" + std::to_string(q), Deadline::after(10s)) != "proc" + std::to_string(q))
+            code = 2;
         }
         for (int i = 0; i < kAdds; ++i) store.add("count", 1, Deadline::after(10s));
         store.add("done", 1, Deadline::after(10s));
@@ -51,9 +52,7 @@ TEST(FileStore, RendezvousAndCountersAcrossProcesses) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(FileStore, UnusablePathIsAStoreError) {
-  EXPECT_THROW(FileStore("/proc/self/no/such/place"), StoreError);
-}
+TEST(FileStore, UnusablePathIsAStoreError) { EXPECT_THROW(FileStore("/proc/self/no/such/place"), StoreError); }
 
 }  // namespace
 }  // namespace hvd

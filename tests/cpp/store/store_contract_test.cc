@@ -196,7 +196,8 @@ TEST_P(StoreContract, ManyThreadsRendezvous) {
 
 INSTANTIATE_TEST_SUITE_P(
     AllStores, StoreContract,
-    ::testing::Values(std::make_pair(std::string("memory"), FixtureMaker([] { return std::make_unique<MemoryFixture>(); })),
+    ::testing::Values(std::make_pair(std::string("memory"),
+                                     FixtureMaker([] { return std::make_unique<MemoryFixture>(); })),
                       std::make_pair(std::string("file"), FixtureMaker([] { return std::make_unique<FileFixture>(); })),
                       std::make_pair(std::string("tcp"), FixtureMaker([] { return std::make_unique<TcpFixture>(); }))),
     [](const auto& info) { return info.param.first; });

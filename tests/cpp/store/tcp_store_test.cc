@@ -162,8 +162,7 @@ TEST(TcpStore, UnreachableServerNamesTheAddress) {
   auto start = std::chrono::steady_clock::now();
   std::string what = errorOf([&] { TcpStore s("127.0.0.1", port, "x", Deadline::after(300ms)); });
   EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
-  EXPECT_NE(what.find("could not connect to rendezvous server at 127.0.0.1:" + std::to_string(port)),
-            std::string::npos)
+  EXPECT_NE(what.find("could not connect to rendezvous server at 127.0.0.1:" + std::to_string(port)), std::string::npos)
       << what;
   EXPECT_THROW(TcpStore("127.0.0.1", port, "x", Deadline::after(100ms)), StoreError);
 }

@@ -65,7 +65,10 @@ class JsonChecker {
       ws();
       if (!value()) return false;
       ws();
-      if (peek(',')) { ++i_; continue; }
+      if (peek(',')) {
+        ++i_;
+        continue;
+      }
       if (peek('}')) return ++i_, true;
       return false;
     }
@@ -78,7 +81,10 @@ class JsonChecker {
       ws();
       if (!value()) return false;
       ws();
-      if (peek(',')) { ++i_; continue; }
+      if (peek(',')) {
+        ++i_;
+        continue;
+      }
       if (peek(']')) return ++i_, true;
       return false;
     }
@@ -107,7 +113,10 @@ class JsonChecker {
     size_t start = i_;
     if (peek('-')) ++i_;
     if (!digits()) return false;
-    if (peek('.')) { ++i_; if (!digits()) return false; }
+    if (peek('.')) {
+      ++i_;
+      if (!digits()) return false;
+    }
     if (peek('e') || peek('E')) {
       ++i_;
       if (peek('+') || peek('-')) ++i_;
@@ -332,8 +341,7 @@ TEST(Timeline, EventsReachTheFileOnceTheWriterGoesIdle) {
     const std::string closed = asClosedArray(text);
     EXPECT_TRUE(JsonChecker(closed).valid()) << closed;
     // The row's name and its three events, written together.
-    EXPECT_EQ(count(text, "\"name\":\"ALLREDUCE\",\"ph\":\"X\",\"pid\":0,\"tid\":" + std::to_string(burst) + ","),
-              3u)
+    EXPECT_EQ(count(text, "\"name\":\"ALLREDUCE\",\"ph\":\"X\",\"pid\":0,\"tid\":" + std::to_string(burst) + ","), 3u)
         << text;
   }
   // A lone instant event (autotune's) is written the same way.

@@ -1,10 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <numeric>
-#include <algorithm>
 #include <functional>
+#include <numeric>
 #include <thread>
 
 #include "support/rank_threads.h"
@@ -195,31 +195,34 @@ TEST(LocalTransport, SharedSpaceBuffersAndBarrier) {
   LocalTransportOptions options;
   options.sharedCapacity = 4096;
   const int n = 4;
-  runRanks(n, [&](LocalTransport& t) {
-    std::vector<int> all = {0, 1, 2, 3};
-    SharedSpace* space = t.sharedSpace(all, soon());
-    ASSERT_NE(space, nullptr);
-    EXPECT_EQ(space, t.sharedSpace(all, soon()));  // cached
-    EXPECT_EQ(space->members(), all);
-    EXPECT_EQ(space->memberIndex(), t.rank());
-    EXPECT_EQ(space->capacity(), 4096u);
-    for (int round = 0; round < 50; ++round) {
-      std::memset(space->buffer(t.rank()), round + t.rank(), 4096);
-      space->barrier(soon());
-      for (int j = 0; j < n; ++j) {
-        auto* p = static_cast<uint8_t*>(space->buffer(j));
-        ASSERT_EQ(p[0], static_cast<uint8_t>(round + j));
-        ASSERT_EQ(p[4095], static_cast<uint8_t>(round + j));
-      }
-      space->barrier(soon());
-    }
-    // A subset gets its own space.
-    if (t.rank() % 2 == 1) {
-      SharedSpace* odd = t.sharedSpace({1, 3}, soon());
-      EXPECT_EQ(odd->memberIndex(), t.rank() / 2);
-      odd->barrier(soon());
-    }
-  }, options);
+  runRanks(
+      n,
+      [&](LocalTransport& t) {
+        std::vector<int> all = {0, 1, 2, 3};
+        SharedSpace* space = t.sharedSpace(all, soon());
+        ASSERT_NE(space, nullptr);
+        EXPECT_EQ(space, t.sharedSpace(all, soon()));  // cached
+        EXPECT_EQ(space->members(), all);
+        EXPECT_EQ(space->memberIndex(), t.rank());
+        EXPECT_EQ(space->capacity(), 4096u);
+        for (int round = 0; round < 50; ++round) {
+          std::memset(space->buffer(t.rank()), round + t.rank(), 4096);
+          space->barrier(soon());
+          for (int j = 0; j < n; ++j) {
+            auto* p = static_cast<uint8_t*>(space->buffer(j));
+            ASSERT_EQ(p[0], static_cast<uint8_t>(round + j));
+            ASSERT_EQ(p[4095], static_cast<uint8_t>(round + j));
+          }
+          space->barrier(soon());
+        }
+        // A subset gets its own space.
+        if (t.rank() % 2 == 1) {
+          SharedSpace* odd = t.sharedSpace({1, 3}, soon());
+          EXPECT_EQ(odd->memberIndex(), t.rank() / 2);
+          odd->barrier(soon());
+        }
+      },
+      options);
 }
 
 TEST(LocalTransport, SharedSpaceDisabled) {

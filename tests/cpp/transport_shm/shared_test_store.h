@@ -104,8 +104,8 @@ class SharedTestStore : public Store {
       if (rc == EOWNERDEAD) {
         pthread_mutex_consistent(&table->mutex);
       } else if (rc != 0) {
-        throw StoreError("SharedTestStore: could not take the store's mutex within " +
-                         std::to_string(kLockSeconds) + " s (is a process that holds it stopped?)");
+        throw StoreError("SharedTestStore: could not take the store's mutex within " + std::to_string(kLockSeconds) +
+                         " s (is a process that holds it stopped?)");
       }
     }
     ~Lock() { pthread_mutex_unlock(&table->mutex); }
@@ -121,7 +121,8 @@ class SharedTestStore : public Store {
 
   // Mutex held.
   void setLocked(const std::string& key, const Bytes& value) {
-    if (key.size() >= kKeyBytes || value.size() > kValueBytes) throw InvalidArgument("SharedTestStore: too big: " + key);
+    if (key.size() >= kKeyBytes || value.size() > kValueBytes)
+      throw InvalidArgument("SharedTestStore: too big: " + key);
     Entry* e = find(key);
     if (e == nullptr) {
       if (table_->used == kEntries) throw StoreError("SharedTestStore: full");

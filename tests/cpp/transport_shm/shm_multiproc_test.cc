@@ -152,9 +152,7 @@ TEST_P(ShmKill, SurvivorsGetPeerLostNamingTheKilledRank) {
             while (t.waitForMessage(Deadline::after(25s))) {
             }
             break;
-          case BlockedIn::kBarrier:
-            space->barrier(Deadline::after(25s));
-            break;
+          case BlockedIn::kBarrier: space->barrier(Deadline::after(25s)); break;
           case BlockedIn::kAwaitPublished:
             space->awaitPublished(victim, 1, Deadline::after(25s));  // the victim never publishes
             break;
@@ -281,14 +279,9 @@ TEST_P(ShmLeftovers, NoNameRemainsInDevShm) {
       // Nobody ends before everyone is ready (an early end would fail the others' setup).
       store->wait({"ready/0", "ready/1", "ready/2"}, Deadline::after(20s));
       switch (ending) {
-        case Ending::kNormal:
-          space->barrier(Deadline::after(10s));
-          return 0;
-        case Ending::kException:
-          throw std::runtime_error("user code failed");
-        case Ending::kSigkillAll:
-          ::pause();
-          return 97;
+        case Ending::kNormal: space->barrier(Deadline::after(10s)); return 0;
+        case Ending::kException: throw std::runtime_error("user code failed");
+        case Ending::kSigkillAll: ::pause(); return 97;
       }
       return 96;
     });
@@ -309,9 +302,8 @@ TEST_P(ShmLeftovers, NoNameRemainsInDevShm) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Endings, ShmLeftovers,
-                         ::testing::Combine(::testing::Bool(),
-                                            ::testing::Values(Ending::kNormal, Ending::kException,
-                                                              Ending::kSigkillAll)),
+                         ::testing::Combine(::testing::Bool(), ::testing::Values(Ending::kNormal, Ending::kException,
+                                                                                 Ending::kSigkillAll)),
                          [](const auto& info) {
                            std::string name = std::get<0>(info.param) ? "Named" : "Memfd";
                            switch (std::get<1>(info.param)) {

@@ -88,7 +88,8 @@ inline std::vector<std::string> devShmEntries(const std::string& needle) {
 
 // Deterministic test bytes: differ by stream and position.
 inline uint8_t pattern(int from, int to, size_t i) {
-  return static_cast<uint8_t>((i * 131u) ^ (static_cast<unsigned>(from) * 17u + static_cast<unsigned>(to) * 7u + (i >> 12)));
+  return static_cast<uint8_t>((i * 131u) ^
+                              (static_cast<unsigned>(from) * 17u + static_cast<unsigned>(to) * 7u + (i >> 12)));
 }
 inline std::vector<uint8_t> patternBytes(int from, int to, size_t n) {
   std::vector<uint8_t> v(n);

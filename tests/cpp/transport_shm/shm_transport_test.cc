@@ -1,8 +1,8 @@
 // ShmTransport with threads as ranks: setup, data plane, mailbox, wake/abort/deadline, peer loss
 // by a closed transport, options.
-#include <memory>
 #include <chrono>
 #include <map>
+#include <memory>
 #include <thread>
 
 #include <gtest/gtest.h>

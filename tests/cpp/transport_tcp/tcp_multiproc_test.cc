@@ -60,7 +60,10 @@ int child(int rank, int commandFd, int reportFd) {
       uint8_t buf[64];
       switch (rank) {
         case 0: t->recv(1, buf, sizeof(buf), Deadline::after(20s)); break;      // not the victim
-        case 1: while (t->waitForMessage(Deadline::after(20s))) {} break;       // mailbox
+        case 1:
+          while (t->waitForMessage(Deadline::after(20s))) {
+          }
+          break;       // mailbox
         case 2: t->recv(0, buf, sizeof(buf), Deadline::after(20s)); break;      // the victim
         case 3: t->recv(kVictim, buf, sizeof(buf), Deadline::after(20s)); break;  // the victim's stream
       }

@@ -488,8 +488,9 @@ TEST(TcpTransport, ConnectionWithWrongSecretIsRefused) {
     // right secret but another job's identity.
     std::string address = getString(*contexts[1].store, "addr/1", Deadline::after(10s));
     auto [host, port] = splitHostPort(address);
-    for (const auto& [secret, id] : {std::pair<std::string, std::string>{"wrong", "hvd-tcp/" + contexts[0].jobId + "/rank 0/data"},
-                                     {"test-secret", "hvd-tcp/other-job/rank 0/data"}}) {
+    for (const auto& [secret, id] :
+         {std::pair<std::string, std::string>{"wrong", "hvd-tcp/" + contexts[0].jobId + "/rank 0/data"},
+          {"test-secret", "hvd-tcp/other-job/rank 0/data"}}) {
       Socket s = connectTcp(host, port, Deadline::after(5s), false);
       try {
         authenticateAsClient(s.fd(), secret, id, "hvd-tcp/" + contexts[0].jobId + "/rank 1", Deadline::after(5s));
