@@ -27,6 +27,7 @@ class FakePool(WorkerPool):
         self.outcomes = {}    # id -> ('ok', value) | ('failed', why), reported once
         self.killed = []
         self.lock = threading.Lock()
+        self.started_cv = threading.Condition(self.lock)
 
     def capacity(self):
         with self.lock:
@@ -40,7 +41,17 @@ class FakePool(WorkerPool):
         return {i: ('h{}'.format(i % self.hosts), 'h{}'.format(i % self.hosts)) for i in ids}
 
     def start(self, wid, env):
-        self.started[wid] = env
+        with self.lock:
+            self.started[wid] = env
+            self.started_cv.notify_all()
+
+    def started_ids(self, count, timeout=10):
+        """The ids started so far, once there are ``count`` of them: the driver publishes a
+        round's assignments before it starts the round's new workers, so a test that has its
+        assignments may look before the starts."""
+        with self.lock:
+            self.started_cv.wait_for(lambda: len(self.started) >= count, timeout)
+            return sorted(self.started)
 
     def finished(self, ranks):
         with self.lock:
@@ -102,7 +113,7 @@ def test_lost_worker_is_replaced_survivors_first():
     job = Job(pool, max_workers=3).start()
     first = job.init(0, 1, 2)
     assert first == ['join 0 0 3 0 1 0 3 0', 'join 0 1 3 0 1 1 3 0', 'join 0 2 3 0 1 2 3 0']
-    assert sorted(pool.started) == [0, 1, 2]
+    assert pool.started_ids(3) == [0, 1, 2]
     pool.room += 1                      # the lost worker's resources come free
     pool.outcomes[0] = ('failed', 'it raised RuntimeError: boom')
     # The survivors' engines see the loss and call init() again.
