@@ -131,7 +131,8 @@ def test_fit_converges_checkpoints_and_transforms(spark, regression, tmp_path):
 
     # Checkpoints and logs in the store.
     assert store.exists(store.get_checkpoint_path('linear'))
-    checkpoint = torch.load(store.open(store.get_checkpoint_path('linear'), 'rb').__enter__(), weights_only=False)
+    with store.open(store.get_checkpoint_path('linear'), 'rb') as f:
+        checkpoint = torch.load(f, weights_only=False)
     assert checkpoint['epoch'] == 5 and 'state_dict' in checkpoint
     assert model.getBestModelPath() and store.exists(model.getBestModelPath())
     assert store.exists(os.path.join(store.get_logs_path('linear'), 'metrics.csv'))

@@ -62,8 +62,7 @@ def make_train_fn(spec):
             else:
                 logger = cloudpickle.loads(spec.logger)
 
-            kwargs = dict(accelerator='cpu', devices=1, num_nodes=1,
-                          strategy=HorovodStrategy(compression=spec.compression,
+            kwargs = dict(accelerator='cpu', strategy=HorovodStrategy(compression=spec.compression,
                                                    backward_passes_per_step=spec.backward_passes_per_step),
                           max_epochs=spec.epochs, callbacks=callbacks, logger=logger,
                           log_every_n_steps=spec.log_every_n_steps, num_sanity_val_steps=0,

@@ -17,7 +17,6 @@ Training runs on the CPU in this build."""
 import contextlib
 
 import torch
-from pytorch_lightning.accelerators import CPUAccelerator
 from pytorch_lightning.strategies import ParallelStrategy
 
 import horovod.torch as hvd
@@ -31,7 +30,7 @@ class HorovodStrategy(ParallelStrategy):
 
     def __init__(self, compression=None, backward_passes_per_step=1, accelerator=None, checkpoint_io=None,
                  precision_plugin=None):
-        super().__init__(accelerator=accelerator or CPUAccelerator(), parallel_devices=[torch.device('cpu')],
+        super().__init__(accelerator=accelerator, parallel_devices=[torch.device('cpu')],
                          cluster_environment=None, checkpoint_io=checkpoint_io, precision_plugin=precision_plugin)
         self._compression = compression
         self._backward_passes_per_step = backward_passes_per_step
