@@ -1,8 +1,8 @@
 """horovod.spark.lightning's TorchEstimator / TorchModel on local[2] Spark with a LocalStore: a
 linear-regression LightningModule trained on 2 Horovod processes (HorovodStrategy) converges
-with the same weights on both ranks, validates on a fraction, writes its checkpoints and logs to
-the store, stops early through a Lightning callback, and transforms; bad parameters are errors
-naming them."""
+with the same weights on both ranks, validates on a fraction or a column, writes its
+checkpoints and logs to the store, resumes from its checkpoint, stops early through a
+Lightning callback, and transforms; bad parameters are errors naming them."""
 
 import os
 import sys
@@ -143,6 +143,13 @@ def test_fit_converges_checkpoints_and_transforms(spark, regression, tmp_path):
     rows = predicted.collect()
     assert len(rows) == 1200
     assert max(abs(r['prediction'] - r['y']) for r in rows) < 0.2
+
+    # The same run_id resumes from the store's checkpoint: epochs=8 trains epochs 6 and 7 only,
+    # continuing the history.
+    resumed = make_estimator(store, run_id='linear', epochs=8).fit(regression).getHistory()
+    assert len(resumed['train_loss']) == 8 and resumed['train_loss'][:6] == history['train_loss'], resumed
+    with store.open(store.get_checkpoint_path('linear'), 'rb') as f:
+        assert torch.load(f, weights_only=False)['epoch'] == 7
 
 
 def test_early_stopping_callback_and_validation_column(spark, regression, tmp_path):

@@ -144,8 +144,8 @@ class _StoreSync(Callback):
             self.sync()
 
     def sync(self):
-        if self.run_path is None or not os.path.isdir(self.local_dir):
-            return
+        if self.run_path is None or not os.path.isdir(self.local_dir) or not os.listdir(self.local_dir):
+            return  # nothing saved yet (e.g. the first epoch of a resumed run)
         remote = posixpath.join(self.run_path, CHECKPOINTS_DIR)
         self.store.remove(remote)  # the callback's top-k files replace the previous epoch's
         _upload_tree(self.store, self.local_dir, remote)
