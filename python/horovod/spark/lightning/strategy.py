@@ -136,7 +136,7 @@ class HorovodStrategy(ParallelStrategy):
             return tensor
         if group is not None:
             raise ValueError('HorovodStrategy.reduce: process groups are not supported (group={!r})'.format(group))
-        op = str(getattr(reduce_op, 'name', reduce_op) or 'mean').lower().replace('reduceop.', '')
+        op = str(getattr(reduce_op, 'name', reduce_op) or 'mean').lower().split('.')[-1]
         ops = {'mean': hvd.Average, 'avg': hvd.Average, 'sum': hvd.Sum, 'max': hvd.Max, 'min': hvd.Min}
         if op not in ops:
             raise ValueError('HorovodStrategy.reduce: unsupported reduce_op {!r}'.format(reduce_op))
