@@ -163,3 +163,33 @@ def test_early_stopping_callback_and_validation_column(spark, regression, tmp_pa
     model = make_estimator(store, epochs=10, validation='is_val', callbacks=[stop], logger=False).fit(df)
     history = model.getHistory()
     assert len(history['val_loss']) == 2, history
+
+
+def _strategy_collectives():
+    import horovod.torch as hvd
+    from horovod.spark.lightning import HorovodStrategy
+    from torch.distributed import ReduceOp
+    hvd.init()
+    strategy = HorovodStrategy()
+    rank = torch.tensor(float(hvd.rank()))
+    return dict(
+        ranks=(strategy.global_rank, strategy.world_size, strategy.is_global_zero),
+        mean=strategy.reduce(rank).item(), sum=strategy.reduce(rank, reduce_op='sum').item(),
+        max=strategy.reduce(rank, reduce_op=ReduceOp.MAX).item(), not_tensor=strategy.reduce('x'),
+        gathered=strategy.all_gather(torch.tensor([hvd.rank(), 10 + hvd.rank()])).tolist(),
+        broadcast=strategy.broadcast({'from': hvd.rank()}, src=1),
+        all_=strategy.reduce_boolean_decision(hvd.rank() == 0, all=True),
+        any_=strategy.reduce_boolean_decision(hvd.rank() == 0, all=False),
+        barrier=strategy.barrier('test'))
+
+
+def test_strategy_collectives_are_horovod(spark):
+    import horovod.spark
+    results = horovod.spark.run(_strategy_collectives, num_proc=2)
+    for rank, result in enumerate(results):
+        assert result['ranks'] == (rank, 2, rank == 0)
+        assert result['mean'] == 0.5 and result['sum'] == 1.0 and result['max'] == 1.0
+        assert result['not_tensor'] == 'x'
+        assert result['gathered'] == [[0, 10], [1, 11]]
+        assert result['broadcast'] == {'from': 1}
+        assert result['all_'] is False and result['any_'] is True
