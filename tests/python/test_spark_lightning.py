@@ -93,8 +93,9 @@ def test_bad_parameters(tmp_path):
         make_estimator(store, trainer_args={'max_epochs': 3})._validate()
     with pytest.raises(ValueError, match=r"trainer_args=\{'no_such_arg'.*not an argument"):
         make_estimator(store, trainer_args={'no_such_arg': 3})._validate()
-    with pytest.raises(NotImplementedError, match=r'num_gpus=.*needs GPU training'):
+    with pytest.raises(NotImplementedError, match=r'num_gpus=1.*needs GPU training'):
         make_estimator(store, num_gpus=1)._validate()
+    make_estimator(store, num_gpus=0)._validate()
     with pytest.raises(NotImplementedError, match=r'loader_num_epochs=.*needs'):
         make_estimator(store, loader_num_epochs=2)._validate()
     with pytest.raises(ValueError, match=r'callbacks=.*not a pytorch_lightning.Callback'):

@@ -35,7 +35,6 @@ NOT_AVAILABLE = dict(
     PETASTORM_ONLY,
     train_minibatch_fn='a custom minibatch function (implement LightningModule.training_step)',
     loader_num_epochs="Petastorm's reader epochs (the in-memory loader serves one pass per epoch)",
-    num_gpus='GPU training (horovod.spark.lightning trains on the CPU in this build)',
     mp_start_method='data loader worker processes (this build loads each shard in the training process)')
 
 # Set by LightningModule methods instead: a non-None value is a ValueError saying so.
@@ -83,6 +82,10 @@ class TorchEstimator(HorovodEstimator):
             raise ValueError('TorchEstimator(model=...) must be a pytorch_lightning.LightningModule, got {} (for a '
                              'plain torch.nn.Module use horovod.spark.torch.TorchEstimator)'.format(
                                  type(s['model']).__name__))
+        if s['num_gpus'] not in (None, 0):
+            raise NotImplementedError('TorchEstimator(num_gpus={!r}) needs GPU training, which is not available: '
+                                      'horovod.spark.lightning trains on the CPU in this build (num_gpus=0 or None '
+                                      'is accepted)'.format(s['num_gpus']))
         for name, where in MODULE_OWNED.items():
             if s[name] not in (None, []):
                 raise ValueError('TorchEstimator({}=...) cannot be given with a LightningModule: use {} '
