@@ -106,7 +106,7 @@ if [ -d tests/launcher ]; then
 fi
 # Ray and Spark start real clusters (a local Ray, two-node Rays, one across network namespaces,
 # Spark local[2] and local-cluster; the Keras estimator's processes each import TensorFlow; the
-# Lightning estimator's four fits, ~2.5 min of it): their own stage and time bound (5.3 min on a
+# Lightning estimator's four fits, ~3 min of it): their own stage and time bound (5.3 min on a
 # quiet 2-core machine before the Lightning estimator, up to ~15 under load).
 ray_spark_tests=(tests/python/test_rendezvous_server.py tests/python/test_ray.py tests/python/test_ray_cluster.py
                  tests/python/test_ray_netns.py
