@@ -34,9 +34,10 @@ fi
 # Exact versions: a bare 'torch' or 'tensorflow' would pull a multi-GB CUDA build. TensorFlow,
 # Keras 3 and tf-keras are for horovod.tensorflow / horovod.keras (CPU wheels). Ray and Spark
 # (horovod.ray, horovod.spark) are pinned too; pandas stays below 3, which pyspark 4.3 does not
-# support yet.
+# support yet. PyTorch Lightning (horovod.spark.lightning) installs in the same command, so that
+# pip keeps torch at the version pinned here.
 python3 -m pip install -q --disable-pip-version-check \
-  "torch==2.13.0" "tensorflow-cpu==2.21.0" "keras==3.15.1" "tf-keras==2.21.0" numpy cloudpickle pyyaml packaging pytest scikit-learn matplotlib \
+  "torch==2.13.0" "pytorch-lightning==2.6.6" "tensorflow-cpu==2.21.0" "keras==3.15.1" "tf-keras==2.21.0" numpy cloudpickle pyyaml packaging pytest scikit-learn matplotlib \
   "ray[tune,train,client]==2.58.0" "pyspark==4.3.0" "pyarrow==26.0.1" "pandas==2.3.3" fsspec pytest-timeout \
   "nanobind==3.1.0" scikit-build-core cmake ninja "mpi4py==4.1.2" 2>&1 | grep -v -E "^WARNING: (Running pip as|Location)" || true
 

@@ -105,12 +105,13 @@ if [ -d tests/launcher ]; then
   stage "launcher tests" 1500 env HOROVODRUN="$(installed_horovodrun)" python3 -m pytest -q --durations=8 tests/launcher
 fi
 # Ray and Spark start real clusters (a local Ray, two-node Rays, one across network namespaces,
-# Spark local[2] and local-cluster; the Keras estimator's processes each import TensorFlow): their
-# own stage and time bound (5.3 min on a quiet 2-core machine, up to ~15 under load).
+# Spark local[2] and local-cluster; the Keras estimator's processes each import TensorFlow; the
+# Lightning estimator's four fits, ~3 min of it): their own stage and time bound (5.3 min on a
+# quiet 2-core machine before the Lightning estimator, up to ~15 under load).
 ray_spark_tests=(tests/python/test_rendezvous_server.py tests/python/test_ray.py tests/python/test_ray_cluster.py
                  tests/python/test_ray_netns.py
                  tests/python/test_spark.py tests/python/test_spark_elastic.py tests/python/test_spark_estimator.py
-                 tests/python/test_spark_keras_estimator.py)
+                 tests/python/test_spark_keras_estimator.py tests/python/test_spark_lightning.py)
 # Plain mpirun.openmpi / mpiexec.mpich / srun-style launches without horovodrun, both data planes
 # (HOROVOD_CPU_OPERATIONS=mpi too: Horovod's torch suite under each MPI) (3.3 min quiet, ~10 loaded).
 mpi_tests=(tests/python/test_mpi.py)

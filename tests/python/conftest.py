@@ -17,7 +17,7 @@ SINGLE_PROCESS_FILES = ['test_distributed.py', 'test_mpi.py', 'test_single_proce
                         'test_ray.py', 'test_ray_cluster.py', 'test_ray_netns.py', 'test_elastic_driver.py',
                         'test_rendezvous_server.py',
                         'test_spark.py', 'test_spark_elastic.py', 'test_spark_estimator.py', 'test_data_loader.py',
-                        'test_spark_keras_estimator.py']
+                        'test_spark_keras_estimator.py', 'test_spark_lightning.py']
 
 
 def under_launcher():
