@@ -155,9 +155,12 @@ enum class ErrorKind : uint8_t {
 };
 struct ErrorInfo {
   ErrorKind kind = ErrorKind::kError;
-  int rank = -1;  // kPeerLost: the lost rank
+  int rank = -1;             // kPeerLost: the lost rank
+  int relayedFrom = -1;      // the rank that relayed this failure (Error::relayedFrom()); -1: this rank's
+  bool peerAborted = false;  // kPeerLost: the lost rank aborted rather than vanished (PeerLost::peerAborted())
   std::string message;
 
+  // Every field above round-trips through the exception (fromException(toException()) is equal).
   static ErrorInfo fromException(std::exception_ptr error);
   // A fresh exception object of the right hvd::Error subclass.
   std::exception_ptr toException() const;
