@@ -160,7 +160,8 @@ struct ErrorInfo {
   bool peerAborted = false;  // kPeerLost: the lost rank aborted rather than vanished (PeerLost::peerAborted())
   std::string message;
 
-  // Every field above round-trips through the exception (fromException(toException()) is equal).
+  // The fields round-trip through the exception: fromException(toException()) gives back each
+  // field that the kind uses (rank and peerAborted: kPeerLost only).
   static ErrorInfo fromException(std::exception_ptr error);
   // A fresh exception object of the right hvd::Error subclass.
   std::exception_ptr toException() const;
