@@ -21,6 +21,9 @@ constexpr uint8_t kOneOffNameFlag = 8;  // requests only
 constexpr uint8_t kListShutdownFlag = 1;
 constexpr uint8_t kListKnobsFlag = 2;  // knobs follow the flags
 
+// The flags byte of an ErrorInfo.
+constexpr uint8_t kErrorPeerAbortedFlag = 1;
+
 void writeKnobs(ByteWriter& w, const Knobs& k) {
   w.svarint(k.fusionThreshold);
   w.svarint(k.burstQuietUs);
@@ -242,27 +245,29 @@ std::string shapeString(const std::vector<int64_t>& shape) {
 
 ErrorInfo ErrorInfo::fromException(std::exception_ptr error) {
   ErrorInfo info;
+  auto from = [&info](ErrorKind kind, const Error& e) {
+    info.kind = kind;
+    info.relayedFrom = e.relayedFrom();
+    info.message = e.what();
+  };
   try {
     std::rethrow_exception(error);
   } catch (const PeerLost& e) {
-    info.kind = ErrorKind::kPeerLost;
+    from(ErrorKind::kPeerLost, e);
     info.rank = e.rank();
-    info.message = e.what();
+    info.peerAborted = e.peerAborted();
   } catch (const InvalidArgument& e) {
-    info.kind = ErrorKind::kInvalidArgument;
-    info.message = e.what();
+    from(ErrorKind::kInvalidArgument, e);
   } catch (const MismatchError& e) {
-    info.kind = ErrorKind::kMismatch;
-    info.message = e.what();
+    from(ErrorKind::kMismatch, e);
   } catch (const Timeout& e) {
-    info.kind = ErrorKind::kTimeout;
-    info.message = e.what();
+    from(ErrorKind::kTimeout, e);
   } catch (const StoreError& e) {
-    info.kind = ErrorKind::kStore;
-    info.message = e.what();
+    from(ErrorKind::kStore, e);
   } catch (const Aborted& e) {
-    info.kind = ErrorKind::kAborted;
-    info.message = e.what();
+    from(ErrorKind::kAborted, e);
+  } catch (const Error& e) {
+    from(ErrorKind::kError, e);
   } catch (const std::exception& e) {
     info.kind = ErrorKind::kError;
     info.message = e.what();
@@ -273,17 +278,27 @@ ErrorInfo ErrorInfo::fromException(std::exception_ptr error) {
   return info;
 }
 
+namespace {
+
+template <typename E>
+std::exception_ptr relayed(E error, int relayedFrom) {
+  error.setRelayedFrom(relayedFrom);
+  return std::make_exception_ptr(std::move(error));
+}
+
+}  // namespace
+
 std::exception_ptr ErrorInfo::toException() const {
   switch (kind) {
-    case ErrorKind::kPeerLost: return std::make_exception_ptr(PeerLost(rank, message));
-    case ErrorKind::kInvalidArgument: return std::make_exception_ptr(InvalidArgument(message));
-    case ErrorKind::kMismatch: return std::make_exception_ptr(MismatchError(message));
-    case ErrorKind::kTimeout: return std::make_exception_ptr(Timeout(message));
-    case ErrorKind::kStore: return std::make_exception_ptr(StoreError(message));
-    case ErrorKind::kAborted: return std::make_exception_ptr(Aborted(message));
+    case ErrorKind::kPeerLost: return relayed(PeerLost(rank, message, peerAborted), relayedFrom);
+    case ErrorKind::kInvalidArgument: return relayed(InvalidArgument(message), relayedFrom);
+    case ErrorKind::kMismatch: return relayed(MismatchError(message), relayedFrom);
+    case ErrorKind::kTimeout: return relayed(Timeout(message), relayedFrom);
+    case ErrorKind::kStore: return relayed(StoreError(message), relayedFrom);
+    case ErrorKind::kAborted: return relayed(Aborted(message), relayedFrom);
     case ErrorKind::kError: break;
   }
-  return std::make_exception_ptr(Error(message));
+  return relayed(Error(message), relayedFrom);
 }
 
 void encode(const RequestList& list, std::vector<uint8_t>& out) {
@@ -316,6 +331,8 @@ void encode(const ErrorInfo& info, std::vector<uint8_t>& out) {
   w.u8(static_cast<uint8_t>(MessageType::kAbort));
   w.u8(static_cast<uint8_t>(info.kind));
   w.svarint(info.rank);
+  w.svarint(info.relayedFrom);
+  w.u8(info.peerAborted ? kErrorPeerAbortedFlag : 0);
   w.str(info.message);
 }
 
@@ -359,6 +376,10 @@ ErrorInfo decodeErrorInfo(const std::vector<uint8_t>& bytes) {
   ErrorInfo info;
   info.kind = static_cast<ErrorKind>(in.u8());
   info.rank = static_cast<int>(in.svarint());
+  info.relayedFrom = static_cast<int>(in.svarint());
+  const uint8_t flags = in.u8();
+  if ((flags & ~kErrorPeerAbortedFlag) != 0) throw DecodeError(std::string(kFormat) + ": unknown error flags");
+  info.peerAborted = (flags & kErrorPeerAbortedFlag) != 0;
   info.message = in.str();
   return info;
 }

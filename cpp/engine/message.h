@@ -155,9 +155,13 @@ enum class ErrorKind : uint8_t {
 };
 struct ErrorInfo {
   ErrorKind kind = ErrorKind::kError;
-  int rank = -1;  // kPeerLost: the lost rank
+  int rank = -1;             // kPeerLost: the lost rank
+  int relayedFrom = -1;      // the rank that relayed this failure (Error::relayedFrom()); -1: this rank's
+  bool peerAborted = false;  // kPeerLost: the lost rank aborted rather than vanished (PeerLost::peerAborted())
   std::string message;
 
+  // The fields round-trip through the exception: fromException(toException()) gives back each
+  // field that the kind uses (rank and peerAborted: kPeerLost only).
   static ErrorInfo fromException(std::exception_ptr error);
   // A fresh exception object of the right hvd::Error subclass.
   std::exception_ptr toException() const;

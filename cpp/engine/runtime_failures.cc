@@ -54,17 +54,14 @@ void Runtime::onSilentPeer(int rank, const std::string& message) {
 
 std::exception_ptr Runtime::preferRelayedCause(std::exception_ptr error) {
   ErrorInfo mine = ErrorInfo::fromException(error);
-  if (!transport_ || mine.message.rfind("[from rank ", 0) == 0) return error;
+  if (!transport_ || mine.relayedFrom >= 0) return error;
   if (mine.kind != ErrorKind::kPeerLost && mine.kind != ErrorKind::kTimeout) return error;
   // This rank may only have seen a messenger: a peer that gave up because a third rank did not
   // answer or died (it aborted, so this rank lost it), or a local wait that timed out behind a
   // silent remote rank. That peer's abort notice names the culprit and is on its way: wait for
   // it a little (a peer's liveness probe takes up to 0.5 s). The transports say when the lost
-  // rank aborted: TCP "failed and aborted", shm "failed (aborted its transport".
-  const bool lostAMessenger =
-      mine.message.find("failed and aborted") != std::string::npos ||
-      mine.message.find("failed (aborted its transport") != std::string::npos ||
-      (mine.message.rfind("local transport: ", 0) == 0 && mine.message.find(" aborted (") != std::string::npos);
+  // rank aborted rather than vanished (PeerLost::peerAborted()).
+  const bool lostAMessenger = mine.kind == ErrorKind::kPeerLost && mine.peerAborted;
   // The messenger's notice comes from a rank that saw the culprit itself (over TCP, or over shared
   // memory on the culprit's host: up to 100 ms to notice, then its abort frame): on a loaded
   // machine that takes more than half a second now and then.
@@ -103,7 +100,7 @@ std::exception_ptr Runtime::preferRelayedCause(std::exception_ptr error) {
       }
       // A shutdown every rank was told about (the stall inspector's, a rank that left): the
       // messenger only aborted because it got the notice first, and this rank's copy is here.
-      if (lostAMessenger && relayed.kind == ErrorKind::kAborted && relayed.message.rfind("[from rank ", 0) == 0) {
+      if (lostAMessenger && relayed.kind == ErrorKind::kAborted && relayed.relayedFrom >= 0) {
         return relayed.toException();
       }
     }
@@ -127,6 +124,7 @@ void Runtime::onFatal(std::exception_ptr error, bool notifyPeers) {
   if (notifyPeers) {
     // Tell the others so they fail fast instead of waiting for their own timeouts.
     ErrorInfo relay = info;
+    relay.relayedFrom = topology_.rank;
     relay.message = "[from rank " + std::to_string(topology_.rank) + "] " + info.message;
     std::vector<uint8_t> bytes;
     encode(relay, bytes);

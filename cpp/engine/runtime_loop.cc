@@ -103,8 +103,8 @@ void Runtime::loop() {
     if (reason.kind == ErrorKind::kPeerLost && reason.rank >= 0 && reason.rank != topology_.rank) {
       lostPeer_ = reason.rank;
     }
-    bool fromPeer = reason.message.rfind("[from rank ", 0) == 0;
-    onFatal(error, !fromPeer);
+    // A failure a peer relayed has been sent to every rank already.
+    onFatal(error, reason.relayedFrom < 0);
   }
   const int by = shutdownBy_.load();
   if (by >= 0 && by != topology_.rank && reason.kind == ErrorKind::kAborted && reason.message == kShutdownMessage) {

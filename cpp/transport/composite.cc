@@ -144,7 +144,7 @@ std::exception_ptr CompositeTransport::translate(std::exception_ptr error, bool 
   } catch (const PeerLost& e) {
     if (viaLocal) {
       int global = e.rank() >= 0 && e.rank() < static_cast<int>(localRanks_.size()) ? localRanks_[e.rank()] : e.rank();
-      translated = std::make_exception_ptr(PeerLost(global, globalize(e.what())));
+      translated = std::make_exception_ptr(PeerLost(global, globalize(e.what()), e.peerAborted()));
       // The local peer may only have been the messenger: it gave up because a rank on another
       // host did not answer it or died, and its abort notice over TCP names that rank (it is
       // sent before its shared-memory flag is raised, see abort()).

@@ -18,7 +18,8 @@
 namespace hvd {
 
 struct ApiTable {
-  static constexpr uint32_t kVersion = 3;  // 2: Work::whenComplete; 3: Error::code() (errors.h)
+  // 2: Work::whenComplete; 3: Error::code(); 4: Error::relayedFrom(), PeerLost::peerAborted() (errors.h)
+  static constexpr uint32_t kVersion = 4;
   uint32_t version = kVersion;
   uint32_t size = sizeof(ApiTable);
 

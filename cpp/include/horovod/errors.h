@@ -36,8 +36,15 @@ class Error : public std::runtime_error {
       : std::runtime_error(message), code_(code) {}
   ErrorCode code() const { return code_; }
 
+  // The rank whose engine relayed this failure to this rank, or -1: this rank hit it itself. A
+  // relayed failure's message starts with "[from rank N] " for people; code reads this field.
+  int relayedFrom() const { return relayedFrom_; }
+  // Set by the engine when it rethrows a peer's failure notice.
+  void setRelayedFrom(int rank) { relayedFrom_ = rank; }
+
  private:
   ErrorCode code_;
+  int relayedFrom_ = -1;
 };
 
 // A bad call detected on the calling rank before anything was sent (duplicate name, bad splits,
@@ -64,11 +71,17 @@ class Timeout : public Error {
 // A peer process is gone (its connection closed, its process no longer exists).
 class PeerLost : public Error {
  public:
-  PeerLost(int rank, const std::string& message) : Error(message, ErrorCode::kPeerLost), rank_(rank) {}
+  // `peerAborted`: the lost rank announced that it aborted its transport (it gave up, most likely
+  // because of a third rank, and may still be alive) rather than vanished without notice (its
+  // process exited or was killed, its connection closed, it stopped answering).
+  PeerLost(int rank, const std::string& message, bool peerAborted = false)
+      : Error(message, ErrorCode::kPeerLost), rank_(rank), peerAborted_(peerAborted) {}
   int rank() const { return rank_; }
+  bool peerAborted() const { return peerAborted_; }
 
  private:
   int rank_;
+  bool peerAborted_;
 };
 
 // The rendezvous store failed (unreachable, authentication refused, protocol error).

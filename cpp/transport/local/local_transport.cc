@@ -231,7 +231,8 @@ void LocalTransport::recv(int peer, void* data, size_t bytes, Deadline deadline)
     }
     int failed = hub_->failedRank(rank_);
     if (failed >= 0) {
-      throw PeerLost(failed, "local transport: " + rankText(failed) + " aborted (recv on " + rankText(rank_) + ")");
+      throw PeerLost(failed, "local transport: " + rankText(failed) + " aborted (recv on " + rankText(rank_) + ")",
+                     /*peerAborted=*/true);
     }
     if (waitTimedOut(self.cv, lock, deadline) && stream.chunks.empty()) {
       throwTimeout("recv", rank_, peer, deadline);
@@ -319,7 +320,8 @@ bool LocalTransport::waitForMessage(Deadline deadline) {
     }
     int failed = hub_->failedRank(rank_);
     if (failed >= 0) {
-      throw PeerLost(failed, "local transport: " + rankText(failed) + " aborted (mailbox of " + rankText(rank_) + ")");
+      throw PeerLost(failed, "local transport: " + rankText(failed) + " aborted (mailbox of " + rankText(rank_) + ")",
+                     /*peerAborted=*/true);
     }
     if (waitTimedOut(self.cv, lock, deadline)) {
       return !self.mailbox.empty() || std::exchange(self.woken, false);

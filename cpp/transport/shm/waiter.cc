@@ -191,13 +191,13 @@ void Waiter::latchClosed(const WatchedPeer& closed, bool exited) {
                     std::to_string(silent) + " stopped, hung or starved of CPU? see HOROVOD_GLOO_TIMEOUT_SECONDS)")));
     return;
   }
-  latch(std::make_exception_ptr(
-      PeerLost(closed.rank, "Horovod lost rank " + std::to_string(closed.rank) + " (pid " + std::to_string(closed.pid) +
-                                ") on this host: it " +
-                                (closed.header->closed.load() == kClosedFailed ? "failed (aborted its transport"
-                                                                               : "shut down (closed its transport") +
-                                (exited ? " and exited" : "") + ") while rank " + std::to_string(rank_) +
-                                " was still waiting for it")));
+  const bool aborted = closed.header->closed.load() == kClosedFailed;
+  latch(std::make_exception_ptr(PeerLost(
+      closed.rank,
+      "Horovod lost rank " + std::to_string(closed.rank) + " (pid " + std::to_string(closed.pid) +
+          ") on this host: it " + (aborted ? "failed (aborted its transport" : "shut down (closed its transport") +
+          (exited ? " and exited" : "") + ") while rank " + std::to_string(rank_) + " was still waiting for it",
+      aborted)));
 }
 
 void Waiter::latch(std::exception_ptr error) {

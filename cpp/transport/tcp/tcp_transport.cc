@@ -122,7 +122,7 @@ void TcpTransport::checkUsable(bool dataPlane) {
   if (aborted_) throwAborted();
   if (failed_) {
     std::lock_guard<std::mutex> lock(stateMu_);
-    throw PeerLost(lostRank_, lostMessage_);
+    throw PeerLost(lostRank_, lostMessage_, lostAborted_);
   }
   if (dataPlane && !brokenMessage_.empty()) throw Error(brokenMessage_);
 }
@@ -152,23 +152,24 @@ void TcpTransport::lost(int peer, const std::string& why) {
       fail(blamed, "Horovod " + describePeer(blamed) + " did not answer in time: " + describePeer(peer) +
                        " gave up waiting for it (" + reason + ")");
     }
-    fail(peer, "Horovod " + describePeer(peer) + " failed and aborted: " + reason);
+    fail(peer, "Horovod " + describePeer(peer) + " failed and aborted: " + reason, /*peerAborted=*/true);
   }
   fail(peer, "Horovod lost connection to " + describePeer(peer) + ": " + why);
 }
 
-void TcpTransport::fail(int culprit, const std::string& message) {
+void TcpTransport::fail(int culprit, const std::string& message, bool peerAborted) {
   {
     std::lock_guard<std::mutex> lock(stateMu_);
     if (!failed_) {
       lostRank_ = culprit;
+      lostAborted_ = peerAborted;
       lostMessage_ = message;
       failed_ = true;
     }
   }
   int none = -1;
   if (culprit != rank_) blameRank_.compare_exchange_strong(none, culprit);
-  throw PeerLost(culprit, message);
+  throw PeerLost(culprit, message, peerAborted);
 }
 
 void TcpTransport::noteCulprit(int rank) {

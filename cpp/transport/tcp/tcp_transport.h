@@ -131,8 +131,8 @@ class TcpTransport final : public Transport {
   void checkUsable(bool dataPlane);
   [[noreturn]] void throwAborted();
   [[noreturn]] void lost(int peer, const std::string& why);
-  // Latches and throws PeerLost(culprit, message) (first failure wins).
-  [[noreturn]] void fail(int culprit, const std::string& message);
+  // Latches and throws PeerLost(culprit, message, peerAborted) (first failure wins).
+  [[noreturn]] void fail(int culprit, const std::string& message, bool peerAborted = false);
   // After a data-plane deadline: pings every peer and waits up to the probe window. Returns a
   // peer that gave up (its abort frame read), else -1 with `silent` set to a peer that did not
   // answer (preferring one of `preferred`), or -1 when all answered.
@@ -209,6 +209,7 @@ class TcpTransport final : public Transport {
   std::mutex stateMu_;  // guards the texts below
   std::string abortReason_;
   int lostRank_ = -1;
+  bool lostAborted_ = false;  // lostRank_ sent an abort frame (PeerLost::peerAborted())
   std::atomic<int> blameRank_{-1};  // the rank this one found silent or lost (for the abort frame)
   std::string lostMessage_;
   std::string brokenMessage_;  // data thread only

@@ -2,6 +2,7 @@
 // as pure functions.
 #include <gtest/gtest.h>
 
+#include "common/byte_codec.h"
 #include "engine/fusion.h"
 #include "engine/message.h"
 #include "engine/negotiation.h"
@@ -342,6 +343,72 @@ TEST(Wire, RoundTrip) {
     EXPECT_EQ(e.rank(), 3);
     EXPECT_STREQ(e.what(), "gone");
   }
+}
+
+// What the engine reads off a failure (the relaying rank, whether a lost peer aborted) travels as
+// fields, through the wire and through the exception, every kind alike.
+TEST(Wire, ErrorFactsRoundTripThroughBytesAndExceptions) {
+  const ErrorKind kinds[] = {ErrorKind::kError,   ErrorKind::kInvalidArgument, ErrorKind::kMismatch,
+                             ErrorKind::kTimeout, ErrorKind::kPeerLost,        ErrorKind::kStore,
+                             ErrorKind::kAborted};
+  for (ErrorKind kind : kinds) {
+    for (int relayedFrom : {-1, 0, 5}) {
+      for (bool peerAborted : {false, true}) {
+        if (peerAborted && kind != ErrorKind::kPeerLost) continue;
+        ErrorInfo info;
+        info.kind = kind;
+        info.rank = kind == ErrorKind::kPeerLost ? 2 : -1;
+        info.relayedFrom = relayedFrom;
+        info.peerAborted = peerAborted;
+        info.message = relayedFrom >= 0 ? "[from rank " + std::to_string(relayedFrom) + "] boom" : "boom";
+        std::vector<uint8_t> bytes;
+        encode(info, bytes);
+        ErrorInfo back = ErrorInfo::fromException(decodeErrorInfo(bytes).toException());
+        SCOPED_TRACE(static_cast<int>(kind));
+        EXPECT_EQ(back.kind, info.kind);
+        EXPECT_EQ(back.rank, info.rank);
+        EXPECT_EQ(back.relayedFrom, relayedFrom);
+        EXPECT_EQ(back.peerAborted, peerAborted);
+        EXPECT_EQ(back.message, info.message);
+        try {
+          std::rethrow_exception(info.toException());
+        } catch (const hvd::Error& e) {
+          EXPECT_EQ(e.relayedFrom(), relayedFrom);
+          EXPECT_EQ(e.what(), info.message);  // the text is not touched
+        }
+      }
+    }
+  }
+  // This rank's own failures: not relayed, a PeerLost's peer vanished unless the transport said so.
+  ErrorInfo own = ErrorInfo::fromException(std::make_exception_ptr(hvd::PeerLost(1, "lost")));
+  EXPECT_EQ(own.relayedFrom, -1);
+  EXPECT_FALSE(own.peerAborted);
+  EXPECT_TRUE(ErrorInfo::fromException(std::make_exception_ptr(hvd::PeerLost(1, "lost", true))).peerAborted);
+  EXPECT_EQ(ErrorInfo::fromException(std::make_exception_ptr(std::runtime_error("x"))).relayedFrom, -1);
+  // Not an engine error kind, but the relay survives: RemovedFromJob is sent as a plain error.
+  hvd::RemovedFromJob removed("removed");
+  removed.setRelayedFrom(3);
+  EXPECT_EQ(ErrorInfo::fromException(std::make_exception_ptr(removed)).relayedFrom, 3);
+}
+
+TEST(Wire, ErrorInfoDecodeChecksItsBounds) {
+  ErrorInfo info;
+  info.kind = ErrorKind::kPeerLost;
+  info.rank = 1;
+  info.relayedFrom = 0;
+  info.peerAborted = true;
+  info.message = "gone";
+  std::vector<uint8_t> bytes;
+  encode(info, bytes);
+  // Every truncation fails to decode.
+  for (size_t n = 1; n < bytes.size(); ++n) {
+    std::vector<uint8_t> cut(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(n));
+    EXPECT_THROW(decodeErrorInfo(cut), DecodeError) << n;
+  }
+  // The flags byte (after kind, rank 1 and relayedFrom 0: one byte each) has no unknown bits.
+  ASSERT_EQ(bytes[4], 1);
+  bytes[4] = 3;
+  EXPECT_THROW(decodeErrorInfo(bytes), DecodeError);
 }
 
 }  // namespace

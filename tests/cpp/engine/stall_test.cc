@@ -101,6 +101,7 @@ TEST(Stall, ShutdownFailsEveryRanksOperationsWithTheReport) {
   Cluster cluster(3, {{"HOROVOD_STALL_CHECK_TIME_SECONDS", "0.2"}, {"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "0.5"}});
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::string> errors(3);
+  std::vector<int> relayedFrom(3, -2);
   cluster.run([&](int rank, engine::Runtime& rt) {
     try {
       if (rank == 1) {
@@ -115,12 +116,20 @@ TEST(Stall, ShutdownFailsEveryRanksOperationsWithTheReport) {
       errors[rank] = "no error";
     } catch (const Aborted& e) {
       errors[rank] = e.what();
+      relayedFrom[rank] = e.relayedFrom();
     } catch (const std::exception& e) {
       errors[rank] = std::string("wrong type: ") + e.what();
     }
   });
   const auto took = std::chrono::steady_clock::now() - start;
   EXPECT_LT(took, 5s);
+  // Rank 0's own failure, relayed to the others: the field says so, and the text for people.
+  EXPECT_EQ(relayedFrom[0], -1) << errors[0];
+  EXPECT_NE(errors[0].rfind("[from rank ", 0), 0u) << errors[0];
+  for (int r = 1; r < 3; ++r) {
+    EXPECT_EQ(relayedFrom[r], 0) << r << ": " << errors[r];
+    EXPECT_EQ(errors[r].rfind("[from rank 0] ", 0), 0u) << r << ": " << errors[r];
+  }
   for (int r = 0; r < 3; ++r) {
     EXPECT_NE(errors[r].find("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=0.5"), std::string::npos) << r << ": " << errors[r];
     EXPECT_NE(errors[r].find("stuck (ALLREDUCE): submitted by ranks 0, 2, missing rank 1"), std::string::npos)

@@ -400,6 +400,7 @@ TEST(ShmTransport, AbortFailsEveryLocalPeersWaitsAtOnce) {
     } catch (const PeerLost& e) {
       EXPECT_EQ(e.rank(), 0) << e.what();
       EXPECT_NE(std::string(e.what()).find("failed"), std::string::npos) << e.what();
+      EXPECT_TRUE(e.peerAborted()) << e.what();
     }
     EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
     observed = true;
@@ -456,6 +457,7 @@ TEST(ShmTransport, ClosedPeerFailsWaitsAfterDrainingWhatItSent) {
   } catch (const PeerLost& e) {
     EXPECT_EQ(e.rank(), 1);
     EXPECT_NE(std::string(e.what()).find("rank 1"), std::string::npos) << e.what();
+    EXPECT_FALSE(e.peerAborted()) << e.what();  // it closed its transport, it did not abort it
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
   // Latched: later operations fail too, even ones that could complete.

@@ -414,12 +414,19 @@ TEST(TcpTransport, AbruptLossFailsEveryRankWithinSeconds) {
       EXPECT_NE(std::string(e.what()).find("rank 2 (host localhost) failed and aborted: simulated crash"),
                 std::string::npos)
           << e.what();
+      EXPECT_TRUE(e.peerAborted()) << e.what();  // it said so: a messenger, maybe
     }
     EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
     // Sticky: later calls fail the same way.
     uint8_t b = 0;
     EXPECT_THROW(t.send(1 - rank, &b, 1, soon()), PeerLost);
-    EXPECT_THROW(t.waitForMessage(Deadline::after(1s)), PeerLost);
+    try {
+      t.waitForMessage(Deadline::after(1s));
+      ADD_FAILURE() << "waitForMessage after the loss returned";
+    } catch (const PeerLost& e) {
+      EXPECT_EQ(e.rank(), 2);
+      EXPECT_TRUE(e.peerAborted());
+    }
     // Stay up until both survivors noticed, or the first one's exit would be the other's loss.
     noticed++;
     while (noticed < 2) std::this_thread::sleep_for(1ms);
@@ -452,6 +459,7 @@ TEST(TcpTransport, KeepAliveNamesTheRankAMessengerBlamesNotTheMessenger) {
   for (auto& c : contexts) c.timeout = 1000ms;
   std::atomic<bool> done{false};
   int blamed = -2;
+  bool blamedAborted = true;
   std::string seen;
   runRanks("tcp", contexts, [&](int rank, Transport& t) {
     if (rank == 0) {
@@ -464,6 +472,7 @@ TEST(TcpTransport, KeepAliveNamesTheRankAMessengerBlamesNotTheMessenger) {
         ADD_FAILURE() << "rank 0 noticed nothing";
       } catch (const PeerLost& e) {
         blamed = e.rank();
+        blamedAborted = e.peerAborted();
         seen = e.what();
       }
       done = true;
@@ -476,6 +485,7 @@ TEST(TcpTransport, KeepAliveNamesTheRankAMessengerBlamesNotTheMessenger) {
   });
   EXPECT_EQ(blamed, 2) << seen;
   EXPECT_NE(seen.find("rank 1 "), std::string::npos) << seen;  // says who gave up
+  EXPECT_FALSE(blamedAborted) << seen;                           // rank 2 itself went silent
 }
 
 TEST(TcpTransport, ConnectionWithWrongSecretIsRefused) {
