@@ -1,6 +1,7 @@
 #include "backends/host_backend.h"
 
 #include "collectives/reduce.h"
+#include "engine/fused_layout.h"
 
 namespace hvd::backends {
 
@@ -35,6 +36,23 @@ void HostBackendBase::notify(EngineEventKind kind, const Response& r, int64_t by
   e.algorithm = algorithm;
   e.backend = name_;
   observers_.publish(e);
+}
+
+uint8_t* HostBackendBase::packFused(const Response& r, const std::vector<Entry*>& entries, size_t total,
+                                    DataType dtype) {
+  uint8_t* buf = bytesOf(host_.fusion.reserve(total));
+  notifyIf(EngineEventKind::kFusionCopyInStart, r, static_cast<int64_t>(total), nullptr);
+  engine::packTensors(r, entries, buf);
+  scale(buf, total / dataTypeSize(dtype), dtype, r.params.prescale);
+  notifyIf(EngineEventKind::kFusionCopyInEnd, r, static_cast<int64_t>(total), nullptr);
+  return buf;
+}
+
+void HostBackendBase::unpackFused(const Response& r, const std::vector<Entry*>& entries, const uint8_t* buf,
+                                  size_t total) {
+  notifyIf(EngineEventKind::kFusionCopyOutStart, r, static_cast<int64_t>(total), nullptr);
+  engine::unpackTensors(r, entries, buf);
+  notifyIf(EngineEventKind::kFusionCopyOutEnd, r, static_cast<int64_t>(total), nullptr);
 }
 
 }  // namespace hvd::backends

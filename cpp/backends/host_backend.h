@@ -84,6 +84,13 @@ class HostBackendBase : public engine::CollectiveBackend {
     notifyIf(EngineEventKind::kCollectiveEnd, r, bytes, algorithm);
   }
 
+  // A fused response's copy-in: packs `entries` into the fusion buffer (`total` bytes, laid out
+  // as engine/fused_layout.h says), scaled by the response's prescale factor, between the
+  // kFusionCopyIn events. Returns the buffer (valid until the fusion buffer's next reserve).
+  uint8_t* packFused(const Response& r, const std::vector<Entry*>& entries, size_t total, DataType dtype);
+  // Its copy-out from `buf` into the entries' outputs, between the kFusionCopyOut events.
+  void unpackFused(const Response& r, const std::vector<Entry*>& entries, const uint8_t* buf, size_t total);
+
   engine::HostResources& host_;
   const engine::ObserverHub& observers_;
 

@@ -128,18 +128,12 @@ void CpuBackend::allreduce(const Response& r, ProcessSet&, const std::vector<Ent
     }
   }
   const size_t total = engine::fusedBytes(r);
-  uint8_t* buf = bytesOf(host_.fusion.reserve(total));
-  notifyIf(EngineEventKind::kFusionCopyInStart, r, static_cast<int64_t>(total), nullptr);
-  engine::packTensors(r, entries, buf);
+  uint8_t* buf = packFused(r, entries, total, dtype);
   const size_t count = total / esize;
-  scale(buf, count, dtype, r.params.prescale);
-  notifyIf(EngineEventKind::kFusionCopyInEnd, r, static_cast<int64_t>(total), nullptr);
   started(r, static_cast<int64_t>(payload), nullptr);
   collectives::allreduce(comm, buf, buf, count, dtype, {.op = op, .postscale = post, .ran = &ran});
   ended(r, static_cast<int64_t>(payload), ran);
-  notifyIf(EngineEventKind::kFusionCopyOutStart, r, static_cast<int64_t>(total), nullptr);
-  engine::unpackTensors(r, entries, buf);
-  notifyIf(EngineEventKind::kFusionCopyOutEnd, r, static_cast<int64_t>(total), nullptr);
+  unpackFused(r, entries, buf, total);
 }
 
 void CpuBackend::allgather(const Response& r, ProcessSet&, const std::vector<Entry*>& entries) {

@@ -113,19 +113,13 @@ void MpiBackend::allreduce(const Response& r, ProcessSet& set, const std::vector
     return;
   }
   const size_t total = engine::fusedBytes(r);
-  uint8_t* buf = bytesOf(host_.fusion.reserve(total));
-  notifyIf(EngineEventKind::kFusionCopyInStart, r, static_cast<int64_t>(total), nullptr);
-  engine::packTensors(r, entries, buf);
+  uint8_t* buf = packFused(r, entries, total, dtype);
   const size_t count = total / esize;
-  scale(buf, count, dtype, r.params.prescale);
-  notifyIf(EngineEventKind::kFusionCopyInEnd, r, static_cast<int64_t>(total), nullptr);
   started(r, static_cast<int64_t>(total), "mpi_allreduce");
   check(mpi_.allreduce(comm_, nullptr, buf, static_cast<int64_t>(count), dt, mop, err_, sizeof(err_)), "allreduce");
   ended(r, static_cast<int64_t>(total), "mpi_allreduce");
   scale(buf, count, dtype, post);
-  notifyIf(EngineEventKind::kFusionCopyOutStart, r, static_cast<int64_t>(total), nullptr);
-  engine::unpackTensors(r, entries, buf);
-  notifyIf(EngineEventKind::kFusionCopyOutEnd, r, static_cast<int64_t>(total), nullptr);
+  unpackFused(r, entries, buf, total);
 }
 
 void MpiBackend::allgather(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries) {
