@@ -38,6 +38,20 @@ def _rows(reader):
     return iter(reader)
 
 
+
+def _collated(rows, batch_size):
+    """``rows`` in batches of ``batch_size`` (the last one may be smaller), each collated into
+    tensors by torch's default_collate."""
+    from torch.utils.data import default_collate
+    batch = []
+    for row in rows:
+        batch.append(row)
+        if len(batch) == batch_size:
+            yield default_collate(batch)
+            batch = []
+    if batch:
+        yield default_collate(batch)
+
 def _shuffled(rows, capacity, rng):
     """``rows`` through a shuffling buffer of ``capacity`` rows."""
     buffer = []
@@ -93,17 +107,9 @@ class PytorchDataLoader(BaseDataLoader):
 
     def _batches(self, rows):
         """Collated batches of ``rows`` (through the shuffling buffer)."""
-        from torch.utils.data import default_collate
         if self.shuffling_queue_capacity > 0:
             rows = _shuffled(rows, self.shuffling_queue_capacity, self._rng)
-        batch = []
-        for row in rows:
-            batch.append(row)
-            if len(batch) == self.batch_size:
-                yield default_collate(batch)
-                batch = []
-        if batch:
-            yield default_collate(batch)
+        return _collated(rows, self.batch_size)
 
     def _iterate(self):
         self._print_verbose('[{}]: Start to generate batch data. limit_step_per_epoch={}'.format(
@@ -245,15 +251,7 @@ class PytorchInmemDataLoader(BaseDataLoader):
             passes += 1
 
     def _batches(self):
-        from torch.utils.data import default_collate
-        batch = []
-        for row in self._stream():
-            batch.append(row)
-            if len(batch) == self.batch_size:
-                yield default_collate(batch)
-                batch = []
-        if batch:
-            yield default_collate(batch)
+        return _collated(self._stream(), self.batch_size)
 
     def _iterate(self):
         self._print_verbose('[{}]: Start to generate batch data. limit_step_per_epoch={}'.format(
