@@ -72,6 +72,19 @@ KNOB_NAMES = [
 
 
 @pytest.fixture
+def check_program(hvdrun):
+    """The horovodrun_allreduce_check program (a C++ worker that allreduces once), next to the
+    horovodrun under test or in a build directory; the test is skipped when it is not built."""
+    candidates = [os.path.join(os.path.dirname(hvdrun), 'horovodrun_allreduce_check')]
+    candidates += sorted(glob.glob(os.path.join(ROOT, 'build*', 'launcher', 'horovodrun_allreduce_check')),
+                         key=os.path.getmtime, reverse=True)
+    for path in candidates:
+        if os.access(path, os.X_OK):
+            return path
+    pytest.skip('horovodrun_allreduce_check not built (needs the C++ library target)')
+
+
+@pytest.fixture
 def knobs(run):
     """knobs(*flags) -> the knob variables the worker sees (only those that are set)."""
 

@@ -5,7 +5,6 @@ wins over the --config-file value wherever --config-file appears, while the file
 default. Then the behaviour behind some of them end to end: core log timestamps, autotune and the
 stall check, each switched back by a flag against a config file that says otherwise."""
 
-import glob
 import os
 import re
 import subprocess
@@ -13,7 +12,6 @@ import sys
 
 import pytest
 
-from launcher_util import ROOT
 
 PYTHON = sys.executable
 
@@ -163,17 +161,6 @@ def test_every_horovod_flag_is_accepted(run):
 
 
 # ---- what the flags do, end to end ---------------------------------------------------------------
-
-@pytest.fixture
-def check_program(hvdrun):
-    candidates = [os.path.join(os.path.dirname(hvdrun), 'horovodrun_allreduce_check')]
-    candidates += sorted(glob.glob(os.path.join(ROOT, 'build*', 'launcher', 'horovodrun_allreduce_check')),
-                         key=os.path.getmtime, reverse=True)
-    for path in candidates:
-        if os.access(path, os.X_OK):
-            return path
-    pytest.skip('horovodrun_allreduce_check not built (needs the C++ library target)')
-
 
 STAMPED = re.compile(r'^\[\d\]<stdout>:\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}: DEBUG ', re.M)
 UNSTAMPED = re.compile(r'^\[\d\]<stdout>:\[DEBUG ', re.M)

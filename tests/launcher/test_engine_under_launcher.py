@@ -1,24 +1,10 @@
 """The real core under horovodrun: init through the launcher's rendezvous and one allreduce
 (horovodrun_allreduce_check, built next to horovodrun when the C++ library is built)."""
 
-import glob
-import os
 import time
 
 import pytest
 
-from launcher_util import ROOT
-
-
-@pytest.fixture
-def check_program(hvdrun):
-    candidates = [os.path.join(os.path.dirname(hvdrun), 'horovodrun_allreduce_check')]
-    candidates += sorted(glob.glob(os.path.join(ROOT, 'build*', 'launcher', 'horovodrun_allreduce_check')),
-                         key=os.path.getmtime, reverse=True)
-    for path in candidates:
-        if os.access(path, os.X_OK):
-            return path
-    pytest.skip('horovodrun_allreduce_check not built (needs the C++ library target)')
 
 
 @pytest.mark.parametrize('np', [1, 2, 3, 4])
