@@ -216,3 +216,19 @@ def test_objects():
     r, n = hvd.rank(), hvd.size()
     assert hvd.broadcast_object({'r': r}, root_rank=n - 1) == {'r': n - 1}
     assert hvd.allgather_object(r * 10) == [i * 10 for i in range(n)]
+
+
+def test_dtype_mismatch_and_trainer_compression():
+    r, n = hvd.rank(), hvd.size()
+    hvd.allreduce(mx.nd.ones((2,), dtype='float32' if r == 0 else 'int32'), name='dtype.mismatch')
+    with pytest.raises(mx.base.MXNetError):
+        hvd.synchronize()
+    net = mx.gluon.nn.Dense(1, in_units=2, use_bias=False, prefix='fp16_')
+    net.initialize(mx.init.Zero())
+    trainer = hvd.DistributedTrainer(net.collect_params(), 'sgd', {'learning_rate': 1.0},
+                                     compression=hvd.Compression.fp16, prefix='fp16.')
+    with mx.autograd.record():
+        loss = net(mx.nd.ones((1, 2)) * (r + 1)).sum()
+    loss.backward()
+    trainer.step(1)
+    np.testing.assert_allclose(net.weight.data().asnumpy(), [[-(n + 1) / 2] * 2], rtol=1e-3)

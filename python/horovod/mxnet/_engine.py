@@ -19,6 +19,7 @@ error is raised, as ``MXNetError``, by the next horovod.mxnet call in this proce
 (``raise_pending``), and by ``synchronize()``.
 """
 
+import atexit
 import ctypes
 import queue
 import threading
@@ -104,6 +105,15 @@ def _waiter():
 
 
 threading.Thread(target=_waiter, name='horovod-mxnet-waiter', daemon=True).start()
+
+
+@atexit.register
+def _drain():
+    """At exit (after Horovod's own shutdown, which fails what is still pending), lets the
+    engine finish every operation whose completion this module still has to signal (for at
+    most 30 s: an operation whose inputs never become ready must not hang the exit)."""
+    with _lock:
+        _idle.wait_for(lambda: _pending[0] == 0, timeout=30)
 
 
 def _handles(arrays):
