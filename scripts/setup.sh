@@ -52,8 +52,9 @@ python3 -m pip install -q --disable-pip-version-check "kubernetes-validate==1.37
 python3 -m pip install -q --disable-pip-version-check "ruff==0.17.6" "clang-format==23.1.5" 2>&1 \
   | grep -v -E "^WARNING: (Running pip as|Location)" || true
 
-# Keras 3's JAX backend, for horovod.keras's tests (CPU wheels, exact versions).
-python3 -m pip install -q --disable-pip-version-check "jax==0.10.2" "jaxlib==0.10.2" 2>&1 \
+# Keras 3's JAX backend, for horovod.keras's tests, and horovod.jax (CPU wheels, exact versions;
+# optax for horovod.jax's DistributedOptimizer tests, which work without it too).
+python3 -m pip install -q --disable-pip-version-check "jax==0.10.2" "jaxlib==0.10.2" "optax==0.2.8" 2>&1 \
   | grep -v -E "^WARNING: (Running pip as|Location)" || true
 
 # horovod.mxnet's environment (scripts/check_mxnet.sh): MXNet 1.9.1 is the last release (retired

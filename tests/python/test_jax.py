@@ -291,3 +291,21 @@ def test_adasum():
         assert 'Adasum is not supported' in str(e)
         pytest.skip('this core has no Adasum')
     np.testing.assert_allclose(out, x, rtol=1e-6)
+
+
+def test_distributed_optimizer_with_optax():
+    optax = pytest.importorskip('optax')
+    r, n = hvd.rank(), hvd.size()
+    tx = hvd.DistributedOptimizer(optax.chain(optax.clip_by_global_norm(100.0), optax.sgd(0.1)))
+    assert isinstance(tx, optax.GradientTransformation)
+    params = {'w': jnp.zeros(2)}
+    state = tx.init(params)
+
+    @jax.jit
+    def step(params, state):
+        grads = jax.grad(lambda p: jnp.sum(p['w'] * (r + 1.0)))(params)
+        updates, state = tx.update(grads, state, params)
+        return optax.apply_updates(params, updates), state
+
+    params, state = step(params, state)
+    np.testing.assert_allclose(params['w'], -0.1 * (n + 1) / 2, rtol=1e-6)
