@@ -125,6 +125,8 @@ def test_allgather_alltoall_reducescatter_broadcast():
         np.concatenate([np.arange(2 * r, 2 * r + 2) + 100 * i for i in range(n)]))
     out, received = hvd.alltoall(x, splits=[2] * n)
     assert received.asnumpy().tolist() == [2] * n and out.shape == (2 * n,)
+    with pytest.raises(ValueError, match='32-bit integer'):
+        hvd.alltoall(x, splits=[0.5] * n)
     rs = hvd.reducescatter(mx.nd.arange(2 * n) * (r + 1), op=hvd.Sum)
     np.testing.assert_allclose(rs.asnumpy(), np.arange(2 * r, 2 * r + 2) * n * (n + 1) / 2)
     with pytest.raises(AssertionError):

@@ -16,6 +16,7 @@ counting this adapter's calls in program order (reset by init and shutdown).
 import ctypes
 
 import mxnet as mx
+import numpy as np
 from mxnet.base import _LIB, check_call
 from mxnet.ndarray import ndarray as _nd
 
@@ -200,8 +201,12 @@ def alltoall(tensor, splits=None, name=None, priority=0, process_set=global_proc
     _check_inputs([tensor], process_set)
     split_values = None
     if splits is not None:
-        values = splits.asnumpy() if isinstance(splits, mx.nd.NDArray) else splits
-        split_values = [int(s) for s in list(values)]
+        values = np.asarray(splits.asnumpy() if isinstance(splits, mx.nd.NDArray) else splits)
+        if values.ndim != 1:
+            raise ValueError('alltoall expects a 1D splits tensor')
+        if values.dtype.kind not in 'iu':
+            raise ValueError('alltoall expects splits to contain 32-bit integer elements.')
+        split_values = [int(s) for s in values.tolist()]
     _ready([tensor])
     full, one_off = _name(_ops.ALLTOALL, name)
     work = _core.alltoall_async(_view(tensor), split_values, full, process_set.process_set_id,
