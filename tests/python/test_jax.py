@@ -309,3 +309,27 @@ def test_distributed_optimizer_with_optax():
 
     params, state = step(params, state)
     np.testing.assert_allclose(params['w'], -0.1 * (n + 1) / 2, rtol=1e-6)
+
+
+# Last: the reset re-initializes Horovod (without dynamic process sets).
+def test_elastic_run_restores_after_internal_error():
+    r = hvd.rank()
+    state = hvd.elastic.JaxState(params={'w': full(r + 1.0, (2,))}, counter=0)
+    calls = []
+
+    @hvd.elastic.run
+    def train(state):
+        calls.append(state.counter)
+        np.testing.assert_allclose(state.params['w'], 1.0)  # rank 0's, after every sync
+        if len(calls) == 1:
+            state.counter = 10
+            state.params = {'w': full(1.0, (2,))}
+            state.commit()
+            state.counter = 99  # uncommitted, must be rolled back
+            raise HorovodInternalError('simulated failure')
+        return state.counter
+
+    assert train(state) == 10
+    assert calls == [0, 10]
+    assert hvd.is_initialized()
+    np.testing.assert_allclose(hvd.allreduce(full(1.0), op=hvd.Sum), hvd.size())
