@@ -155,12 +155,23 @@ def test_process_set():
 def test_errors():
     with pytest.raises(ValueError, match='NDArray'):
         hvd.allreduce(np.ones(3))
-    # Mismatched shapes: the negotiation fails on every rank; the engine operation completes
-    # and the failure is raised as MXNetError by synchronize() (and by the next call).
-    hvd.allreduce(mx.nd.ones((hvd.rank() + 1,)), name='mismatch')
+    # Mismatched shapes: the negotiation fails on every rank; the failure is raised as
+    # MXNetError by the output's wait_to_read() (Horovod's test pattern), once.
+    out = hvd.allreduce(mx.nd.ones((hvd.rank() + 1,)), name='mismatch')
     with pytest.raises(mx.base.MXNetError, match='mismatch'):
+        out.wait_to_read()
+    hvd.synchronize()
+    # In place (the caller's array): raised by synchronize() or the next horovod.mxnet call.
+    hvd.allreduce_(mx.nd.ones((hvd.rank() + 1,)), name='mismatch.inplace')
+    with pytest.raises(mx.base.MXNetError, match='mismatch.inplace'):
         hvd.synchronize()
-    hvd.synchronize()  # raised once
+    hvd.broadcast_(mx.nd.ones((hvd.rank() + 1,)), root_rank=0, name='mismatch.bcast')
+    mx.nd.waitall()
+    with pytest.raises(mx.base.MXNetError, match='mismatch.bcast'):
+        hvd.allreduce(mx.nd.ones((1,)))
+    out = hvd.broadcast(mx.nd.ones((hvd.rank() + 1,)), root_rank=0, name='mismatch.bcast2')
+    with pytest.raises(mx.base.MXNetError, match='mismatch.bcast2'):
+        out.asnumpy()
 
 
 def test_broadcast_parameters_dict_and_parameter_dict():
@@ -222,9 +233,10 @@ def test_objects():
 
 def test_dtype_mismatch_and_trainer_compression():
     r, n = hvd.rank(), hvd.size()
-    hvd.allreduce(mx.nd.ones((2,), dtype='float32' if r == 0 else 'int32'), name='dtype.mismatch')
+    out = hvd.allreduce(mx.nd.ones((2,), dtype='float32' if r == 0 else 'int32'),
+                        name='dtype.mismatch')
     with pytest.raises(mx.base.MXNetError):
-        hvd.synchronize()
+        out.wait_to_read()
     net = mx.gluon.nn.Dense(1, in_units=2, use_bias=False, prefix='fp16_')
     net.initialize(mx.init.Zero())
     trainer = hvd.DistributedTrainer(net.collect_params(), 'sgd', {'learning_rate': 1.0},

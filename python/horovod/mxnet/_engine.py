@@ -15,8 +15,9 @@ blocked by a collective (a blocked worker could starve the computation another r
 
 Failures: MXNet's C API offers no way to hand an error to the engine from outside C++, so a
 failed collective completes its operation (the outputs keep their previous contents) and the
-error is raised, as ``MXNetError``, by the next horovod.mxnet call in this process
-(``raise_pending``), and by ``synchronize()``.
+error is raised, as ``MXNetError``, once: by ``wait_to_read()`` / ``asnumpy()`` of an output
+that horovod.mxnet allocated (a ``Result``), or else by the next horovod.mxnet call in this
+process (``raise_pending``) or ``synchronize()``.
 """
 
 import atexit
@@ -49,10 +50,10 @@ class _Context(ctypes.Structure):  # mxnet::Context: device type (1 = CPU), devi
 _CPU = _Context(1, 0)
 
 _lock = threading.Lock()
-_ops = {}          # op id -> (start, name)
+_ops = {}          # op id -> (start, name, handles of the outputs to watch)
 _next_id = [0]
 _waits = queue.Queue()
-_errors = []       # (name, exception) of failed operations, raised by raise_pending()
+_errors = []       # [name, exception, watched handles] of failed operations, raised once
 _pending = [0]     # operations pushed and not yet completed
 _idle = threading.Condition(_lock)
 
@@ -65,25 +66,25 @@ def _run(rctx, on_complete_p, param):
     """The engine calls this when the operation's inputs are ready (GIL taken by ctypes)."""
     op_id = param or 0
     with _lock:
-        start, name = _ops.pop(op_id)
+        start, name, watched = _ops.pop(op_id)
     on_complete = _OnComplete(on_complete_p.contents.callback, on_complete_p.contents.engine,
                               on_complete_p.contents.param)
     try:
         work = start()
     except BaseException as e:  # noqa: B902 - reported by raise_pending, never lost
-        _fail(name, e)
+        _fail(name, e, watched)
         _signal(on_complete)
         _done()
         return
-    _waits.put((work, on_complete, name))
+    _waits.put((work, on_complete, name, watched))
 
 
 _run_c = _ASYNC_FUNC(_run)
 
 
-def _fail(name, error):
+def _fail(name, error, watched):
     with _lock:
-        _errors.append((name, error))
+        _errors.append([name, error, watched])
 
 
 def _done():
@@ -95,11 +96,11 @@ def _done():
 
 def _waiter():
     while True:
-        work, on_complete, name = _waits.get()
+        work, on_complete, name, watched = _waits.get()
         try:
             work.wait()
         except BaseException as e:  # noqa: B902
-            _fail(name, e)
+            _fail(name, e, watched)
         _signal(on_complete)
         _done()
 
@@ -121,9 +122,10 @@ def _handles(arrays):
     return arr, len(arrays)
 
 
-def push(start, reads, writes, priority=0, name='horovod'):
+def push(start, reads, writes, priority=0, name='horovod', watch=()):
     """Schedules ``start`` (returns a core Work) after the engine's earlier operations on
-    ``reads`` (read) and ``writes`` (written); see the module docstring."""
+    ``reads`` (read) and ``writes`` (written); see the module docstring. A failure is raised by
+    ``wait_to_read()`` of the ``Result`` arrays in ``watch``."""
     for a in list(reads) + list(writes):
         if a.context.device_type != 'cpu':
             raise ValueError('Horovod was built without GPU support: NDArray on {} is not '
@@ -131,7 +133,7 @@ def push(start, reads, writes, priority=0, name='horovod'):
     with _lock:
         _next_id[0] += 1
         op_id = _next_id[0]
-        _ops[op_id] = (start, name)
+        _ops[op_id] = (start, name, frozenset(a.handle.value for a in watch))
         _pending[0] += 1
     const, n_const = _handles(reads)
     mutable, n_mut = _handles(writes)
@@ -146,18 +148,52 @@ def push(start, reads, writes, priority=0, name='horovod'):
         raise
 
 
+def _raise(errors):
+    name, error, _ = errors[0]
+    more = '' if len(errors) == 1 else ' (and {} more failed operations)'.format(len(errors) - 1)
+    raise mx.base.MXNetError('Horovod operation {} failed: {}{}'.format(name, error, more)) \
+        from error
+
+
 def raise_pending():
     """Raises the first recorded failure of an earlier operation as MXNetError (and forgets
     them all)."""
     with _lock:
-        if not _errors:
-            return
         errors = list(_errors)
         _errors.clear()
-    name, error = errors[0]
-    more = '' if len(errors) == 1 else ' (and {} more failed operations)'.format(len(errors) - 1)
-    raise mx.base.MXNetError('Horovod operation {} failed: {}{}'.format(name, error, more)) \
-        from error
+    if errors:
+        _raise(errors)
+
+
+def raise_for(array):
+    """Raises (once) the failure of the operation that wrote ``array``, if it failed."""
+    handle = array.handle.value
+    with _lock:
+        mine = [e for e in _errors if handle in e[2]]
+        for e in mine:
+            _errors.remove(e)
+    if mine:
+        _raise(mine)
+
+
+class Result(mx.nd.NDArray):
+    """An output allocated by horovod.mxnet: ``wait_to_read()`` (and so ``asnumpy()``,
+    ``asscalar()``) raises the failure of the Horovod operation that wrote it, as MXNetError."""
+    __slots__ = []
+
+    def wait_to_read(self):
+        super().wait_to_read()
+        raise_for(self)
+
+    def asnumpy(self):
+        self.wait_to_read()
+        return super().asnumpy()
+
+
+def result(array):
+    """``array`` (just allocated by horovod.mxnet) as a Result."""
+    array.__class__ = Result
+    return array
 
 
 def synchronize():

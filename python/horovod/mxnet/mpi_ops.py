@@ -110,7 +110,7 @@ def _push_allreduce(inputs, outputs, name, priority, op, pre, post, process_set)
 
     reads = [] if in_place else list(inputs)
     writes = list(inputs) if in_place else list(outputs)
-    _engine.push(start, reads, writes, priority, full)
+    _engine.push(start, reads, writes, priority, full, watch=() if in_place else outputs)
 
 
 def allreduce(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
@@ -120,7 +120,7 @@ def allreduce(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
     ``priority``: higher runs earlier."""
     op = handle_average_backwards_compatibility(op, average)
     _check_inputs([tensor], process_set)
-    output = mx.nd.empty(tensor.shape, ctx=tensor.context, dtype=tensor.dtype)
+    output = _engine.result(mx.nd.empty(tensor.shape, ctx=tensor.context, dtype=tensor.dtype))
     _push_allreduce([tensor], [output], name, priority, op, prescale_factor, postscale_factor,
                     process_set)
     return output
@@ -144,7 +144,8 @@ def grouped_allreduce(tensors, average=None, name=None, priority=0, prescale_fac
     _check_inputs(tensors, process_set)
     if not tensors:
         return []
-    outputs = [mx.nd.empty(t.shape, ctx=t.context, dtype=t.dtype) for t in tensors]
+    outputs = [_engine.result(mx.nd.empty(t.shape, ctx=t.context, dtype=t.dtype))
+               for t in tensors]
     _push_allreduce(tensors, outputs, name, priority, op, prescale_factor, postscale_factor,
                     process_set)
     return outputs
@@ -223,6 +224,10 @@ def alltoall(tensor, splits=None, name=None, priority=0, process_set=global_proc
 def broadcast_(tensor, root_rank, name=None, priority=0, process_set=global_process_set):
     """Overwrites ``tensor`` with rank ``root_rank``'s (a global rank); returns ``tensor``.
     Asynchronous in the MXNet engine."""
+    return _broadcast(tensor, root_rank, name, priority, process_set, ())
+
+
+def _broadcast(tensor, root_rank, name, priority, process_set, watch):
     _check_inputs([tensor], process_set)
     full, one_off = _name(_ops.BROADCAST, name)
     ps_id = process_set.process_set_id
@@ -230,14 +235,15 @@ def broadcast_(tensor, root_rank, name=None, priority=0, process_set=global_proc
     def start():
         return _core.broadcast_async(_view(tensor), root_rank, full, ps_id, one_off)
 
-    _engine.push(start, [], [tensor], priority, full)
+    _engine.push(start, [], [tensor], priority, full, watch)
     return tensor
 
 
 def broadcast(tensor, root_rank, name=None, priority=0, process_set=global_process_set):
     """Returns a new NDArray holding rank ``root_rank``'s ``tensor``."""
     _check_inputs([tensor], process_set)
-    return broadcast_(tensor.copy(), root_rank, name, priority, process_set)
+    output = _engine.result(tensor.copy())
+    return _broadcast(output, root_rank, name, priority, process_set, (output,))
 
 
 # ---- reducescatter ------------------------------------------------------------------------------
@@ -263,8 +269,8 @@ def grouped_reducescatter(tensors, op=Average, name=None, priority=0,
     _check_inputs(tensors, process_set)
     if not tensors:
         return []
-    outputs = [mx.nd.empty(_scatter_shape(t, process_set), ctx=t.context, dtype=t.dtype)
-               for t in tensors]
+    outputs = [_engine.result(mx.nd.empty(_scatter_shape(t, process_set), ctx=t.context,
+                                          dtype=t.dtype)) for t in tensors]
     grouped = len(tensors) > 1
     full, one_off = _name(_ops.GROUPED_REDUCESCATTER if grouped else _ops.REDUCESCATTER, name)
     ps_id = process_set.process_set_id
@@ -277,7 +283,7 @@ def grouped_reducescatter(tensors, op=Average, name=None, priority=0,
         return _core.reducescatter_async(ins[0], outs[0], full, op, prescale_factor,
                                          postscale_factor, ps_id, one_off)
 
-    _engine.push(start, tensors, outputs, priority, full)
+    _engine.push(start, tensors, outputs, priority, full, outputs)
     return outputs
 
 
