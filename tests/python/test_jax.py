@@ -211,6 +211,10 @@ def test_grad_of_collectives():
     np.testing.assert_allclose(g, (n + 1) / 2)
     g = jax.grad(lambda v: hvd.broadcast(v, root_rank=0).sum())(x)
     np.testing.assert_allclose(g, 1.0 if r == 0 else 0.0)
+    v = jnp.arange(2.0 * n)
+    g = jax.jit(jax.grad(lambda v: (hvd.reducescatter(v, op=hvd.Average) * (r + 1)).sum()))(v)
+    # Every rank's incoming gradient (its r + 1) gathered, divided by the set size.
+    np.testing.assert_allclose(g, np.repeat(np.arange(1.0, n + 1) / n, 2))
     with pytest.raises(ValueError, match='gradient of allreduce with op'):
         jax.grad(lambda v: hvd.allreduce(v, op=hvd.Max).sum())(x)
 
