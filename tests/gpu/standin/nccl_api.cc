@@ -29,6 +29,7 @@ struct Registry {
   std::unordered_map<ncclComm_t, std::shared_ptr<Comm>> comms;
   std::string lastError;
   uint64_t nextId = 1;
+  std::vector<ncclComm_t> retired;  // handles are never freed; kept reachable here
 };
 Registry* g_registry = nullptr;
 std::once_flag g_once;
@@ -246,6 +247,7 @@ HVD_STANDIN_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   c->leave();
   standin::Registry& r = standin::registry();
   std::lock_guard<std::mutex> lock(r.mu);
+  r.retired.push_back(comm);
   r.comms.erase(comm);  // the segment is unmapped when the last queued call releases it
   return ncclSuccess;
 }
@@ -258,6 +260,7 @@ HVD_STANDIN_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
   c->abort();
   standin::Registry& r = standin::registry();
   std::lock_guard<std::mutex> lock(r.mu);
+  r.retired.push_back(comm);
   r.comms.erase(comm);
   return ncclSuccess;
 }

@@ -28,9 +28,13 @@ constexpr size_t kAlignment = 256;
 // Freed blocks are kept this long (in bytes) before they go back to the C heap, so that a second
 // free of the same pointer is recognized as such instead of freeing a newer allocation.
 constexpr size_t kQuarantineBytes = size_t{64} << 20;
-std::deque<std::pair<void*, size_t>> g_quarantine;
+// These live as long as the process (never destroyed: memory and handles stay reachable).
+auto& g_quarantine = *new std::deque<std::pair<void*, size_t>>();
 size_t g_quarantineBytes = 0;
-std::set<uintptr_t> g_freed;
+auto& g_freed = *new std::set<uintptr_t>();
+// Handles are never freed (a stale handle must never name a new object); kept reachable here.
+auto& g_retiredStreams = *new std::vector<cudaStream_t>();
+auto& g_retiredEvents = *new std::vector<cudaEvent_t>();
 
 std::string hex(const void* p) {
   std::ostringstream out;
@@ -318,6 +322,7 @@ HVD_STANDIN_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream) {
     return fail(cudaErrorInvalidResourceHandle,
                 "cudaStreamDestroy(" + standin::streamName(stream) + "): not a live created stream");
   it->second->destroyed = true;  // its thread finishes the queued work, then exits
+  standin::g_retiredStreams.push_back(it->first);
   s.streams.erase(it);
   s.cv.notify_all();
   return cudaSuccess;
@@ -386,6 +391,7 @@ HVD_STANDIN_EXPORT cudaError_t cudaEventDestroy(cudaEvent_t event) {
   std::lock_guard<std::mutex> lock(s.mu);
   cudaError_t error = cudaSuccess;
   if (!standin::findEvent(s, event, "cudaEventDestroy", &error)) return error;
+  standin::g_retiredEvents.push_back(event);
   s.events.erase(event);
   return cudaSuccess;
 }
@@ -444,7 +450,14 @@ struct HvdStandinGate {
 };
 
 HVD_STANDIN_EXPORT HvdStandinGate* hvd_standin_gate(cudaStream_t stream) {
-  auto* gate = new HvdStandinGate();  // never freed (a test hook): open_gate may race the op's end
+  // Never freed (a test hook: open_gate may race the op's end); kept reachable.
+  static auto& gates = *new std::vector<HvdStandinGate*>();
+  static auto& gatesMu = *new std::mutex();
+  auto* gate = new HvdStandinGate();
+  {
+    std::lock_guard<std::mutex> lock(gatesMu);
+    gates.emplace_back(gate);
+  }
   cudaError_t e = standin::enqueue(stream, "test gate", {}, [gate] {
     std::unique_lock<std::mutex> lock(gate->mu);
     gate->cv.wait(lock, [&] { return gate->open; });

@@ -244,15 +244,15 @@ std::string alltoallFromSendRecv(int rank, int nranks, const ncclUniqueId& id) {
   return "";
 }
 
-class Nccl : public ::testing::TestWithParam<int> {};
+class StandinNccl : public ::testing::TestWithParam<int> {};
 
-TEST_P(Nccl, AllReduceEveryTypeAndOp) { EXPECT_EQ(runRanks(GetParam(), allReduceEveryTypeAndOp), ""); }
-TEST_P(Nccl, AllGatherBroadcastReduceScatter) { EXPECT_EQ(runRanks(GetParam(), gatherBroadcastScatter), ""); }
-TEST_P(Nccl, AlltoallFromSendRecvGroup) { EXPECT_EQ(runRanks(GetParam(), alltoallFromSendRecv), ""); }
+TEST_P(StandinNccl, AllReduceEveryTypeAndOp) { EXPECT_EQ(runRanks(GetParam(), allReduceEveryTypeAndOp), ""); }
+TEST_P(StandinNccl, AllGatherBroadcastReduceScatter) { EXPECT_EQ(runRanks(GetParam(), gatherBroadcastScatter), ""); }
+TEST_P(StandinNccl, AlltoallFromSendRecvGroup) { EXPECT_EQ(runRanks(GetParam(), alltoallFromSendRecv), ""); }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, Nccl, ::testing::Values(2, 3));
+INSTANTIATE_TEST_SUITE_P(Ranks, StandinNccl, ::testing::Values(2, 3));
 
-TEST(NcclErrors, CollectiveMismatchIsAnAsyncErrorOnEveryRank) {
+TEST(StandinNcclErrors, CollectiveMismatchIsAnAsyncErrorOnEveryRank) {
   EXPECT_EQ(runRanks(2,
                      [](int rank, int nranks, const ncclUniqueId& id) -> std::string {
                        Rank me;
@@ -273,7 +273,7 @@ TEST(NcclErrors, CollectiveMismatchIsAnAsyncErrorOnEveryRank) {
             "");
 }
 
-TEST(NcclErrors, AbortUnblocksAnOpWaitingForAPeer) {
+TEST(StandinNcclErrors, AbortUnblocksAnOpWaitingForAPeer) {
   int release[2];
   ASSERT_EQ(pipe(release), 0);
   EXPECT_EQ(runRanks(2,
@@ -305,7 +305,7 @@ TEST(NcclErrors, AbortUnblocksAnOpWaitingForAPeer) {
             "");
 }
 
-TEST(NcclErrors, KilledPeerIsAnAsyncErrorAndAbortEndsTheWait) {
+TEST(StandinNcclErrors, KilledPeerIsAnAsyncErrorAndAbortEndsTheWait) {
   EXPECT_EQ(runRanks(
                 3,
                 [](int rank, int nranks, const ncclUniqueId& id) -> std::string {
@@ -337,7 +337,7 @@ TEST(NcclErrors, KilledPeerIsAnAsyncErrorAndAbortEndsTheWait) {
             "");
 }
 
-TEST(NcclErrors, ArgumentsAreChecked) {
+TEST(StandinNcclErrors, ArgumentsAreChecked) {
   EXPECT_EQ(runRanks(1,
                      [](int rank, int nranks, const ncclUniqueId& id) -> std::string {
                        Rank me;
