@@ -53,16 +53,34 @@ cudaEvent_t newEvent() {
 // The tables of cuda_api.h filled from the stand-in's own symbols: compiling this checks every
 // entry's signature against the real headers; dlsym checks the names the loader resolves.
 TEST_F(StandinRuntime, ImplementsEveryEntryOfTheTables) {
-  hvd::cuda::RuntimeApi rt{cudaGetErrorString, cudaGetLastError, cudaRuntimeGetVersion, cudaDriverGetVersion,
-                           cudaGetDeviceCount, cudaGetDevice, cudaSetDevice, cudaPointerGetAttributes,
-                           ::cudaMalloc, cudaFree, ::cudaHostAlloc, cudaFreeHost, cudaMemcpyAsync,
-                           cudaMemsetAsync, cudaStreamCreateWithFlags, cudaStreamDestroy, cudaStreamWaitEvent,
-                           cudaStreamSynchronize, cudaStreamQuery, cudaEventCreateWithFlags, cudaEventDestroy,
-                           cudaEventRecord, cudaEventQuery, cudaEventSynchronize};
-  hvd::cuda::NcclApi nccl{ncclGetVersion, ncclGetErrorString, ncclGetLastError, ncclGetUniqueId,
-                          ncclCommInitRank, ncclCommDestroy, ncclCommAbort, ncclCommGetAsyncError,
-                          ncclAllReduce, ncclAllGather, ncclBroadcast, ncclReduceScatter,
-                          ncclSend, ncclRecv, ncclGroupStart, ncclGroupEnd};
+  hvd::cuda::RuntimeApi rt{cudaGetErrorString,
+                           cudaGetLastError,
+                           cudaRuntimeGetVersion,
+                           cudaDriverGetVersion,
+                           cudaGetDeviceCount,
+                           cudaGetDevice,
+                           cudaSetDevice,
+                           cudaPointerGetAttributes,
+                           ::cudaMalloc,
+                           cudaFree,
+                           ::cudaHostAlloc,
+                           cudaFreeHost,
+                           cudaMemcpyAsync,
+                           cudaMemsetAsync,
+                           cudaStreamCreateWithFlags,
+                           cudaStreamDestroy,
+                           cudaStreamWaitEvent,
+                           cudaStreamSynchronize,
+                           cudaStreamQuery,
+                           cudaEventCreateWithFlags,
+                           cudaEventDestroy,
+                           cudaEventRecord,
+                           cudaEventQuery,
+                           cudaEventSynchronize};
+  hvd::cuda::NcclApi nccl{ncclGetVersion,   ncclGetErrorString, ncclGetLastError, ncclGetUniqueId,
+                          ncclCommInitRank, ncclCommDestroy,    ncclCommAbort,    ncclCommGetAsyncError,
+                          ncclAllReduce,    ncclAllGather,      ncclBroadcast,    ncclReduceScatter,
+                          ncclSend,         ncclRecv,           ncclGroupStart,   ncclGroupEnd};
   EXPECT_NE(rt.malloc, nullptr);
   EXPECT_NE(nccl.allReduce, nullptr);
   for (const char* name : {"cudaMalloc", "cudaMemcpyAsync", "cudaStreamQuery", "cudaEventRecord", "ncclAllReduce",
