@@ -50,6 +50,15 @@ uint64_t processStartTime(int pid, char* state) {
   return start;
 }
 
+// The inode of this process's network namespace: the project's multi-host tests run each "host"
+// in its own one, and NCCL (so the stand-in) only spans one host. 0 when it cannot be read.
+uint64_t networkNamespace() {
+  char link[64] = {};
+  if (readlink("/proc/self/ns/net", link, sizeof(link) - 1) <= 0) return 0;
+  const char* open = std::strchr(link, '[');
+  return open ? std::strtoull(open + 1, nullptr, 10) : 0;
+}
+
 bool processAlive(int pid, uint64_t startTime) {
   if (kill(pid, 0) != 0 && errno == ESRCH) return false;
   char state = '?';
@@ -165,6 +174,7 @@ ncclResult_t Comm::join(const std::string& name, int nranks, int rank, int devic
   SegmentHeader* h = c->hdr_;
   if (creator) {
     h->nranks = nranks;
+    h->netns = networkNamespace();
     h->slotBytes = kSlotBytes;
     h->boxBytes = boxBytes;
     h->totalBytes = total;
@@ -187,6 +197,16 @@ ncclResult_t Comm::join(const std::string& name, int nranks, int rank, int devic
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+  if (h->netns != 0 && networkNamespace() != 0 && h->netns != networkNamespace()) {
+    *error = "ncclCommInitRank: rank " + std::to_string(rank) +
+             " runs in another network namespace (another host) than the rank that created the communicator; the "
+             "stand-in's NCCL spans one host only";
+    c->lock();
+    h->failure = ncclInvalidUsage;  // the ranks waiting for this one fail now, not at the timeout
+    pthread_cond_broadcast(&h->cv);
+    c->unlock();
+    return ncclInvalidUsage;
+  }
   if (h->nranks != nranks) {
     *error = "ncclCommInitRank: nranks " + std::to_string(nranks) + " but another rank joined the same id with " +
              std::to_string(h->nranks);
@@ -206,6 +226,11 @@ ncclResult_t Comm::join(const std::string& name, int nranks, int rank, int devic
   pthread_cond_broadcast(&h->cv);
   ncclResult_t result = ncclSuccess;
   while (h->joined < nranks) {
+    if (h->failure != ncclSuccess) {
+      *error = "ncclCommInitRank: another rank failed to join the communicator (see its error)";
+      result = static_cast<ncclResult_t>(h->failure);
+      break;
+    }
     for (int r = 0; r < nranks && result == ncclSuccess; ++r) {
       const RankSlot& peer = h->ranks[r];
       if (r != rank && peer.joined && !processAlive(peer.pid, peer.startTime)) {

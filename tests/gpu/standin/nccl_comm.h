@@ -56,6 +56,7 @@ struct Mailbox {
 struct SegmentHeader {
   std::atomic<uint32_t> ready;
   int nranks;
+  uint64_t netns;  // the creator's network namespace (the tests' "hosts"); 0 when unknown
   uint64_t slotBytes;
   uint64_t boxBytes;
   uint64_t totalBytes;

@@ -2,6 +2,7 @@
 // 3 ranks, send/recv groups, a collective mismatch, ncclCommAbort unblocking a waiting op, and
 // the async error after a peer is killed. Every run is bounded by a timeout on the children.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -397,6 +398,23 @@ TEST(StandinNcclErrors, CallsAreCheckedByTheOrderingChecker) {
                        CHECK(ncclAllReduce(d, d, 4, ncclFloat32, ncclSum, me.comm, other) == ncclSuccess);
                        CHECK(cudaStreamSynchronize(other) == cudaSuccess);
                        CHECK(ncclCommDestroy(me.comm) == ncclSuccess);
+                       return "";
+                     }),
+            "");
+}
+
+TEST(StandinNcclErrors, RanksOnDifferentHostsCannotShareACommunicator) {
+  // The multi-host tests put each "host" in its own network namespace.
+  pid_t probe = fork();
+  if (probe == 0) _exit(unshare(CLONE_NEWNET) == 0 ? 0 : 1);
+  int status = 0;
+  waitpid(probe, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) GTEST_SKIP() << "unshare(CLONE_NEWNET) is not permitted here";
+  EXPECT_EQ(runRanks(2,
+                     [](int rank, int nranks, const ncclUniqueId& id) -> std::string {
+                       if (rank == 1) CHECK(unshare(CLONE_NEWNET) == 0);
+                       ncclComm_t comm = nullptr;
+                       CHECK(ncclCommInitRank(&comm, nranks, id, rank) == ncclInvalidUsage);
                        return "";
                      }),
             "");
