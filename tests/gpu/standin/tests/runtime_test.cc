@@ -83,10 +83,53 @@ TEST_F(StandinRuntime, ImplementsEveryEntryOfTheTables) {
                           ncclSend,         ncclRecv,           ncclGroupStart,   ncclGroupEnd};
   EXPECT_NE(rt.malloc, nullptr);
   EXPECT_NE(nccl.allReduce, nullptr);
-  for (const char* name : {"cudaMalloc", "cudaMemcpyAsync", "cudaStreamQuery", "cudaEventRecord", "ncclAllReduce",
-                           "ncclCommGetAsyncError", HVD_CUDA_KERNELS_SYMBOL})
-    EXPECT_NE(dlsym(RTLD_DEFAULT, name), nullptr) << name;
-  auto kernels = reinterpret_cast<HvdCudaKernelsFn>(dlsym(RTLD_DEFAULT, HVD_CUDA_KERNELS_SYMBOL))();
+  // What the loader does: dlopen the file by path, resolve every entry by its name.
+  void* lib = dlopen(HVD_STANDIN_LIBRARY, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(lib, nullptr) << dlerror();
+  for (const char* name : {"cudaGetErrorString",
+                           "cudaGetLastError",
+                           "cudaRuntimeGetVersion",
+                           "cudaDriverGetVersion",
+                           "cudaGetDeviceCount",
+                           "cudaGetDevice",
+                           "cudaSetDevice",
+                           "cudaPointerGetAttributes",
+                           "cudaMalloc",
+                           "cudaFree",
+                           "cudaHostAlloc",
+                           "cudaFreeHost",
+                           "cudaMemcpyAsync",
+                           "cudaMemsetAsync",
+                           "cudaStreamCreateWithFlags",
+                           "cudaStreamDestroy",
+                           "cudaStreamWaitEvent",
+                           "cudaStreamSynchronize",
+                           "cudaStreamQuery",
+                           "cudaEventCreateWithFlags",
+                           "cudaEventDestroy",
+                           "cudaEventRecord",
+                           "cudaEventQuery",
+                           "cudaEventSynchronize",
+                           "ncclGetVersion",
+                           "ncclGetErrorString",
+                           "ncclGetLastError",
+                           "ncclGetUniqueId",
+                           "ncclCommInitRank",
+                           "ncclCommDestroy",
+                           "ncclCommAbort",
+                           "ncclCommGetAsyncError",
+                           "ncclAllReduce",
+                           "ncclAllGather",
+                           "ncclBroadcast",
+                           "ncclReduceScatter",
+                           "ncclSend",
+                           "ncclRecv",
+                           "ncclGroupStart",
+                           "ncclGroupEnd",
+                           HVD_CUDA_KERNELS_SYMBOL})
+    EXPECT_NE(dlsym(lib, name), nullptr) << name;
+  EXPECT_EQ(dlsym(lib, "cudaDeviceSynchronize"), nullptr);  // only what the tables use
+  auto kernels = reinterpret_cast<HvdCudaKernelsFn>(dlsym(lib, HVD_CUDA_KERNELS_SYMBOL))();
   EXPECT_EQ(kernels->version, kHvdCudaKernelsVersion);
   int version = 0;
   EXPECT_EQ(cudaRuntimeGetVersion(&version), cudaSuccess);
