@@ -113,8 +113,9 @@ class Comm {
   ncclResult_t collective(const NcclCall& call);
   ncclResult_t pointToPoint(const std::vector<NcclCall>& calls);
   ncclResult_t barrier();
-  // With the segment locked: waits until `done()`; ncclInternalError-free outcomes only:
-  // ncclSuccess, or the error the op ends with (local abort, a segment-wide failure).
+  // With the segment locked: waits until `done()` and returns ncclSuccess, or returns the error
+  // the op ends with: the local abort (ncclInvalidUsage) or a segment-wide failure. Lost peers
+  // only set the async error (checkPeers) and the wait goes on.
   template <typename Pred>
   ncclResult_t waitLocked(Pred done);
   void lock();
