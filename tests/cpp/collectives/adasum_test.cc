@@ -166,10 +166,10 @@ TEST(Adasum, ExtremeMagnitudesStayFinite) {
     double magnitude;
     bool summed = false;
   };
-  for (const Case& c : {Case{DataType::kFloat64, 1e300}, Case{DataType::kFloat64, 1e-300, true},
-                        Case{DataType::kFloat64, 1e-70}, Case{DataType::kFloat32, 3e38},
-                        Case{DataType::kFloat32, 1e-38}, Case{DataType::kFloat16, 60000.0},
-                        Case{DataType::kFloat16, 1e-4}, Case{DataType::kBFloat16, 1e38}}) {
+  for (const Case& c :
+       {Case{DataType::kFloat64, 1e300}, Case{DataType::kFloat64, 1e-300, true}, Case{DataType::kFloat64, 1e-70},
+        Case{DataType::kFloat32, 3e38}, Case{DataType::kFloat32, 1e-38}, Case{DataType::kFloat16, 60000.0},
+        Case{DataType::kFloat16, 1e-4}, Case{DataType::kBFloat16, 1e38}}) {
     for (int n : {2, 4}) {
       AdasumRun run = runAdasum(n, {257}, c.t, [&](int r, size_t i) {
         return c.magnitude * (0.5 + 0.25 * static_cast<double>((i * 7 + static_cast<size_t>(r) * 3) % 5) / 4.0);
