@@ -197,7 +197,8 @@ def tf_checks():
     start = v.numpy().copy()
     opt.apply_gradients([(g, v)])
     deltas = hvd.allgather((-0.1 * g)[None], name='tf_deltas').numpy()
-    check_close(start + tree(list(deltas)), v.numpy(), 'float64', 'tf delta optimizer')
+    # float32 tolerance: the legacy optimizer holds its learning rate as a float32 constant.
+    check_close(start + tree(list(deltas)), v.numpy(), 'float32', 'tf delta optimizer')
     ok('tf_delta_optimizer')
 
 
@@ -216,7 +217,7 @@ def keras_checks():
         hvd.DistributedOptimizer(tf.keras.optimizers.SGD(0.1), op=2)
         raise AssertionError('Keras DistributedOptimizer accepted Adasum')
     except ValueError as e:
-        assert 'op == Adasum is not supported yet with Keras' in str(e), e
+        assert 'op currently only supports Average and Sum' in str(e), e
     ok('keras_allreduce')
 
 
