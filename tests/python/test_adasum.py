@@ -1,11 +1,12 @@
 """Adasum on every data plane: adasum_scripts/adasum_worker.py on 2 and 4 ranks over shared
 memory and TCP (HOROVOD_TRANSPORT) under horovodrun, and over MPI (HOROVOD_CPU_OPERATIONS=mpi)
 under Open MPI's mpirun; 3 ranks are refused with Horovod's error. Each run is bounded by a
-timeout that kills its process group. TensorFlow and Keras run on one case per data plane (their
-import dominates the time); torch runs on all.
+timeout that kills its process group. TensorFlow and Keras run in one case (their import dominates
+the time, and their adapters reach the same core path on every data plane); torch runs in all.
 """
 
 import os
+import re
 import shutil
 import sys
 
@@ -35,8 +36,9 @@ def _frameworks(with_tf):
 
 def _expect_all_checks(code, out, np_, frameworks):
     assert code == 0, out[-8000:]
-    assert out.count('DONE') == np_, out[-8000:]
-    oks = [line.split()[1] for line in out.splitlines() if line.startswith('OK ')]
+    # Lines may carry horovodrun's "[rank]<stdout>:" prefix.
+    assert len(re.findall(r'\bDONE\b', out)) == np_, out[-8000:]
+    oks = re.findall(r'\bOK (\w+)', out)
     expected = {'torch_identities_float16', 'torch_identities_bfloat16', 'torch_identities_float32',
                 'torch_identities_float64', 'torch_extreme_magnitudes', 'torch_refusals',
                 'torch_delta_optimizer_step', 'torch_delta_optimizer_converges'}
@@ -51,7 +53,7 @@ def _expect_all_checks(code, out, np_, frameworks):
 
 @pytest.mark.parametrize('transport,np_', [('shm', 2), ('shm', 4), ('tcp', 2), ('tcp', 4)])
 def test_adasum_over_horovods_data_plane(transport, np_):
-    frameworks = _frameworks(with_tf=(transport, np_) in (('shm', 2), ('tcp', 4)))
+    frameworks = _frameworks(with_tf=(transport, np_) == ('shm', 2))
     code, out = run_under_horovodrun([WORKER] + frameworks, TIMEOUT, np_=np_,
                                      env_extra={'HOROVOD_TRANSPORT': transport})
     _expect_all_checks(code, out, np_, frameworks)
@@ -64,7 +66,7 @@ def test_adasum_over_mpi_data_plane(np_):
     mpirun = shutil.which('mpirun.openmpi')
     if mpirun is None:
         pytest.skip('mpirun.openmpi not found (apt-get install openmpi-bin)')
-    frameworks = _frameworks(with_tf=np_ == 2)
+    frameworks = _frameworks(with_tf=False)
     cmd = [mpirun, '-np', str(np_), '--oversubscribe'] + (
         ['--allow-run-as-root'] if os.geteuid() == 0 else []) + [
         '-x', 'HOROVOD_CPU_OPERATIONS', '-x', 'HOROVOD_ADASUM_MPI_CHUNK_SIZE', '-x', 'HOROVOD_LOG_LEVEL',

@@ -46,7 +46,10 @@ def check_close(expected, got, dtype, what):
 
 
 def ok(name):
-    print('OK', name, flush=True)
+    # One write per line: with PYTHONUNBUFFERED, print() writes its pieces separately, and mpirun
+    # interleaves the ranks' pieces.
+    sys.stdout.write('OK %s\n' % name)
+    sys.stdout.flush()
 
 
 # ---- torch ---------------------------------------------------------------------------------------
@@ -224,4 +227,5 @@ def keras_checks():
 if __name__ == '__main__':
     for framework in sys.argv[1:]:
         {'torch': torch_checks, 'tf': tf_checks, 'keras': keras_checks}[framework]()
-    print('DONE', flush=True)
+    sys.stdout.write('DONE\n')
+    sys.stdout.flush()
