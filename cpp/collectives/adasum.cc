@@ -59,11 +59,12 @@ struct Partials {
 };
 constexpr size_t kDoublesPerPartials = 6;
 
-// The exponent of the power of two that brings the largest |x| near 1.
-template <typename D>
-int scaleExponent(const typename D::Storage* x, size_t n) {
-  double largest = 0.0;
-  for (size_t i = 0; i < n; ++i) largest = std::max(largest, std::fabs(D::load(x[i])));
+// Independent accumulators per loop, so that the loops are not one long dependency chain; the
+// lanes are summed in a fixed order.
+constexpr size_t kLanes = 4;  // partials() sums them as (0 + 1) + (2 + 3)
+
+// The exponent of the power of two that brings `largest` (the largest |x|) near 1.
+int scaleExponent(double largest) {
   if (!(largest > 0.0)) return 0;  // zeros (and NaN: the result is NaN whatever the scale)
   if (std::isinf(largest)) return kMaxScaleExponent;
   return std::clamp(std::ilogb(largest), -kMaxScaleExponent, kMaxScaleExponent);
@@ -71,19 +72,41 @@ int scaleExponent(const typename D::Storage* x, size_t n) {
 
 template <typename D>
 Partials partials(const typename D::Storage* a, const typename D::Storage* b, size_t n) {
-  const int ea = scaleExponent<D>(a, n), eb = scaleExponent<D>(b, n);
-  const double sa = std::ldexp(1.0, -ea), sb = std::ldexp(1.0, -eb);
-  double dot = 0.0, aa = 0.0, bb = 0.0;
-  for (size_t i = 0; i < n; ++i) {
-    const double x = D::load(a[i]) * sa, y = D::load(b[i]) * sb;
-    dot += x * y;
-    aa += x * x;
-    bb += y * y;
+  double la[kLanes] = {}, lb[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t k = 0; k < kLanes; ++k) {
+      la[k] = std::max(la[k], std::fabs(D::load(a[i + k])));
+      lb[k] = std::max(lb[k], std::fabs(D::load(b[i + k])));
+    }
   }
+  for (; i < n; ++i) {
+    la[0] = std::max(la[0], std::fabs(D::load(a[i])));
+    lb[0] = std::max(lb[0], std::fabs(D::load(b[i])));
+  }
+  const int ea = scaleExponent(std::max(std::max(la[0], la[1]), std::max(la[2], la[3])));
+  const int eb = scaleExponent(std::max(std::max(lb[0], lb[1]), std::max(lb[2], lb[3])));
+  const double sa = std::ldexp(1.0, -ea), sb = std::ldexp(1.0, -eb);
+  double dot[kLanes] = {}, aa[kLanes] = {}, bb[kLanes] = {};
+  for (i = 0; i + kLanes <= n; i += kLanes) {
+    for (size_t k = 0; k < kLanes; ++k) {
+      const double x = D::load(a[i + k]) * sa, y = D::load(b[i + k]) * sb;
+      dot[k] += x * y;
+      aa[k] += x * x;
+      bb[k] += y * y;
+    }
+  }
+  for (; i < n; ++i) {
+    const double x = D::load(a[i]) * sa, y = D::load(b[i]) * sb;
+    dot[0] += x * y;
+    aa[0] += x * x;
+    bb[0] += y * y;
+  }
+  const auto total = [](const double* lanes) { return (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]); };
   Partials p;
-  p.dot = {dot, static_cast<double>(ea + eb)};
-  p.aa = {aa, 2.0 * ea};
-  p.bb = {bb, 2.0 * eb};
+  p.dot = {total(dot), static_cast<double>(ea + eb)};
+  p.aa = {total(aa), 2.0 * ea};
+  p.bb = {total(bb), 2.0 * eb};
   return p;
 }
 
