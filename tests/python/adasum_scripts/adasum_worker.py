@@ -208,6 +208,18 @@ def tf_checks():
     deltas = hvd.allgather((-0.1 * g)[None], name='tf_deltas').numpy()
     # float32 tolerance: the legacy optimizer holds its learning rate as a float32 constant.
     check_close(start + tree(list(deltas)), v.numpy(), 'float32', 'tf delta optimizer')
+
+    # backward_passes_per_step=2: the first step is local, the second combines both.
+    v = tf.Variable([0.5, 0.25, -1.0], dtype=tf.float64)
+    g1, g2 = tf.constant(values(r, 3, 10), tf.float64), tf.constant(values(r, 3, 11), tf.float64)
+    opt = hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1), op=hvd.Adasum,
+                                   backward_passes_per_step=2)
+    start = v.numpy().copy()
+    opt.apply_gradients([(g1, v)])
+    check_close(start - 0.1 * g1.numpy(), v.numpy(), 'float32', 'tf delta optimizer, local step')
+    opt.apply_gradients([(g2, v)])
+    deltas = hvd.allgather((-0.1 * (g1 + g2))[None], name='tf_deltas2').numpy()
+    check_close(start + tree(list(deltas)), v.numpy(), 'float32', 'tf delta optimizer, 2 passes')
     ok('tf_delta_optimizer')
 
 
