@@ -134,6 +134,9 @@ if [ -x bench/fault_gate.py ]; then
   stage "fault gate (10 runs)" 900 env HOROVODRUN="$(installed_horovodrun)" \
     python3 bench/fault_gate.py --runs 10 --out build/fault_gate_ci.md
 fi
+# horovod.mxnet in its own MXNet 1.9.1 environment with this build (skipped, saying so, when
+# that environment is missing): tests at 2 and 3 ranks, the Gluon example at 2.
+stage "mxnet 1.9.1 (same build)" 900 scripts/check_mxnet.sh
 if [ $quick = 0 ]; then
   # The same build against an older TensorFlow (downloads TensorFlow 2.16 into a venv).
   stage "tensorflow 2.16 (same build)" 900 scripts/check_tf_version.sh 2.16.2
