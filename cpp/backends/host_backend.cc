@@ -1,5 +1,7 @@
 #include "backends/host_backend.h"
 
+#include <cstring>
+
 #include "collectives/reduce.h"
 #include "engine/fused_layout.h"
 
@@ -15,6 +17,7 @@ HostBackendBase::HostBackendBase(const char* name, const BackendContext& context
 bool HostBackendBase::supports(Kind kind) const {
   switch (kind) {
     case Kind::kAllreduce:
+    case Kind::kAdasum:
     case Kind::kAllgather:
     case Kind::kBroadcast:
     case Kind::kAlltoall:
@@ -53,6 +56,30 @@ void HostBackendBase::unpackFused(const Response& r, const std::vector<Entry*>& 
   notifyIf(EngineEventKind::kFusionCopyOutStart, r, static_cast<int64_t>(total), nullptr);
   engine::unpackTensors(r, entries, buf);
   notifyIf(EngineEventKind::kFusionCopyOutEnd, r, static_cast<int64_t>(total), nullptr);
+}
+
+void HostBackendBase::runAdasum(const Response& r, const std::vector<Entry*>& entries, collectives::PairExchange& peers,
+                                const char* algorithm) {
+  const DataType dtype = r.params.dtype;
+  const size_t total = engine::fusedBytes(r);
+  const size_t count = total / dataTypeSize(dtype);
+  std::vector<size_t> counts;
+  counts.reserve(r.tensors.size());
+  for (const auto& t : r.tensors) counts.push_back(static_cast<size_t>(t.numElements()));
+  Entry* single = r.tensors.size() == 1 ? entries[0] : nullptr;
+  uint8_t* buf;
+  if (single != nullptr) {
+    buf = bytesOf(single->output);
+    if (single->input != single->output && total > 0) std::memcpy(buf, single->input, total);
+    scale(buf, count, dtype, r.params.prescale);
+  } else {
+    buf = packFused(r, entries, total, dtype);
+  }
+  started(r, static_cast<int64_t>(total), algorithm);
+  collectives::adasum(peers, buf, counts, dtype, adasumScratch_);
+  ended(r, static_cast<int64_t>(total), algorithm);
+  scale(buf, count, dtype, r.params.postscale);
+  if (single == nullptr) unpackFused(r, entries, buf, total);
 }
 
 }  // namespace hvd::backends

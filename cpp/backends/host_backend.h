@@ -3,8 +3,10 @@
 // pieces). It holds what they all do alike, so a backend is only its collectives:
 //
 //  * dispatch: run() switches on the response's kind and calls the backend's allreduce,
-//    allgather, broadcast, alltoall, reducescatter or barrier directly (CRTP: no virtual call
-//    beyond CollectiveBackend::run itself);
+//    adasum, allgather, broadcast, alltoall, reducescatter or barrier directly (CRTP: no virtual
+//    call beyond CollectiveBackend::run itself);
+//  * Adasum: runAdasum() runs the one algorithm (collectives/adasum.h) over whatever
+//    point-to-point exchange the backend offers, with the copies and scaling every backend needs;
 //  * events: started()/ended() around each collective and notifyIf() for fusion copies, named
 //    with the backend's name; ended() also counts the collective by (backend, algorithm)
 //    (engine/collective_counters.h), so counters and events always agree;
@@ -13,7 +15,7 @@
 //
 // A backend derives as `class X : public HostBackend<X>`, befriends HostBackend<X>, and defines
 //   void allreduce(const Response&, ProcessSet&, const std::vector<Entry*>&);
-//   ... allgather, broadcast, alltoall, reducescatter (same signature) ...
+//   ... adasum, allgather, broadcast, alltoall, reducescatter (same signature) ...
 //   void barrier(const Response&, ProcessSet&);
 // each of which calls ended() exactly once, after its collective ran, naming the algorithm.
 //
@@ -25,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/adasum.h"
 #include "common/check.h"
 #include "engine/backend.h"
 #include "engine/collective_counters.h"
@@ -51,7 +54,7 @@ inline uint8_t* bytesOf(void* p) { return static_cast<uint8_t*>(p); }
 class HostBackendBase : public engine::CollectiveBackend {
  public:
   const char* name() const final { return name_; }
-  // The six data kinds: allreduce, allgather, broadcast, alltoall, reducescatter, barrier. A
+  // The seven data kinds: allreduce, adasum, allgather, broadcast, alltoall, reducescatter, barrier. A
   // backend lacking one overrides this (BackendTable then fails such responses by name before
   // run(); the backend still defines the method, throwing).
   bool supports(Kind kind) const override;
@@ -91,6 +94,14 @@ class HostBackendBase : public engine::CollectiveBackend {
   // Its copy-out from `buf` into the entries' outputs, between the kFusionCopyOut events.
   void unpackFused(const Response& r, const std::vector<Entry*>& entries, const uint8_t* buf, size_t total);
 
+  // An Adasum response (one tensor, or fused: coefficients per tensor) over `peers`, the set's
+  // ranks: result = postscale * Adasum(prescale * inputs); no implicit average (Horovod divides by
+  // nothing on the CPU). One tensor is reduced in its output, fused ones in the fusion buffer;
+  // a rank without an entry (joined) contributes zeros, which change nothing. Counted and
+  // reported as `algorithm`. Unsupported dtypes and rank counts were refused by negotiation.
+  void runAdasum(const Response& r, const std::vector<Entry*>& entries, collectives::PairExchange& peers,
+                 const char* algorithm);
+
   engine::HostResources& host_;
   const engine::ObserverHub& observers_;
 
@@ -100,6 +111,8 @@ class HostBackendBase : public engine::CollectiveBackend {
   // The counter of the last algorithm ended(): a training loop's collectives repeat it.
   const char* lastAlgorithm_ = nullptr;
   engine::CollectiveCounters::Counter* lastCounter_ = nullptr;
+  // runAdasum's receive buffer (half the largest response), kept between responses.
+  std::vector<uint8_t> adasumScratch_;
 };
 
 template <class Backend>
@@ -110,6 +123,7 @@ class HostBackend : public HostBackendBase {
     Backend& self = static_cast<Backend&>(*this);
     switch (r.params.kind) {
       case Kind::kAllreduce: self.allreduce(r, set, entries); return;
+      case Kind::kAdasum: self.adasum(r, set, entries); return;
       case Kind::kAllgather: self.allgather(r, set, entries); return;
       case Kind::kBroadcast: self.broadcast(r, set, entries); return;
       case Kind::kAlltoall: self.alltoall(r, set, entries); return;

@@ -199,7 +199,6 @@ void checkInertKnobs(const EnvLookup& env, bool warn) {
   inert(kAsyncCompletion, env, warn, kNoGpu);
   inert(kNcclStreams, env, warn, kNoGpu);
   inert(kNvtx, env, warn, kNoGpu);
-  inert(kAdasumChunk, env, warn, "Adasum is not supported by this build");
   inert(kXlaOps, env, warn, "it concerns TensorFlow's XLA ops, which this build does not provide");
   inert(kCclCache, env, warn, "this build has no oneCCL backend");
   (void)kLogHideTime.get(env);
@@ -414,6 +413,7 @@ const std::vector<Setting>& settings() {
        Setting::Store<std::string>([](Config& c, const std::string& v) { c.cpuOperationsMpi = lower(v) == "mpi"; }),
        cpuOperationsBuilt},
       {collectives::allreduceCrossoverParam(), &Config::allreduceCrossoverBytes, atLeastZero},
+      {kAdasumChunk, &Config::adasumMpiChunkBytes, aboveZero},
       {kTransport, Setting::Store<std::string>([](Config& c, const std::string& v) { c.transport = lower(v); })},
       {kStallCheckDisable, Setting::Store<bool>([](Config& c, const bool& off) { c.stallCheck = !off; })},
       {kStallCheckTime, Setting::Store<double>([](Config& c, const double& s) { c.stallCheckTime = roundedMs(s); }),

@@ -49,6 +49,8 @@ struct Config : Placement {
   // Fortran handle of the MPI communicator the job's ranks form (-1: MPI_COMM_WORLD), set by the
   // MPI bootstrap; the MPI data plane builds its communicators from it.
   int64_t mpiComm = -1;
+  // HOROVOD_ADASUM_MPI_CHUNK_SIZE: the largest message of the MPI data plane's Adasum exchanges.
+  int64_t adasumMpiChunkBytes = int64_t(1) << 30;
 
   // ---- Engine -----------------------------------------------------------------------------
   int64_t fusionThreshold = 128 << 20;  // bytes; 0 = no fusion (rounded at init, see roundFusionThreshold)

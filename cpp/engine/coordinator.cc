@@ -11,7 +11,9 @@ namespace {
 // Entries the hit log may hold beyond twice the pending hits before it is compacted.
 constexpr size_t kHitLogSlack = 4096;
 
-bool cacheable(Kind k) { return k == Kind::kAllreduce || k == Kind::kAllgather || k == Kind::kAlltoall; }
+bool cacheable(Kind k) {
+  return k == Kind::kAllreduce || k == Kind::kAdasum || k == Kind::kAllgather || k == Kind::kAlltoall;
+}
 
 bool sameEntry(const CacheEntry& a, const CacheEntry& b) {
   return a.params == b.params && a.tensor.name == b.tensor.name && a.tensor.shape == b.tensor.shape &&

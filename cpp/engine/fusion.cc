@@ -10,7 +10,9 @@
 namespace hvd::engine {
 namespace {
 
-bool fusableKind(Kind k) { return k == Kind::kAllreduce || k == Kind::kReducescatter || k == Kind::kAllgather; }
+bool fusableKind(Kind k) {
+  return k == Kind::kAllreduce || k == Kind::kAdasum || k == Kind::kReducescatter || k == Kind::kAllgather;
+}
 bool fusable(const Response& r) { return fusableKind(r.params.kind); }
 
 const std::string& groupOf(const Response& r) { return r.tensors.front().data().group; }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <sstream>
 
+#include "collectives/adasum.h"
+
 namespace hvd::engine {
 namespace {
 
@@ -146,8 +148,20 @@ std::string processSetListsDiffer(const std::vector<Request>& requests, const Ne
   return "";
 }
 
-std::string adasumUnsupported(const std::vector<Request>&, const NegotiationContext&) {
-  return "Adasum is not supported yet";
+// What the Adasum algorithm (collectives/adasum.h) cannot run: other dtypes, and sets whose size
+// is not a power of two (Horovod's refusal; extra ranks are not folded in).
+std::string adasumUnsupported(const std::vector<Request>& requests, const NegotiationContext& ctx) {
+  const Request& first = firstOf(requests);
+  if (!collectives::adasumTypeSupported(first.params.dtype)) {
+    return "Adasum reduces only float16, bfloat16, float32 and float64 tensors; tensor " + first.name + " is " +
+           std::string(dataTypeName(first.params.dtype)) + ".";
+  }
+  const int size = ctx.setRanks != nullptr ? static_cast<int>(ctx.setRanks->size()) : 1;
+  if (!collectives::adasumRankCountSupported(size)) {
+    return "Running Adasum with non-power of 2 ranks is not supported yet (process set " +
+           std::to_string(first.params.processSet) + " has " + std::to_string(size) + " ranks).";
+  }
+  return "";
 }
 
 std::string unscalableType(const std::vector<Request>& requests, const NegotiationContext&) {
@@ -241,7 +255,7 @@ const Rule kRules[] = {
      },
      [](const Request& q) { return std::string(deviceLabel(onCpu(q))); }, nullptr},
     {"process set rank lists / ids", processSetChange, nullptr, nullptr, nullptr, processSetListsDiffer},
-    {"not Adasum", adasumOnly, nullptr, nullptr, nullptr, adasumUnsupported},
+    {"a dtype and a rank count Adasum runs on", adasumOnly, nullptr, nullptr, nullptr, adasumUnsupported},
     {"a type the CPU can scale", isReduction, nullptr, nullptr, nullptr, unscalableType},
     {"one split per member", alltoallOnly, nullptr, nullptr, nullptr, splitsPerWorker},
 };

@@ -285,7 +285,8 @@ void Runtime::collectRequests(RequestList& out) {
   for (auto& e : drained_) {
     Request& r = e->request;
     NameSlot* slot = e->slot;
-    if (r.params.kind == Kind::kAllreduce || r.params.kind == Kind::kAllgather || r.params.kind == Kind::kAlltoall) {
+    if (r.params.kind == Kind::kAllreduce || r.params.kind == Kind::kAdasum || r.params.kind == Kind::kAllgather ||
+        r.params.kind == Kind::kAlltoall) {
       ProcessSet* set = sets_.get(r.params.processSet);
       uint32_t id = kNoCacheId;
       if (set != nullptr) {

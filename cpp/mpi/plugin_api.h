@@ -25,7 +25,7 @@ extern "C" {
 #endif
 
 // Bumped whenever the table changes: the core refuses a plugin of another ABI (a stale build).
-#define HVD_MPI_PLUGIN_ABI 2
+#define HVD_MPI_PLUGIN_ABI 3
 #define HVD_MPI_WORLD_COMM (-1)
 
 // The core's element-wise kernel, dst[i] = dst[i] OP src[i] (dtype, op as above). The plugin
@@ -91,6 +91,11 @@ typedef struct HvdMpiPlugin {
                        int errLen);
   // MPI_Barrier.
   int (*barrier)(int64_t comm, char* err, int errLen);
+  // MPI_Sendrecv of bytes with one peer: sendBytes from `send` to `peer` while recvBytes from
+  // `peer` arrive in `recv` (either may be 0), in messages of at most chunkBytes (and INT_MAX)
+  // bytes; the peer makes the mirror call. Used by Adasum (collectives/adasum.h).
+  int (*sendRecv)(int64_t comm, int peer, const void* send, int64_t sendBytes, void* recv, int64_t recvBytes,
+                  int64_t chunkBytes, char* err, int errLen);
 } HvdMpiPlugin;
 
 // The one symbol a plugin exports.

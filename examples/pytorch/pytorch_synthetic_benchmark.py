@@ -87,8 +87,8 @@ def main():
     elif args.bf16_allreduce:
         compression = hvd.Compression.bf16
 
-    # Horovod: wrap optimizer with DistributedOptimizer (raises a clear NotImplementedError
-    # for Adasum where the core does not support it).
+    # Horovod: wrap optimizer with DistributedOptimizer (with --use-adasum: the Adasum delta
+    # optimizer, which needs a power-of-2 number of ranks).
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
                                          compression=compression,
                                          op=hvd.Adasum if args.use_adasum else hvd.Average)

@@ -136,6 +136,11 @@ void CpuBackend::allreduce(const Response& r, ProcessSet&, const std::vector<Ent
   unpackFused(r, entries, buf, total);
 }
 
+void CpuBackend::adasum(const Response& r, ProcessSet&, const std::vector<Entry*>& entries) {
+  collectives::CommunicatorExchange peers(comm_);
+  runAdasum(r, entries, peers, "adasum");
+}
+
 void CpuBackend::allgather(const Response& r, ProcessSet&, const std::vector<Entry*>& entries) {
   Communicator& comm = comm_;
   const int me = comm.rank();

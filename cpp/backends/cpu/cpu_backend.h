@@ -32,6 +32,8 @@ class CpuBackend : public HostBackend<CpuBackend> {
  private:
   friend class HostBackend<CpuBackend>;
   void allreduce(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries);
+  // Adasum over the communicator's point-to-point exchange (collectives/adasum.h).
+  void adasum(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries);
   void allgather(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries);
   void broadcast(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries);
   void alltoall(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries);

@@ -55,7 +55,10 @@ const bool kRegistered = [] {
 }  // namespace
 
 MpiBackend::MpiBackend(const HvdMpiPlugin& plugin, const BackendContext& context)
-    : HostBackend("mpi", context), mpi_(plugin), setId_(context.set.id) {
+    : HostBackend("mpi", context),
+      mpi_(plugin),
+      setId_(context.set.id),
+      adasumChunkBytes_(context.config.adasumMpiChunkBytes) {
   const ProcessSet& set = context.set;
   // MPI tags are at least 0..32767; the tag only tells apart creations that overlap in time.
   check(mpi_.commCreate(context.config.mpiComm, set.ranks.data(), static_cast<int>(set.ranks.size()), set.id % 32768,
@@ -120,6 +123,39 @@ void MpiBackend::allreduce(const Response& r, ProcessSet& set, const std::vector
   ended(r, static_cast<int64_t>(total), "mpi_allreduce");
   scale(buf, count, dtype, post);
   unpackFused(r, entries, buf, total);
+}
+
+namespace {
+
+// Adasum's exchange over a set's communicator (its ranks are the set's ranks).
+class MpiExchange final : public collectives::PairExchange {
+ public:
+  MpiExchange(const HvdMpiPlugin& mpi, int64_t comm, int32_t setId, int rank, int size, int64_t chunkBytes)
+      : mpi_(mpi), comm_(comm), setId_(setId), rank_(rank), size_(size), chunkBytes_(chunkBytes) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void sendRecv(int peer, const void* send, size_t sendBytes, void* recv, size_t recvBytes) override {
+    if (mpi_.sendRecv(comm_, peer, send, static_cast<int64_t>(sendBytes), recv, static_cast<int64_t>(recvBytes),
+                      chunkBytes_, err_, sizeof(err_)) != 0) {
+      throw Error("MPI data plane (process set " + std::to_string(setId_) + "): Adasum exchange with set rank " +
+                  std::to_string(peer) + ": " + err_);
+    }
+  }
+
+ private:
+  const HvdMpiPlugin& mpi_;
+  const int64_t comm_;
+  const int32_t setId_;
+  const int rank_, size_;
+  const int64_t chunkBytes_;
+  char err_[1024] = {0};
+};
+
+}  // namespace
+
+void MpiBackend::adasum(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries) {
+  MpiExchange peers(mpi_, comm_, setId_, set.myIndex, static_cast<int>(set.ranks.size()), adasumChunkBytes_);
+  runAdasum(r, entries, peers, "mpi_adasum");
 }
 
 void MpiBackend::allgather(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries) {

@@ -1,6 +1,6 @@
 // MpiBackend: the MPI data plane (HOROVOD_CPU_OPERATIONS=mpi), registered as "mpi": runs
 // host-memory collectives with MPI's own (MPI_Allreduce, MPI_Allgatherv, MPI_Bcast,
-// MPI_Alltoallv, MPI_Reduce_scatter, MPI_Barrier) through the MPI plugin's table
+// MPI_Alltoallv, MPI_Reduce_scatter, MPI_Barrier; Adasum over MPI_Sendrecv) through the MPI plugin's table
 // (mpi/plugin_api.h).
 //
 // Choice: the factory ranks above the CPU backend and accepts every process set of host memory
@@ -45,6 +45,9 @@ class MpiBackend : public HostBackend<MpiBackend> {
  private:
   friend class HostBackend<MpiBackend>;
   void allreduce(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries);
+  // Adasum (collectives/adasum.h) over MPI_Sendrecv on the set's communicator, in messages of at
+  // most HOROVOD_ADASUM_MPI_CHUNK_SIZE bytes.
+  void adasum(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries);
   void allgather(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries);
   void broadcast(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries);
   void alltoall(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries);
@@ -56,6 +59,7 @@ class MpiBackend : public HostBackend<MpiBackend> {
   const HvdMpiPlugin& mpi_;
   const int32_t setId_;
   int64_t comm_ = 0;
+  const int64_t adasumChunkBytes_;
   mutable char err_[1024] = {0};
 };
 

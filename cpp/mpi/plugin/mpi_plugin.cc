@@ -451,10 +451,32 @@ int barrier(int64_t handle, char* err, int errLen) {
   return 0;
 }
 
+// Tag of the point-to-point messages on a data-plane communicator (only Adasum sends any).
+constexpr int kSendRecvTag = 0x4144;
+
+int sendRecv(int64_t handle, int peer, const void* send, int64_t sendBytes, void* recv, int64_t recvBytes,
+             int64_t chunkBytes, char* err, int errLen) {
+  MPI_Comm comm;
+  if (toComm(handle, &comm, err, errLen) != 0) return 1;
+  const int64_t chunk = chunkBytes > 0 && chunkBytes < INT_MAX ? chunkBytes : INT_MAX;
+  // Both sides take the same number of steps (the larger of the two directions), with matching
+  // sizes: step i carries the i-th chunk each way.
+  for (int64_t sent = 0, received = 0; sent < sendBytes || received < recvBytes;) {
+    const int64_t s = sendBytes - sent < chunk ? sendBytes - sent : chunk;
+    const int64_t r = recvBytes - received < chunk ? recvBytes - received : chunk;
+    HVD_MPI_TRY(MPI_Sendrecv(static_cast<const char*>(send) + sent, static_cast<int>(s), MPI_BYTE, peer, kSendRecvTag,
+                             static_cast<char*>(recv) + received, static_cast<int>(r), MPI_BYTE, peer, kSendRecvTag,
+                             comm, MPI_STATUS_IGNORE));
+    sent += s;
+    received += r;
+  }
+  return 0;
+}
+
 const HvdMpiPlugin kPlugin = {
-    HVD_MPI_PLUGIN_ABI, HVD_MPI_FLAVOR,      libraryVersion, init,         rankSize,      placement,
-    broadcast,          rendezvousBroadcast, setReducer,     allgatherInt, commCreate,    commFree,
-    allreduce,          allgatherv,          broadcastBytes, alltoallv,    reducescatter, barrier};
+    HVD_MPI_PLUGIN_ABI,  HVD_MPI_FLAVOR, libraryVersion, init,       rankSize, placement, broadcast,
+    rendezvousBroadcast, setReducer,     allgatherInt,   commCreate, commFree, allreduce, allgatherv,
+    broadcastBytes,      alltoallv,      reducescatter,  barrier,    sendRecv};
 
 }  // namespace
 

@@ -121,22 +121,53 @@ class _DistributedOptimizer(_WrapsOptimizer):
 class _DistributedAdasumOptimizer(_WrapsOptimizer):
     """Adasum delta optimizer: gradients stay local, each rank applies them with the wrapped
     optimizer, and the change of the weights is combined across ranks with Adasum (weights =
-    start + Adasum(deltas))."""
+    start + Adasum(deltas)). With ``backward_passes_per_step`` N > 1 (as in Horovod) every step
+    is applied locally and every N-th one combines the change since the last combination
+    (eagerly only in this build)."""
 
     def __init__(self, optimizer, name=None, use_locking=False, compression=Compression.none,
-                 process_set=global_process_set):
+                 process_set=global_process_set, backward_passes_per_step=1):
         if name is None:
             name = 'DistributedDelta{}'.format(type(optimizer).__name__)
         super().__init__(name=name, use_locking=use_locking)
         self._optimizer = optimizer
         self._compression = compression
         self._process_set = process_set
+        self._passes = backward_passes_per_step
+        self._steps = 0
+        self._starts = {}  # variable ref -> the variable's value at the last combination
 
     def compute_gradients(self, *args, **kwargs):
         return self._optimizer.compute_gradients(*args, **kwargs)
 
+    def _apply_several_passes(self, grads_and_vars, global_step, name):
+        if not tf.executing_eagerly():
+            raise NotImplementedError('The Adasum delta optimizer of this build combines every '
+                                      'backward_passes_per_step steps only eagerly; in a TF1 '
+                                      'graph use backward_passes_per_step=1 with op=Adasum.')
+        variables = [v for g, v in grads_and_vars if g is not None]
+        for v in variables:
+            if var_ref(v) not in self._starts:
+                self._starts[var_ref(v)] = tf.Variable(v.read_value(), trainable=False)
+        self._optimizer.apply_gradients(grads_and_vars, global_step=global_step, name=name)
+        self._steps += 1
+        if self._steps % self._passes:
+            return None
+        starts = [self._starts[var_ref(v)] for v in variables]
+        deltas = [v.read_value() - s.read_value() for v, s in zip(variables, starts)]
+        with tf.name_scope(self._name + '_Allreduce'):
+            combined = _collectives.grouped_allreduce(deltas, op=Adasum,
+                                                      compression=self._compression,
+                                                      process_set=self._process_set)
+        for v, s, d in zip(variables, starts, combined):
+            s.assign_add(d)
+            v.assign(s.read_value())
+        return None
+
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
         grads_and_vars = list(grads_and_vars)
+        if self._passes > 1:
+            return self._apply_several_passes(grads_and_vars, global_step, name)
         variables = [v for g, v in grads_and_vars if g is not None]
         start = [tf.identity(v.read_value()) for v in variables]
         with tf.control_dependencies(start):
@@ -214,12 +245,8 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense='
                 raise NotImplementedError('Adasum does not support non-global process sets yet.')
             if average_aggregated_gradients:
                 raise ValueError('Adasum does not support average_aggregated_gradients == True')
-            if backward_passes_per_step > 1:
-                raise NotImplementedError('The Adasum delta optimizer of this build does not '
-                                          'aggregate gradients locally: use '
-                                          'backward_passes_per_step=1 with op=Adasum.')
             return _DistributedAdasumOptimizer(optimizer, name, use_locking, compression,
-                                               process_set)
+                                               process_set, backward_passes_per_step)
         return _DistributedOptimizer(
             optimizer, name=name, use_locking=use_locking, device_dense=device_dense,
             device_sparse=device_sparse, compression=compression, sparse_as_dense=sparse_as_dense,

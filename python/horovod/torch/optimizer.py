@@ -25,6 +25,7 @@ from horovod.common.optimizer_args import check_optimizer_args
 from horovod.common.process_sets import global_process_set
 from horovod.common.util import split_list
 from horovod.torch import _buckets
+from horovod.torch.adasum_optimizer import _DistributedAdasumOptimizer
 from horovod.torch.async_ops import (Adasum, Average, Max, _allreduce_into_async, allreduce_,
                                      allreduce_async_, grouped_allreduce_async_, size,
                                      sparse_allreduce_async, synchronize)
@@ -577,7 +578,8 @@ def DistributedOptimizer(optimizer, named_parameters=None,
             names are the allreduce names. Default: generated names.
         compression: Compression.none (default), Compression.fp16 or Compression.bf16.
         backward_passes_per_step: Backward passes accumulated locally before the allreduce.
-        op: Average (default), Sum or Adasum.
+        op: Average (default), Sum or Adasum (on more than one rank: the delta optimizer of
+            adasum_optimizer.py, which reduces weight deltas instead of gradients).
         gradient_predivide_factor: Divide gradients by this before the sum, multiply after.
         num_groups: Deprecated; use groups.
         groups: An int (split parameters into that many groups) or a list of lists of
@@ -596,9 +598,11 @@ def DistributedOptimizer(optimizer, named_parameters=None,
     if op == Adasum and size() > 1:
         if process_set.process_set_id != 0:
             raise NotImplementedError("Adasum does not support non-global process sets yet.")
-        raise NotImplementedError('DistributedOptimizer with op=Adasum is not supported by this '
-                                  'build of Horovod yet (the core has no Adasum reduction); use '
-                                  'op=Average.')
+        # The delta optimizer (adasum_optimizer.py): local steps, Adasum of the weight deltas.
+        cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
+                   dict(_DistributedAdasumOptimizer.__dict__))
+        return cls(optimizer.param_groups, named_parameters, compression,
+                   backward_passes_per_step)
 
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                dict(_DistributedOptimizer.__dict__))

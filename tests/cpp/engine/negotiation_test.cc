@@ -179,7 +179,11 @@ TEST(Negotiation, UnsupportedScaling) {
   a.params.op = ReduceOp::kAverage;
   EXPECT_EQ(negotiate({a}), "Type int16 not supported by ScaleBufferCPUImpl.");
   a.params.kind = Kind::kAdasum;
-  EXPECT_EQ(negotiate({a}), "Adasum is not supported yet");
+  EXPECT_EQ(negotiate({a}), "Adasum reduces only float16, bfloat16, float32 and float64 tensors; tensor t is int16.");
+  // The context's set has 3 ranks: not a power of two.
+  a.params.dtype = DataType::kFloat32;
+  EXPECT_EQ(negotiate({a}),
+            "Running Adasum with non-power of 2 ranks is not supported yet (process set 0 has 3 ranks).");
 }
 
 Response single(Kind kind, DataType dtype, int64_t elements, const std::string& name) {

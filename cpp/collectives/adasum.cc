@@ -1,0 +1,226 @@
+#include "collectives/adasum.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "collectives/half.h"
+#include "horovod/errors.h"
+
+namespace hvd::collectives {
+namespace {
+
+// ---- element access per dtype (values in double) ----------------------------------------------
+
+struct F16 {
+  using Storage = uint16_t;
+  static double load(Storage x) { return detail::halfBitsToFloat(x); }
+  static Storage store(double v) { return detail::floatToHalfBits(static_cast<float>(v)); }
+};
+struct BF16 {
+  using Storage = uint16_t;
+  static double load(Storage x) { return detail::bfloat16BitsToFloat(x); }
+  static Storage store(double v) { return detail::floatToBfloat16Bits(static_cast<float>(v)); }
+};
+template <typename T>
+struct Native {
+  using Storage = T;
+  static double load(Storage x) { return x; }
+  static Storage store(double v) { return static_cast<Storage>(v); }
+};
+
+// ---- partial sums: value = m * 2^e, so that squares of float64 extremes stay finite ------------
+
+// Exponent of a partial that has no elements (its m is 0): below any real one.
+constexpr double kNoExponent = -1.0e6;
+// The power-of-two scales are clamped so that 2^-e itself stays a finite double.
+constexpr int kMaxScaleExponent = 1000;
+
+struct Scaled {
+  double m = 0.0;
+  double e = kNoExponent;
+  double value() const { return m == 0.0 ? 0.0 : std::ldexp(m, static_cast<int>(e)); }
+};
+
+// lower + upper, in that order (every rank that forms this sum forms it alike).
+Scaled plus(const Scaled& lower, const Scaled& upper) {
+  const double e = std::max(lower.e, upper.e);
+  Scaled s;
+  s.e = e;
+  s.m = std::ldexp(lower.m, static_cast<int>(lower.e - e)) + std::ldexp(upper.m, static_cast<int>(upper.e - e));
+  return s;
+}
+
+// Per tensor: a.b, |a|^2, |b|^2 of the part of the tensor a rank holds.
+struct Partials {
+  Scaled dot, aa, bb;
+};
+constexpr size_t kDoublesPerPartials = 6;
+
+// Independent accumulators per loop, so that the loops are not one long dependency chain; the
+// lanes are summed in a fixed order.
+constexpr size_t kLanes = 4;  // partials() sums them as (0 + 1) + (2 + 3)
+
+// The exponent of the power of two that brings `largest` (the largest |x|) near 1.
+int scaleExponent(double largest) {
+  if (!(largest > 0.0)) return 0;  // zeros (and NaN: the result is NaN whatever the scale)
+  if (std::isinf(largest)) return kMaxScaleExponent;
+  return std::clamp(std::ilogb(largest), -kMaxScaleExponent, kMaxScaleExponent);
+}
+
+template <typename D>
+Partials partials(const typename D::Storage* a, const typename D::Storage* b, size_t n) {
+  double la[kLanes] = {}, lb[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t k = 0; k < kLanes; ++k) {
+      la[k] = std::max(la[k], std::fabs(D::load(a[i + k])));
+      lb[k] = std::max(lb[k], std::fabs(D::load(b[i + k])));
+    }
+  }
+  for (; i < n; ++i) {
+    la[0] = std::max(la[0], std::fabs(D::load(a[i])));
+    lb[0] = std::max(lb[0], std::fabs(D::load(b[i])));
+  }
+  const int ea = scaleExponent(std::max(std::max(la[0], la[1]), std::max(la[2], la[3])));
+  const int eb = scaleExponent(std::max(std::max(lb[0], lb[1]), std::max(lb[2], lb[3])));
+  const double sa = std::ldexp(1.0, -ea), sb = std::ldexp(1.0, -eb);
+  double dot[kLanes] = {}, aa[kLanes] = {}, bb[kLanes] = {};
+  for (i = 0; i + kLanes <= n; i += kLanes) {
+    for (size_t k = 0; k < kLanes; ++k) {
+      const double x = D::load(a[i + k]) * sa, y = D::load(b[i + k]) * sb;
+      dot[k] += x * y;
+      aa[k] += x * x;
+      bb[k] += y * y;
+    }
+  }
+  for (; i < n; ++i) {
+    const double x = D::load(a[i]) * sa, y = D::load(b[i]) * sb;
+    dot[0] += x * y;
+    aa[0] += x * x;
+    bb[0] += y * y;
+  }
+  const auto total = [](const double* lanes) { return (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]); };
+  Partials p;
+  p.dot = {total(dot), static_cast<double>(ea + eb)};
+  p.aa = {total(aa), 2.0 * ea};
+  p.bb = {total(bb), 2.0 * eb};
+  return p;
+}
+
+// 1 - a.b / (2 |a|^2), or 1 when |a|^2 is below sqrt(DBL_MIN).
+double coefficient(const Scaled& dot, const Scaled& self) {
+  static const double kTiny = std::sqrt(DBL_MIN);
+  if (!(self.value() >= kTiny)) return 1.0;
+  return 1.0 - 0.5 * std::ldexp(dot.m / self.m, static_cast<int>(dot.e - self.e));
+}
+
+// Sums every rank's partials over the `groupSize` ranks (a power of two, aligned) that share
+// this rank's group, by recursive doubling; identical bits on all of them.
+void sumOverGroup(PairExchange& peers, int groupSize, std::vector<double>& mine, std::vector<double>& theirs) {
+  const int r = peers.rank();
+  const size_t bytes = mine.size() * sizeof(double);
+  theirs.resize(mine.size());
+  for (int m = 1; m < groupSize; m <<= 1) {
+    const int peer = r ^ m;
+    peers.sendRecv(peer, mine.data(), bytes, theirs.data(), bytes);
+    const std::vector<double>& lower = peer < r ? theirs : mine;
+    const std::vector<double>& upper = peer < r ? mine : theirs;
+    for (size_t i = 0; i < mine.size(); i += 2) {
+      const Scaled s = plus({lower[i], lower[i + 1]}, {upper[i], upper[i + 1]});
+      mine[i] = s.m;
+      mine[i + 1] = s.e;
+    }
+  }
+}
+
+struct Range {
+  size_t begin = 0, count = 0;
+};
+
+template <typename D>
+void run(PairExchange& peers, void* data, const std::vector<size_t>& counts, std::vector<uint8_t>& scratch) {
+  using S = typename D::Storage;
+  auto* buf = static_cast<S*>(data);
+  const int n = peers.size(), r = peers.rank();
+  std::vector<size_t> offsets(counts.size() + 1, 0);
+  for (size_t t = 0; t < counts.size(); ++t) offsets[t + 1] = offsets[t] + counts[t];
+  const size_t total = offsets.back();
+  if (n == 1 || total == 0) return;
+  scratch.resize(std::max(scratch.size(), (total - total / 2) * sizeof(S)));
+  auto* received = reinterpret_cast<S*>(scratch.data());
+
+  std::vector<Range> kept, given;  // per level: the half this rank kept, the half its partner kept
+  std::vector<double> sums(counts.size() * kDoublesPerPartials), theirs;
+  Range slice{0, total};
+  for (int level = 1; level < n; level <<= 1) {
+    const int peer = r ^ level;
+    const bool left = (r & level) == 0;
+    const size_t first = slice.count / 2;
+    Range mine{slice.begin, first}, other{slice.begin + first, slice.count - first};
+    if (!left) std::swap(mine, other);
+    peers.sendRecv(peer, buf + other.begin, other.count * sizeof(S), received, mine.count * sizeof(S));
+
+    // a is the left half-group's vector, b the right one's.
+    const S* a = left ? buf + mine.begin : received;
+    const S* b = left ? received : buf + mine.begin;
+    for (size_t t = 0; t < counts.size(); ++t) {
+      const size_t lo = std::max(offsets[t], mine.begin), hi = std::min(offsets[t + 1], mine.begin + mine.count);
+      Partials p;
+      if (lo < hi) p = partials<D>(a + (lo - mine.begin), b + (lo - mine.begin), hi - lo);
+      double* s = &sums[t * kDoublesPerPartials];
+      s[0] = p.dot.m, s[1] = p.dot.e, s[2] = p.aa.m, s[3] = p.aa.e, s[4] = p.bb.m, s[5] = p.bb.e;
+    }
+    sumOverGroup(peers, 2 * level, sums, theirs);
+    for (size_t t = 0; t < counts.size(); ++t) {
+      const size_t lo = std::max(offsets[t], mine.begin), hi = std::min(offsets[t + 1], mine.begin + mine.count);
+      if (lo >= hi) continue;
+      const double* s = &sums[t * kDoublesPerPartials];
+      const Scaled dot{s[0], s[1]}, aa{s[2], s[3]}, bb{s[4], s[5]};
+      const double ca = coefficient(dot, aa), cb = coefficient(dot, bb);
+      const S* ta = a + (lo - mine.begin);
+      const S* tb = b + (lo - mine.begin);
+      S* out = buf + lo;
+      for (size_t i = 0; i < hi - lo; ++i) out[i] = D::store(ca * D::load(ta[i]) + cb * D::load(tb[i]));
+    }
+    kept.push_back(mine);
+    given.push_back(other);
+    slice = mine;
+  }
+  // Allgather, levels in reverse: each pair swaps the halves it finished.
+  int level = n / 2;
+  for (size_t i = kept.size(); i-- > 0; level >>= 1) {
+    peers.sendRecv(r ^ level, buf + kept[i].begin, kept[i].count * sizeof(S), buf + given[i].begin,
+                   given[i].count * sizeof(S));
+  }
+}
+
+}  // namespace
+
+bool adasumRankCountSupported(int n) { return n >= 1 && (n & (n - 1)) == 0; }
+
+bool adasumTypeSupported(DataType dtype) {
+  return dtype == DataType::kFloat16 || dtype == DataType::kBFloat16 || dtype == DataType::kFloat32 ||
+         dtype == DataType::kFloat64;
+}
+
+void adasum(PairExchange& peers, void* buf, const std::vector<size_t>& counts, DataType dtype,
+            std::vector<uint8_t>& scratch) {
+  if (!adasumRankCountSupported(peers.size())) {
+    throw InvalidArgument("Adasum needs a power-of-two number of ranks; this process set has " +
+                          std::to_string(peers.size()));
+  }
+  switch (dtype) {
+    case DataType::kFloat16: return run<F16>(peers, buf, counts, scratch);
+    case DataType::kBFloat16: return run<BF16>(peers, buf, counts, scratch);
+    case DataType::kFloat32: return run<Native<float>>(peers, buf, counts, scratch);
+    case DataType::kFloat64: return run<Native<double>>(peers, buf, counts, scratch);
+    default: break;
+  }
+  throw InvalidArgument("Adasum reduces only float16, bfloat16, float32 and float64 tensors, not " +
+                        std::string(dataTypeName(dtype)));
+}
+
+}  // namespace hvd::collectives

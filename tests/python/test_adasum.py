@@ -1,0 +1,94 @@
+"""Adasum on every data plane: adasum_scripts/adasum_worker.py on 2 and 4 ranks over shared
+memory and TCP (HOROVOD_TRANSPORT) under horovodrun, and over MPI (HOROVOD_CPU_OPERATIONS=mpi)
+under Open MPI's mpirun; 3 ranks are refused with Horovod's error. Each run is bounded by a
+timeout that kills its process group. TensorFlow and Keras run in one case (their import dominates
+the time, and their adapters reach the same core path on every data plane); torch runs in all.
+"""
+
+import os
+import re
+import shutil
+import sys
+
+import pytest
+from launch_util import run_bounded, run_under_horovodrun
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, 'adasum_scripts', 'adasum_worker.py')
+TIMEOUT = int(os.environ.get('HOROVOD_TEST_TIMEOUT', '420'))
+
+try:
+    from horovod import _core
+except ImportError:
+    _core = None
+
+
+def _frameworks(with_tf):
+    names = ['torch']
+    if with_tf:
+        try:
+            import tensorflow  # noqa: F401
+            names += ['tf', 'keras']
+        except ImportError:
+            pass
+    return names
+
+
+def _expect_all_checks(code, out, np_, frameworks):
+    assert code == 0, out[-8000:]
+    # Lines may carry horovodrun's "[rank]<stdout>:" prefix.
+    assert len(re.findall(r'\bDONE\b', out)) == np_, out[-8000:]
+    oks = re.findall(r'\bOK (\w+)', out)
+    expected = {'torch_identities_float16', 'torch_identities_bfloat16', 'torch_identities_float32',
+                'torch_identities_float64', 'torch_extreme_magnitudes', 'torch_refusals',
+                'torch_delta_optimizer_step', 'torch_delta_optimizer_converges'}
+    if 'tf' in frameworks:
+        expected |= {'tf_identities_float16', 'tf_identities_bfloat16', 'tf_identities_float32',
+                     'tf_identities_float64', 'tf_gradient_tape', 'tf_delta_optimizer',
+                     'keras_allreduce'}
+    for name in expected:
+        assert oks.count(name) == np_, '%s passed on %d of %d ranks\n%s' % (
+            name, oks.count(name), np_, out[-8000:])
+
+
+@pytest.mark.parametrize('transport,np_', [('shm', 2), ('shm', 4), ('tcp', 2), ('tcp', 4)])
+def test_adasum_over_horovods_data_plane(transport, np_):
+    frameworks = _frameworks(with_tf=(transport, np_) == ('shm', 2))
+    code, out = run_under_horovodrun([WORKER] + frameworks, TIMEOUT, np_=np_,
+                                     env_extra={'HOROVOD_TRANSPORT': transport})
+    _expect_all_checks(code, out, np_, frameworks)
+
+
+@pytest.mark.parametrize('np_', [2, 4])
+def test_adasum_over_mpi_data_plane(np_):
+    if _core is None or not _core.mpi_built():
+        pytest.skip('horovod._core has no MPI plugin (build with libopenmpi-dev installed)')
+    mpirun = shutil.which('mpirun.openmpi')
+    if mpirun is None:
+        pytest.skip('mpirun.openmpi not found (apt-get install openmpi-bin)')
+    frameworks = _frameworks(with_tf=False)
+    cmd = [mpirun, '-np', str(np_), '--oversubscribe'] + (
+        ['--allow-run-as-root'] if os.geteuid() == 0 else []) + [
+        '-x', 'HOROVOD_CPU_OPERATIONS', '-x', 'HOROVOD_ADASUM_MPI_CHUNK_SIZE', '-x', 'HOROVOD_LOG_LEVEL',
+        '-x', 'PYTHONUNBUFFERED', '-x', 'TF_CPP_MIN_LOG_LEVEL', sys.executable, WORKER] + frameworks
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(('HOROVOD_', 'OMPI_', 'PMI_', 'PMIX_')) or k == 'HOROVOD_TEST_TIMEOUT'}
+    # Small chunks, so that the exchanges of the larger tensors take several MPI messages.
+    env.update(HOROVOD_CPU_OPERATIONS='mpi', HOROVOD_ADASUM_MPI_CHUNK_SIZE='4096',
+               HOROVOD_LOG_LEVEL='debug', PYTHONUNBUFFERED='1', TF_CPP_MIN_LOG_LEVEL='3')
+    code, out = run_bounded(cmd, env, TIMEOUT, cwd=HERE)
+    assert 'MPI data plane (HOROVOD_CPU_OPERATIONS=mpi)' in out, out[-8000:]
+    _expect_all_checks(code, out, np_, frameworks)
+
+
+def test_adasum_on_three_ranks_is_refused():
+    code_text = ('import torch, horovod.torch as hvd\n'
+                 'hvd.init()\n'
+                 'try:\n'
+                 '    hvd.allreduce(torch.ones(4), op=hvd.Adasum)\n'
+                 'except NotImplementedError as e:\n'
+                 '    print("REFUSED", e, flush=True)\n')
+    code, out = run_under_horovodrun(['-c', code_text], TIMEOUT, np_=3)
+    assert code == 0, out[-8000:]
+    assert out.count('REFUSED Running Adasum with non-power of 2 ranks is not supported yet.') == 3, \
+        out[-8000:]
