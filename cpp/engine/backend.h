@@ -162,9 +162,11 @@ class BackendTable {
  public:
   // What backends are built with from now on (init, before any forResponse()).
   void attach(const BackendEnvironment& environment) { environment_ = environment; }
-  // The backend for `response`'s device on `set`, built on first use. Throws Error naming the
-  // device (no factory accepted it) or naming the backend and the op (unsupported op).
-  CollectiveBackend& forResponse(const Response& response, ProcessSet& set);
+  // The backend for `device` (deviceId(); this rank's device for the response: ranks may put one
+  // collective on different accelerators, e.g. GPU i on local rank i) on `set`, built on first
+  // use. Throws Error naming the device (no factory accepted it) or naming the backend and the op
+  // (unsupported op).
+  CollectiveBackend& forResponse(const Response& response, ProcessSet& set, int32_t device);
   // The knobs in force from now on: handed to every backend built so far, and to later ones at
   // construction.
   void applyKnobs(const Knobs& knobs);

@@ -189,7 +189,18 @@ void Runtime::runData(Response& r) {
   std::exception_ptr error;
   CollectiveBackend* backend = nullptr;
   try {
-    backend = &backends_.forResponse(r, *set);
+    // The response names the first requester's device; an accelerator's ordinal is this rank's
+    // own (its entries'; a rank without an entry, which joined, uses the response's).
+    int32_t device = r.params.device;
+    if (device != kCpuDevice) [[unlikely]] {
+      for (Entry* e : entriesScratch_) {
+        if (e != nullptr) {
+          device = e->request.params.device;
+          break;
+        }
+      }
+    }
+    backend = &backends_.forResponse(r, *set, device);
     backend->run(r, *set, entriesScratch_);
   } catch (...) {
     error = std::current_exception();

@@ -94,14 +94,25 @@ void NcclBackend::abort(std::exception_ptr error) { finalizer_->abort(error); }
 
 void NcclBackend::run(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries) {
   DeviceGuard guard(api_, device_);
-  switch (r.params.kind) {
-    case Kind::kAllreduce: allreduce(r, set, entries); return;
-    case Kind::kAllgather: allgather(r, set, entries); return;
-    case Kind::kBroadcast: broadcast(r, set, entries); return;
-    case Kind::kAlltoall: alltoall(r, set, entries); return;
-    case Kind::kReducescatter: reducescatter(r, set, entries); return;
-    case Kind::kBarrier: barrier(r, set, entries); return;
-    default: break;
+  begun_ = false;
+  try {
+    switch (r.params.kind) {
+      case Kind::kAllreduce: allreduce(r, set, entries); return;
+      case Kind::kAllgather: allgather(r, set, entries); return;
+      case Kind::kBroadcast: broadcast(r, set, entries); return;
+      case Kind::kAlltoall: alltoall(r, set, entries); return;
+      case Kind::kReducescatter: reducescatter(r, set, entries); return;
+      case Kind::kBarrier: barrier(r, set, entries); return;
+      default: break;
+    }
+  } catch (const Error& e) {
+    // Before begin() the checks are the same on every rank (dtype, scale factors): the response
+    // fails everywhere alike. After it, this rank's part is missing from a collective the others
+    // may have enqueued, which would wait for it forever: the failure ends the job instead.
+    const ErrorCode code = e.code();
+    if (!begun_ || code == ErrorCode::kPeerLost || code == ErrorCode::kTimeout || code == ErrorCode::kAborted) throw;
+    throw Aborted(std::string(e.what()) + " (on rank " + std::to_string(hostComm_.globalRank(hostComm_.rank())) +
+                  ", after its peers may have started the collective: Horovod stops rather than let them wait)");
   }
   throw Error("The nccl collective backend has no data operation for response kind " +
               std::string(engine::kindName(r.params.kind)));
@@ -109,12 +120,19 @@ void NcclBackend::run(const Response& r, ProcessSet& set, const std::vector<Entr
 
 NcclBackend::Lane& NcclBackend::begin(const std::vector<Entry*>& entries) {
   if (std::exception_ptr failed = finalizer_->failure()) std::rethrow_exception(failed);
+  begun_ = true;
   Lane& lane = *lanes_[nextLane_];
   nextLane_ = (nextLane_ + 1) % lanes_.size();
   // Order after every producer stream (usually one: the framework's current stream).
   void* last = reinterpret_cast<void*>(-1);
   for (Entry* e : entries) {
-    if (e == nullptr || e->stream == last) continue;
+    if (e == nullptr) continue;
+    if (e->request.params.device != engine::deviceId(Device{DeviceKind::kCuda, device_, nullptr})) {
+      throw InvalidArgument("The nccl collective backend of GPU " + std::to_string(device_) + " got tensor '" +
+                            e->request.name + "' on " + deviceName(engine::deviceOf(e->request.params.device)) +
+                            ": one collective's tensors must be on one GPU per rank.");
+    }
+    if (e->stream == last) continue;
     last = e->stream;
     producerDone_.record(static_cast<cudaStream_t>(e->stream));
     producerDone_.waitOn(lane.stream.get());

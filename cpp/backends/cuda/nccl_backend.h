@@ -26,9 +26,10 @@
 // into the outputs. Alltoall: grouped ncclSend/ncclRecv. Reducescatter: ncclReduceScatter of
 // blocks padded to the largest rank's. Barrier: the host collectives.
 //
-// Failures: a CUDA or NCCL call that fails throws hvd::Error (PeerLost for NCCL's remote/system
-// errors) from run() before any work was taken, so the Runtime fails the response (or itself,
-// for PeerLost); an error the device reports later fails the batch's works from the finalizer,
+// Failures: checks that every rank makes alike (dtype, scale factors) fail the response. A CUDA or
+// NCCL call that fails on this rank throws from run() as a fatal error (PeerLost for NCCL's
+// remote/system errors, else Aborted naming the call), since the other ranks may have enqueued
+// their part already and would wait forever: the Runtime fails on every rank; an error the device reports later fails the batch's works from the finalizer,
 // and the next run() rethrows it. abort() (the Runtime failed) aborts the communicator and fails
 // every pending work with the Runtime's error.
 //
@@ -103,6 +104,7 @@ class NcclBackend : public backends::HostBackendBase {
   Event producerDone_;  // recorded on a producer stream, waited for by the lane
   ncclComm_t comm_ = nullptr;
   std::unique_ptr<NcclFinalizer> finalizer_;
+  bool begun_ = false;  // the response being run got past begin() (run() turns errors fatal then)
 };
 
 }  // namespace hvd::cuda
