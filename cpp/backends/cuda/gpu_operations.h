@@ -1,0 +1,41 @@
+// Which implementation runs a process set's GPU collectives: NCCL or host-staged. The settings
+// (HOROVOD_GPU_OPERATIONS and the per-op variables) are read into engine::Config::gpuOperations;
+// this file checks them at init and turns them, with what each rank can do, into one choice that
+// every rank of the set makes alike.
+//
+// Both CUDA backends' factories (nccl, cuda_staged) call agreeGpuOperations() when asked for a
+// (set, device) and decline unless the answer is theirs, so the order in which they are asked does
+// not matter. It is a collective over the set's host transport, which is safe there: every member
+// builds the backend for a response at the same point of the response order.
+//
+// Engine thread (agreeGpuOperations) / init (checkGpuOperations).
+#pragma once
+
+#include <string>
+
+#include "engine/backend.h"
+#include "engine/config.h"
+
+namespace hvd::cuda {
+
+// The names the two backends register under.
+inline constexpr const char kNcclBackendName[] = "nccl";
+inline constexpr const char kStagedBackendName[] = "cuda_staged";
+
+// Init check (BackendFactory::checkConfig): HOROVOD_GPU_OPERATIONS=NCCL (or a per-op variable) on
+// a process that cannot load NCCL, or in a build without the NCCL backend, throws InvalidArgument
+// naming the variable and what the loader searched. Loads the CUDA libraries only in that case.
+void checkGpuOperations(const engine::Config& config);
+
+// The implementation for context.device on context.set, the same on every member (never kAuto):
+//   - the settings must be equal on every member (HOROVOD_GPU_OPERATIONS, ...,
+//     HOROVOD_GPU_STAGED_CHUNK_BYTES), else Error naming the ranks that differ;
+//   - NCCL when asked for, or by default when the NCCL backend is built, every member can load
+//     NCCL and no two members use one GPU (NCCL cannot put two ranks on one device);
+//   - NCCL asked for where a member cannot load it or two members share a GPU: Error naming them;
+//   - otherwise HOST.
+// Members on one GPU are found by (host, GPU): the GPU is CUDA_VISIBLE_DEVICES' entry for
+// the device ordinal when that variable is set, else the ordinal.
+engine::GpuOperations agreeGpuOperations(const engine::BackendContext& context);
+
+}  // namespace hvd::cuda
