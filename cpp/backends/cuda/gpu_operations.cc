@@ -122,7 +122,8 @@ GpuOperations agreeGpuOperations(const engine::BackendContext& context) {
   }
   std::string sharing;
   for (const auto& [where, ranks] : byGpu) {
-    if (ranks.size() > 1) sharing += (sharing.empty() ? "ranks " : "; ranks ") + rankList(ranks) + " on GPU " + where.second;
+    if (ranks.size() > 1)
+      sharing += (sharing.empty() ? "ranks " : "; ranks ") + rankList(ranks) + " on GPU " + where.second;
   }
 
   const auto requested = static_cast<GpuOperations>(mine.requested);

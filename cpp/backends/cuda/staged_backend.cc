@@ -37,8 +37,7 @@ const bool kRegistered = [] {
     }
     if (cuda::agreeGpuOperations(context) != engine::GpuOperations::kHost) return nullptr;
     HVD_LOG(Debug) << "process set " << context.set.id << ": " << deviceName(context.device)
-                   << " collectives staged through host memory over the " << context.transport.name()
-                   << " transport";
+                   << " collectives staged through host memory over the " << context.transport.name() << " transport";
     return std::make_unique<StagedBackend>(context, *libraries.api);
   };
   factory.checkConfig = cuda::checkGpuOperations;
@@ -85,15 +84,13 @@ uint8_t* StagedBackend::staging(size_t bytes) {
 }
 
 std::function<void(Phase)> StagedBackend::copyEvents(const Response& r, int64_t bytes) {
-  constexpr uint32_t kCopies = engine::eventBit(EngineEventKind::kFusionCopyInStart) |
-                               engine::eventBit(EngineEventKind::kFusionCopyInEnd) |
-                               engine::eventBit(EngineEventKind::kFusionCopyOutStart) |
-                               engine::eventBit(EngineEventKind::kFusionCopyOutEnd);
+  constexpr uint32_t kCopies =
+      engine::eventBit(EngineEventKind::kFusionCopyInStart) | engine::eventBit(EngineEventKind::kFusionCopyInEnd) |
+      engine::eventBit(EngineEventKind::kFusionCopyOutStart) | engine::eventBit(EngineEventKind::kFusionCopyOutEnd);
   if (!observers_.wantsAny(kCopies)) [[likely]]
     return {};
   return [this, &r, bytes](Phase phase) {
-    static constexpr EngineEventKind kKinds[] = {EngineEventKind::kFusionCopyInStart,
-                                                 EngineEventKind::kFusionCopyInEnd,
+    static constexpr EngineEventKind kKinds[] = {EngineEventKind::kFusionCopyInStart, EngineEventKind::kFusionCopyInEnd,
                                                  EngineEventKind::kFusionCopyOutStart,
                                                  EngineEventKind::kFusionCopyOutEnd};
     notifyIf(kKinds[static_cast<int>(phase)], r, bytes, nullptr);

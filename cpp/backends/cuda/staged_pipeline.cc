@@ -33,8 +33,7 @@ void StagingPipeline::copyIn(uint8_t* host, const std::vector<DevicePiece>& piec
   }
 }
 
-void StagingPipeline::copyOut(const uint8_t* host, const std::vector<DevicePiece>& pieces, size_t begin,
-                              size_t end) {
+void StagingPipeline::copyOut(const uint8_t* host, const std::vector<DevicePiece>& pieces, size_t begin, size_t end) {
   for (const DevicePiece& p : pieces) {
     const size_t from = std::max(begin, p.offset), to = std::min(end, p.offset + p.bytes);
     if (from >= to || p.device == nullptr) continue;

@@ -6,8 +6,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cluster.h"
@@ -136,7 +136,9 @@ TEST(Config, BadValuesNameVariableAndValue) {
 }
 
 TEST(Config, GpuOperationsResolveToOneImplementation) {
-  auto gpu = [](std::vector<std::pair<std::string, std::string>> env) { return engine::Config::fromEnvironment(mapEnvironment(env)); };
+  auto gpu = [](std::vector<std::pair<std::string, std::string>> env) {
+    return engine::Config::fromEnvironment(mapEnvironment(env));
+  };
   EXPECT_EQ(gpu({}).gpuOperations, engine::GpuOperations::kAuto);
   EXPECT_EQ(gpu({}).gpuOperationsSource, "");
   EXPECT_EQ(gpu({{"HOROVOD_GPU_OPERATIONS", "nccl"}}).gpuOperations, engine::GpuOperations::kNccl);
