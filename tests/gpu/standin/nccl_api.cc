@@ -62,9 +62,11 @@ ncclResult_t failNccl(ncclResult_t result, const std::string& message) {
 
 std::shared_ptr<Comm> findComm(ncclComm_t handle, const char* call, ncclResult_t* error) {
   Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  auto it = r.comms.find(handle);
-  if (it != r.comms.end()) return it->second;
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    auto it = r.comms.find(handle);
+    if (it != r.comms.end()) return it->second;
+  }
   std::ostringstream msg;
   msg << call << ": communicator " << static_cast<const void*>(handle)
       << " is not a live communicator (destroyed, aborted, or never initialized)";

@@ -437,6 +437,27 @@ HVD_STANDIN_EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   return standin::stickyError(s, ev->device);
 }
 
+struct HvdStandinGate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+};
+
+HVD_STANDIN_EXPORT HvdStandinGate* hvd_standin_gate(cudaStream_t stream) {
+  auto* gate = new HvdStandinGate();  // never freed (a test hook): open_gate may race the op's end
+  cudaError_t e = standin::enqueue(stream, "test gate", {}, [gate] {
+    std::unique_lock<std::mutex> lock(gate->mu);
+    gate->cv.wait(lock, [&] { return gate->open; });
+  });
+  return e == cudaSuccess ? gate : nullptr;
+}
+
+HVD_STANDIN_EXPORT void hvd_standin_open_gate(HvdStandinGate* gate) {
+  std::lock_guard<std::mutex> lock(gate->mu);
+  gate->open = true;
+  gate->cv.notify_all();
+}
+
 HVD_STANDIN_EXPORT void hvd_standin_clear_errors(void) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
