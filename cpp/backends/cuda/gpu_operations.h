@@ -3,10 +3,12 @@
 // this file checks them at init and turns them, with what each rank can do, into one choice that
 // every rank of the set makes alike.
 //
-// Both CUDA backends' factories (nccl, cuda_staged) call agreeGpuOperations() when asked for a
-// (set, device) and decline unless the answer is theirs, so the order in which they are asked does
-// not matter. It is a collective over the set's host transport, which is safe there: every member
-// builds the backend for a response at the same point of the response order.
+// The cuda_staged factory ranks above the NCCL one (BackendFactory::priority): asked first for a
+// (set, device), it calls agreeGpuOperations() and builds the host-staged backend, or declines
+// when the set agreed on NCCL, and only then is the NCCL factory asked. The NCCL factory may call
+// it too (it answers alike on every rank). It is a collective over the set's host transport,
+// which is safe there: every member builds the backend for a response at the same point of the
+// response order.
 //
 // Engine thread (agreeGpuOperations) / init (checkGpuOperations).
 #pragma once

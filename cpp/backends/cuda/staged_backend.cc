@@ -40,6 +40,9 @@ const bool kRegistered = [] {
                    << " collectives staged through host memory over the " << context.transport.name() << " transport";
     return std::make_unique<StagedBackend>(context, *libraries.api);
   };
+  // Asked before the NCCL backend: it makes the choice for both (gpu_operations.h) and declines
+  // when the set agreed on NCCL, so the NCCL factory (priority below 20) needs no agreement.
+  factory.priority = 20;
   factory.checkConfig = cuda::checkGpuOperations;
   engine::registerBackend(std::move(factory));
   return true;
