@@ -28,8 +28,9 @@ bool ncclBackendBuilt() {
 // What one member tells the others (fixed size: exchanged with one allgather).
 struct MemberFacts {
   uint8_t requested = 0;  // GpuOperations
+  uint8_t cudaLoads = 0;
   uint8_t ncclLoads = 0;
-  uint8_t pad[6] = {};
+  uint8_t pad[5] = {};
   int64_t chunkBytes = 0;
   char gpu[48] = {};  // the physical GPU on its host (CUDA_VISIBLE_DEVICES entry, or ordinal)
 };
@@ -96,6 +97,7 @@ GpuOperations agreeGpuOperations(const engine::BackendContext& context) {
   MemberFacts mine;
   mine.requested = static_cast<uint8_t>(config.gpuOperations);
   const CudaLibraries& libraries = cudaLibraries();
+  mine.cudaLoads = libraries.api != nullptr ? 1 : 0;
   mine.ncclLoads = libraries.api != nullptr && libraries.api->nccl != nullptr ? 1 : 0;
   mine.chunkBytes = config.gpuStagedChunkBytes;
   const std::string gpu = physicalGpu(context.device.index);
@@ -112,10 +114,11 @@ GpuOperations agreeGpuOperations(const engine::BackendContext& context) {
   requireEqual(groupBy<int64_t>(facts, comm, [](const MemberFacts& f) { return f.chunkBytes; }), set,
                "HOROVOD_GPU_STAGED_CHUNK_BYTES", [](int64_t v) { return std::to_string(v); });
 
-  std::vector<int> noNccl;
+  std::vector<int> noCuda, noNccl;
   std::map<std::pair<int, std::string>, std::vector<int>> byGpu;
   const Communicator::HostLayout& hosts = comm.hosts();
   for (int i = 0; i < comm.size(); ++i) {
+    if (facts[i].cudaLoads == 0) noCuda.push_back(comm.globalRank(i));
     if (facts[i].ncclLoads == 0) noNccl.push_back(comm.globalRank(i));
     const std::string id(facts[i].gpu, strnlen(facts[i].gpu, sizeof(facts[i].gpu)));
     byGpu[{hosts.hostOfRank[i], id}].push_back(comm.globalRank(i));
@@ -128,6 +131,10 @@ GpuOperations agreeGpuOperations(const engine::BackendContext& context) {
 
   const auto requested = static_cast<GpuOperations>(mine.requested);
   const std::string where = "process set " + std::to_string(set) + " (" + deviceName(context.device) + ")";
+  if (!noCuda.empty()) {
+    throw Error("GPU collectives of " + where + " need the CUDA runtime, which could not be loaded on ranks " +
+                rankList(noCuda) + (mine.cudaLoads == 0 ? ": " + libraries.error : std::string()));
+  }
   if (requested == GpuOperations::kNccl) {
     if (!noNccl.empty()) {
       throw Error(config.gpuOperationsSource + ": NCCL could not be loaded on ranks " + rankList(noNccl) + " of " +

@@ -30,6 +30,7 @@ inline constexpr const char kStagedBackendName[] = "cuda_staged";
 void checkGpuOperations(const engine::Config& config);
 
 // The implementation for context.device on context.set, the same on every member (never kAuto):
+//   - every member must have loaded the CUDA runtime, else Error naming those that could not;
 //   - the settings must be equal on every member (HOROVOD_GPU_OPERATIONS, ...,
 //     HOROVOD_GPU_STAGED_CHUNK_BYTES), else Error naming the ranks that differ;
 //   - NCCL when asked for, or by default when the NCCL backend is built, every member can load

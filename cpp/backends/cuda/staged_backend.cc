@@ -30,12 +30,9 @@ const bool kRegistered = [] {
   factory.name = cuda::kStagedBackendName;
   factory.devices = {DeviceKind::kCuda};
   factory.make = [](const BackendContext& context) -> std::unique_ptr<engine::CollectiveBackend> {
-    const cuda::CudaLibraries& libraries = cuda::cudaLibraries();
-    if (libraries.api == nullptr) {
-      throw Error("GPU tensors on " + deviceName(context.device) +
-                  " need the CUDA runtime, which could not be loaded: " + libraries.error);
-    }
+    // Every member takes part in the agreement, which also fails when the runtime is missing.
     if (cuda::agreeGpuOperations(context) != engine::GpuOperations::kHost) return nullptr;
+    const cuda::CudaLibraries& libraries = cuda::cudaLibraries();
     HVD_LOG(Debug) << "process set " << context.set.id << ": " << deviceName(context.device)
                    << " collectives staged through host memory over the " << context.transport.name() << " transport";
     return std::make_unique<StagedBackend>(context, *libraries.api);

@@ -10,8 +10,9 @@
 //
 // Ordering: each collective's copies wait (device side) for the work queued on its entries'
 // producer streams (Entry::stream) when it runs. Completion: synchronous: run() returns once the
-// results are back on the device (the engine's thread waits for the last copy; the caller's
-// thread never does), and the engine then completes the works as for the CPU. Outputs the engine
+// results are back on the device (the thread running the engine waits for the last copy: the
+// background thread, or a caller already blocked in a wait; an enqueueing thread never does),
+// and the engine then completes the works as for the CPU. Outputs the engine
 // allocates (allgather, alltoall) are device memory of the input's GPU, freed by their deleter.
 // Reductions, prescale/postscale and Average run on the host, for every dtype the CPU path has.
 //

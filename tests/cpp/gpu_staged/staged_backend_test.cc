@@ -396,5 +396,33 @@ TEST(StagedBackend, RanksThatDisagreeAreNamed) {
   EXPECT_EQ(codes, (std::vector<int>{kOk, kOk, kOk}));
 }
 
+// A rank that cannot load the CUDA runtime is named on every rank, none waits for it.
+TEST(StagedBackend, RankWithoutCudaRuntimeIsNamed) {
+  auto codes = runGpuRanks(2, {}, [](int rank) {
+    if (rank == 1) setenv("HOROVOD_CUDA_LIBRARY", "/nonexistent/libcudart.so.13", 1);
+    init();
+    std::vector<float> hostData(4, 1.0f);
+    std::unique_ptr<DeviceTensor> t;
+    TensorView v;
+    if (rank == 0) {
+      t = std::make_unique<DeviceTensor>(DataType::kFloat32, std::vector<int64_t>{4});
+      t->upload();
+      v = t->view();
+    } else {  // never touched: the set fails before any copy
+      v.data = hostData.data();
+      v.shape = {4};
+      v.device = Device{DeviceKind::kCuda, 0, nullptr};
+    }
+    Options o;
+    o.name = "no.runtime";
+    std::vector<std::string> texts = {"could not be loaded on ranks 1"};
+    if (rank == 1) texts.push_back("/nonexistent/libcudart.so.13");
+    int code = expectFailure<Error>([&] { allreduce(v, v, o); }, texts);
+    shutdown();
+    return code;
+  });
+  EXPECT_EQ(codes, (std::vector<int>{kOk, kOk}));
+}
+
 }  // namespace
 }  // namespace hvd
