@@ -103,7 +103,8 @@ OwnedTensor StagedBackend::deviceTensor(DataType dtype, std::vector<int64_t> sha
   t.view.shape = std::move(shape);
   t.view.device = device_;
   void* data = nullptr;
-  HVD_CUDA_CHECK(api_, device_.index, api_.rt.malloc(&data, std::max<size_t>(t.view.bytes(), 1)));
+  cuda::checkCuda(api_, api_.rt.malloc(&data, std::max<size_t>(t.view.bytes(), 1)),
+                  "cudaMalloc (allgather/alltoall output)", device_.index);
   const cuda::CudaApi* api = &api_;  // process-wide: outlives every tensor
   const int device = device_.index;
   t.storage = std::shared_ptr<void>(data, [api, device](void* p) {

@@ -27,9 +27,10 @@ void StagingPipeline::copyIn(uint8_t* host, const std::vector<DevicePiece>& piec
       std::memset(host + from, 0, to - from);
       continue;
     }
-    HVD_CUDA_CHECK(api_, device_,
-                   api_.rt.memcpyAsync(host + from, static_cast<const uint8_t*>(p.device) + (from - p.offset),
-                                       to - from, cudaMemcpyDeviceToHost, toHost_.get()));
+    checkCuda(api_,
+              api_.rt.memcpyAsync(host + from, static_cast<const uint8_t*>(p.device) + (from - p.offset), to - from,
+                                  cudaMemcpyDeviceToHost, toHost_.get()),
+              "cudaMemcpyAsync (device to host staging buffer)", device_);
   }
 }
 
@@ -37,9 +38,10 @@ void StagingPipeline::copyOut(const uint8_t* host, const std::vector<DevicePiece
   for (const DevicePiece& p : pieces) {
     const size_t from = std::max(begin, p.offset), to = std::min(end, p.offset + p.bytes);
     if (from >= to || p.device == nullptr) continue;
-    HVD_CUDA_CHECK(api_, device_,
-                   api_.rt.memcpyAsync(static_cast<uint8_t*>(p.device) + (from - p.offset), host + from, to - from,
-                                       cudaMemcpyHostToDevice, toDevice_.get()));
+    checkCuda(api_,
+              api_.rt.memcpyAsync(static_cast<uint8_t*>(p.device) + (from - p.offset), host + from, to - from,
+                                  cudaMemcpyHostToDevice, toDevice_.get()),
+              "cudaMemcpyAsync (host staging buffer to device)", device_);
   }
 }
 
