@@ -88,7 +88,8 @@ CollectiveBackend& BackendTable::forResponse(const Response& r, ProcessSet& set)
       std::unique_ptr<CollectiveBackend> made;
       for (const auto& f : candidates) {
         made = f.make(BackendContext{set, device, *environment_.config, knobs_, *environment_.transport,
-                                     *environment_.host, *environment_.observers, *environment_.counters});
+                                     *environment_.host, *environment_.observers, *environment_.counters,
+                                     environment_.wakeEngine});
         if (made) break;
       }
       if (!made) {
@@ -115,6 +116,12 @@ CollectiveBackend& BackendTable::forResponse(const Response& r, ProcessSet& set)
 void BackendTable::applyKnobs(const Knobs& knobs) {
   knobs_ = knobs;
   for (auto& [key, backend] : backends_) backend->applyKnobs(knobs);
+}
+
+void BackendTable::abort(std::exception_ptr error) {
+  for (auto& [key, backend] : backends_) {
+    if (backend->defersCompletion()) backend->abort(error);
+  }
 }
 
 void BackendTable::removeSet(int32_t processSet) {

@@ -112,6 +112,10 @@ const Param<std::string> kCpuOperations(
 const Param<std::string> kTransport("HOROVOD_TRANSPORT", "auto",
                                     "Transport: auto (shm on one host, tcp across hosts, composite when "
                                     "mixed), tcp, shm, shm+tcp, local (threads of one process).");
+const Param<int64_t> kNcclStreams(
+    "HOROVOD_NUM_NCCL_STREAMS", 1,
+    "CUDA streams per GPU and process set that the NCCL backend spreads collectives over, round robin "
+    "(more lets independent collectives overlap on the device).");
 const Param<std::string> kThreadAffinity(
     "HOROVOD_THREAD_AFFINITY", "",
     "Comma list of core ids, one per local rank; the background thread of local rank i is pinned "
@@ -180,7 +184,6 @@ const Param<bool> kHierAllgather("HOROVOD_HIERARCHICAL_ALLGATHER", false, "GPU h
 const Param<bool> kTorusAllreduce("HOROVOD_TORUS_ALLREDUCE", false, "NCCL torus allreduce.");
 const Param<bool> kBatchD2D("HOROVOD_BATCH_D2D_MEMCOPIES", true, "GPU batched device copies.");
 const Param<bool> kAsyncCompletion("HOROVOD_ENABLE_ASYNC_COMPLETION", false, "GPU asynchronous completion.");
-const Param<int64_t> kNcclStreams("HOROVOD_NUM_NCCL_STREAMS", 1, "NCCL streams per device.");
 const Param<int64_t> kAdasumChunk("HOROVOD_ADASUM_MPI_CHUNK_SIZE", int64_t(1) << 30, "MPI Adasum chunk size.");
 const Param<bool> kXlaOps("HOROVOD_ENABLE_XLA_OPS", false, "TensorFlow XLA ops.");
 const Param<bool> kNvtx("HOROVOD_DISABLE_NVTX_RANGES", false, "NVTX ranges (GPU profiling).");
@@ -214,13 +217,13 @@ void inert(const Param<T>& param, const EnvLookup& env, bool warn, const char* w
 void checkInertKnobs(const EnvLookup& env, bool warn) {
   constexpr const char* kNoGpu = "it tunes GPU/NCCL collectives, and this build has no GPU backend";
   inert(kHierAllreduce, env, warn,
-        "it selects Horovod's GPU hierarchical allreduce; the CPU hierarchical algorithms are chosen "
-        "by placement (force one with HOROVOD_ALLREDUCE_ALGO)");
+        "it selects Horovod's GPU hierarchical allreduce, which the NCCL backend does not implement (it "
+        "runs flat allreduces); the CPU hierarchical algorithms are chosen by placement (force one with "
+        "HOROVOD_ALLREDUCE_ALGO)");
   inert(kHierAllgather, env, warn, kNoGpu);
   inert(kTorusAllreduce, env, warn, kNoGpu);
   inert(kBatchD2D, env, warn, kNoGpu);
   inert(kAsyncCompletion, env, warn, kNoGpu);
-  inert(kNcclStreams, env, warn, kNoGpu);
   inert(kNvtx, env, warn, kNoGpu);
   inert(kAdasumChunk, env, warn, "Adasum is not supported by this build");
   inert(kXlaOps, env, warn, "it concerns TensorFlow's XLA ops, which this build does not provide");
@@ -465,6 +468,7 @@ const std::vector<Setting>& settings() {
        Setting::Store<int64_t>([](Config& c, const int64_t& s) { c.timeout = std::chrono::seconds(s); }), aboveZero},
       {kIface, &Config::interface},
       {kThreadAffinity, &Config::threadAffinity},
+      {kNcclStreams, &Config::numNcclStreams, within<1, 64>},
       {kElastic, &Config::elastic},
       {kElasticWorkerId, &Config::elasticWorkerId, onlyWhenElastic},
       {kElasticTimeout, Setting::Store<double>([](Config& c, const double& s) {

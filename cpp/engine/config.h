@@ -73,6 +73,7 @@ struct Config : Placement {
   std::string interface;                     // HOROVOD_GLOO_IFACE
   std::string transport = "auto";            // HOROVOD_TRANSPORT: auto|tcp|shm|shm+tcp|local
   std::string threadAffinity;                // HOROVOD_THREAD_AFFINITY (comma list of core ids)
+  int64_t numNcclStreams = 1;                // HOROVOD_NUM_NCCL_STREAMS (backends/cuda/nccl_backend.h)
   bool elastic = false;                      // HOROVOD_ELASTIC
   // Elastic jobs under horovodrun (elastic_join.h): the worker's id in the elastic rendezvous, and
   // how long init() waits for the driver to form its next round.

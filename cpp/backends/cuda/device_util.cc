@@ -47,7 +47,6 @@ std::exception_ptr ncclError(const CudaApi& api, ncclResult_t status, const char
       // A peer exited or the network between the ranks failed: what the host transports call a
       // lost peer (which one NCCL does not say).
       return std::make_exception_ptr(PeerLost(-1, message));
-    case ncclTimeout: return std::make_exception_ptr(Timeout(message));
     default: return std::make_exception_ptr(Error(message));
   }
 }

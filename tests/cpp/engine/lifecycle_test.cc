@@ -302,7 +302,7 @@ TEST(Config, InertKnobsAreNamedInAWarningOnRankZero) {
   std::vector<std::string> lines;
   LogSink previous = setLogSink([&](LogLevel, const std::string& line) { lines.push_back(line); });
   engine::Config::fromEnvironment(
-      mapEnvironment(rankEnv(0, 2, {{"HOROVOD_TORUS_ALLREDUCE", "1"}, {"HOROVOD_NUM_NCCL_STREAMS", "2"}})));
+      mapEnvironment(rankEnv(0, 2, {{"HOROVOD_TORUS_ALLREDUCE", "1"}, {"HOROVOD_ENABLE_XLA_OPS", "1"}})));
   engine::Config::fromEnvironment(mapEnvironment(rankEnv(1, 2, {{"HOROVOD_TORUS_ALLREDUCE", "1"}})));
   engine::Config::fromEnvironment(mapEnvironment(rankEnv(0, 2, {})));
   // Autotuning works: no warning for it.
@@ -311,8 +311,23 @@ TEST(Config, InertKnobsAreNamedInAWarningOnRankZero) {
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_NE(lines[0].find("HOROVOD_TORUS_ALLREDUCE is set but has no effect in this build"), std::string::npos)
       << lines[0];
-  EXPECT_NE(lines[1].find("HOROVOD_NUM_NCCL_STREAMS is set but has no effect in this build"), std::string::npos)
+  EXPECT_NE(lines[1].find("HOROVOD_ENABLE_XLA_OPS is set but has no effect in this build"), std::string::npos)
       << lines[1];
+}
+
+// HOROVOD_NUM_NCCL_STREAMS is the NCCL backend's (backends/cuda): read, range-checked, no warning.
+TEST(Config, NcclStreamsAreReadAndChecked) {
+  std::vector<std::string> lines;
+  LogSink previous = setLogSink([&](LogLevel, const std::string& line) { lines.push_back(line); });
+  const auto config =
+      engine::Config::fromEnvironment(mapEnvironment(rankEnv(0, 2, {{"HOROVOD_NUM_NCCL_STREAMS", "3"}})));
+  setLogSink(std::move(previous));
+  EXPECT_EQ(config.numNcclStreams, 3);
+  EXPECT_TRUE(lines.empty());
+  EXPECT_EQ(engine::Config::fromEnvironment(mapEnvironment(rankEnv(0, 2, {}))).numNcclStreams, 1);
+  expectThrowWith<InvalidArgument>(
+      [] { engine::Config::fromEnvironment(mapEnvironment(rankEnv(0, 2, {{"HOROVOD_NUM_NCCL_STREAMS", "0"}}))); },
+      "HOROVOD_NUM_NCCL_STREAMS");
 }
 
 }  // namespace
