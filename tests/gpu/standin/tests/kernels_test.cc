@@ -14,7 +14,7 @@ extern "C" const HvdCudaKernels* hvd_cuda_kernels_v1();
 
 namespace {
 
-class Kernels : public ::testing::Test {
+class StandinKernels : public ::testing::Test {
  protected:
   void SetUp() override {
     hvd_standin_clear_errors();
@@ -42,7 +42,7 @@ class Kernels : public ::testing::Test {
   cudaStream_t stream_ = nullptr;
 };
 
-TEST_F(Kernels, ScaleIntegersRoundToNearestAndSaturate) {
+TEST_F(StandinKernels, ScaleIntegersRoundToNearestAndSaturate) {
   EXPECT_EQ(scaled<int32_t>({1, 2, 3, -3, 5}, 4, 0.5), (std::vector<int32_t>{0, 1, 2, -2, 2}));  // ties to even
   EXPECT_EQ(scaled<int32_t>({3, -7}, 4, 1.0 / 3), (std::vector<int32_t>{1, -2}));
   EXPECT_EQ(scaled<uint8_t>({100, 200}, 0, 2.0), (std::vector<uint8_t>{200, 255}));
@@ -54,7 +54,7 @@ TEST_F(Kernels, ScaleIntegersRoundToNearestAndSaturate) {
   EXPECT_EQ(scaled<uint8_t>({0, 1}, 10, 2.0), (std::vector<uint8_t>{0, 1}));
 }
 
-TEST_F(Kernels, ScaleFloatsInTheirPrecision) {
+TEST_F(StandinKernels, ScaleFloatsInTheirPrecision) {
   EXPECT_EQ(scaled<double>({1.5, -2.0}, 9, 0.1), (std::vector<double>{1.5 * 0.1, -2.0 * 0.1}));
   EXPECT_EQ(scaled<float>({1.5f, -2.0f}, 8, 0.1), (std::vector<float>{1.5f * 0.1f, -2.0f * 0.1f}));
   std::vector<uint16_t> half{standin::floatToHalf(1.0f), standin::floatToHalf(-3.0f), standin::floatToHalf(65504.0f)};
@@ -70,7 +70,7 @@ TEST_F(Kernels, ScaleFloatsInTheirPrecision) {
   EXPECT_NEAR(standin::bf16ToFloat(b[1]), 2.5e29f, 2.5e29f / 128);
 }
 
-TEST_F(Kernels, HalfConversionsRoundToNearestEven) {
+TEST_F(StandinKernels, HalfConversionsRoundToNearestEven) {
   EXPECT_EQ(standin::floatToHalf(1.0f), 0x3C00);
   EXPECT_EQ(standin::floatToHalf(65504.0f), 0x7BFF);
   EXPECT_EQ(standin::floatToHalf(65520.0f), 0x7C00);              // rounds up to inf
@@ -82,7 +82,7 @@ TEST_F(Kernels, HalfConversionsRoundToNearestEven) {
   EXPECT_EQ(standin::floatToBf16(1.0f), 0x3F80);
 }
 
-TEST_F(Kernels, BatchedCopyCopiesEveryBuffer) {
+TEST_F(StandinKernels, BatchedCopyCopiesEveryBuffer) {
   std::vector<char> host(300);
   for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<char>(i);
   void* fused = nullptr;
@@ -99,7 +99,7 @@ TEST_F(Kernels, BatchedCopyCopiesEveryBuffer) {
   EXPECT_EQ(std::memcmp(out.data(), host.data() + 200, 100), 0);
 }
 
-TEST_F(Kernels, LaunchesAreChecked) {
+TEST_F(StandinKernels, LaunchesAreChecked) {
   void* d = nullptr;
   ASSERT_EQ(cudaMalloc(&d, 64), cudaSuccess);
   std::vector<float> pageable(16);
@@ -114,7 +114,7 @@ TEST_F(Kernels, LaunchesAreChecked) {
   EXPECT_EQ(k_->scale(d, d, 16, 8, 2.0, other), cudaErrorInvalidResourceHandle);  // stream of device 1
 }
 
-TEST_F(Kernels, KernelsDeclareTheirBuffersToTheOrderingChecker) {
+TEST_F(StandinKernels, KernelsDeclareTheirBuffersToTheOrderingChecker) {
   void* d = nullptr;
   ASSERT_EQ(cudaMalloc(&d, 64), cudaSuccess);
   cudaStream_t other = nullptr;

@@ -71,7 +71,8 @@ std::string runRanks(int nranks, const Body& body, std::vector<int> killed = {})
     close(pipes[r]);
     bool expectKilled = std::find(killed.begin(), killed.end(), r) != killed.end();
     if (expectKilled) {
-      if (!(WIFSIGNALED(status[r]) && WTERMSIG(status[r]) == SIGKILL)) failures += "rank " + std::to_string(r) + " was not killed; ";
+      if (!(WIFSIGNALED(status[r]) && WTERMSIG(status[r]) == SIGKILL))
+        failures += "rank " + std::to_string(r) + " was not killed; ";
       continue;
     }
     if (n > 0) failures += "rank " + std::to_string(r) + ": " + std::string(buf, static_cast<size_t>(n)) + "; ";
@@ -81,8 +82,8 @@ std::string runRanks(int nranks, const Body& body, std::vector<int> killed = {})
   return failures;
 }
 
-#define CHECK(cond)                                                                       \
-  do {                                                                                    \
+#define CHECK(cond)                                                                        \
+  do {                                                                                     \
     if (!(cond)) return std::string(__FILE__ ":") + std::to_string(__LINE__) + ": " #cond; \
   } while (0)
 
@@ -127,8 +128,12 @@ void store(ncclDataType_t type, void* dst, double v) {
     case ncclBfloat16: *static_cast<uint16_t*>(dst) = standin::floatToBf16(static_cast<float>(v)); break;
     case ncclFloat32: *static_cast<float*>(dst) = static_cast<float>(v); break;
     case ncclFloat64: *static_cast<double*>(dst) = v; break;
-    case ncclFloat8e4m3: *static_cast<uint8_t*>(dst) = static_cast<uint8_t>(standin::floatToMini(static_cast<float>(v), standin::kE4M3)); break;
-    case ncclFloat8e5m2: *static_cast<uint8_t*>(dst) = static_cast<uint8_t>(standin::floatToMini(static_cast<float>(v), standin::kE5M2)); break;
+    case ncclFloat8e4m3:
+      *static_cast<uint8_t*>(dst) = static_cast<uint8_t>(standin::floatToMini(static_cast<float>(v), standin::kE4M3));
+      break;
+    case ncclFloat8e5m2:
+      *static_cast<uint8_t*>(dst) = static_cast<uint8_t>(standin::floatToMini(static_cast<float>(v), standin::kE5M2));
+      break;
     default: break;
   }
 }
@@ -197,7 +202,8 @@ std::string gatherBroadcastScatter(int rank, int nranks, const ncclUniqueId& id)
   const int root = nranks - 1;
   CHECK(ncclBroadcast(send, send, count, ncclFloat32, root, me.comm, me.stream) == ncclSuccess);
   auto bcast = toHost(send, count * 4, me.stream);
-  for (size_t i = 0; i < count; i += 991) CHECK(reinterpret_cast<float*>(bcast.data())[i] == static_cast<float>(root * 1000000 + i));
+  for (size_t i = 0; i < count; i += 991)
+    CHECK(reinterpret_cast<float*>(bcast.data())[i] == static_cast<float>(root * 1000000 + i));
 
   // Reduce-scatter of int64: block r of the sum lands on rank r.
   const size_t block = 40000;
@@ -244,127 +250,130 @@ std::string alltoallFromSendRecv(int rank, int nranks, const ncclUniqueId& id) {
   return "";
 }
 
-class Nccl : public ::testing::TestWithParam<int> {};
+class StandinNccl : public ::testing::TestWithParam<int> {};
 
-TEST_P(Nccl, AllReduceEveryTypeAndOp) { EXPECT_EQ(runRanks(GetParam(), allReduceEveryTypeAndOp), ""); }
-TEST_P(Nccl, AllGatherBroadcastReduceScatter) { EXPECT_EQ(runRanks(GetParam(), gatherBroadcastScatter), ""); }
-TEST_P(Nccl, AlltoallFromSendRecvGroup) { EXPECT_EQ(runRanks(GetParam(), alltoallFromSendRecv), ""); }
+TEST_P(StandinNccl, AllReduceEveryTypeAndOp) { EXPECT_EQ(runRanks(GetParam(), allReduceEveryTypeAndOp), ""); }
+TEST_P(StandinNccl, AllGatherBroadcastReduceScatter) { EXPECT_EQ(runRanks(GetParam(), gatherBroadcastScatter), ""); }
+TEST_P(StandinNccl, AlltoallFromSendRecvGroup) { EXPECT_EQ(runRanks(GetParam(), alltoallFromSendRecv), ""); }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, Nccl, ::testing::Values(2, 3));
+INSTANTIATE_TEST_SUITE_P(Ranks, StandinNccl, ::testing::Values(2, 3));
 
-TEST(NcclErrors, CollectiveMismatchIsAnAsyncErrorOnEveryRank) {
-  EXPECT_EQ(runRanks(2,
+TEST(StandinNcclErrors, CollectiveMismatchIsAnAsyncErrorOnEveryRank) {
+  EXPECT_EQ(
+      runRanks(2,
+               [](int rank, int nranks, const ncclUniqueId& id) -> std::string {
+                 Rank me;
+                 if (auto e = me.init(rank, nranks, id); !e.empty()) return e;
+                 void* buf = nullptr;
+                 CHECK(cudaMalloc(&buf, 64) == cudaSuccess);
+                 CHECK(cudaMemsetAsync(buf, 0, 64, me.stream) == cudaSuccess);
+                 CHECK(ncclAllReduce(buf, buf, 4 + rank, ncclFloat32, ncclSum, me.comm, me.stream) == ncclSuccess);
+                 CHECK(cudaStreamSynchronize(me.stream) == cudaSuccess);  // the op ended
+                 ncclResult_t async = ncclSuccess;
+                 CHECK(ncclCommGetAsyncError(me.comm, &async) == ncclSuccess);
+                 CHECK(async == ncclInvalidUsage);
+                 CHECK(std::string(ncclGetLastError(me.comm)).find("mismatch") != std::string::npos);
+                 CHECK(ncclAllReduce(buf, buf, 4, ncclFloat32, ncclSum, me.comm, me.stream) == ncclInvalidUsage);
+                 CHECK(ncclCommAbort(me.comm) == ncclSuccess);
+                 return "";
+               }),
+      "");
+}
+
+TEST(StandinNcclErrors, AbortUnblocksAnOpWaitingForAPeer) {
+  int release[2];
+  ASSERT_EQ(pipe(release), 0);
+  EXPECT_EQ(
+      runRanks(2,
+               [&](int rank, int nranks, const ncclUniqueId& id) -> std::string {
+                 Rank me;
+                 if (auto e = me.init(rank, nranks, id); !e.empty()) return e;
+                 if (rank == 1) {  // never joins the collective; waits until rank 0 is done
+                   char c;
+                   CHECK(read(release[0], &c, 1) == 1);
+                   CHECK(ncclCommAbort(me.comm) == ncclSuccess);
+                   return "";
+                 }
+                 void* buf = nullptr;
+                 CHECK(cudaMalloc(&buf, 64) == cudaSuccess);
+                 CHECK(cudaMemsetAsync(buf, 0, 64, me.stream) == cudaSuccess);
+                 CHECK(ncclAllReduce(buf, buf, 16, ncclFloat32, ncclSum, me.comm, me.stream) == ncclSuccess);
+                 cudaEvent_t done = nullptr;
+                 CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming) == cudaSuccess);
+                 CHECK(cudaEventRecord(done, me.stream) == cudaSuccess);
+                 CHECK(cudaEventQuery(done) == cudaErrorNotReady);  // rank 1 never takes part
+                 CHECK(ncclCommAbort(me.comm) == ncclSuccess);
+                 CHECK(cudaEventSynchronize(done) == cudaSuccess);  // the op ended
+                 CHECK(ncclAllReduce(buf, buf, 16, ncclFloat32, ncclSum, me.comm, me.stream) == ncclInvalidArgument);
+                 ncclResult_t async;
+                 CHECK(ncclCommGetAsyncError(me.comm, &async) == ncclInvalidArgument);
+                 CHECK(write(release[1], "x", 1) == 1);
+                 return "";
+               }),
+      "");
+}
+
+TEST(StandinNcclErrors, KilledPeerIsAnAsyncErrorAndAbortEndsTheWait) {
+  EXPECT_EQ(runRanks(3,
                      [](int rank, int nranks, const ncclUniqueId& id) -> std::string {
                        Rank me;
                        if (auto e = me.init(rank, nranks, id); !e.empty()) return e;
-                       void* buf = nullptr;
-                       CHECK(cudaMalloc(&buf, 64) == cudaSuccess);
-                       CHECK(cudaMemsetAsync(buf, 0, 64, me.stream) == cudaSuccess);
-                       CHECK(ncclAllReduce(buf, buf, 4 + rank, ncclFloat32, ncclSum, me.comm, me.stream) == ncclSuccess);
-                       CHECK(cudaStreamSynchronize(me.stream) == cudaSuccess);  // the op ended
-                       ncclResult_t async = ncclSuccess;
-                       CHECK(ncclCommGetAsyncError(me.comm, &async) == ncclSuccess);
-                       CHECK(async == ncclInvalidUsage);
-                       CHECK(std::string(ncclGetLastError(me.comm)).find("mismatch") != std::string::npos);
-                       CHECK(ncclAllReduce(buf, buf, 4, ncclFloat32, ncclSum, me.comm, me.stream) == ncclInvalidUsage);
-                       CHECK(ncclCommAbort(me.comm) == ncclSuccess);
-                       return "";
-                     }),
-            "");
-}
-
-TEST(NcclErrors, AbortUnblocksAnOpWaitingForAPeer) {
-  int release[2];
-  ASSERT_EQ(pipe(release), 0);
-  EXPECT_EQ(runRanks(2,
-                     [&](int rank, int nranks, const ncclUniqueId& id) -> std::string {
-                       Rank me;
-                       if (auto e = me.init(rank, nranks, id); !e.empty()) return e;
-                       if (rank == 1) {  // never joins the collective; waits until rank 0 is done
-                         char c;
-                         CHECK(read(release[0], &c, 1) == 1);
-                         CHECK(ncclCommAbort(me.comm) == ncclSuccess);
-                         return "";
-                       }
                        void* buf = nullptr;
                        CHECK(cudaMalloc(&buf, 64) == cudaSuccess);
                        CHECK(cudaMemsetAsync(buf, 0, 64, me.stream) == cudaSuccess);
                        CHECK(ncclAllReduce(buf, buf, 16, ncclFloat32, ncclSum, me.comm, me.stream) == ncclSuccess);
+                       CHECK(cudaStreamSynchronize(me.stream) == cudaSuccess);
+                       if (rank == 2) raise(SIGKILL);
+                       CHECK(ncclAllReduce(buf, buf, 16, ncclFloat32, ncclSum, me.comm, me.stream) == ncclSuccess);
                        cudaEvent_t done = nullptr;
                        CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming) == cudaSuccess);
                        CHECK(cudaEventRecord(done, me.stream) == cudaSuccess);
-                       CHECK(cudaEventQuery(done) == cudaErrorNotReady);  // rank 1 never takes part
+                       ncclResult_t async = ncclSuccess;
+                       // Bounded by runRanks' timeout: the error comes from pid liveness, not a timer.
+                       while (async == ncclSuccess) {
+                         CHECK(ncclCommGetAsyncError(me.comm, &async) == ncclSuccess);
+                         std::this_thread::sleep_for(std::chrono::milliseconds(5));
+                       }
+                       CHECK(async == ncclRemoteError);
+                       CHECK(cudaEventQuery(done) == cudaErrorNotReady);  // still waiting, as NCCL's kernels do
                        CHECK(ncclCommAbort(me.comm) == ncclSuccess);
-                       CHECK(cudaEventSynchronize(done) == cudaSuccess);  // the op ended
-                       CHECK(ncclAllReduce(buf, buf, 16, ncclFloat32, ncclSum, me.comm, me.stream) == ncclInvalidArgument);
-                       ncclResult_t async;
-                       CHECK(ncclCommGetAsyncError(me.comm, &async) == ncclInvalidArgument);
-                       CHECK(write(release[1], "x", 1) == 1);
+                       CHECK(cudaEventSynchronize(done) == cudaSuccess);
                        return "";
-                     }),
+                     },
+                     {2}),
             "");
 }
 
-TEST(NcclErrors, KilledPeerIsAnAsyncErrorAndAbortEndsTheWait) {
-  EXPECT_EQ(runRanks(
-                3,
-                [](int rank, int nranks, const ncclUniqueId& id) -> std::string {
-                  Rank me;
-                  if (auto e = me.init(rank, nranks, id); !e.empty()) return e;
-                  void* buf = nullptr;
-                  CHECK(cudaMalloc(&buf, 64) == cudaSuccess);
-                  CHECK(cudaMemsetAsync(buf, 0, 64, me.stream) == cudaSuccess);
-                  CHECK(ncclAllReduce(buf, buf, 16, ncclFloat32, ncclSum, me.comm, me.stream) == ncclSuccess);
-                  CHECK(cudaStreamSynchronize(me.stream) == cudaSuccess);
-                  if (rank == 2) raise(SIGKILL);
-                  CHECK(ncclAllReduce(buf, buf, 16, ncclFloat32, ncclSum, me.comm, me.stream) == ncclSuccess);
-                  cudaEvent_t done = nullptr;
-                  CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming) == cudaSuccess);
-                  CHECK(cudaEventRecord(done, me.stream) == cudaSuccess);
-                  ncclResult_t async = ncclSuccess;
-                  // Bounded by runRanks' timeout: the error comes from pid liveness, not a timer.
-                  while (async == ncclSuccess) {
-                    CHECK(ncclCommGetAsyncError(me.comm, &async) == ncclSuccess);
-                    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-                  }
-                  CHECK(async == ncclRemoteError);
-                  CHECK(cudaEventQuery(done) == cudaErrorNotReady);  // still waiting, as NCCL's kernels do
-                  CHECK(ncclCommAbort(me.comm) == ncclSuccess);
-                  CHECK(cudaEventSynchronize(done) == cudaSuccess);
-                  return "";
-                },
-                {2}),
-            "");
-}
-
-TEST(NcclErrors, ArgumentsAreChecked) {
-  EXPECT_EQ(runRanks(1,
-                     [](int rank, int nranks, const ncclUniqueId& id) -> std::string {
-                       Rank me;
-                       if (auto e = me.init(rank, nranks, id); !e.empty()) return e;
-                       float host[4];
-                       void* d = nullptr;
-                       CHECK(cudaMalloc(&d, 16) == cudaSuccess);
-                       CHECK(ncclAllReduce(host, host, 4, ncclFloat32, ncclSum, me.comm, me.stream) == ncclInvalidArgument);
-                       CHECK(ncclAllReduce(d, d, 5, ncclFloat32, ncclSum, me.comm, me.stream) == ncclInvalidArgument);
-                       CHECK(ncclAllReduce(d, d, 4, ncclFloat32, static_cast<ncclRedOp_t>(9), me.comm, me.stream) == ncclInvalidArgument);
-                       CHECK(ncclBroadcast(d, d, 4, ncclFloat32, 1, me.comm, me.stream) == ncclInvalidArgument);
-                       CHECK(ncclGroupEnd() == ncclInvalidUsage);
-                       CHECK(ncclGroupStart() == ncclSuccess);
-                       CHECK(ncclSend(d, 4, ncclFloat32, 3, me.comm, me.stream) == ncclInvalidArgument);
-                       CHECK(ncclGroupEnd() == ncclInvalidArgument);  // the group fails as a whole
-                       ncclUniqueId bogus{};
-                       ncclComm_t other = nullptr;
-                       CHECK(ncclCommInitRank(&other, 1, bogus, 0) == ncclInvalidArgument);
-                       CHECK(ncclCommInitRank(&other, 2, id, 2) == ncclInvalidArgument);
-                       // One rank: an allreduce is a copy.
-                       CHECK(cudaMemsetAsync(d, 0, 16, me.stream) == cudaSuccess);
-                       CHECK(ncclAllReduce(d, d, 4, ncclFloat32, ncclSum, me.comm, me.stream) == ncclSuccess);
-                       CHECK(ncclCommDestroy(me.comm) == ncclSuccess);
-                       CHECK(ncclCommDestroy(me.comm) == ncclInvalidArgument);
-                       return "";
-                     }),
-            "");
+TEST(StandinNcclErrors, ArgumentsAreChecked) {
+  EXPECT_EQ(
+      runRanks(1,
+               [](int rank, int nranks, const ncclUniqueId& id) -> std::string {
+                 Rank me;
+                 if (auto e = me.init(rank, nranks, id); !e.empty()) return e;
+                 float host[4];
+                 void* d = nullptr;
+                 CHECK(cudaMalloc(&d, 16) == cudaSuccess);
+                 CHECK(ncclAllReduce(host, host, 4, ncclFloat32, ncclSum, me.comm, me.stream) == ncclInvalidArgument);
+                 CHECK(ncclAllReduce(d, d, 5, ncclFloat32, ncclSum, me.comm, me.stream) == ncclInvalidArgument);
+                 CHECK(ncclAllReduce(d, d, 4, ncclFloat32, static_cast<ncclRedOp_t>(9), me.comm, me.stream) ==
+                       ncclInvalidArgument);
+                 CHECK(ncclBroadcast(d, d, 4, ncclFloat32, 1, me.comm, me.stream) == ncclInvalidArgument);
+                 CHECK(ncclGroupEnd() == ncclInvalidUsage);
+                 CHECK(ncclGroupStart() == ncclSuccess);
+                 CHECK(ncclSend(d, 4, ncclFloat32, 3, me.comm, me.stream) == ncclInvalidArgument);
+                 CHECK(ncclGroupEnd() == ncclInvalidArgument);  // the group fails as a whole
+                 ncclUniqueId bogus{};
+                 ncclComm_t other = nullptr;
+                 CHECK(ncclCommInitRank(&other, 1, bogus, 0) == ncclInvalidArgument);
+                 CHECK(ncclCommInitRank(&other, 2, id, 2) == ncclInvalidArgument);
+                 // One rank: an allreduce is a copy.
+                 CHECK(cudaMemsetAsync(d, 0, 16, me.stream) == cudaSuccess);
+                 CHECK(ncclAllReduce(d, d, 4, ncclFloat32, ncclSum, me.comm, me.stream) == ncclSuccess);
+                 CHECK(ncclCommDestroy(me.comm) == ncclSuccess);
+                 CHECK(ncclCommDestroy(me.comm) == ncclInvalidArgument);
+                 return "";
+               }),
+      "");
 }
 
 }  // namespace

@@ -17,7 +17,7 @@ std::vector<cudaStream_t> g_streams;  // created by the running test
 // Every test starts from a clean context: a provoked sticky error does not leak into the next,
 // and the host has observed all work of the previous test (whose records, on stack memory that
 // the next test reuses, would otherwise be flagged).
-class Runtime : public ::testing::Test {
+class StandinRuntime : public ::testing::Test {
  protected:
   void SetUp() override {
     hvd_standin_clear_errors();
@@ -52,17 +52,35 @@ cudaEvent_t newEvent() {
 
 // The tables of cuda_api.h filled from the stand-in's own symbols: compiling this checks every
 // entry's signature against the real headers; dlsym checks the names the loader resolves.
-TEST_F(Runtime, ImplementsEveryEntryOfTheTables) {
-  hvd::cuda::RuntimeApi rt{cudaGetErrorString, cudaGetLastError, cudaRuntimeGetVersion, cudaDriverGetVersion,
-                           cudaGetDeviceCount, cudaGetDevice, cudaSetDevice, cudaPointerGetAttributes,
-                           ::cudaMalloc, cudaFree, ::cudaHostAlloc, cudaFreeHost, cudaMemcpyAsync,
-                           cudaMemsetAsync, cudaStreamCreateWithFlags, cudaStreamDestroy, cudaStreamWaitEvent,
-                           cudaStreamSynchronize, cudaStreamQuery, cudaEventCreateWithFlags, cudaEventDestroy,
-                           cudaEventRecord, cudaEventQuery, cudaEventSynchronize};
-  hvd::cuda::NcclApi nccl{ncclGetVersion, ncclGetErrorString, ncclGetLastError, ncclGetUniqueId,
-                          ncclCommInitRank, ncclCommDestroy, ncclCommAbort, ncclCommGetAsyncError,
-                          ncclAllReduce, ncclAllGather, ncclBroadcast, ncclReduceScatter,
-                          ncclSend, ncclRecv, ncclGroupStart, ncclGroupEnd};
+TEST_F(StandinRuntime, ImplementsEveryEntryOfTheTables) {
+  hvd::cuda::RuntimeApi rt{cudaGetErrorString,
+                           cudaGetLastError,
+                           cudaRuntimeGetVersion,
+                           cudaDriverGetVersion,
+                           cudaGetDeviceCount,
+                           cudaGetDevice,
+                           cudaSetDevice,
+                           cudaPointerGetAttributes,
+                           ::cudaMalloc,
+                           cudaFree,
+                           ::cudaHostAlloc,
+                           cudaFreeHost,
+                           cudaMemcpyAsync,
+                           cudaMemsetAsync,
+                           cudaStreamCreateWithFlags,
+                           cudaStreamDestroy,
+                           cudaStreamWaitEvent,
+                           cudaStreamSynchronize,
+                           cudaStreamQuery,
+                           cudaEventCreateWithFlags,
+                           cudaEventDestroy,
+                           cudaEventRecord,
+                           cudaEventQuery,
+                           cudaEventSynchronize};
+  hvd::cuda::NcclApi nccl{ncclGetVersion,   ncclGetErrorString, ncclGetLastError, ncclGetUniqueId,
+                          ncclCommInitRank, ncclCommDestroy,    ncclCommAbort,    ncclCommGetAsyncError,
+                          ncclAllReduce,    ncclAllGather,      ncclBroadcast,    ncclReduceScatter,
+                          ncclSend,         ncclRecv,           ncclGroupStart,   ncclGroupEnd};
   EXPECT_NE(rt.malloc, nullptr);
   EXPECT_NE(nccl.allReduce, nullptr);
   for (const char* name : {"cudaMalloc", "cudaMemcpyAsync", "cudaStreamQuery", "cudaEventRecord", "ncclAllReduce",
@@ -77,7 +95,7 @@ TEST_F(Runtime, ImplementsEveryEntryOfTheTables) {
   EXPECT_EQ(version, NCCL_VERSION_CODE);
 }
 
-TEST_F(Runtime, DevicesArePerThread) {
+TEST_F(StandinRuntime, DevicesArePerThread) {
   int count = 0;
   ASSERT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
   EXPECT_EQ(count, 2);  // HVD_STANDIN_DEVICES unset
@@ -93,7 +111,7 @@ TEST_F(Runtime, DevicesArePerThread) {
   EXPECT_EQ(mine, 1);
 }
 
-TEST_F(Runtime, PointerAttributesComeFromTheAllocationTable) {
+TEST_F(StandinRuntime, PointerAttributesComeFromTheAllocationTable) {
   ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
   char* d = static_cast<char*>(deviceBuffer(1000));
   void* pinned = nullptr;
@@ -115,7 +133,7 @@ TEST_F(Runtime, PointerAttributesComeFromTheAllocationTable) {
   EXPECT_EQ(cudaFree(d), cudaSuccess);
 }
 
-TEST_F(Runtime, FreeOfUnknownInteriorOrFreedPointersFails) {
+TEST_F(StandinRuntime, FreeOfUnknownInteriorOrFreedPointersFails) {
   int host = 0;
   EXPECT_EQ(cudaFree(&host), cudaErrorInvalidValue);
   char* d = static_cast<char*>(deviceBuffer(64));
@@ -125,7 +143,7 @@ TEST_F(Runtime, FreeOfUnknownInteriorOrFreedPointersFails) {
   EXPECT_EQ(cudaFree(nullptr), cudaSuccess);
 }
 
-TEST_F(Runtime, AsyncCopiesRunLaterOnTheStreamThread) {
+TEST_F(StandinRuntime, AsyncCopiesRunLaterOnTheStreamThread) {
   cudaStream_t s = newStream();
   int* d = static_cast<int*>(deviceBuffer(sizeof(int)));
   int src = 7, dst = 0;
@@ -145,7 +163,7 @@ TEST_F(Runtime, AsyncCopiesRunLaterOnTheStreamThread) {
   EXPECT_EQ(cudaStreamDestroy(s), cudaSuccess);
 }
 
-TEST_F(Runtime, EventsAreCompletionPoints) {
+TEST_F(StandinRuntime, EventsAreCompletionPoints) {
   cudaStream_t s = newStream();
   cudaEvent_t e = newEvent();
   EXPECT_EQ(cudaEventQuery(e), cudaSuccess);  // never recorded
@@ -159,7 +177,7 @@ TEST_F(Runtime, EventsAreCompletionPoints) {
   EXPECT_EQ(cudaStreamDestroy(s), cudaSuccess);
 }
 
-TEST_F(Runtime, StreamWaitEventOrdersAnotherStream) {
+TEST_F(StandinRuntime, StreamWaitEventOrdersAnotherStream) {
   cudaStream_t a = newStream(), b = newStream();
   cudaEvent_t e = newEvent();
   int* d = static_cast<int*>(deviceBuffer(sizeof(int)));
@@ -176,7 +194,7 @@ TEST_F(Runtime, StreamWaitEventOrdersAnotherStream) {
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
-TEST_F(Runtime, OrderingCheckerCatchesAMissingWait) {
+TEST_F(StandinRuntime, OrderingCheckerCatchesAMissingWait) {
   cudaStream_t a = newStream(), b = newStream();
   int* d = static_cast<int*>(deviceBuffer(16 * sizeof(int)));
   int out[16];
@@ -191,7 +209,7 @@ TEST_F(Runtime, OrderingCheckerCatchesAMissingWait) {
   ASSERT_EQ(cudaStreamSynchronize(a), cudaSuccess);
 }
 
-TEST_F(Runtime, OrderingCheckerCatchesAWriteAfterAnUnorderedRead) {
+TEST_F(StandinRuntime, OrderingCheckerCatchesAWriteAfterAnUnorderedRead) {
   cudaStream_t a = newStream(), b = newStream();
   int* d = static_cast<int*>(deviceBuffer(sizeof(int)));
   ASSERT_EQ(cudaMemsetAsync(d, 0, sizeof(int), a), cudaSuccess);
@@ -203,7 +221,7 @@ TEST_F(Runtime, OrderingCheckerCatchesAWriteAfterAnUnorderedRead) {
   EXPECT_EQ(cudaMemsetAsync(d, 1, sizeof(int), b), cudaErrorLaunchFailure);
 }
 
-TEST_F(Runtime, OrderingCheckerAcceptsDisjointRangesAndEventChains) {
+TEST_F(StandinRuntime, OrderingCheckerAcceptsDisjointRangesAndEventChains) {
   cudaStream_t a = newStream(), b = newStream(), c = newStream();
   cudaEvent_t ea = newEvent(), eb = newEvent();
   char* d = static_cast<char*>(deviceBuffer(256));
@@ -222,7 +240,7 @@ TEST_F(Runtime, OrderingCheckerAcceptsDisjointRangesAndEventChains) {
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
-TEST_F(Runtime, HostSynchronizationOrdersLaterWork) {
+TEST_F(StandinRuntime, HostSynchronizationOrdersLaterWork) {
   cudaStream_t a = newStream(), b = newStream();
   cudaEvent_t e = newEvent();
   int* d = static_cast<int*>(deviceBuffer(sizeof(int)));
@@ -239,7 +257,7 @@ TEST_F(Runtime, HostSynchronizationOrdersLaterWork) {
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
-TEST_F(Runtime, LegacyDefaultStreamSynchronizesWithBlockingStreamsOnly) {
+TEST_F(StandinRuntime, LegacyDefaultStreamSynchronizesWithBlockingStreamsOnly) {
   cudaStream_t blocking = newStream(cudaStreamDefault), nonBlocking = newStream(cudaStreamNonBlocking);
   int* d = static_cast<int*>(deviceBuffer(sizeof(int)));
   int out = 0;
@@ -251,7 +269,7 @@ TEST_F(Runtime, LegacyDefaultStreamSynchronizesWithBlockingStreamsOnly) {
   EXPECT_EQ(cudaMemcpyAsync(&out, d, sizeof(int), cudaMemcpyDeviceToHost, cudaStreamLegacy), cudaErrorLaunchFailure);
 }
 
-TEST_F(Runtime, FreeWhileQueuedWorkUsesTheBufferFails) {
+TEST_F(StandinRuntime, FreeWhileQueuedWorkUsesTheBufferFails) {
   cudaStream_t s = newStream();
   int* d = static_cast<int*>(deviceBuffer(sizeof(int)));
   HvdStandinGate* gate = hvd_standin_gate(s);
@@ -262,7 +280,7 @@ TEST_F(Runtime, FreeWhileQueuedWorkUsesTheBufferFails) {
   EXPECT_EQ(cudaFree(d), cudaSuccess);
 }
 
-TEST_F(Runtime, DestroyedHandlesAreInvalid) {
+TEST_F(StandinRuntime, DestroyedHandlesAreInvalid) {
   cudaStream_t s = newStream();
   cudaEvent_t e = newEvent();
   int* d = static_cast<int*>(deviceBuffer(sizeof(int)));
@@ -280,14 +298,14 @@ TEST_F(Runtime, DestroyedHandlesAreInvalid) {
   EXPECT_EQ(cudaStreamDestroy(nullptr), cudaErrorInvalidResourceHandle);
 }
 
-TEST_F(Runtime, EventAndStreamMustShareADevice) {
+TEST_F(StandinRuntime, EventAndStreamMustShareADevice) {
   cudaEvent_t e = newEvent();  // device 0
   ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
   cudaStream_t s = newStream();
   EXPECT_EQ(cudaEventRecord(e, s), cudaErrorInvalidResourceHandle);
 }
 
-TEST_F(Runtime, CopiesAreCheckedAgainstKindAndBounds) {
+TEST_F(StandinRuntime, CopiesAreCheckedAgainstKindAndBounds) {
   cudaStream_t s = newStream();
   char* d = static_cast<char*>(deviceBuffer(64));
   char host[128] = {};
@@ -299,7 +317,7 @@ TEST_F(Runtime, CopiesAreCheckedAgainstKindAndBounds) {
   ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
 }
 
-TEST_F(Runtime, NewDeviceMemoryIsPoisoned) {
+TEST_F(StandinRuntime, NewDeviceMemoryIsPoisoned) {
   cudaStream_t s = newStream();
   float* d = static_cast<float*>(deviceBuffer(sizeof(float)));
   float out = 0;
