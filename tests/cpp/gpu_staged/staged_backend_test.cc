@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -237,6 +238,37 @@ TEST_P(StagedRanks, ReduceOpsFusionAndChunks) {
       }
     }
 
+    // Grouped reducescatter: tensors of 2n+1 rows of 1 and n rows of 2; rank r keeps its rows.
+    {
+      const std::vector<std::vector<int64_t>> shapes = {{2 * n + 1, 1}, {n, 2}};
+      std::vector<std::unique_ptr<DeviceTensor>> rsIn, rsOut;
+      std::vector<TensorView> rsInViews, rsOutViews;
+      for (size_t t = 0; t < shapes.size(); ++t) {
+        rsIn.push_back(std::make_unique<DeviceTensor>(DataType::kInt32, shapes[t]));
+        const size_t cols = static_cast<size_t>(shapes[t][1]);
+        for (size_t i = 0; i < rsIn.back()->host.count(); ++i) {
+          rsIn.back()->host.set(i, (rank + 1) * (t + 1) + 10.0 * (i / cols));
+        }
+        rsIn.back()->upload();
+        const int64_t rows = shapes[t][0] / n + (rank < shapes[t][0] % n ? 1 : 0);
+        rsOut.push_back(std::make_unique<DeviceTensor>(DataType::kInt32, std::vector<int64_t>{rows, shapes[t][1]}));
+        rsInViews.push_back(rsIn.back()->view());
+        rsOutViews.push_back(rsOut.back()->view());
+      }
+      o = {};
+      o.name = "fused.rs";
+      groupedReducescatterAsync(rsInViews, rsOutViews, o)->wait();
+      for (size_t t = 0; t < shapes.size(); ++t) {
+        int64_t first = 0;  // this rank's first row
+        for (int q = 0; q < rank; ++q) first += shapes[t][0] / n + (q < shapes[t][0] % n ? 1 : 0);
+        const size_t cols = static_cast<size_t>(shapes[t][1]);
+        auto want = [&](size_t i) { return (t + 1) * n * (n + 1) / 2.0 + 10.0 * n * (first + i / cols); };
+        if (!expectValues(download(rsOutViews[t]), want, "fused reducescatter")) {
+          return kWrongValue;
+        }
+      }
+    }
+
     // Chunked: 1 MiB allreduce (Average) in place and a 1 MiB broadcast.
     DeviceTensor big(DataType::kFloat32, {1 << 18});
     for (size_t i = 0; i < big.host.count(); ++i) big.host.set(i, rank + static_cast<double>(i % 1000));
@@ -346,6 +378,11 @@ int expectFailure(const std::function<void()>& step, const std::vector<std::stri
   return test_support::kNoError;
 }
 
+bool ncclBackendBuilt() {
+  const auto names = engine::backendNames(DeviceKind::kCuda);
+  return std::find(names.begin(), names.end(), "nccl") != names.end();
+}
+
 TEST(StagedBackend, BadKnobValuesFailInit) {
   auto codes = runGpuRanks(1, {{"HOROVOD_GPU_OPERATIONS", "gloo"}}, [](int) {
     return expectFailure<InvalidArgument>([] { init(); },
@@ -360,8 +397,7 @@ TEST(StagedBackend, BadKnobValuesFailInit) {
   // NCCL asked for where it cannot be loaded: init names what the loader tried.
   codes = runGpuRanks(
       1, {{"HOROVOD_GPU_OPERATIONS", "NCCL"}, {"HOROVOD_NCCL_LIBRARY", "/nonexistent/libnccl.so.2"}}, [](int) {
-        const auto names = engine::backendNames(DeviceKind::kCuda);
-        const bool ncclBuilt = std::find(names.begin(), names.end(), "nccl") != names.end();
+        const bool ncclBuilt = ncclBackendBuilt();
         return expectFailure<InvalidArgument>(
             [] { init(); }, ncclBuilt
                                 ? std::vector<std::string>{"HOROVOD_GPU_OPERATIONS=NCCL", "/nonexistent/libnccl.so.2"}
@@ -418,6 +454,38 @@ TEST(StagedBackend, RankWithoutCudaRuntimeIsNamed) {
     std::vector<std::string> texts = {"could not be loaded on ranks 1"};
     if (rank == 1) texts.push_back("/nonexistent/libcudart.so.13");
     int code = expectFailure<Error>([&] { allreduce(v, v, o); }, texts);
+    shutdown();
+    return code;
+  });
+  EXPECT_EQ(codes, (std::vector<int>{kOk, kOk}));
+}
+
+// Ranks sharing one GPU: by default the set agrees on the host-staged path; asking for NCCL
+// fails naming the ranks (or, in a build without the NCCL backend, fails init).
+TEST(StagedBackend, RanksOnOneGpu) {
+  auto codes = runGpuRanks(2, {{"HOROVOD_GPU_OPERATIONS", ""}}, [](int rank) {
+    init();
+    DeviceTensor t(DataType::kFloat32, {8});
+    for (size_t i = 0; i < 8; ++i) t.host.set(i, rank + 1.0);
+    t.upload();
+    Options o;
+    o.name = "shared.gpu";
+    allreduce(t.view(), t.view(), o);
+    if (!expectValues(download(t.view()), [](size_t) { return 3.0; }, "default choice")) return kWrongValue;
+    if (test::countOf("cuda_staged") != 1) return kFailed;
+    shutdown();
+    return kOk;
+  });
+  EXPECT_EQ(codes, (std::vector<int>{kOk, kOk}));
+  codes = runGpuRanks(2, {{"HOROVOD_GPU_OPERATIONS", "NCCL"}}, [](int) {
+    if (!ncclBackendBuilt()) return expectFailure<InvalidArgument>([] { init(); }, {"no NCCL backend"});
+    init();
+    DeviceTensor t(DataType::kFloat32, {8});
+    t.upload();
+    Options o;
+    o.name = "shared.gpu.nccl";
+    int code = expectFailure<Error>([&] { allreduce(t.view(), t.view(), o); },
+                                    {"NCCL cannot run several ranks on one GPU", "ranks 0, 1 on GPU 0"});
     shutdown();
     return code;
   });
