@@ -25,6 +25,8 @@ void readDeviceCount(State& s) {
   if (*env == '\0' || *end != '\0' || n < 1 || n > 64) {
     s.devices = 0;
     s.devicesError = "HVD_STANDIN_DEVICES='" + std::string(env) + "' is not a device count in [1, 64]";
+  } else {
+    s.devices = static_cast<int>(n);
   }
 }
 

@@ -376,4 +376,52 @@ TEST(StandinNcclErrors, ArgumentsAreChecked) {
       "");
 }
 
+TEST(StandinNcclErrors, CallsAreCheckedByTheOrderingChecker) {
+  EXPECT_EQ(runRanks(1,
+                     [](int rank, int nranks, const ncclUniqueId& id) -> std::string {
+                       Rank me;
+                       if (auto e = me.init(rank, nranks, id); !e.empty()) return e;
+                       cudaStream_t other = nullptr;
+                       CHECK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking) == cudaSuccess);
+                       void* d = nullptr;
+                       CHECK(cudaMalloc(&d, 16) == cudaSuccess);
+                       CHECK(cudaMemsetAsync(d, 0, 16, me.stream) == cudaSuccess);
+                       // No event between the producer stream and the NCCL stream.
+                       CHECK(ncclAllReduce(d, d, 4, ncclFloat32, ncclSum, me.comm, other) == ncclUnhandledCudaError);
+                       CHECK(cudaGetLastError() == cudaErrorLaunchFailure);
+                       hvd_standin_clear_errors();
+                       cudaEvent_t produced = nullptr;
+                       CHECK(cudaEventCreateWithFlags(&produced, cudaEventDisableTiming) == cudaSuccess);
+                       CHECK(cudaEventRecord(produced, me.stream) == cudaSuccess);
+                       CHECK(cudaStreamWaitEvent(other, produced, 0) == cudaSuccess);
+                       CHECK(ncclAllReduce(d, d, 4, ncclFloat32, ncclSum, me.comm, other) == ncclSuccess);
+                       CHECK(cudaStreamSynchronize(other) == cudaSuccess);
+                       CHECK(ncclCommDestroy(me.comm) == ncclSuccess);
+                       return "";
+                     }),
+            "");
+}
+
+TEST(StandinDevices, CountComesFromTheEnvironment) {
+  // A forked child reads HVD_STANDIN_DEVICES afresh.
+  setenv("HVD_STANDIN_DEVICES", "3", 1);
+  std::string three = runRanks(1, [](int, int, const ncclUniqueId&) -> std::string {
+    int count = 0;
+    CHECK(cudaGetDeviceCount(&count) == cudaSuccess && count == 3);
+    CHECK(cudaSetDevice(2) == cudaSuccess);
+    return "";
+  });
+  setenv("HVD_STANDIN_DEVICES", "none", 1);
+  std::string invalid = runRanks(1, [](int, int, const ncclUniqueId&) -> std::string {
+    int count = 0;
+    CHECK(cudaGetDeviceCount(&count) == cudaErrorInitializationError);
+    void* d = nullptr;
+    CHECK(cudaMalloc(&d, 4) == cudaErrorInitializationError);
+    return "";
+  });
+  unsetenv("HVD_STANDIN_DEVICES");
+  EXPECT_EQ(three, "");
+  EXPECT_EQ(invalid, "");
+}
+
 }  // namespace
