@@ -18,6 +18,8 @@
 # Nothing is linked: the CUDA runtime and NCCL are dlopen()ed at run time
 # (cpp/backends/cuda/cuda_library.h); only the kernel library links the static CUDA runtime.
 #
+# HOROVOD_CUDA_ARCHITECTURES (cache, default empty) chooses the kernels' GPU architectures.
+#
 # Sets: HVD_WITH_CUDA (ON/OFF); when ON also HVD_CUDA_INCLUDE_DIRS, HVD_NCCL_INCLUDE_DIR,
 # HVD_NCCL_HEADER ("nccl.h of <where>" or "Horovod's NCCL ABI declaration"),
 # HVD_NCCL_VERSION_CODE (of the header compiled against, NCCL's formula), HVD_CUDA_ARCHITECTURES,
@@ -25,6 +27,8 @@
 
 set(HOROVOD_WITH_CUDA AUTO CACHE STRING "Build the CUDA backend: AUTO (when nvcc is found), ON (required), OFF")
 set_property(CACHE HOROVOD_WITH_CUDA PROPERTY STRINGS AUTO ON OFF)
+set(HOROVOD_CUDA_ARCHITECTURES "" CACHE STRING
+    "GPU architectures of the CUDA kernels (CMake syntax); empty: every real one from sm_75 up, plus PTX")
 string(TOUPPER "${HOROVOD_WITH_CUDA}" hvd_cuda_mode)
 if(hvd_cuda_mode MATCHES "^(ON|YES|TRUE|Y|1)$")
   set(hvd_cuda_mode ON)
@@ -74,10 +78,6 @@ endif()
 # Does that nvcc work with this host compiler? (A sub-project, so that a broken one is a STATUS
 # line under AUTO rather than a failed configure.)
 if(hvd_nvcc)
-  # The architectures asked for on the command line, before enable_language sets a default.
-  if(DEFINED CMAKE_CUDA_ARCHITECTURES)
-    set(hvd_user_cuda_archs "${CMAKE_CUDA_ARCHITECTURES}")
-  endif()
   if(NOT CMAKE_CUDA_COMPILER)
     include(CheckLanguage)
     set(hvd_saved_cudacxx "$ENV{CUDACXX}")
@@ -165,9 +165,10 @@ if(hvd_cuda_missing STREQUAL "")
   set(HVD_CUDA_INCLUDE_DIRS ${CUDAToolkit_INCLUDE_DIRS})
 
   # Kernel architectures: every real sm_XX from 7.5 up that this nvcc can emit, plus PTX of the
-  # newest (JIT-compiled on GPUs newer than the toolkit); CMAKE_CUDA_ARCHITECTURES overrides.
-  if(DEFINED hvd_user_cuda_archs)
-    set(HVD_CUDA_ARCHITECTURES "${hvd_user_cuda_archs}")
+  # newest (JIT-compiled on GPUs newer than the toolkit); HOROVOD_CUDA_ARCHITECTURES overrides
+  # (CMake's syntax, e.g. "90-real" for a quick build on one card).
+  if(HOROVOD_CUDA_ARCHITECTURES)
+    set(HVD_CUDA_ARCHITECTURES "${HOROVOD_CUDA_ARCHITECTURES}")
   else()
     execute_process(COMMAND "${CMAKE_CUDA_COMPILER}" --list-gpu-code
       OUTPUT_VARIABLE hvd_codes RESULT_VARIABLE hvd_rc ERROR_QUIET)

@@ -9,12 +9,12 @@
 
 #ifndef HVD_NCCL_ABI_DECLARATION
 
-namespace nccl_abi {
+namespace hvd_abi {
 #include "backends/cuda/nccl_abi/nccl_abi.inc"
 #define HVD_NCCL_ABI_FUNCTION_TYPE(ret, name, params) using name##_fn = ret params;
 HVD_NCCL_ABI_FUNCTIONS(HVD_NCCL_ABI_FUNCTION_TYPE)
 #undef HVD_NCCL_ABI_FUNCTION_TYPE
-}  // namespace nccl_abi
+}  // namespace hvd_abi
 
 namespace {
 
@@ -24,23 +24,23 @@ struct Real {
   using type = T;
 };
 template <>
-struct Real<nccl_abi::ncclComm_t> {
+struct Real<hvd_abi::ncclComm_t> {
   using type = ::ncclComm_t;
 };
 template <>
-struct Real<nccl_abi::ncclUniqueId> {
+struct Real<hvd_abi::ncclUniqueId> {
   using type = ::ncclUniqueId;
 };
 template <>
-struct Real<nccl_abi::ncclResult_t> {
+struct Real<hvd_abi::ncclResult_t> {
   using type = ::ncclResult_t;
 };
 template <>
-struct Real<nccl_abi::ncclRedOp_t> {
+struct Real<hvd_abi::ncclRedOp_t> {
   using type = ::ncclRedOp_t;
 };
 template <>
-struct Real<nccl_abi::ncclDataType_t> {
+struct Real<hvd_abi::ncclDataType_t> {
   using type = ::ncclDataType_t;
 };
 template <class T>
@@ -56,14 +56,14 @@ struct Real<R(A...)> {
   using type = typename Real<R>::type(typename Real<A>::type...);
 };
 
-#define HVD_SAME_SIGNATURE(ret, name, params)                                 \
-  static_assert(std::is_same_v<Real<nccl_abi::name##_fn>::type, decltype(::name)>, \
+#define HVD_SAME_SIGNATURE(ret, name, params)                                     \
+  static_assert(std::is_same_v<Real<hvd_abi::name##_fn>::type, decltype(::name)>, \
                 #name ": the declaration in cpp/backends/cuda/nccl_abi differs from nccl.h");
 HVD_NCCL_ABI_FUNCTIONS(HVD_SAME_SIGNATURE)
 #undef HVD_SAME_SIGNATURE
 
 #define HVD_SAME_VALUE(name) \
-  static_assert(static_cast<long>(nccl_abi::name) == static_cast<long>(::name), #name ": value differs from nccl.h");
+  static_assert(static_cast<long>(hvd_abi::name) == static_cast<long>(::name), #name ": value differs from nccl.h");
 HVD_SAME_VALUE(ncclSuccess)
 HVD_SAME_VALUE(ncclUnhandledCudaError)
 HVD_SAME_VALUE(ncclSystemError)
@@ -97,10 +97,10 @@ HVD_SAME_VALUE(ncclBfloat16)
 
 template <class A, class B>
 constexpr bool kSameLayout = sizeof(A) == sizeof(B) && alignof(A) == alignof(B);
-static_assert(kSameLayout<nccl_abi::ncclUniqueId, ::ncclUniqueId>, "ncclUniqueId: layout differs from nccl.h");
-static_assert(kSameLayout<nccl_abi::ncclResult_t, ::ncclResult_t>, "ncclResult_t: size differs from nccl.h");
-static_assert(kSameLayout<nccl_abi::ncclRedOp_t, ::ncclRedOp_t>, "ncclRedOp_t: size differs from nccl.h");
-static_assert(kSameLayout<nccl_abi::ncclDataType_t, ::ncclDataType_t>, "ncclDataType_t: size differs from nccl.h");
+static_assert(kSameLayout<hvd_abi::ncclUniqueId, ::ncclUniqueId>, "ncclUniqueId: layout differs from nccl.h");
+static_assert(kSameLayout<hvd_abi::ncclResult_t, ::ncclResult_t>, "ncclResult_t: size differs from nccl.h");
+static_assert(kSameLayout<hvd_abi::ncclRedOp_t, ::ncclRedOp_t>, "ncclRedOp_t: size differs from nccl.h");
+static_assert(kSameLayout<hvd_abi::ncclDataType_t, ::ncclDataType_t>, "ncclDataType_t: size differs from nccl.h");
 // The declared version is the oldest NCCL it describes; the real header must be that or newer.
 static_assert(NCCL_VERSION_CODE >= 21304, "nccl.h is older than the ABI Horovod declares (2.13.4)");
 
