@@ -71,7 +71,7 @@ class NcclBackend : public backends::HostBackendBase {
   struct Lane {
     Lane(const CudaApi& api, int device) : stream(api, device), fusion(api, device), scratch(api, device) {}
     Stream stream;
-    DeviceBuffer fusion;   // packed inputs / results of fused responses
+    DeviceBuffer fusion;  // packed inputs / results of fused responses
     DeviceBuffer scratch;  // zeros and receive space for a rank without an entry (joined)
   };
 

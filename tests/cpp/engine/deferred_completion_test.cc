@@ -179,6 +179,24 @@ void awaitHeldRuns(int n) {
       << "held tensors ran: " << shared.heldRuns << " of " << n;
 }
 
+// The rank threads of a test meet here (bounded: a missing rank fails the test).
+class Meeting {
+ public:
+  explicit Meeting(int ranks) : ranks_(ranks) {}
+  void arriveAndWait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    ++arrived_;
+    cv_.notify_all();
+    ASSERT_TRUE(cv_.wait_for(lock, std::chrono::seconds(60), [&] { return arrived_ >= ranks_; }));
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  const int ranks_;
+  int arrived_ = 0;
+};
+
 TensorView onFake(std::vector<float>& data) {
   TensorView v = view(data, DataType::kFloat32);
   v.device.kind = DeviceKind::kRocm;
@@ -211,22 +229,33 @@ TEST(DeferredCompletion, WorksCompleteFromTheBackendsThread) {
 TEST(DeferredCompletion, CompletionRunsOnTheFinalizer) {
   resetShared();
   Cluster c(2);
+  Meeting checked(2);  // both ranks saw their work pending before the release
   c.run([&](int r, engine::Runtime& rt) {
     std::vector<float> x(4, 1.0f);
     WorkPtr w = rt.allreduce(onFake(x), onFake(x), named("held.cb"));
-    std::atomic<bool> onFinalizer{false};
-    std::atomic<bool> called{false};
+    std::mutex mu;
+    std::condition_variable cv;
+    bool called = false, onFinalizer = false;
     w->whenComplete([&] {
-      std::lock_guard<std::mutex> lock(shared.mu);
-      for (auto id : shared.finalizers) onFinalizer = onFinalizer || id == std::this_thread::get_id();
+      bool mine = false;
+      {
+        std::lock_guard<std::mutex> lock(shared.mu);
+        for (auto id : shared.finalizers) mine = mine || id == std::this_thread::get_id();
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      onFinalizer = mine;
       called = true;
+      cv.notify_all();
     });
     awaitHeldRuns(2);
     EXPECT_FALSE(w->isCompleted());
+    checked.arriveAndWait();
     if (r == 0) releaseHeld();
     w->wait();
-    EXPECT_TRUE(called.load());
-    EXPECT_TRUE(onFinalizer.load());
+    // The callback runs right after completion, on the completing thread (wait() may return first).
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return called; }));
+    EXPECT_TRUE(onFinalizer);
     EXPECT_EQ(x, std::vector<float>(4, 2.0f));
   });
 }
@@ -236,6 +265,7 @@ TEST(DeferredCompletion, CompletionRunsOnTheFinalizer) {
 TEST(DeferredCompletion, NamesAreFreeBeforeTheWorksComplete) {
   resetShared();
   Cluster c(2);
+  Meeting checked(2);  // both ranks looked at their works before the release
   c.run([&](int r, engine::Runtime& rt) {
     std::vector<float> a(3, float(r + 1)), b(3, float(10 * (r + 1)));
     WorkPtr first = rt.allreduce(onFake(a), onFake(a), named("held.x"));
@@ -248,6 +278,7 @@ TEST(DeferredCompletion, NamesAreFreeBeforeTheWorksComplete) {
     awaitHeldRuns(4);
     EXPECT_FALSE(first->isCompleted());
     EXPECT_FALSE(second->isCompleted());
+    checked.arriveAndWait();
     if (r == 1) releaseHeld();
     first->wait();
     second->wait();
