@@ -69,6 +69,8 @@ def dl_dtype(dtype):
     if isinstance(dtype, str) and dtype == 'bfloat16':
         return _BFLOAT, 16
     dt = np.dtype(dtype)
+    if dt.name == 'bfloat16':  # ml_dtypes.bfloat16
+        return _BFLOAT, 16
     if dt == np.bool_:
         return _BOOL, 8
     code = {'i': _INT, 'u': _UINT, 'f': _FLOAT}[dt.kind]
@@ -76,10 +78,12 @@ def dl_dtype(dtype):
 
 
 def np_dtype(code, bits):
+    """(code, bits) -> numpy dtype (bfloat16: ml_dtypes')."""
     if code == _BOOL:
         return np.dtype(np.bool_)
     if code == _BFLOAT:
-        return 'bfloat16'
+        import ml_dtypes
+        return np.dtype(ml_dtypes.bfloat16)
     return np.dtype({_INT: 'i', _UINT: 'u', _FLOAT: 'f'}[code] + str(bits // 8))
 
 

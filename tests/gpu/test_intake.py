@@ -53,6 +53,13 @@ def test_object_exporter_is_read_like_a_capsule():
     np.testing.assert_array_equal(np.from_dlpack(result), data)
 
 
+def test_writable_exporter_in_place():
+    data = np.arange(5, dtype=np.float64)
+    _core.allreduce_async(host(data, KDLCUDAHOST), None, 'intake.inplace', SUM, 2.0, 1.0,
+                          0).wait()
+    np.testing.assert_array_equal(data, np.arange(5) * 2.0)
+
+
 def test_unsupported_device_is_refused_by_name():
     data = np.zeros(3, dtype=np.float32)
     with pytest.raises(ValueError, match=r'allreduce: tensor is on vulkan \(DLPack device type '
