@@ -6,7 +6,7 @@
 # line before says which.
 #   HOROVOD_TEST_CUDA_STANDIN  the stand-in library (default: found under build/)
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 py=${PYTHON:-python3}
 
 $py -m pytest -q -p no:cacheprovider tests/gpu/test_intake.py || exit 1

@@ -7,14 +7,22 @@ serves CUDA, the engine's refusal naming the device as a ValueError, never a cra
 collectives themselves on the stand-in: test_collectives.py.
 """
 
+import os
+
 import numpy as np
 import pytest
 
 from horovod import _core
+from horovod.common.exceptions import HorovodInternalError
 from horovod.common.ops import Sum as SUM
 
 from dlpack_device import (KDLCUDA, KDLCUDAHOST, KDLCUDAMANAGED, KDLVULKAN, DeviceArray,
                            describe)
+
+# A machine where no CUDA runtime loads, whatever this one has (read once, at the first device
+# tensor): a build with the CUDA backend must then fail the device collective by name.
+MISSING_RUNTIME = '/nonexistent/libcudart-for-horovod-tests.so'
+os.environ['HOROVOD_CUDA_LIBRARY'] = MISSING_RUNTIME
 
 
 @pytest.fixture(scope='module', autouse=True)
@@ -102,6 +110,18 @@ def test_cuda_tensor_without_a_backend_is_a_clear_error(device_type):
     # The engine still works afterwards.
     ok = np.ones(2, dtype=np.float32)
     _core.allreduce_async(ok, None, 'intake.after', SUM, 1.0, 1.0, 0).wait()
+    np.testing.assert_array_equal(ok, [1, 1])
+
+
+@pytest.mark.skipif(_no_cuda_backend(), reason='this build has no CUDA backend')
+def test_cuda_tensor_without_a_runtime_is_a_clear_error():
+    data = np.zeros(3, dtype=np.float32)
+    arr = DeviceArray(data.ctypes.data, data.shape, data.dtype, 0, KDLCUDA)
+    with pytest.raises((ValueError, HorovodInternalError)) as info:
+        _core.allreduce_async(arr, None, 'intake.noruntime', SUM, 1.0, 1.0, 0).wait()
+    assert MISSING_RUNTIME in str(info.value)
+    ok = np.ones(2, dtype=np.float32)  # CPU collectives go on
+    _core.allreduce_async(ok, None, 'intake.after.noruntime', SUM, 1.0, 1.0, 0).wait()
     np.testing.assert_array_equal(ok, [1, 1])
 
 
