@@ -1,0 +1,447 @@
+// The CUDA runtime entry points of cuda_api.h's RuntimeApi, over host memory. Misuse CUDA
+// reports is reported here too (with a line on stderr saying what and where); see README.md.
+#include <cuda_runtime_api.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <set>
+#include <sstream>
+
+#include "runtime_state.h"
+#include "standin_hooks.h"
+
+using standin::Access;
+using standin::Clock;
+using standin::fail;
+using standin::MemInfo;
+using standin::MemKind;
+using standin::State;
+using standin::state;
+
+namespace standin {
+namespace {
+
+thread_local int t_device = 0;
+
+constexpr size_t kAlignment = 256;
+// Freed blocks are kept this long (in bytes) before they go back to the C heap, so that a second
+// free of the same pointer is recognized as such instead of freeing a newer allocation.
+constexpr size_t kQuarantineBytes = size_t{64} << 20;
+std::deque<std::pair<void*, size_t>> g_quarantine;
+size_t g_quarantineBytes = 0;
+std::set<uintptr_t> g_freed;
+
+std::string hex(const void* p) {
+  std::ostringstream out;
+  out << p;
+  return out.str();
+}
+
+void quarantine(void* p, size_t size) {
+  g_freed.insert(reinterpret_cast<uintptr_t>(p));
+  g_quarantine.emplace_back(p, size);
+  g_quarantineBytes += size;
+  while (g_quarantineBytes > kQuarantineBytes && g_quarantine.size() > 1) {
+    auto [old, bytes] = g_quarantine.front();
+    g_quarantine.pop_front();
+    g_quarantineBytes -= bytes;
+    g_freed.erase(reinterpret_cast<uintptr_t>(old));
+    std::free(old);
+  }
+}
+
+cudaError_t checkDevices(State& s) {
+  if (s.devices <= 0) return fail(cudaErrorInitializationError, s.devicesError);
+  return cudaSuccess;
+}
+
+// Memory that cudaMalloc/cudaHostAlloc handed out, freed by the matching call, and not in use by
+// work the host has not seen complete.
+cudaError_t release(void* ptr, bool pinned, const char* call) {
+  if (ptr == nullptr) return cudaSuccess;
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto addr = reinterpret_cast<uintptr_t>(ptr);
+  auto it = s.allocations.find(addr);
+  if (it == s.allocations.end()) {
+    MemInfo inside = lookupMemoryLocked(s, ptr);
+    if (inside.kind != MemKind::kHost)
+      return fail(cudaErrorInvalidValue, std::string(call) + "(" + hex(ptr) + "): not the start of an allocation (it is inside " +
+                                             hex(inside.base) + ")");
+    if (g_freed.count(addr))
+      return fail(cudaErrorInvalidValue, std::string(call) + "(" + hex(ptr) + "): double free (already freed)");
+    return fail(cudaErrorInvalidValue, std::string(call) + "(" + hex(ptr) + "): not a pointer " +
+                                           (pinned ? "cudaHostAlloc" : "cudaMalloc") + " returned");
+  }
+  if (it->second.pinned != pinned)
+    return fail(cudaErrorInvalidValue, std::string(call) + "(" + hex(ptr) + "): the pointer is " +
+                                           (pinned ? "device memory (use cudaFree)" : "pinned host memory (use cudaFreeHost)"));
+  if (cudaError_t sticky = stickyError(s, it->second.device)) return sticky;
+  for (const auto& r : it->second.records) {
+    if (clockGet(s.host, r.stream) >= r.seq) continue;
+    return fail(cudaErrorIllegalState, std::string(call) + "(" + hex(ptr) + "): the allocation is still in use by " +
+                                           r.what + " (op " + std::to_string(r.seq) + " of " + r.streamName +
+                                           "), whose completion the host has not observed (synchronize first)");
+  }
+  size_t size = it->second.size;
+  s.allocations.erase(it);
+  quarantine(ptr, size);
+  return cudaSuccess;
+}
+
+cudaError_t allocate(void** out, size_t size, bool pinned, const char* call) {
+  if (out == nullptr) return fail(cudaErrorInvalidValue, std::string(call) + ": null output pointer");
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (cudaError_t e = checkDevices(s)) return e;
+  int device = t_device;
+  if (cudaError_t sticky = stickyError(s, device)) return sticky;
+  *out = nullptr;
+  if (size == 0) return cudaSuccess;
+  size_t rounded = (size + kAlignment - 1) / kAlignment * kAlignment;
+  void* p = std::aligned_alloc(kAlignment, rounded);
+  if (p == nullptr) return fail(cudaErrorMemoryAllocation, std::string(call) + ": out of memory for " + std::to_string(size) + " bytes");
+  // cudaMalloc'd memory is uninitialized: poison it (NaN for floats, -1 / max for integers).
+  if (!pinned) std::memset(p, 0xFF, rounded);
+  g_freed.erase(reinterpret_cast<uintptr_t>(p));
+  standin::Allocation alloc;
+  alloc.size = size;
+  alloc.device = device;
+  alloc.pinned = pinned;
+  s.allocations[reinterpret_cast<uintptr_t>(p)] = std::move(alloc);
+  *out = p;
+  return cudaSuccess;
+}
+
+// `ptr`..+bytes lies inside the allocation `info` describes (host memory is not checked).
+cudaError_t checkRange(const MemInfo& info, const void* ptr, size_t bytes, const std::string& what) {
+  if (info.kind == MemKind::kHost) return cudaSuccess;
+  size_t offset = static_cast<size_t>(static_cast<const char*>(ptr) - info.base);
+  if (offset + bytes <= info.size) return cudaSuccess;
+  return fail(cudaErrorInvalidValue, what + ": " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) +
+                                         " run past the end of the " + std::to_string(info.size) + "-byte allocation " +
+                                         hex(info.base));
+}
+
+const char* kindName(cudaMemcpyKind kind) {
+  switch (kind) {
+    case cudaMemcpyHostToHost: return "HostToHost";
+    case cudaMemcpyHostToDevice: return "HostToDevice";
+    case cudaMemcpyDeviceToHost: return "DeviceToHost";
+    case cudaMemcpyDeviceToDevice: return "DeviceToDevice";
+    case cudaMemcpyDefault: return "Default";
+  }
+  return "?";
+}
+
+// Shared by the event and stream queries: a status the host can read without blocking.
+cudaError_t observeIfDone(State& s, const standin::Stream& stream, uint64_t seq, const Clock& clock) {
+  if (stream.completed < seq) return cudaErrorNotReady;
+  hostObserved(s, clock);
+  return cudaSuccess;
+}
+
+std::shared_ptr<standin::Event> findEvent(State& s, cudaEvent_t event, const char* call, cudaError_t* error) {
+  auto it = s.events.find(event);
+  if (it != s.events.end()) return it->second;
+  *error = fail(cudaErrorInvalidResourceHandle,
+                std::string(call) + ": event " + hex(event) + " is not a live event (destroyed, or never created)");
+  return nullptr;
+}
+
+}  // namespace
+
+int currentDevice() { return state().devices > 0 ? t_device : -1; }
+
+}  // namespace standin
+
+using standin::t_device;
+
+extern "C" {
+
+HVD_STANDIN_EXPORT const char* cudaGetErrorString(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInitializationError: return "initialization error";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorIllegalState: return "the operation cannot be performed in the present state";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorNotSupported: return "operation not supported";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    default: return "unrecognized error code";
+  }
+}
+
+HVD_STANDIN_EXPORT cudaError_t cudaGetLastError(void) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  cudaError_t last = standin::takeLastError();
+  if (cudaError_t sticky = standin::stickyError(s, standin::currentDevice())) return sticky;
+  return last;
+}
+
+HVD_STANDIN_EXPORT cudaError_t cudaRuntimeGetVersion(int* version) {
+  if (version == nullptr) return fail(cudaErrorInvalidValue, "cudaRuntimeGetVersion: null output pointer");
+  *version = CUDART_VERSION;
+  return cudaSuccess;
+}
+
+HVD_STANDIN_EXPORT cudaError_t cudaDriverGetVersion(int* version) {
+  if (version == nullptr) return fail(cudaErrorInvalidValue, "cudaDriverGetVersion: null output pointer");
+  *version = CUDART_VERSION;
+  return cudaSuccess;
+}
+
+HVD_STANDIN_EXPORT cudaError_t cudaGetDeviceCount(int* count) {
+  if (count == nullptr) return fail(cudaErrorInvalidValue, "cudaGetDeviceCount: null output pointer");
+  State& s = state();
+  if (cudaError_t e = standin::checkDevices(s)) return e;
+  *count = s.devices;
+  return cudaSuccess;
+}
+
+HVD_STANDIN_EXPORT cudaError_t cudaGetDevice(int* device) {
+  if (device == nullptr) return fail(cudaErrorInvalidValue, "cudaGetDevice: null output pointer");
+  if (cudaError_t e = standin::checkDevices(state())) return e;
+  *device = t_device;
+  return cudaSuccess;
+}
+
+HVD_STANDIN_EXPORT cudaError_t cudaSetDevice(int device) {
+  State& s = state();
+  if (cudaError_t e = standin::checkDevices(s)) return e;
+  if (device < 0 || device >= s.devices)
+    return fail(cudaErrorInvalidDevice, "cudaSetDevice(" + std::to_string(device) + "): the stand-in has " +
+                                            std::to_string(s.devices) + " devices (HVD_STANDIN_DEVICES)");
+  t_device = device;
+  return cudaSuccess;
+}
+
+HVD_STANDIN_EXPORT cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* ptr) {
+  if (attributes == nullptr) return fail(cudaErrorInvalidValue, "cudaPointerGetAttributes: null output pointer");
+  MemInfo info = standin::lookupMemory(ptr);
+  std::memset(attributes, 0, sizeof(*attributes));
+  switch (info.kind) {
+    case MemKind::kDevice:
+      attributes->type = cudaMemoryTypeDevice;
+      attributes->device = info.device;
+      attributes->devicePointer = const_cast<void*>(ptr);
+      break;
+    case MemKind::kPinned:
+      attributes->type = cudaMemoryTypeHost;
+      attributes->device = info.device;
+      attributes->devicePointer = const_cast<void*>(ptr);
+      attributes->hostPointer = const_cast<void*>(ptr);
+      break;
+    case MemKind::kHost:
+      attributes->type = cudaMemoryTypeUnregistered;
+      attributes->device = -2;
+      break;
+  }
+  return cudaSuccess;
+}
+
+HVD_STANDIN_EXPORT cudaError_t cudaMalloc(void** devPtr, size_t size) {
+  return standin::allocate(devPtr, size, false, "cudaMalloc");
+}
+
+HVD_STANDIN_EXPORT cudaError_t cudaFree(void* devPtr) { return standin::release(devPtr, false, "cudaFree"); }
+
+HVD_STANDIN_EXPORT cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int flags) {
+  if (flags & ~0xFu) return fail(cudaErrorInvalidValue, "cudaHostAlloc: unknown flags " + std::to_string(flags));
+  return standin::allocate(pHost, size, true, "cudaHostAlloc");
+}
+
+HVD_STANDIN_EXPORT cudaError_t cudaFreeHost(void* ptr) { return standin::release(ptr, true, "cudaFreeHost"); }
+
+HVD_STANDIN_EXPORT cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
+                                               cudaStream_t stream) {
+  std::string what = std::string("cudaMemcpyAsync(") + standin::kindName(kind) + ", " + std::to_string(count) + " bytes)";
+  if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault)
+    return fail(cudaErrorInvalidMemcpyDirection, what + ": not a cudaMemcpyKind");
+  if (count > 0 && (dst == nullptr || src == nullptr)) return fail(cudaErrorInvalidValue, what + ": null pointer");
+  MemInfo d = standin::lookupMemory(dst);
+  MemInfo s = standin::lookupMemory(src);
+  bool dstDevice = d.kind == MemKind::kDevice;
+  bool srcDevice = s.kind == MemKind::kDevice;
+  bool ok = kind == cudaMemcpyDefault || (kind == cudaMemcpyHostToHost && !dstDevice && !srcDevice) ||
+            (kind == cudaMemcpyHostToDevice && dstDevice && !srcDevice) ||
+            (kind == cudaMemcpyDeviceToHost && !dstDevice && srcDevice) ||
+            (kind == cudaMemcpyDeviceToDevice && dstDevice && srcDevice);
+  if (!ok)
+    return fail(cudaErrorInvalidValue, what + ": the destination is " + (dstDevice ? "device" : "host") +
+                                           " memory and the source is " + (srcDevice ? "device" : "host") + " memory");
+  if (cudaError_t e = standin::checkRange(d, dst, count, what + " destination")) return e;
+  if (cudaError_t e = standin::checkRange(s, src, count, what + " source")) return e;
+  if (count == 0) return standin::enqueue(stream, what, {}, nullptr);
+  return standin::enqueue(stream, what, {{src, count, false}, {dst, count, true}},
+                          [dst, src, count] { std::memmove(dst, src, count); });
+}
+
+HVD_STANDIN_EXPORT cudaError_t cudaMemsetAsync(void* devPtr, int value, size_t count, cudaStream_t stream) {
+  std::string what = "cudaMemsetAsync(" + std::to_string(count) + " bytes)";
+  MemInfo d = standin::lookupMemory(devPtr);
+  if (count > 0 && d.kind != MemKind::kDevice)
+    return fail(cudaErrorInvalidValue, what + ": " + standin::hex(devPtr) + " is not device memory");
+  if (cudaError_t e = standin::checkRange(d, devPtr, count, what)) return e;
+  return standin::enqueue(stream, what, {{devPtr, count, true}},
+                          [devPtr, value, count] { std::memset(devPtr, value, count); });
+}
+
+HVD_STANDIN_EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t* pStream, unsigned int flags) {
+  if (pStream == nullptr) return fail(cudaErrorInvalidValue, "cudaStreamCreateWithFlags: null output pointer");
+  if (flags & ~unsigned{cudaStreamNonBlocking})
+    return fail(cudaErrorInvalidValue, "cudaStreamCreateWithFlags: unknown flags " + std::to_string(flags));
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (cudaError_t e = standin::checkDevices(s)) return e;
+  if (cudaError_t sticky = standin::stickyError(s, t_device)) return sticky;
+  auto stream = standin::startStream(s, t_device, (flags & cudaStreamNonBlocking) == 0, false);
+  auto* handle = new CUstream_st{stream->id};  // never freed: a stale handle never names a new stream
+  s.streams[handle] = stream;
+  *pStream = handle;
+  return cudaSuccess;
+}
+
+HVD_STANDIN_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = stream == nullptr || stream == cudaStreamLegacy ? s.streams.end() : s.streams.find(stream);
+  if (it == s.streams.end())
+    return fail(cudaErrorInvalidResourceHandle,
+                "cudaStreamDestroy(" + standin::streamName(stream) + "): not a live created stream");
+  it->second->destroyed = true;  // its thread finishes the queued work, then exits
+  s.streams.erase(it);
+  s.cv.notify_all();
+  return cudaSuccess;
+}
+
+HVD_STANDIN_EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags) {
+  if (flags != 0)
+    return fail(cudaErrorInvalidValue, "cudaStreamWaitEvent: flags " + std::to_string(flags) + " are not modelled (only 0)");
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  cudaError_t error = cudaSuccess;
+  auto ev = standin::findEvent(s, event, "cudaStreamWaitEvent", &error);
+  if (!ev) return error;
+  auto target = standin::resolveStream(s, stream, &error);
+  if (!target) return error;
+  if (!ev->recorded) return standin::stickyError(s, target->device);  // waits for nothing, as in CUDA
+  return standin::enqueueLocked(s, target, "cudaStreamWaitEvent", {}, nullptr, {{ev->stream, ev->seq}}, &ev->clock);
+}
+
+HVD_STANDIN_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  State& s = state();
+  std::unique_lock<std::mutex> lock(s.mu);
+  cudaError_t error = cudaSuccess;
+  auto target = standin::resolveStream(s, stream, &error);
+  if (!target) return error;
+  uint64_t seq = 0;
+  Clock clock;
+  // A marker op: on the legacy stream it also waits for the blocking streams' earlier work.
+  if (cudaError_t e = standin::enqueueLocked(s, target, "cudaStreamSynchronize", {}, nullptr, {}, nullptr, &seq, &clock))
+    return e;
+  standin::waitCompleted(s, lock, *target, seq);
+  standin::hostObserved(s, clock);
+  return standin::stickyError(s, target->device);
+}
+
+HVD_STANDIN_EXPORT cudaError_t cudaStreamQuery(cudaStream_t stream) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  cudaError_t error = cudaSuccess;
+  auto target = standin::resolveStream(s, stream, &error);
+  if (!target) return error;
+  if (cudaError_t sticky = standin::stickyError(s, target->device)) return sticky;
+  return standin::observeIfDone(s, *target, target->enqueued, target->clock);
+}
+
+HVD_STANDIN_EXPORT cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
+  if (event == nullptr) return fail(cudaErrorInvalidValue, "cudaEventCreateWithFlags: null output pointer");
+  const unsigned known = cudaEventBlockingSync | cudaEventDisableTiming | cudaEventInterprocess;
+  if ((flags & ~known) || ((flags & cudaEventInterprocess) && !(flags & cudaEventDisableTiming)))
+    return fail(cudaErrorInvalidValue, "cudaEventCreateWithFlags: invalid flags " + std::to_string(flags));
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (cudaError_t e = standin::checkDevices(s)) return e;
+  if (cudaError_t sticky = standin::stickyError(s, t_device)) return sticky;
+  auto ev = std::make_shared<standin::Event>();
+  ev->device = t_device;
+  ev->flags = flags;
+  auto* handle = new CUevent_st{s.nextId++};  // never freed: a stale handle never names a new event
+  s.events[handle] = ev;
+  *event = handle;
+  return cudaSuccess;
+}
+
+HVD_STANDIN_EXPORT cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  cudaError_t error = cudaSuccess;
+  if (!standin::findEvent(s, event, "cudaEventDestroy", &error)) return error;
+  s.events.erase(event);
+  return cudaSuccess;
+}
+
+HVD_STANDIN_EXPORT cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  cudaError_t error = cudaSuccess;
+  auto ev = standin::findEvent(s, event, "cudaEventRecord", &error);
+  if (!ev) return error;
+  auto target = standin::resolveStream(s, stream, &error);
+  if (!target) return error;
+  if (target->device != ev->device)
+    return fail(cudaErrorInvalidResourceHandle, "cudaEventRecord: the event belongs to device " + std::to_string(ev->device) +
+                                                    " and " + target->name + " to device " + std::to_string(target->device));
+  uint64_t seq = 0;
+  Clock clock;
+  if (cudaError_t e = standin::enqueueLocked(s, target, "cudaEventRecord", {}, nullptr, {}, nullptr, &seq, &clock)) return e;
+  ev->recorded = true;
+  ev->stream = target;
+  ev->seq = seq;
+  ev->clock = std::move(clock);
+  return cudaSuccess;
+}
+
+HVD_STANDIN_EXPORT cudaError_t cudaEventQuery(cudaEvent_t event) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  cudaError_t error = cudaSuccess;
+  auto ev = standin::findEvent(s, event, "cudaEventQuery", &error);
+  if (!ev) return error;
+  if (cudaError_t sticky = standin::stickyError(s, ev->device)) return sticky;
+  if (!ev->recorded) return cudaSuccess;
+  return standin::observeIfDone(s, *ev->stream, ev->seq, ev->clock);
+}
+
+HVD_STANDIN_EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  State& s = state();
+  std::unique_lock<std::mutex> lock(s.mu);
+  cudaError_t error = cudaSuccess;
+  auto ev = standin::findEvent(s, event, "cudaEventSynchronize", &error);
+  if (!ev) return error;
+  if (!ev->recorded) return standin::stickyError(s, ev->device);
+  auto stream = ev->stream;
+  uint64_t seq = ev->seq;
+  Clock clock = ev->clock;
+  standin::waitCompleted(s, lock, *stream, seq);
+  standin::hostObserved(s, clock);
+  return standin::stickyError(s, ev->device);
+}
+
+HVD_STANDIN_EXPORT void hvd_standin_clear_errors(void) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  for (auto& e : s.sticky) e = cudaSuccess;
+  standin::setLastError(cudaSuccess);
+}
+
+}  // extern "C"
