@@ -3,7 +3,8 @@
 The loader is pointed at the host-memory CUDA + NCCL stand-in (HOROVOD_CUDA_LIBRARY and
 HOROVOD_NCCL_LIBRARY = HOROVOD_TEST_CUDA_STANDIN, which scripts/test.sh's GPU stage sets after
 building it), once per data path: HOROVOD_GPU_OPERATIONS=nccl (the NCCL backend over the
-stand-in's NCCL) and =host (the host-staged backend). Each run is bounded by
+stand-in's NCCL, a stand-in GPU per rank) and =host (the host-staged backend, every rank on one
+stand-in GPU). Each run is bounded by
 HOROVOD_TEST_TIMEOUT seconds (default 420); on timeout the launcher's process group is killed and
 the test fails with the output's tail. Without a stand-in or a build with the CUDA backend the
 tests are skipped, saying which is missing.
@@ -50,8 +51,12 @@ def _tail(path, limit=12000):
 def test_under_launcher(test_file, np_, path, tmp_path):
     horovodrun = shutil.which('horovodrun')
     assert horovodrun, 'horovodrun is not on PATH'
+    # NCCL: a GPU per rank (NCCL needs one); host-staged: every rank on one GPU (the case it
+    # exists for).
+    devices = np_ if path == 'nccl' else 1
     env = dict(os.environ, PYTHONUNBUFFERED='1', HOROVOD_CUDA_LIBRARY=STANDIN,
-               HOROVOD_NCCL_LIBRARY=STANDIN, HOROVOD_GPU_OPERATIONS=path)
+               HOROVOD_NCCL_LIBRARY=STANDIN, HOROVOD_GPU_OPERATIONS=path,
+               HVD_STANDIN_DEVICES=str(devices))
     env.setdefault('HOROVOD_GLOO_TIMEOUT_SECONDS', '60')
     cmd = [horovodrun, '-np', str(np_), sys.executable, '-m', 'pytest', '-x', '-q', '-p',
            'no:cacheprovider', os.path.join(HERE, test_file)]
