@@ -235,7 +235,7 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postsc
             [_to_dlpack(t) for t in tensors],
             None if outputs is tensors else [_to_dlpack(t) for t in outputs], full, op,
             prescale_factor, postscale_factor, process_set.process_set_id, not name,
-            stream=_device_stream)
+            _device_stream)
     except Exception:
         _check_same_device(tensors)
         _enqueue_failed(tensors if outputs is tensors else list(tensors) + list(outputs),
@@ -304,7 +304,7 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     handle = _next_handle()
     full = _op_name(_ops.ALLGATHER, name, handle)
     work = _core.allgather_async(_view(tensor), full, _ps_id(process_set), not name,
-                                 stream=_device_stream)
+                                 _device_stream)
     _track(handle, work, None, _GATHER)
     return handle
 
@@ -315,7 +315,7 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     handle = _next_handle()
     full = _op_name(_ops.GROUPED_ALLGATHER, name, handle)
     work = _core.grouped_allgather_async(_views(tensors), full, _ps_id(process_set),
-                                         not name, stream=_device_stream)
+                                         not name, _device_stream)
     _track(handle, work, None, _GATHER_N)
     return handle
 
@@ -326,7 +326,7 @@ def _broadcast_async(tensor, output, root_rank, name, process_set):
     handle = _next_handle()
     full = _op_name(_ops.BROADCAST, name, handle)
     work = _core.broadcast_async(_view(output), root_rank, full, _ps_id(process_set),
-                                 not name, stream=_device_stream)
+                                 not name, _device_stream)
     _track(handle, work, output)
     return handle
 
@@ -376,7 +376,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     handle = _next_handle()
     full = _op_name(_ops.ALLTOALL, name, handle)
     work = _core.alltoall_async(_view(tensor), split_values, full, _ps_id(process_set),
-                                not name, stream=_device_stream)
+                                not name, _device_stream)
     _track(handle, work, device, _ALLTOALL)
     return handle
 
@@ -410,7 +410,7 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     full = _op_name(_ops.REDUCESCATTER, name, handle)
     work = _core.reducescatter_async(_view(tensor), _view(output), full, op, prescale_factor,
                                      postscale_factor, _ps_id(process_set), not name,
-                                     stream=_device_stream)
+                                     _device_stream)
     _track(handle, work, output)
     return handle
 
@@ -427,7 +427,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average,
     work = _core.grouped_reducescatter_async(_views(tensors), _views(outputs), full, op,
                                              prescale_factor, postscale_factor,
                                              _ps_id(process_set), not name,
-                                             stream=_device_stream)
+                                             _device_stream)
     _track(handle, work, tuple(outputs))
     return handle
 
