@@ -294,6 +294,8 @@ def test_cpu_gpu_mismatch_is_an_error_on_every_rank(dev):
 
 
 def test_backend_counters_name_the_path():
+    """The collectives above ran through the path asked for (HOROVOD_TEST_GPU_BACKEND, set by
+    the launcher), not silently through another."""
     counts = {}
     for backend, algorithm, count in _core.engine_counters():
         counts[backend] = counts.get(backend, 0) + count

@@ -27,6 +27,9 @@ TIMEOUT = int(os.environ.get('HOROVOD_TEST_TIMEOUT', '420'))
 SIZES = [int(n) for n in os.environ.get('HOROVOD_TEST_SIZES', '2,3').split(',')]
 STANDIN = os.environ.get('HOROVOD_TEST_CUDA_STANDIN', '')
 PATHS = os.environ.get('HOROVOD_TEST_GPU_PATHS', 'nccl,host').split(',')
+# The collective backend each path must have run (engine counters, test_collectives.py's last
+# test).
+BACKENDS = {'nccl': 'nccl', 'host': 'cuda_staged'}
 
 
 def _missing():
@@ -56,7 +59,7 @@ def test_under_launcher(test_file, np_, path, tmp_path):
     devices = np_ if path == 'nccl' else 1
     env = dict(os.environ, PYTHONUNBUFFERED='1', HOROVOD_CUDA_LIBRARY=STANDIN,
                HOROVOD_NCCL_LIBRARY=STANDIN, HOROVOD_GPU_OPERATIONS=path,
-               HVD_STANDIN_DEVICES=str(devices))
+               HVD_STANDIN_DEVICES=str(devices), HOROVOD_TEST_GPU_BACKEND=BACKENDS[path])
     env.setdefault('HOROVOD_GLOO_TIMEOUT_SECONDS', '60')
     cmd = [horovodrun, '-np', str(np_), sys.executable, '-m', 'pytest', '-x', '-q', '-p',
            'no:cacheprovider', os.path.join(HERE, test_file)]
