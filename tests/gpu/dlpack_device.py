@@ -54,14 +54,11 @@ _api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 _api.PyCapsule_IsValid.restype = ctypes.c_int
 _api.PyCapsule_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
-# Managed tensors handed out and not yet released by their consumer, by address: ctypes
-# structures must outlive the capsule (a consumer may call the deleter long after).
-_live = {}
-
-
-@_DELETER
-def _release(address):
-    _live.pop(address, None)
+# Every managed tensor handed out, kept for the life of the process (a few hundred bytes each): a
+# consumer may read one long after the DeviceArray that made it is gone. Their deleter is NULL
+# (DLPack allows it): a Python callback as deleter would run while the consumer is raising an
+# error (an exception set), which Python forbids.
+_live = []
 
 
 def dl_dtype(dtype):
@@ -114,10 +111,9 @@ class DeviceArray:
         t.shape = shape
         t.strides = strides if strides is not None else ctypes.POINTER(ctypes.c_int64)()
         t.byte_offset = 0
-        m.deleter = _release
-        address = ctypes.addressof(m)
-        _live[address] = (m, shape, strides)
-        return _api.PyCapsule_New(address, b'dltensor', None)
+        m.deleter = _DELETER()  # NULL
+        _live.append((m, shape, strides))
+        return _api.PyCapsule_New(ctypes.addressof(m), b'dltensor', None)
 
     def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
         return self.capsule()

@@ -244,7 +244,7 @@ def test_reducescatter(dev, op):
 
 
 def test_process_set(dev):
-    members = [0, size() - 1]
+    members = [0, size() - 1] if size() >= 3 else [0]  # a set other than the global one
     ps = _core.add_process_set(members)
     try:
         if rank() in members:
