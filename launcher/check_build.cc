@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <sstream>
 #include <vector>
 
 #include "common/deadline.h"
@@ -24,10 +25,15 @@ std::string pathEnv() {
   return p != nullptr ? p : "/usr/local/bin:/usr/bin:/bin";
 }
 
-// Runs `python3 -c <code>` for each snippet concurrently; true where it exited 0.
-std::vector<bool> pythonSucceeds(const std::vector<std::string>& snippets) {
+struct ProbeResult {
+  bool ok = false;
+  std::string output;  // stdout and stderr together
+};
+
+// Runs `python3 -c <code>` for each snippet concurrently; ok where it exited 0.
+std::vector<ProbeResult> runPythonProbes(const std::vector<std::string>& snippets) {
   std::string python = pythonInterpreter();
-  std::vector<bool> ok(snippets.size(), false);
+  std::vector<ProbeResult> ok(snippets.size());
   if (python.empty()) return ok;
   struct Probe {
     SpawnedProcess p;
@@ -66,7 +72,10 @@ std::vector<bool> pythonSucceeds(const std::vector<std::string>& snippets) {
       char buf[4096];
       while (pr.p.stdoutFd >= 0) {
         ssize_t n = read(pr.p.stdoutFd, buf, sizeof(buf));
-        if (n > 0) continue;  // the probe's messages are not ours to show
+        if (n > 0) {
+          ok[i].output.append(buf, static_cast<size_t>(n));
+          continue;
+        }
         if (n < 0 && errno == EAGAIN) break;
         close(pr.p.stdoutFd);
         pr.p.stdoutFd = -1;
@@ -74,7 +83,7 @@ std::vector<bool> pythonSucceeds(const std::vector<std::string>& snippets) {
       int status = 0;
       if (waitpid(pr.p.pid, &status, WNOHANG) == pr.p.pid) {
         pr.done = true;
-        ok[i] = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        ok[i].ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
       }
     }
   }
@@ -102,17 +111,54 @@ std::string pythonInterpreter() {
   return resolveExecutable("python3", pathEnv());
 }
 
+namespace {
+
+// Prints what the CUDA backend was built with and what loading it finds here, one key=value a line.
+constexpr const char* kCudaProbe =
+    "from horovod import _core\n"
+    "print('cuda_built=%d' % bool(_core.cuda_built()))\n"
+    "print('nccl_built=%d' % _core.nccl_built())\n"
+    "if _core.cuda_built():\n"
+    "    for k, v in _core.cuda_libraries().items(): print('%s=%s' % (k, v.replace('\\n', ' ')))\n";
+
+// "2.32.3" for NCCL's version code 23203 (2.8.4 for 2804).
+std::string ncclVersionText(int code) {
+  if (code < 10000)
+    return std::to_string(code / 1000) + "." + std::to_string(code / 100 % 10) + "." + std::to_string(code % 100);
+  return std::to_string(code / 10000) + "." + std::to_string(code / 100 % 100) + "." + std::to_string(code % 100);
+}
+
+}  // namespace
+
 BuildInfo probeBuild() {
   BuildInfo info;
-  auto ok = pythonSucceeds({"import torch, horovod._core", "import horovod.tensorflow",
-                            "from horovod import _core; assert _core.mpi_built()"});
-  info.pytorch = ok[0];
-  info.tensorflow = ok[1];
+  auto ok = runPythonProbes({"import torch, horovod._core", "import horovod.tensorflow",
+                             "from horovod import _core; assert _core.mpi_built()", kCudaProbe});
+  info.pytorch = ok[0].ok;
+  info.tensorflow = ok[1].ok;
   // MPI plugins built (horovod.mpi_built()): jobs under mpirun/mpiexec rendezvous through MPI,
   // HOROVOD_CONTROLLER=mpi is accepted, and HOROVOD_CPU_OPERATIONS=mpi runs the collectives through
   // MPI (the plugin carries both).
-  info.mpiController = ok[2];
-  info.mpiOps = ok[2];
+  info.mpiController = ok[2].ok;
+  info.mpiOps = ok[2].ok;
+  if (ok[3].ok) {
+    std::stringstream lines(ok[3].output);
+    std::string line;
+    while (std::getline(lines, line)) {
+      size_t eq = line.find('=');
+      if (eq == std::string::npos) continue;
+      std::string key = line.substr(0, eq), value = line.substr(eq + 1);
+      if (key == "nccl_built") info.ncclVersion = std::atoi(value.c_str());
+      if (key == "cuda_built") info.cuda = value == "1";
+      if (key == "runtime") info.cudaRuntime = value;
+      if (key == "nccl") info.ncclLibrary = value;
+      if (key == "error") info.cudaError = value;
+      if (key == "nccl_error") info.ncclError = value;
+    }
+  }
+  // NCCL operations are built with the CUDA backend (nccl_built() is the NCCL version code of its
+  // headers); whether this machine can load NCCL is the note's business.
+  info.ncclOps = info.ncclVersion > 0;
   info.mpirun = resolveExecutable("mpirun", pathEnv());
   return info;
 }
@@ -133,6 +179,13 @@ std::string formatBuildInfo(const BuildInfo& info) {
   out += mark(info.cclOps) + std::string("CCL\n");
   out += mark(info.mpiOps) + std::string("MPI\n");
   out += mark(info.glooOps) + std::string("Gloo\n");
+  if (info.cuda) {
+    out += "\nCUDA is built into this Horovod, NCCL " + ncclVersionText(info.ncclVersion) +
+           " (horovod.nccl_built() = " + std::to_string(info.ncclVersion) +
+           "). Loaded at run time, on this machine:\n  CUDA runtime: " +
+           (info.cudaError.empty() ? info.cudaRuntime : "not usable: " + info.cudaError) +
+           "\n  NCCL: " + (info.ncclError.empty() ? info.ncclLibrary : "not usable: " + info.ncclError) + "\n";
+  }
   if (info.mpiController) {
     out +=
         "\nMPI starts jobs run under plain mpirun/mpiexec (or HOROVOD_CONTROLLER=mpi): it places the\n"

@@ -4,7 +4,9 @@
 //   Controllers: Gloo [X] (the built-in controller answers to that name); MPI [X] iff
 //     horovod._core's mpi_built() (MPI plugins built: jobs under mpirun rendezvous through MPI, and
 //     a note after the table says which data plane runs and why)
-//   Tensor operations: Gloo [X]; MPI, NCCL, DDL, CCL [ ] (no MPI data plane).
+//   Tensor operations: Gloo [X]; MPI as the controller; NCCL [X] iff horovod._core's
+//     nccl_built() (the CUDA backend was compiled, against NCCL's headers), and then a note after
+//     the table says what loading the CUDA runtime and NCCL finds on this machine; DDL, CCL [ ].
 // Launching with mpirun is a different thing: --mpi delegates to mpirun whenever it is on PATH,
 // and the processes then use the built-in controller. When MPI is not built but mpirun is
 // found, a note after the table says so.
@@ -28,6 +30,10 @@ struct BuildInfo {
   bool mpiOps = false;
   bool glooOps = true;
   std::string mpirun;  // mpirun's path if it is on PATH (horovodrun --mpi can use it), else ""
+  // horovod._core's cuda_built() / nccl_built(), and what its cuda_libraries() found here.
+  bool cuda = false;
+  int ncclVersion = 0;
+  std::string cudaRuntime, cudaError, ncclLibrary, ncclError;
 };
 
 BuildInfo probeBuild();

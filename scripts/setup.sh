@@ -56,6 +56,12 @@ python3 -m pip install -q --disable-pip-version-check "ruff==0.17.6" "clang-form
 python3 -m pip install -q --disable-pip-version-check "jax==0.10.2" "jaxlib==0.10.2" 2>&1 \
   | grep -v -E "^WARNING: (Running pip as|Location)" || true
 
+# NCCL's headers (and library) from PyPI, exact version: the CUDA backend compiles against this
+# nccl.h whenever nvcc is found (cmake/HorovodCuda.cmake), and tests/cpp/backends_cuda checks
+# Horovod's own NCCL ABI declaration against it. No GPU is needed for either.
+python3 -m pip install -q --disable-pip-version-check "nvidia-nccl-cu13==2.32.3" 2>&1 \
+  | grep -v -E "^WARNING: (Running pip as|Location)" || true
+
 python3 -m pip install -q --disable-pip-version-check --no-build-isolation . 2>&1 \
   | grep -v -E "^WARNING: (Running pip as|Location)" || true
 command -v horovodrun >/dev/null || { echo "setup: horovodrun is not on PATH after pip install" >&2; exit 1; }

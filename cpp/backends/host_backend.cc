@@ -9,8 +9,12 @@ void scale(void* buf, size_t count, DataType dtype, double factor) {
   if (factor != 1.0 && count > 0) scaleBuffer(buf, count, dtype, factor);
 }
 
-HostBackendBase::HostBackendBase(const char* name, const BackendContext& context)
-    : host_(context.host), observers_(context.observers), name_(name), counters_(context.counters) {}
+HostBackendBase::HostBackendBase(const char* name, const BackendContext& context, engine::Completion completion)
+    : CollectiveBackend(completion),
+      host_(context.host),
+      observers_(context.observers),
+      name_(name),
+      counters_(context.counters) {}
 
 bool HostBackendBase::supports(Kind kind) const {
   switch (kind) {

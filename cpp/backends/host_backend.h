@@ -57,8 +57,10 @@ class HostBackendBase : public engine::CollectiveBackend {
   bool supports(Kind kind) const override;
 
  protected:
-  // `name`: a static string (counters and events keep the pointer).
-  HostBackendBase(const char* name, const BackendContext& context);
+  // `name`: a static string (counters and events keep the pointer). `completion`: see
+  // engine::Completion (a device backend may defer it).
+  HostBackendBase(const char* name, const BackendContext& context,
+                  engine::Completion completion = engine::Completion::kInRun);
 
   bool watching(EngineEventKind kind) const { return observers_.wants(kind); }
   // Publishes `kind` for response `r` unconditionally; timeNs 0 = now.

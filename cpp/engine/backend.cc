@@ -70,13 +70,13 @@ Device deviceOf(int32_t id) {
   return device;
 }
 
-CollectiveBackend& BackendTable::forResponse(const Response& r, ProcessSet& set) {
-  const std::pair<int32_t, int32_t> key{set.id, r.params.device};
+CollectiveBackend& BackendTable::forResponse(const Response& r, ProcessSet& set, int32_t deviceOnRank) {
+  const std::pair<int32_t, int32_t> key{set.id, deviceOnRank};
   CollectiveBackend* backend = last_;
   if (backend == nullptr || key != lastKey_) {
     auto it = backends_.find(key);
     if (it == backends_.end()) {
-      const Device device = deviceOf(r.params.device);
+      const Device device = deviceOf(deviceOnRank);
       std::vector<BackendFactory> candidates;
       {
         std::lock_guard<std::mutex> lock(registryMutex());
@@ -88,7 +88,8 @@ CollectiveBackend& BackendTable::forResponse(const Response& r, ProcessSet& set)
       std::unique_ptr<CollectiveBackend> made;
       for (const auto& f : candidates) {
         made = f.make(BackendContext{set, device, *environment_.config, knobs_, *environment_.transport,
-                                     *environment_.host, *environment_.observers, *environment_.counters});
+                                     *environment_.host, *environment_.observers, *environment_.counters,
+                                     environment_.wakeEngine});
         if (made) break;
       }
       if (!made) {
@@ -107,7 +108,7 @@ CollectiveBackend& BackendTable::forResponse(const Response& r, ProcessSet& set)
   }
   if (!backend->supports(r.params.kind)) {
     throw Error(std::string("The ") + backend->name() + " collective backend does not support " +
-                std::string(kindName(r.params.kind)) + " on device " + deviceName(deviceOf(r.params.device)) + ".");
+                std::string(kindName(r.params.kind)) + " on device " + deviceName(deviceOf(deviceOnRank)) + ".");
   }
   return *backend;
 }
@@ -115,6 +116,12 @@ CollectiveBackend& BackendTable::forResponse(const Response& r, ProcessSet& set)
 void BackendTable::applyKnobs(const Knobs& knobs) {
   knobs_ = knobs;
   for (auto& [key, backend] : backends_) backend->applyKnobs(knobs);
+}
+
+void BackendTable::abort(std::exception_ptr error) {
+  for (auto& [key, backend] : backends_) {
+    if (backend->defersCompletion()) backend->abort(error);
+  }
 }
 
 void BackendTable::removeSet(int32_t processSet) {

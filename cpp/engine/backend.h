@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <map>
 #include <memory>
@@ -46,9 +47,34 @@ namespace hvd::engine {
 struct Entry;
 struct ProcessSet;
 
+// Completion. A host backend finishes its collectives inside run(), and the Runtime completes
+// the works right after. A device backend may instead take completion over (deferred
+// completion): it is built with CollectiveBackend(Completion::kDeferred), and then
+//  - run() only enqueues the device work; before returning normally it takes, for every non-null
+//    entry, the entry's work and member (Entry::work, Entry::member) and later completes that
+//    member exactly once (WorkImpl::completeMember, with the error if any) from any thread, e.g.
+//    its finalizer thread when the device finished. Outputs go into the work before completion.
+//  - the Runtime still retires the entries on the engine's thread right after run() (their names
+//    can be enqueued again, the entries are reused, kTensorDone is published then): after run()
+//    returns the backend must not touch the Entry objects, only the works it took.
+//  - when run() throws, the backend has taken nothing: the Runtime completes the works with the
+//    error (or, for a fatal error, fails them with the Runtime's).
+//  - when the Runtime fails (a lost peer, a timeout, an abort relayed by a peer), it calls
+//    abort(error) on every backend on the engine's thread before dropping them: the backend
+//    stops its device work (so nothing hangs) and fails every work it still holds with `error`.
+//    On a clean shutdown or a removed set the backend is destroyed without abort(): its
+//    destructor waits for the device to finish the work already enqueued and completes it.
+// The choice is fixed at construction, so the CPU path pays no virtual call for it.
+enum class Completion : uint8_t { kInRun, kDeferred };
+
 class CollectiveBackend {
  public:
+  explicit CollectiveBackend(Completion completion = Completion::kInRun) : completion_(completion) {}
   virtual ~CollectiveBackend() = default;
+  // Whether this backend completes the works of the responses it runs itself (see above).
+  bool defersCompletion() const { return completion_ == Completion::kDeferred; }
+  // The Runtime failed with `error` (deferred completion only; see above). Engine thread.
+  virtual void abort(std::exception_ptr error) {}
   // Short name for messages, logs and counters ("cpu", "mpi", "nccl"); a static string.
   virtual const char* name() const = 0;
   // Whether run() can execute a response of this data kind.
@@ -57,7 +83,8 @@ class CollectiveBackend {
   // response.tensors[i], or nullptr when this rank did not request it (a joined rank takes part
   // with zeros). Engine-allocated outputs and received splits go into the entries' works;
   // completing the works is the caller's job. Transport failures throw (fatal for the Runtime);
-  // other throws fail this response only.
+  // other throws fail this response only. A backend with deferred completion completes them
+  // itself (see above).
   // Every collective it runs emits kCollectiveStart/kCollectiveEnd with its name and the
   // algorithm (observer.h) and is counted in BackendContext::counters under the same names.
   virtual void run(const Response& response, ProcessSet& set, const std::vector<Entry*>& entries) = 0;
@@ -65,6 +92,9 @@ class CollectiveBackend {
   // change). A backend applies the knobs it has and documents the ones it has no use for; the
   // knobs in force when it was built came in its BackendContext.
   virtual void applyKnobs(const Knobs& knobs) = 0;
+
+ private:
+  const Completion completion_;
 };
 
 // What one Runtime lends all its backends; they outlive every backend built from them.
@@ -77,6 +107,9 @@ struct BackendEnvironment {
   const ObserverHub* observers = nullptr;
   // Where they count their collectives (collective_counters.h).
   CollectiveCounters* counters = nullptr;
+  // For backends with deferred completion: called (any thread) after completing works, so that a
+  // caller waiting for one of them while it drives the engine stops waiting for messages.
+  std::function<void()> wakeEngine;
 };
 
 // What a factory may look at to build (or decline) a backend.
@@ -89,6 +122,8 @@ struct BackendContext {
   HostResources& host;
   const ObserverHub& observers;
   CollectiveCounters& counters;
+  // See BackendEnvironment::wakeEngine; valid for the backend's lifetime.
+  const std::function<void()>& wakeEngine;
 };
 
 struct BackendFactory {
@@ -127,14 +162,18 @@ class BackendTable {
  public:
   // What backends are built with from now on (init, before any forResponse()).
   void attach(const BackendEnvironment& environment) { environment_ = environment; }
-  // The backend for `response`'s device on `set`, built on first use. Throws Error naming the
-  // device (no factory accepted it) or naming the backend and the op (unsupported op).
-  CollectiveBackend& forResponse(const Response& response, ProcessSet& set);
+  // The backend for `device` (deviceId(); this rank's device for the response: ranks may put one
+  // collective on different accelerators, e.g. GPU i on local rank i) on `set`, built on first
+  // use. Throws Error naming the device (no factory accepted it) or naming the backend and the op
+  // (unsupported op).
+  CollectiveBackend& forResponse(const Response& response, ProcessSet& set, int32_t device);
   // The knobs in force from now on: handed to every backend built so far, and to later ones at
   // construction.
   void applyKnobs(const Knobs& knobs);
   // Drops the backends of a removed process set.
   void removeSet(int32_t processSet);
+  // The Runtime failed: every backend's abort(error) (CollectiveBackend), before clear().
+  void abort(std::exception_ptr error);
   // Drops every backend (shutdown: before the transport they use goes).
   void clear() {
     backends_.clear();

@@ -9,6 +9,7 @@
 
 #include "collectives/algorithms.h"
 #include "common/logging.h"
+#include "engine/backend.h"
 #include "horovod/errors.h"
 
 namespace hvd::engine {
@@ -111,6 +112,10 @@ const Param<std::string> kCpuOperations(
 const Param<std::string> kTransport("HOROVOD_TRANSPORT", "auto",
                                     "Transport: auto (shm on one host, tcp across hosts, composite when "
                                     "mixed), tcp, shm, shm+tcp, local (threads of one process).");
+const Param<int64_t> kNcclStreams(
+    "HOROVOD_NUM_NCCL_STREAMS", 1,
+    "CUDA streams per GPU and process set that the NCCL backend spreads collectives over, round robin "
+    "(more lets independent collectives overlap on the device).");
 const Param<std::string> kThreadAffinity(
     "HOROVOD_THREAD_AFFINITY", "",
     "Comma list of core ids, one per local rank; the background thread of local rank i is pinned "
@@ -126,6 +131,28 @@ const Param<double> kElasticTimeout("HOROVOD_ELASTIC_TIMEOUT", 600.0,
 const Param<std::string> kLogLevel("HOROVOD_LOG_LEVEL", "warning",
                                    "trace, debug, info, warning, error, fatal (unknown -> warning).");
 const Param<bool> kLogHideTime("HOROVOD_LOG_HIDE_TIME", false, "Omit the timestamp from log lines.");
+
+// ---- GPU collectives (backends/cuda) ---------------------------------------------------------
+const Param<std::string> kGpuOperations(
+    "HOROVOD_GPU_OPERATIONS", "",
+    "How GPU tensors' collectives run: NCCL, or HOST (staged through host memory and Horovod's shm/tcp "
+    "collectives; MPI is accepted with the same meaning). Unset: NCCL when every rank of a process set "
+    "can use it (NCCL loads, no two ranks share a GPU), else HOST. Read at init (docs/gpu.md).");
+const Param<std::string> kGpuAllreduce("HOROVOD_GPU_ALLREDUCE", "",
+                                       "GPU allreduce implementation (NCCL, HOST or MPI); every GPU op follows "
+                                       "it, see HOROVOD_GPU_OPERATIONS (docs/gpu.md).");
+const Param<std::string> kGpuAllgather("HOROVOD_GPU_ALLGATHER", "",
+                                       "GPU allgather implementation, as HOROVOD_GPU_ALLREDUCE.");
+const Param<std::string> kGpuBroadcast("HOROVOD_GPU_BROADCAST", "",
+                                       "GPU broadcast implementation, as HOROVOD_GPU_ALLREDUCE.");
+const Param<std::string> kGpuAlltoall("HOROVOD_GPU_ALLTOALL", "",
+                                      "GPU alltoall implementation, as HOROVOD_GPU_ALLREDUCE.");
+const Param<std::string> kGpuReducescatter("HOROVOD_GPU_REDUCESCATTER", "",
+                                           "GPU reducescatter implementation, as HOROVOD_GPU_ALLREDUCE.");
+const Param<int64_t> kGpuStagedChunkBytes(
+    "HOROVOD_GPU_STAGED_CHUNK_BYTES", int64_t(4) << 20,
+    "Host-staged GPU collectives: messages larger than this move in chunks of it, so the device-host "
+    "copies of one chunk overlap the collective on another; 0 = one piece.");
 
 // ---- Stall inspector (rank 0) --------------------------------------------------------------
 const Param<bool> kStallCheckDisable(
@@ -157,7 +184,6 @@ const Param<bool> kHierAllgather("HOROVOD_HIERARCHICAL_ALLGATHER", false, "GPU h
 const Param<bool> kTorusAllreduce("HOROVOD_TORUS_ALLREDUCE", false, "NCCL torus allreduce.");
 const Param<bool> kBatchD2D("HOROVOD_BATCH_D2D_MEMCOPIES", true, "GPU batched device copies.");
 const Param<bool> kAsyncCompletion("HOROVOD_ENABLE_ASYNC_COMPLETION", false, "GPU asynchronous completion.");
-const Param<int64_t> kNcclStreams("HOROVOD_NUM_NCCL_STREAMS", 1, "NCCL streams per device.");
 const Param<int64_t> kAdasumChunk("HOROVOD_ADASUM_MPI_CHUNK_SIZE", int64_t(1) << 30, "MPI Adasum chunk size.");
 const Param<bool> kXlaOps("HOROVOD_ENABLE_XLA_OPS", false, "TensorFlow XLA ops.");
 const Param<bool> kNvtx("HOROVOD_DISABLE_NVTX_RANGES", false, "NVTX ranges (GPU profiling).");
@@ -191,13 +217,13 @@ void inert(const Param<T>& param, const EnvLookup& env, bool warn, const char* w
 void checkInertKnobs(const EnvLookup& env, bool warn) {
   constexpr const char* kNoGpu = "it tunes GPU/NCCL collectives, and this build has no GPU backend";
   inert(kHierAllreduce, env, warn,
-        "it selects Horovod's GPU hierarchical allreduce; the CPU hierarchical algorithms are chosen "
-        "by placement (force one with HOROVOD_ALLREDUCE_ALGO)");
+        "it selects Horovod's GPU hierarchical allreduce, which the NCCL backend does not implement (it "
+        "runs flat allreduces); the CPU hierarchical algorithms are chosen by placement (force one with "
+        "HOROVOD_ALLREDUCE_ALGO)");
   inert(kHierAllgather, env, warn, kNoGpu);
   inert(kTorusAllreduce, env, warn, kNoGpu);
   inert(kBatchD2D, env, warn, kNoGpu);
   inert(kAsyncCompletion, env, warn, kNoGpu);
-  inert(kNcclStreams, env, warn, kNoGpu);
   inert(kNvtx, env, warn, kNoGpu);
   inert(kAdasumChunk, env, warn, "Adasum is not supported by this build");
   inert(kXlaOps, env, warn, "it concerns TensorFlow's XLA ops, which this build does not provide");
@@ -348,6 +374,48 @@ void cpuOperationsBuilt(const char*, const std::string& value, const Config&) {
   }
 }
 
+GpuOperations parseGpuOperations(const Param<std::string>& param, const std::string& value) {
+  const std::string v = lower(value);
+  if (v == "nccl") return GpuOperations::kNccl;
+  if (v == "host" || v == "mpi") return GpuOperations::kHost;
+  throw InvalidArgument(std::string(param.name()) + "='" + value +
+                        "' is not a GPU operations implementation: accepted values are NCCL and HOST (MPI is "
+                        "accepted as HOST: staged through host memory)");
+}
+
+// The GPU variables, resolved to one implementation (Config::gpuOperations): every one that is
+// set must name the same implementation (a per-op variable overrides HOROVOD_GPU_OPERATIONS for
+// its op, and mixed implementations are not supported). `warn`: this process names them in a
+// warning when no backend in this build serves GPU tensors (rank 0).
+void readGpuOperations(Config& c, const EnvLookup& env, bool warn) {
+  GpuOperations chosen = GpuOperations::kAuto;
+  std::string firstFrom, source;
+  auto take = [&](const Param<std::string>& param) {
+    if (!param.isSet(env) || param.get(env).empty()) return;
+    const std::string value = param.get(env);
+    const std::string from = std::string(param.name()) + "=" + value;
+    const GpuOperations parsed = parseGpuOperations(param, value);
+    if (chosen != GpuOperations::kAuto && parsed != chosen) {
+      throw InvalidArgument("GPU operations set to different implementations (" + firstFrom + ", " + from +
+                            "): this build runs every GPU collective of a process set through one "
+                            "implementation; give them one value (e.g. HOROVOD_GPU_OPERATIONS=NCCL or HOST)");
+    }
+    if (chosen == GpuOperations::kAuto) firstFrom = from;
+    chosen = parsed;
+    source += (source.empty() ? "" : ", ") + from;
+  };
+  take(kGpuOperations);
+  for (const Param<std::string>* param :
+       {&kGpuAllreduce, &kGpuAllgather, &kGpuBroadcast, &kGpuAlltoall, &kGpuReducescatter}) {
+    take(*param);
+  }
+  c.gpuOperations = chosen;
+  c.gpuOperationsSource = source;
+  if (warn && !source.empty() && !backendServes(DeviceKind::kCuda)) {
+    HVD_LOG(Warning) << source << " has no effect in this build: it has no GPU backend (docs/gpu.md).";
+  }
+}
+
 // How a value lands in the Config when the field's type is not the variable's.
 std::chrono::milliseconds roundedMs(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0 + 0.5));
@@ -400,6 +468,7 @@ const std::vector<Setting>& settings() {
        Setting::Store<int64_t>([](Config& c, const int64_t& s) { c.timeout = std::chrono::seconds(s); }), aboveZero},
       {kIface, &Config::interface},
       {kThreadAffinity, &Config::threadAffinity},
+      {kNcclStreams, &Config::numNcclStreams, within<1, 64>},
       {kElastic, &Config::elastic},
       {kElasticWorkerId, &Config::elasticWorkerId, onlyWhenElastic},
       {kElasticTimeout, Setting::Store<double>([](Config& c, const double& s) {
@@ -422,6 +491,7 @@ const std::vector<Setting>& settings() {
        Setting::Store<double>([](Config& c, const double& s) { c.stallShutdownTime = roundedMs(s); }), seconds<true>},
       {kLivenessTimeout, Setting::Store<double>([](Config& c, const double& s) { c.livenessTimeout = roundedMs(s); }),
        seconds<true>},
+      {kGpuStagedChunkBytes, &Config::gpuStagedChunkBytes, atLeastZero},
   };
   return table;
 }
@@ -444,9 +514,18 @@ Config Config::fromEnvironment(const EnvLookup& env) {
   Config c;
   readTopology(c, env);
   for (const Setting& setting : settings()) setting.read(c, env);
+  readGpuOperations(c, env, /*warn=*/c.rank == 0);
   readPinned(c, env);
   checkInertKnobs(env, /*warn=*/c.rank == 0);
   return c;
+}
+
+const char* gpuOperationsName(GpuOperations value) {
+  switch (value) {
+    case GpuOperations::kNccl: return "NCCL";
+    case GpuOperations::kHost: return "HOST";
+    default: return "auto";
+  }
 }
 
 int64_t Config::roundFusionThreshold(int64_t threshold, int localSize, bool homogeneous) {

@@ -19,6 +19,15 @@
 
 namespace hvd::engine {
 
+// Which implementation runs the collectives of device (GPU) tensors: HOROVOD_GPU_OPERATIONS and
+// the per-op HOROVOD_GPU_ALLREDUCE, _ALLGATHER, _BROADCAST, _ALLTOALL, _REDUCESCATTER.
+//   kAuto  none set: NCCL when every rank of the set can use it, else host-staged
+//   kNccl  NCCL (init fails when NCCL cannot be loaded)
+//   kHost  staged through host memory and Horovod's own shm/tcp collectives (value HOST, or MPI:
+//          Horovod's "through the CPU data plane"; this build has no CUDA-aware MPI path)
+enum class GpuOperations : uint8_t { kAuto, kNccl, kHost };
+const char* gpuOperationsName(GpuOperations value);  // "auto", "NCCL", "HOST"
+
 // The Placement base is the topology the launcher gave (or mpirun/srun variables mapped to it):
 // rank and size always; localRank, localSize, crossRank and crossSize are -1 when it gave none,
 // and the Runtime then derives them from the hostnames published at rendezvous.
@@ -64,6 +73,7 @@ struct Config : Placement {
   std::string interface;                     // HOROVOD_GLOO_IFACE
   std::string transport = "auto";            // HOROVOD_TRANSPORT: auto|tcp|shm|shm+tcp|local
   std::string threadAffinity;                // HOROVOD_THREAD_AFFINITY (comma list of core ids)
+  int64_t numNcclStreams = 1;                // HOROVOD_NUM_NCCL_STREAMS (backends/cuda/nccl_backend.h)
   bool elastic = false;                      // HOROVOD_ELASTIC
   // Elastic jobs under horovodrun (elastic_join.h): the worker's id in the elastic rendezvous, and
   // how long init() waits for the driver to form its next round.
@@ -73,6 +83,16 @@ struct Config : Placement {
   // host updates the driver had announced before it formed.
   int64_t elasticRound = -1;
   int64_t elasticUpdatesSeen = 0;
+
+  // ---- GPU collectives (backends/cuda) ----------------------------------------------------------
+  // Every GPU collective of a process set runs through one implementation, so the variables
+  // resolve to one value: explicit values that disagree fail init (a per-op variable alone
+  // chooses for every op). gpuOperationsSource names the variables that set it ("" = none).
+  GpuOperations gpuOperations = GpuOperations::kAuto;
+  std::string gpuOperationsSource;
+  // HOROVOD_GPU_STAGED_CHUNK_BYTES: host-staged collectives move messages larger than this in
+  // chunks of it, overlapping the copies with the collective; 0 = one piece.
+  int64_t gpuStagedChunkBytes = int64_t(4) << 20;
 
   // ---- Set explicitly (autotuning leaves these knobs as they are, as Horovod does) ----------
   struct Pinned {

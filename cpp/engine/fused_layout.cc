@@ -17,25 +17,19 @@ size_t fusedBytes(const Response& r) {
 }
 
 void packTensors(const Response& r, const std::vector<Entry*>& entries, uint8_t* buf) {
-  size_t offset = 0;
-  for (size_t i = 0; i < r.tensors.size(); ++i) {
-    const size_t bytes = tensorBytes(r.tensors[i], r.params.dtype);
+  forEachFusedTensor(r, [&](size_t offset, size_t i, size_t, size_t bytes) {
     if (entries[i] != nullptr) {
       if (bytes > 0) std::memcpy(buf + offset, entries[i]->input, bytes);
     } else {
       std::memset(buf + offset, 0, bytes);
     }
-    offset += bytes;
-  }
+  });
 }
 
 void unpackTensors(const Response& r, const std::vector<Entry*>& entries, const uint8_t* buf) {
-  size_t offset = 0;
-  for (size_t i = 0; i < r.tensors.size(); ++i) {
-    const size_t bytes = tensorBytes(r.tensors[i], r.params.dtype);
+  forEachFusedTensor(r, [&](size_t offset, size_t i, size_t, size_t bytes) {
     if (entries[i] != nullptr && bytes > 0) std::memcpy(entries[i]->output, buf + offset, bytes);
-    offset += bytes;
-  }
+  });
 }
 
 AllgatherLayout::AllgatherLayout(const Response& r, int ranks)
@@ -71,28 +65,18 @@ std::vector<OwnedTensor*> allocateAllgatherOutputs(const Response& r, const std:
 
 void packAllgather(const AllgatherLayout& layout, const Response& r, int me, const std::vector<Entry*>& entries,
                    uint8_t* buf) {
-  size_t offset = layout.rankOffset[me];
-  for (size_t i = 0; i < r.tensors.size(); ++i) {
-    const size_t bytes = static_cast<size_t>(r.tensors[i].data().firstDims[me]) * layout.rowBytes[i];
+  forEachAllgatherInput(layout, r, me, [&](size_t offset, size_t i, size_t, size_t bytes) {
     if (entries[i] != nullptr && bytes > 0) std::memcpy(buf + offset, entries[i]->input, bytes);
-    offset += bytes;
-  }
+  });
 }
 
 void unpackAllgather(const AllgatherLayout& layout, const Response& r, const std::vector<OwnedTensor*>& outputs,
                      const uint8_t* buf) {
-  std::vector<size_t> outOffset(r.tensors.size(), 0);
-  for (size_t p = 0; p < layout.rankOffset.size(); ++p) {
-    size_t src = layout.rankOffset[p];
-    for (size_t i = 0; i < r.tensors.size(); ++i) {
-      const size_t bytes = static_cast<size_t>(r.tensors[i].data().firstDims[p]) * layout.rowBytes[i];
-      if (outputs[i] != nullptr && bytes > 0) {
-        std::memcpy(static_cast<uint8_t*>(outputs[i]->view.data) + outOffset[i], buf + src, bytes);
-      }
-      outOffset[i] += bytes;
-      src += bytes;
+  forEachAllgatherOutput(layout, r, [&](size_t offset, size_t i, size_t outOffset, size_t bytes) {
+    if (outputs[i] != nullptr && bytes > 0) {
+      std::memcpy(static_cast<uint8_t*>(outputs[i]->view.data) + outOffset, buf + offset, bytes);
     }
-  }
+  });
 }
 
 std::vector<size_t> reducescatterCounts(const Response& r, int ranks) {
@@ -106,36 +90,20 @@ std::vector<size_t> reducescatterCounts(const Response& r, int ranks) {
 }
 
 void packReducescatter(const Response& r, int ranks, const std::vector<Entry*>& entries, uint8_t* buf) {
-  const size_t esize = dataTypeSize(r.params.dtype);
-  size_t offset = 0;
-  for (int p = 0; p < ranks; ++p) {
-    for (size_t i = 0; i < r.tensors.size(); ++i) {
-      const TensorInfo& t = r.tensors[i].data();
-      const size_t rowBytes = static_cast<size_t>(t.rowElements()) * esize;
-      int64_t firstRow = 0;
-      for (int q = 0; q < p; ++q) firstRow += reducescatterRows(t.shape[0], ranks, q);
-      const size_t bytes = static_cast<size_t>(reducescatterRows(t.shape[0], ranks, p)) * rowBytes;
-      if (entries[i] != nullptr) {
-        const auto* input = static_cast<const uint8_t*>(entries[i]->input);
-        if (bytes > 0) std::memcpy(buf + offset, input + firstRow * rowBytes, bytes);
-      } else {
-        std::memset(buf + offset, 0, bytes);
-      }
-      offset += bytes;
+  forEachReducescatterPiece(r, ranks, [&](size_t offset, size_t i, size_t inputOffset, size_t bytes) {
+    if (entries[i] != nullptr) {
+      if (bytes > 0) std::memcpy(buf + offset, static_cast<const uint8_t*>(entries[i]->input) + inputOffset, bytes);
+    } else {
+      std::memset(buf + offset, 0, bytes);
     }
-  }
+  });
 }
 
 void unpackReducescatter(const Response& r, int ranks, int me, const std::vector<Entry*>& entries,
                          const uint8_t* result) {
-  const size_t esize = dataTypeSize(r.params.dtype);
-  size_t offset = 0;
-  for (size_t i = 0; i < r.tensors.size(); ++i) {
-    const TensorInfo& t = r.tensors[i].data();
-    const size_t bytes = static_cast<size_t>(reducescatterRows(t.shape[0], ranks, me) * t.rowElements()) * esize;
+  forEachReducescatterResult(r, ranks, me, [&](size_t offset, size_t i, size_t, size_t bytes) {
     if (entries[i] != nullptr && bytes > 0) std::memcpy(entries[i]->output, result + offset, bytes);
-    offset += bytes;
-  }
+  });
 }
 
 }  // namespace hvd::engine

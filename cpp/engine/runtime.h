@@ -205,8 +205,13 @@ class Runtime {
   // passes; false when the engine has stopped or stops meanwhile.
   bool drive(const WorkImpl& work, Deadline deadline);
   // Blocks in the transport until a message or a wake-up unless there is work already; returns
-  // whether there may be something to do (false: the deadline passed with nothing).
-  bool awaitWork(Deadline deadline);
+  // whether there may be something to do (false: the deadline passed with nothing). A driving
+  // caller passes the work it waits for: it does not block once that completed (a backend with
+  // deferred completion completes it from its own thread, then calls wakeForCompletion()).
+  bool awaitWork(Deadline deadline, const WorkImpl* waitedOn = nullptr);
+  // A backend completed works from its own thread: wakes a caller blocked in awaitWork() for one
+  // of them (Dekker-style with the fence there). Any thread.
+  void wakeForCompletion();
   // Whether the background thread should leave the queued work to a waiting caller now.
   bool leaveToCallers() const;
   // Releases the token for HOROVOD_CALLER_PROGRESS_US (longer while callers keep driving, see
@@ -224,7 +229,9 @@ class Runtime {
   void expandCached(Response& response);
   Entry* findEntry(const Response& response, const TensorInfo& tensor);
   Entry* pendingEntry(int32_t processSet, std::string_view name);
-  void completeEntry(Entry* entry, std::exception_ptr error);
+  // Retires `entry` (its name is free again, the entry is reused) and completes its work member
+  // with `error`, unless `completeWork` is false: a backend with deferred completion holds it.
+  void completeEntry(Entry* entry, std::exception_ptr error, bool completeWork = true);
   // ---- process-set lifecycle, every rank, in list order (runtime_process_sets.cc) ----
   // The set is registered (its backends are built on its first response) and the adding
   // operation, if this rank has it, completes with the set's id.

@@ -242,7 +242,8 @@ void Runtime::registerProcessSets(const std::vector<std::vector<int>>& staticSet
   std::vector<int> all(static_cast<size_t>(config_.size));
   for (int r = 0; r < config_.size; ++r) all[r] = r;
   checkBackendConfigs(config_);  // a setting no backend can work with fails init, as the first collective would
-  backends_.attach(BackendEnvironment{&config_, transport_.get(), &host_, &observers_, &counters_});
+  backends_.attach(
+      BackendEnvironment{&config_, transport_.get(), &host_, &observers_, &counters_, [this] { wakeForCompletion(); }});
   sets_.add(0, all);
   for (size_t i = 0; i < staticSets.size(); ++i) sets_.add(static_cast<int32_t>(i + 1), staticSets[i]);
   initKnobs();

@@ -113,6 +113,9 @@ void Runtime::loop() {
                       " called hvd.shutdown() or exited).";
   }
   gate_->close();
+  // Device work a backend still completes (deferred completion, backend.h) fails with the same
+  // error as everything else; after a clean shutdown it completes as the device finishes it.
+  if (loopFailed_) backends_.abort(reason.toException());
   failAll(reason);
   token.unlock();
   {
@@ -122,13 +125,19 @@ void Runtime::loop() {
   exitCv_.notify_all();
 }
 
-bool Runtime::awaitWork(Deadline deadline) {
+void Runtime::wakeForCompletion() {
+  // Pairs with the fence in awaitWork(): either it sees the work completed, or we see it idle.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (idle_.load(std::memory_order_relaxed)) transport_->wake();
+}
+
+bool Runtime::awaitWork(Deadline deadline, const WorkImpl* waitedOn) {
   idle_.store(true, std::memory_order_relaxed);
   // Pairs with the fence in wakeEngine(): either it sees idle_ and wakes the transport, or we see
   // its entries here.
   std::atomic_thread_fence(std::memory_order_seq_cst);
   bool busy = !queue_.empty() || !outgoing_.empty() || (coordinator_ && coordinator_->hasWork()) ||
-              (shutdownRequested_.load() && !shutdownSent_);
+              (shutdownRequested_.load() && !shutdownSent_) || (waitedOn != nullptr && waitedOn->isCompleted());
   if (!busy) busy = transport_->waitForMessage(deadline);
   idle_.store(false, std::memory_order_relaxed);
   return busy;
@@ -177,7 +186,7 @@ bool Runtime::drive(const WorkImpl& work, Deadline deadline) {
   callerDriving_ = true;
   try {
     while (!work.isCompleted()) {
-      awaitWork(deadline.earliest(idleDeadline()));
+      awaitWork(deadline.earliest(idleDeadline()), &work);
       if (step()) {
         callerStopped_ = true;
         break;

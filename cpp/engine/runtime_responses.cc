@@ -106,7 +106,7 @@ Entry* Runtime::pendingEntry(int32_t processSet, std::string_view name) {
   return slot == nullptr ? nullptr : slot->entry.get();
 }
 
-void Runtime::completeEntry(Entry* entry, std::exception_ptr error) {
+void Runtime::completeEntry(Entry* entry, std::exception_ptr error, bool completeWork) {
   if (entry == nullptr) return;
   if (entry->sentCacheId != kNoCacheId) {
     // The node stays (the id comes back next step: no allocation then) unless the id is gone.
@@ -131,7 +131,7 @@ void Runtime::completeEntry(Entry* entry, std::exception_ptr error) {
   // slot stays while the name has a cache id: it comes back next step.
   const bool keepSlot = slot->cacheId != kNoCacheId && replica_.get(slot->cacheId) != nullptr;
   queue_.release(std::move(owned), keepSlot);
-  work->completeMember(error);
+  if (completeWork) work->completeMember(error);
 }
 
 void Runtime::processResponse(Response& r) {
@@ -187,8 +187,21 @@ void Runtime::runData(Response& r) {
     stats_.lastDataStartNs = ObserverHub::nowNs();
   }
   std::exception_ptr error;
+  CollectiveBackend* backend = nullptr;
   try {
-    backends_.forResponse(r, *set).run(r, *set, entriesScratch_);
+    // The response names the first requester's device; an accelerator's ordinal is this rank's
+    // own (its entries'; a rank without an entry, which joined, uses the response's).
+    int32_t device = r.params.device;
+    if (device != kCpuDevice) [[unlikely]] {
+      for (Entry* e : entriesScratch_) {
+        if (e != nullptr) {
+          device = e->request.params.device;
+          break;
+        }
+      }
+    }
+    backend = &backends_.forResponse(r, *set, device);
+    backend->run(r, *set, entriesScratch_);
   } catch (...) {
     error = std::current_exception();
     // Transport and collective failures end the runtime; anything else fails this response only
@@ -197,7 +210,10 @@ void Runtime::runData(Response& r) {
   }
   // Copy: completing an entry may free it.
   std::vector<Entry*> done = entriesScratch_;
-  for (Entry* e : done) completeEntry(e, error);
+  // A backend with deferred completion took the works of a response it ran (backend.h): only
+  // retire the entries.
+  const bool completeWorks = error != nullptr || !backend->defersCompletion();
+  for (Entry* e : done) completeEntry(e, error, completeWorks);
 }
 
 RuntimeStats Runtime::stats() const {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "arrays.h"
+#include "common/package_dirs.h"
 #include "errors.h"
 #include "handles.h"
 #include "horovod/api_table.h"
@@ -223,6 +224,18 @@ NB_MODULE(_core, m) {
 
   m.doc() =
       "Horovod core binding: lifecycle, topology, process sets and collectives on DLPack arrays.";
+
+  // Where Python wheels install libraries the core loads at run time (the nvidia-* wheels of
+  // CUDA and NCCL): this interpreter's site-packages folders, in sys.path order.
+  {
+    std::vector<std::string> dirs;
+    for (nb::handle entry : nb::module_::import_("sys").attr("path")) {
+      if (!nb::isinstance<nb::str>(entry)) continue;
+      std::string dir = nb::cast<std::string>(entry);
+      if (dir.ends_with("site-packages") || dir.ends_with("dist-packages")) dirs.push_back(dir);
+    }
+    hvd::setPythonPackageDirs(std::move(dirs));
+  }
   registerErrorTranslator();
   registerRendezvous(m);
   // Adapters' handle spaces (and their bound methods) are reachable from framework objects that
@@ -290,10 +303,21 @@ NB_MODULE(_core, m) {
   m.def("mpi_threads_supported", [] { return hvd::mpiThreadsSupported(); });
   m.def("mpi_description", [] { return hvd::mpiDescription(); });
   m.def("gloo_built", [] { return true; });
-  m.def("nccl_built", [] { return 0; });
+  // CUDA and NCCL: compiled in when nvcc was found at build time, loaded at run time
+  // (docs/gpu.md). nccl_built is the NCCL_VERSION_CODE of the headers compiled against.
+  m.def("nccl_built", [] { return hvd::ncclBuilt(); });
   m.def("ddl_built", [] { return false; });
   m.def("ccl_built", [] { return false; });
-  m.def("cuda_built", [] { return false; });
+  m.def("cuda_built", [] { return hvd::cudaBuilt(); });
+  m.def(
+      "cuda_libraries",
+      [] {
+        nb::dict out;
+        for (const auto& [key, value] : hvd::cudaLibraries()) out[key.c_str()] = value;
+        return out;
+      },
+      "What loading the CUDA runtime, NCCL and the kernel library found (paths, versions, errors); "
+      "{} when CUDA was not built. Loads them on the first call.");
   m.def("rocm_built", [] { return false; });
   m.def("mpi_enabled", [] { return hvd::mpiEnabled(); });
   m.def("gloo_enabled", [] { return hvd::isInitialized(); });

@@ -142,8 +142,9 @@ def test_check_build_format(run):
     pattern = (r'Horovod v0\.28\.1:\n\n'
                r'Available Frameworks:\n    \[[X ]\] TensorFlow\n    \[[X ]\] PyTorch\n    \[ \] MXNet\n\n'
                r'Available Controllers:\n    \[[X ]\] MPI\n    \[X\] Gloo\n\n'
-               r'Available Tensor Operations:\n    \[ \] NCCL\n    \[ \] DDL\n    \[ \] CCL\n    \[[X ]\] MPI\n'
+               r'Available Tensor Operations:\n    \[[X ]\] NCCL\n    \[ \] DDL\n    \[ \] CCL\n    \[[X ]\] MPI\n'
                r'    \[X\] Gloo\n'
+               r'(\nCUDA is built into this Horovod, NCCL [^\n]*\n  CUDA runtime: [^\n]*\n  NCCL: [^\n]*\n)?'
                r'(\nMPI is not built into this Horovod \(horovod.mpi_built\(\) is False\)\. [^\n]*\n[^\n]*\n[^\n]*\n'
                r'|\nMPI starts jobs run under plain mpirun/mpiexec [^\n]*\n(?:[^\n]+\n){7})?')
     assert re.fullmatch(pattern, r.stdout), r.stdout

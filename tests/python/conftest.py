@@ -13,6 +13,7 @@ import pytest
 DISTRIBUTED_FILES = ['test_core.py', 'test_torch.py', 'test_torch_optimizer.py', 'test_peer_lost.py',
                      'test_timeline.py', 'test_tensorflow.py', 'test_keras.py']
 SINGLE_PROCESS_FILES = ['test_distributed.py', 'test_mpi.py', 'test_single_process.py', 'test_build_queries.py',
+                        'test_gpu_build.py',
                         'test_tf_examples.py', 'test_tensorflow_tf1.py', 'test_keras_backends.py',
                         'test_ray.py', 'test_ray_cluster.py', 'test_ray_netns.py', 'test_elastic_driver.py',
                         'test_rendezvous_server.py',

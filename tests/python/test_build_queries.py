@@ -94,9 +94,11 @@ def test_extension_unavailable_without_core(monkeypatch):
 
 def test_gpu_available(fresh_caches, capfd):
     assert mpi_ops.gpu_available is util.gpu_available
-    assert util.gpu_available('torch') is False  # this core has no CUDA/ROCm build
-    assert util.gpu_available('torch', verbose=True) is False
-    assert 'Extension torch was NOT running with GPU.' in capfd.readouterr().out
+    from horovod import _core
+    built = bool(_core.cuda_built())  # the CUDA backend, when nvcc was found at build time
+    assert util.gpu_available('torch') is built
+    assert util.gpu_available('torch', verbose=True) is built
+    assert 'Extension torch {}running with GPU.'.format('was ' if built else 'was NOT ') in capfd.readouterr().out
 
 
 # ---- *_built ----------------------------------------------------------------------------------------
@@ -106,7 +108,7 @@ def test_built_queries_match_the_core(fresh_caches, capfd):
     built = bool(_core.mpi_built())  # MPI plugins found next to the core (docs/mpi.md)
     assert util.mpi_built() is built and util.mpi_built() == hvd.mpi_built()
     assert util.gloo_built() is True and util.gloo_built() == hvd.gloo_built()
-    assert util.nccl_built() == 0 and type(util.nccl_built()) is int
+    assert util.nccl_built() == _core.nccl_built() and type(util.nccl_built()) is int
     assert util.ddl_built() is False
     assert util.ccl_built() is False
     assert util.mpi_built(verbose=True) is built

@@ -52,7 +52,7 @@ def test_topology():
     assert isinstance(_core.is_homogeneous(), bool)
     assert _core.process_set_ids()[0] == 0
     assert list(_core.process_set_ranks(0)) == list(range(size()))
-    assert _core.gloo_built() and _core.nccl_built() == 0
+    assert _core.gloo_built() and (_core.nccl_built() > 0) == _core.cuda_built()
 
 
 def local_value(dtype, r, shape=(5, 3)):

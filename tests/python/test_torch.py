@@ -15,6 +15,7 @@ import pytest
 torch = pytest.importorskip('torch')
 
 import horovod.torch as hvd  # noqa: E402
+from horovod import _core  # noqa: E402
 from horovod.common.exceptions import HorovodInternalError  # noqa: E402
 
 torch.set_num_threads(1)
@@ -63,8 +64,10 @@ def test_rank_size_match_environment():
     assert (hvd.rank(), hvd.size()) == _launcher_rank_size()
     assert hvd.local_size() >= 1 and hvd.cross_size() >= 1
     assert hvd.gloo_built() and hvd.gloo_enabled() and hvd.mpi_enabled() == UNDER_MPI
-    assert hvd.nccl_built() == 0 and isinstance(hvd.nccl_built(), int)
-    assert not hvd.cuda_built() and not hvd.rocm_built() and not hvd.ddl_built()
+    # CUDA/NCCL as built (tests/python/test_gpu_build.py checks that against the installation).
+    assert hvd.nccl_built() == _core.nccl_built() and isinstance(hvd.nccl_built(), int)
+    assert hvd.cuda_built() is bool(_core.cuda_built()) and (hvd.nccl_built() > 0) == hvd.cuda_built()
+    assert not hvd.rocm_built() and not hvd.ddl_built()
     assert hvd.global_process_set.ranks == list(range(hvd.size()))
     assert (hvd.Average, hvd.Sum, hvd.Adasum, hvd.Min, hvd.Max, hvd.Product) == (0, 1, 2, 3, 4, 5)
 

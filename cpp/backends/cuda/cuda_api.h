@@ -26,8 +26,7 @@ struct HvdCudaKernels {
   // dst[i][0..bytes[i]) = src[i][0..bytes[i]) for i in [0, n): the fusion buffer's pack and
   // unpack, in as few launches as the sizes allow. The three arrays are host memory, read before
   // the call returns.
-  cudaError_t (*batchedCopy)(void* const* dst, const void* const* src, const size_t* bytes, int n,
-                             cudaStream_t stream);
+  cudaError_t (*batchedCopy)(void* const* dst, const void* const* src, const size_t* bytes, int n, cudaStream_t stream);
   // out[0..count) = in[0..count) * factor (in == out allowed). Integers are scaled in double and
   // rounded to nearest; fp16/bf16 in fp32.
   cudaError_t (*scale)(void* out, const void* in, int64_t count, int dtype, double factor, cudaStream_t stream);

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "horovod/errors.h"
@@ -71,6 +72,20 @@ bool mpiEnabled();
 bool mpiThreadsSupported();
 // "openmpi" / "mpich" and MPI_Get_library_version's first line, or "" while MPI is not enabled.
 std::string mpiDescription();
+
+// ---- GPUs (docs/gpu.md) --------------------------------------------------------------------------
+
+// Whether the CUDA backend was compiled into this core (nvcc was found at build time). It may still
+// be unusable on this machine: cudaLibraries() says what loading found.
+bool cudaBuilt();
+// The NCCL version code (NCCL's NCCL_VERSION_CODE, e.g. 23203 for 2.32.3) of the nccl.h the CUDA
+// backend was compiled against, 0 when it was not built.
+int ncclBuilt();
+// What loading the CUDA runtime, NCCL and Horovod's kernel library found, as (key, value) pairs:
+// runtime, nccl, kernels (paths opened), error, nccl_error (why not; "" when loaded), and when
+// the runtime loaded runtime_version, driver_version, device_count, nccl_version. Loads them on
+// the first call (once per process). Empty when the CUDA backend was not built.
+std::vector<std::pair<std::string, std::string>> cudaLibraries();
 
 // ---- Timeline ----------------------------------------------------------------------------------
 

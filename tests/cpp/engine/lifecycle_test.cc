@@ -6,6 +6,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "cluster.h"
 #include "common/logging.h"
@@ -130,6 +133,38 @@ TEST(Config, BadValuesNameVariableAndValue) {
                                                                   {"HOROVOD_CPU_OPERATIONS", "gloo"},
                                                                   {"HOROVOD_CYCLE_TIME", "0.5"},
                                                                   {"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"}})));
+}
+
+TEST(Config, GpuOperationsResolveToOneImplementation) {
+  auto gpu = [](std::vector<std::pair<std::string, std::string>> env) {
+    return engine::Config::fromEnvironment(mapEnvironment(env));
+  };
+  EXPECT_EQ(gpu({}).gpuOperations, engine::GpuOperations::kAuto);
+  EXPECT_EQ(gpu({}).gpuOperationsSource, "");
+  EXPECT_EQ(gpu({{"HOROVOD_GPU_OPERATIONS", "nccl"}}).gpuOperations, engine::GpuOperations::kNccl);
+  EXPECT_EQ(gpu({{"HOROVOD_GPU_OPERATIONS", "HOST"}}).gpuOperations, engine::GpuOperations::kHost);
+  // Horovod's MPI value: through the CPU data plane, here host-staged.
+  EXPECT_EQ(gpu({{"HOROVOD_GPU_OPERATIONS", "MPI"}}).gpuOperations, engine::GpuOperations::kHost);
+  // A per-op variable alone chooses for every op; agreeing values are fine.
+  const auto c = gpu({{"HOROVOD_GPU_ALLREDUCE", "host"}, {"HOROVOD_GPU_BROADCAST", "MPI"}});
+  EXPECT_EQ(c.gpuOperations, engine::GpuOperations::kHost);
+  EXPECT_EQ(c.gpuOperationsSource, "HOROVOD_GPU_ALLREDUCE=host, HOROVOD_GPU_BROADCAST=MPI");
+  EXPECT_EQ(gpu({{"HOROVOD_GPU_STAGED_CHUNK_BYTES", "65536"}}).gpuStagedChunkBytes, 65536);
+
+  auto expectBad = [&](std::vector<std::pair<std::string, std::string>> env, const std::vector<std::string>& texts) {
+    try {
+      gpu(env);
+      ADD_FAILURE() << "accepted";
+    } catch (const InvalidArgument& e) {
+      for (const auto& text : texts) EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+    }
+  };
+  expectBad({{"HOROVOD_GPU_OPERATIONS", "gloo"}},
+            {"HOROVOD_GPU_OPERATIONS='gloo'", "accepted values are NCCL and HOST"});
+  expectBad({{"HOROVOD_GPU_ALLTOALL", "DDL"}}, {"HOROVOD_GPU_ALLTOALL='DDL'", "NCCL and HOST"});
+  expectBad({{"HOROVOD_GPU_OPERATIONS", "HOST"}, {"HOROVOD_GPU_ALLREDUCE", "NCCL"}},
+            {"HOROVOD_GPU_OPERATIONS=HOST", "HOROVOD_GPU_ALLREDUCE=NCCL", "one implementation"});
+  expectBad({{"HOROVOD_GPU_STAGED_CHUNK_BYTES", "-1"}}, {"HOROVOD_GPU_STAGED_CHUNK_BYTES='-1'"});
 }
 
 TEST(Config, BadValueFailsInitThroughApiLayer) {
@@ -267,7 +302,7 @@ TEST(Config, InertKnobsAreNamedInAWarningOnRankZero) {
   std::vector<std::string> lines;
   LogSink previous = setLogSink([&](LogLevel, const std::string& line) { lines.push_back(line); });
   engine::Config::fromEnvironment(
-      mapEnvironment(rankEnv(0, 2, {{"HOROVOD_TORUS_ALLREDUCE", "1"}, {"HOROVOD_NUM_NCCL_STREAMS", "2"}})));
+      mapEnvironment(rankEnv(0, 2, {{"HOROVOD_TORUS_ALLREDUCE", "1"}, {"HOROVOD_ENABLE_XLA_OPS", "1"}})));
   engine::Config::fromEnvironment(mapEnvironment(rankEnv(1, 2, {{"HOROVOD_TORUS_ALLREDUCE", "1"}})));
   engine::Config::fromEnvironment(mapEnvironment(rankEnv(0, 2, {})));
   // Autotuning works: no warning for it.
@@ -276,8 +311,23 @@ TEST(Config, InertKnobsAreNamedInAWarningOnRankZero) {
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_NE(lines[0].find("HOROVOD_TORUS_ALLREDUCE is set but has no effect in this build"), std::string::npos)
       << lines[0];
-  EXPECT_NE(lines[1].find("HOROVOD_NUM_NCCL_STREAMS is set but has no effect in this build"), std::string::npos)
+  EXPECT_NE(lines[1].find("HOROVOD_ENABLE_XLA_OPS is set but has no effect in this build"), std::string::npos)
       << lines[1];
+}
+
+// HOROVOD_NUM_NCCL_STREAMS is the NCCL backend's (backends/cuda): read, range-checked, no warning.
+TEST(Config, NcclStreamsAreReadAndChecked) {
+  std::vector<std::string> lines;
+  LogSink previous = setLogSink([&](LogLevel, const std::string& line) { lines.push_back(line); });
+  const auto config =
+      engine::Config::fromEnvironment(mapEnvironment(rankEnv(0, 2, {{"HOROVOD_NUM_NCCL_STREAMS", "3"}})));
+  setLogSink(std::move(previous));
+  EXPECT_EQ(config.numNcclStreams, 3);
+  EXPECT_TRUE(lines.empty());
+  EXPECT_EQ(engine::Config::fromEnvironment(mapEnvironment(rankEnv(0, 2, {}))).numNcclStreams, 1);
+  expectThrowWith<InvalidArgument>(
+      [] { engine::Config::fromEnvironment(mapEnvironment(rankEnv(0, 2, {{"HOROVOD_NUM_NCCL_STREAMS", "0"}}))); },
+      "HOROVOD_NUM_NCCL_STREAMS");
 }
 
 }  // namespace

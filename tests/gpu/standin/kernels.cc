@@ -132,9 +132,9 @@ cudaError_t checkKernelPointer(const char* kernel, const void* ptr, size_t bytes
                                            std::to_string(device));
   size_t offset = static_cast<size_t>(static_cast<const char*>(ptr) - info.base);
   if (offset + bytes > info.size)
-    return fail(cudaErrorInvalidValue, std::string(kernel) + ": " + role + " " + hex(ptr) + " +" + std::to_string(bytes) +
-                                           " bytes runs past the end of its " + std::to_string(info.size) +
-                                           "-byte allocation");
+    return fail(cudaErrorInvalidValue, std::string(kernel) + ": " + role + " " + hex(ptr) + " +" +
+                                           std::to_string(bytes) + " bytes runs past the end of its " +
+                                           std::to_string(info.size) + "-byte allocation");
   return cudaSuccess;
 }
 
@@ -181,7 +181,8 @@ cudaError_t batchedCopy(void* const* dst, const void* const* src, const size_t* 
 cudaError_t scale(void* out, const void* in, int64_t count, int dtype, double factor, cudaStream_t stream) {
   const char* kernel = "hvd scale";
   size_t esize = elementSize(dtype);
-  if (esize == 0) return fail(cudaErrorInvalidValue, std::string(kernel) + ": unknown hvd::DataType " + std::to_string(dtype));
+  if (esize == 0)
+    return fail(cudaErrorInvalidValue, std::string(kernel) + ": unknown hvd::DataType " + std::to_string(dtype));
   if (count < 0) return fail(cudaErrorInvalidValue, std::string(kernel) + ": negative count " + std::to_string(count));
   int device = 0;
   if (cudaError_t e = launchDevice(kernel, &device)) return e;
@@ -191,8 +192,7 @@ cudaError_t scale(void* out, const void* in, int64_t count, int dtype, double fa
   std::string what = std::string(kernel) + "(" + std::to_string(count) + " elements of type " + std::to_string(dtype) +
                      ", factor " + std::to_string(factor) + ")";
   return enqueue(
-      stream, what, {{in, bytes, false}, {out, bytes, true}},
-      [=] { runScale(out, in, count, dtype, factor); }, device);
+      stream, what, {{in, bytes, false}, {out, bytes, true}}, [=] { runScale(out, in, count, dtype, factor); }, device);
 }
 
 const HvdCudaKernels kKernels{kHvdCudaKernelsVersion, batchedCopy, scale};

@@ -29,6 +29,7 @@ struct Registry {
   std::unordered_map<ncclComm_t, std::shared_ptr<Comm>> comms;
   std::string lastError;
   uint64_t nextId = 1;
+  std::vector<ncclComm_t> retired;  // handles are never freed; kept reachable here
 };
 Registry* g_registry = nullptr;
 std::once_flag g_once;
@@ -62,9 +63,11 @@ ncclResult_t failNccl(ncclResult_t result, const std::string& message) {
 
 std::shared_ptr<Comm> findComm(ncclComm_t handle, const char* call, ncclResult_t* error) {
   Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  auto it = r.comms.find(handle);
-  if (it != r.comms.end()) return it->second;
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    auto it = r.comms.find(handle);
+    if (it != r.comms.end()) return it->second;
+  }
   std::ostringstream msg;
   msg << call << ": communicator " << static_cast<const void*>(handle)
       << " is not a live communicator (destroyed, aborted, or never initialized)";
@@ -103,9 +106,9 @@ ncclResult_t submit(const std::vector<Pending>& pending) {
   std::string what;
   for (const Pending& p : pending) {
     if (p.stream != stream)
-      return failNccl(ncclInvalidUsage,
-                      "ncclGroupEnd: the group's calls on one communicator use different streams (" +
-                          streamName(stream) + " and " + streamName(p.stream) + "); the stand-in needs one stream");
+      return failNccl(ncclInvalidUsage, "ncclGroupEnd: the group's calls on one communicator use different streams (" +
+                                            streamName(stream) + " and " + streamName(p.stream) +
+                                            "); the stand-in needs one stream");
     calls.push_back(p.call);
     accesses.insert(accesses.end(), p.accesses.begin(), p.accesses.end());
     what += (what.empty() ? "" : " + ") + p.call.describe();
@@ -113,8 +116,8 @@ ncclResult_t submit(const std::vector<Pending>& pending) {
   if (pending.size() > 1) what = "group {" + what + "}";
   cudaError_t cudaStatus = cudaSuccess;
   bool queued = comm->issue([&](uint64_t ticket) {
-    cudaStatus = enqueue(stream, what, accesses, [comm, ticket, calls] { comm->execute(ticket, calls); },
-                         comm->device());
+    cudaStatus =
+        enqueue(stream, what, accesses, [comm, ticket, calls] { comm->execute(ticket, calls); }, comm->device());
     return cudaStatus == cudaSuccess;
   });
   if (queued) return ncclSuccess;
@@ -212,11 +215,11 @@ HVD_STANDIN_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, n
   using standin::failNccl;
   if (comm == nullptr) return failNccl(ncclInvalidArgument, "ncclCommInitRank: null output pointer");
   if (nranks < 1 || nranks > standin::kMaxRanks)
-    return failNccl(ncclInvalidArgument, "ncclCommInitRank: nranks " + std::to_string(nranks) +
-                                             " is not in [1, " + std::to_string(standin::kMaxRanks) + "]");
+    return failNccl(ncclInvalidArgument, "ncclCommInitRank: nranks " + std::to_string(nranks) + " is not in [1, " +
+                                             std::to_string(standin::kMaxRanks) + "]");
   if (rank < 0 || rank >= nranks)
-    return failNccl(ncclInvalidArgument,
-                    "ncclCommInitRank: rank " + std::to_string(rank) + " is not in [0, " + std::to_string(nranks) + ")");
+    return failNccl(ncclInvalidArgument, "ncclCommInitRank: rank " + std::to_string(rank) + " is not in [0, " +
+                                             std::to_string(nranks) + ")");
   std::string id(commId.internal, strnlen(commId.internal, sizeof(commId.internal)));
   if (id.rfind(standin::kIdPrefix, 0) != 0)
     return failNccl(ncclInvalidArgument, "ncclCommInitRank: the id was not made by the stand-in's ncclGetUniqueId");
@@ -244,6 +247,7 @@ HVD_STANDIN_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   c->leave();
   standin::Registry& r = standin::registry();
   std::lock_guard<std::mutex> lock(r.mu);
+  r.retired.push_back(comm);
   r.comms.erase(comm);  // the segment is unmapped when the last queued call releases it
   return ncclSuccess;
 }
@@ -256,12 +260,14 @@ HVD_STANDIN_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
   c->abort();
   standin::Registry& r = standin::registry();
   std::lock_guard<std::mutex> lock(r.mu);
+  r.retired.push_back(comm);
   r.comms.erase(comm);
   return ncclSuccess;
 }
 
 HVD_STANDIN_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
-  if (asyncError == nullptr) return standin::failNccl(ncclInvalidArgument, "ncclCommGetAsyncError: null output pointer");
+  if (asyncError == nullptr)
+    return standin::failNccl(ncclInvalidArgument, "ncclCommGetAsyncError: null output pointer");
   ncclResult_t error = ncclSuccess;
   auto c = standin::findComm(comm, "ncclCommGetAsyncError", &error);
   if (!c) return error;
@@ -289,8 +295,7 @@ HVD_STANDIN_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbu
 }
 
 HVD_STANDIN_EXPORT ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
-                                              ncclDataType_t datatype, int root, ncclComm_t comm,
-                                              cudaStream_t stream) {
+                                              ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
   NcclCall call{NcclCall::kBroadcast, sendbuff, recvbuff, count, datatype, ncclSum, root};
   size_t bytes = count * standin::ncclTypeSize(datatype);
   ncclResult_t error = ncclSuccess;

@@ -100,7 +100,8 @@ int initTimeoutSeconds() {
 }  // namespace
 
 std::string NcclCall::describe() const {
-  static const char* names[] = {"ncclAllReduce", "ncclAllGather", "ncclBroadcast", "ncclReduceScatter", "ncclSend", "ncclRecv"};
+  static const char* names[] = {"ncclAllReduce",     "ncclAllGather", "ncclBroadcast",
+                                "ncclReduceScatter", "ncclSend",      "ncclRecv"};
   std::ostringstream out;
   out << names[kind] << "(count " << count << ", " << ncclTypeName(dtype);
   if (kind == kAllReduce || kind == kReduceScatter) out << ", " << ncclOpName(op);
@@ -117,11 +118,10 @@ ncclResult_t Comm::join(const std::string& name, int nranks, int rank, int devic
   c->nranks_ = nranks;
   c->device_ = device;
   c->name_ = name;
-  const size_t boxBytes =
-      std::max(kMinBoxBytes, kMailboxArea / static_cast<size_t>(nranks * nranks) / 64 * 64);
+  const size_t boxBytes = std::max(kMinBoxBytes, kMailboxArea / static_cast<size_t>(nranks * nranks) / 64 * 64);
   const size_t headerBytes = align(sizeof(SegmentHeader), 4096);
-  const size_t total = headerBytes + static_cast<size_t>(nranks) * kSlotBytes +
-                       static_cast<size_t>(nranks * nranks) * boxBytes;
+  const size_t total =
+      headerBytes + static_cast<size_t>(nranks) * kSlotBytes + static_cast<size_t>(nranks * nranks) * boxBytes;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(initTimeoutSeconds());
 
   int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
@@ -143,7 +143,7 @@ ncclResult_t Comm::join(const std::string& name, int nranks, int rank, int devic
     shm_unlink(name.c_str());
     return ncclSystemError;
   }
-  struct stat st {};
+  struct stat st{};
   while (fstat(fd, &st) == 0 && st.st_size == 0 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   if (static_cast<size_t>(st.st_size) != total) {
@@ -401,7 +401,8 @@ ncclResult_t Comm::collective(const NcclCall& call) {
         if (rank_ == desc.root) std::memcpy(mine, send + off * es, m * es);
         break;
       case kReduceScatter:
-        for (size_t t = 0; t < n; ++t) std::memcpy(mine + t * (slotBytes / n), send + (t * call.count + off) * es, m * es);
+        for (size_t t = 0; t < n; ++t)
+          std::memcpy(mine + t * (slotBytes / n), send + (t * call.count + off) * es, m * es);
         break;
     }
     if (ncclResult_t r = barrier()) return r;
@@ -420,11 +421,13 @@ ncclResult_t Comm::collective(const NcclCall& call) {
         reduceInputs(recv + off * es, inputs.data(), nranks_, m, call.dtype, call.op);
         break;
       case kAllGather:
-        for (size_t r = 0; r < n; ++r) std::memcpy(recv + (r * call.count + off) * es, slot(static_cast<int>(r)), m * es);
+        for (size_t r = 0; r < n; ++r)
+          std::memcpy(recv + (r * call.count + off) * es, slot(static_cast<int>(r)), m * es);
         break;
       case kBroadcast: std::memcpy(recv + off * es, slot(desc.root), m * es); break;
       case kReduceScatter:
-        for (size_t r = 0; r < n; ++r) inputs[r] = slot(static_cast<int>(r)) + static_cast<size_t>(rank_) * (slotBytes / n);
+        for (size_t r = 0; r < n; ++r)
+          inputs[r] = slot(static_cast<int>(r)) + static_cast<size_t>(rank_) * (slotBytes / n);
         reduceInputs(recv + off * es, inputs.data(), nranks_, m, call.dtype, call.op);
         break;
     }

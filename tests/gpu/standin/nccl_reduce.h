@@ -82,14 +82,12 @@ void reduce(void* out, const void* const* in, int inputs, size_t n, ncclRedOp_t 
         case ncclAvg:
           if constexpr (std::is_integral_v<A>)
             acc = static_cast<A>(static_cast<std::make_unsigned_t<A>>(acc) + static_cast<std::make_unsigned_t<A>>(v));
-          else
-            acc = acc + v;
+          else acc = acc + v;
           break;
         case ncclProd:
           if constexpr (std::is_integral_v<A>)
             acc = static_cast<A>(static_cast<std::make_unsigned_t<A>>(acc) * static_cast<std::make_unsigned_t<A>>(v));
-          else
-            acc = acc * v;
+          else acc = acc * v;
           break;
         case ncclMax: acc = v > acc ? v : acc; break;
         case ncclMin: acc = v < acc ? v : acc; break;

@@ -48,14 +48,10 @@ inline float miniToFloat(uint32_t bits, MiniFormat f) {
   const uint32_t man = bits & ((1u << f.manBits) - 1);
   const uint32_t expMax = (1u << f.expBits) - 1;
   float value;
-  if (f.ieee && exp == expMax)
-    value = man ? NAN : INFINITY;
-  else if (!f.ieee && exp == expMax && man == (1u << f.manBits) - 1)
-    value = NAN;
-  else if (exp == 0)
-    value = std::ldexp(static_cast<float>(man), 1 - bias - f.manBits);
-  else
-    value = std::ldexp(static_cast<float>(man | (1u << f.manBits)), static_cast<int>(exp) - bias - f.manBits);
+  if (f.ieee && exp == expMax) value = man ? NAN : INFINITY;
+  else if (!f.ieee && exp == expMax && man == (1u << f.manBits) - 1) value = NAN;
+  else if (exp == 0) value = std::ldexp(static_cast<float>(man), 1 - bias - f.manBits);
+  else value = std::ldexp(static_cast<float>(man | (1u << f.manBits)), static_cast<int>(exp) - bias - f.manBits);
   return sign ? -value : value;
 }
 
@@ -63,7 +59,8 @@ inline uint32_t floatToMini(float x, MiniFormat f) {
   const int bias = (1 << (f.expBits - 1)) - 1;
   const uint32_t signBit = 1u << (f.expBits + f.manBits);
   const uint32_t expMax = (1u << f.expBits) - 1;
-  const uint32_t nan = f.ieee ? (expMax << f.manBits) | (1u << (f.manBits - 1)) : (expMax << f.manBits) | ((1u << f.manBits) - 1);
+  const uint32_t nan =
+      f.ieee ? (expMax << f.manBits) | (1u << (f.manBits - 1)) : (expMax << f.manBits) | ((1u << f.manBits) - 1);
   const uint32_t sign = std::signbit(x) ? signBit : 0;
   if (std::isnan(x)) return nan;
   double a = std::fabs(static_cast<double>(x));

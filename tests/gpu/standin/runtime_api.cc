@@ -28,9 +28,13 @@ constexpr size_t kAlignment = 256;
 // Freed blocks are kept this long (in bytes) before they go back to the C heap, so that a second
 // free of the same pointer is recognized as such instead of freeing a newer allocation.
 constexpr size_t kQuarantineBytes = size_t{64} << 20;
-std::deque<std::pair<void*, size_t>> g_quarantine;
+// These live as long as the process (never destroyed: memory and handles stay reachable).
+auto& g_quarantine = *new std::deque<std::pair<void*, size_t>>();
 size_t g_quarantineBytes = 0;
-std::set<uintptr_t> g_freed;
+auto& g_freed = *new std::set<uintptr_t>();
+// Handles are never freed (a stale handle must never name a new object); kept reachable here.
+auto& g_retiredStreams = *new std::vector<cudaStream_t>();
+auto& g_retiredEvents = *new std::vector<cudaEvent_t>();
 
 std::string hex(const void* p) {
   std::ostringstream out;
@@ -67,16 +71,18 @@ cudaError_t release(void* ptr, bool pinned, const char* call) {
   if (it == s.allocations.end()) {
     MemInfo inside = lookupMemoryLocked(s, ptr);
     if (inside.kind != MemKind::kHost)
-      return fail(cudaErrorInvalidValue, std::string(call) + "(" + hex(ptr) + "): not the start of an allocation (it is inside " +
-                                             hex(inside.base) + ")");
+      return fail(cudaErrorInvalidValue, std::string(call) + "(" + hex(ptr) +
+                                             "): not the start of an allocation (it is inside " + hex(inside.base) +
+                                             ")");
     if (g_freed.count(addr))
       return fail(cudaErrorInvalidValue, std::string(call) + "(" + hex(ptr) + "): double free (already freed)");
     return fail(cudaErrorInvalidValue, std::string(call) + "(" + hex(ptr) + "): not a pointer " +
                                            (pinned ? "cudaHostAlloc" : "cudaMalloc") + " returned");
   }
   if (it->second.pinned != pinned)
-    return fail(cudaErrorInvalidValue, std::string(call) + "(" + hex(ptr) + "): the pointer is " +
-                                           (pinned ? "device memory (use cudaFree)" : "pinned host memory (use cudaFreeHost)"));
+    return fail(cudaErrorInvalidValue,
+                std::string(call) + "(" + hex(ptr) + "): the pointer is " +
+                    (pinned ? "device memory (use cudaFree)" : "pinned host memory (use cudaFreeHost)"));
   if (cudaError_t sticky = stickyError(s, it->second.device)) return sticky;
   for (const auto& r : it->second.records) {
     if (clockGet(s.host, r.stream) >= r.seq) continue;
@@ -101,7 +107,9 @@ cudaError_t allocate(void** out, size_t size, bool pinned, const char* call) {
   if (size == 0) return cudaSuccess;
   size_t rounded = (size + kAlignment - 1) / kAlignment * kAlignment;
   void* p = std::aligned_alloc(kAlignment, rounded);
-  if (p == nullptr) return fail(cudaErrorMemoryAllocation, std::string(call) + ": out of memory for " + std::to_string(size) + " bytes");
+  if (p == nullptr)
+    return fail(cudaErrorMemoryAllocation,
+                std::string(call) + ": out of memory for " + std::to_string(size) + " bytes");
   // cudaMalloc'd memory is uninitialized: poison it (NaN for floats, -1 / max for integers).
   if (!pinned) std::memset(p, 0xFF, rounded);
   g_freed.erase(reinterpret_cast<uintptr_t>(p));
@@ -119,9 +127,9 @@ cudaError_t checkRange(const MemInfo& info, const void* ptr, size_t bytes, const
   if (info.kind == MemKind::kHost) return cudaSuccess;
   size_t offset = static_cast<size_t>(static_cast<const char*>(ptr) - info.base);
   if (offset + bytes <= info.size) return cudaSuccess;
-  return fail(cudaErrorInvalidValue, what + ": " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) +
-                                         " run past the end of the " + std::to_string(info.size) + "-byte allocation " +
-                                         hex(info.base));
+  return fail(cudaErrorInvalidValue, what + ": " + std::to_string(bytes) + " bytes at offset " +
+                                         std::to_string(offset) + " run past the end of the " +
+                                         std::to_string(info.size) + "-byte allocation " + hex(info.base));
 }
 
 const char* kindName(cudaMemcpyKind kind) {
@@ -263,7 +271,8 @@ HVD_STANDIN_EXPORT cudaError_t cudaFreeHost(void* ptr) { return standin::release
 
 HVD_STANDIN_EXPORT cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
                                                cudaStream_t stream) {
-  std::string what = std::string("cudaMemcpyAsync(") + standin::kindName(kind) + ", " + std::to_string(count) + " bytes)";
+  std::string what =
+      std::string("cudaMemcpyAsync(") + standin::kindName(kind) + ", " + std::to_string(count) + " bytes)";
   if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault)
     return fail(cudaErrorInvalidMemcpyDirection, what + ": not a cudaMemcpyKind");
   if (count > 0 && (dst == nullptr || src == nullptr)) return fail(cudaErrorInvalidValue, what + ": null pointer");
@@ -318,6 +327,7 @@ HVD_STANDIN_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream) {
     return fail(cudaErrorInvalidResourceHandle,
                 "cudaStreamDestroy(" + standin::streamName(stream) + "): not a live created stream");
   it->second->destroyed = true;  // its thread finishes the queued work, then exits
+  standin::g_retiredStreams.push_back(it->first);
   s.streams.erase(it);
   s.cv.notify_all();
   return cudaSuccess;
@@ -325,7 +335,8 @@ HVD_STANDIN_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 
 HVD_STANDIN_EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags) {
   if (flags != 0)
-    return fail(cudaErrorInvalidValue, "cudaStreamWaitEvent: flags " + std::to_string(flags) + " are not modelled (only 0)");
+    return fail(cudaErrorInvalidValue,
+                "cudaStreamWaitEvent: flags " + std::to_string(flags) + " are not modelled (only 0)");
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
   cudaError_t error = cudaSuccess;
@@ -346,7 +357,8 @@ HVD_STANDIN_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   uint64_t seq = 0;
   Clock clock;
   // A marker op: on the legacy stream it also waits for the blocking streams' earlier work.
-  if (cudaError_t e = standin::enqueueLocked(s, target, "cudaStreamSynchronize", {}, nullptr, {}, nullptr, &seq, &clock))
+  if (cudaError_t e =
+          standin::enqueueLocked(s, target, "cudaStreamSynchronize", {}, nullptr, {}, nullptr, &seq, &clock))
     return e;
   standin::waitCompleted(s, lock, *target, seq);
   standin::hostObserved(s, clock);
@@ -386,6 +398,7 @@ HVD_STANDIN_EXPORT cudaError_t cudaEventDestroy(cudaEvent_t event) {
   std::lock_guard<std::mutex> lock(s.mu);
   cudaError_t error = cudaSuccess;
   if (!standin::findEvent(s, event, "cudaEventDestroy", &error)) return error;
+  standin::g_retiredEvents.push_back(event);
   s.events.erase(event);
   return cudaSuccess;
 }
@@ -399,11 +412,13 @@ HVD_STANDIN_EXPORT cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t s
   auto target = standin::resolveStream(s, stream, &error);
   if (!target) return error;
   if (target->device != ev->device)
-    return fail(cudaErrorInvalidResourceHandle, "cudaEventRecord: the event belongs to device " + std::to_string(ev->device) +
-                                                    " and " + target->name + " to device " + std::to_string(target->device));
+    return fail(cudaErrorInvalidResourceHandle, "cudaEventRecord: the event belongs to device " +
+                                                    std::to_string(ev->device) + " and " + target->name +
+                                                    " to device " + std::to_string(target->device));
   uint64_t seq = 0;
   Clock clock;
-  if (cudaError_t e = standin::enqueueLocked(s, target, "cudaEventRecord", {}, nullptr, {}, nullptr, &seq, &clock)) return e;
+  if (cudaError_t e = standin::enqueueLocked(s, target, "cudaEventRecord", {}, nullptr, {}, nullptr, &seq, &clock))
+    return e;
   ev->recorded = true;
   ev->stream = target;
   ev->seq = seq;
@@ -435,6 +450,34 @@ HVD_STANDIN_EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   standin::waitCompleted(s, lock, *stream, seq);
   standin::hostObserved(s, clock);
   return standin::stickyError(s, ev->device);
+}
+
+struct HvdStandinGate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+};
+
+HVD_STANDIN_EXPORT HvdStandinGate* hvd_standin_gate(cudaStream_t stream) {
+  // Never freed (a test hook: open_gate may race the op's end); kept reachable.
+  static auto& gates = *new std::vector<HvdStandinGate*>();
+  static auto& gatesMu = *new std::mutex();
+  auto* gate = new HvdStandinGate();
+  {
+    std::lock_guard<std::mutex> lock(gatesMu);
+    gates.emplace_back(gate);
+  }
+  cudaError_t e = standin::enqueue(stream, "test gate", {}, [gate] {
+    std::unique_lock<std::mutex> lock(gate->mu);
+    gate->cv.wait(lock, [&] { return gate->open; });
+  });
+  return e == cudaSuccess ? gate : nullptr;
+}
+
+HVD_STANDIN_EXPORT void hvd_standin_open_gate(HvdStandinGate* gate) {
+  std::lock_guard<std::mutex> lock(gate->mu);
+  gate->open = true;
+  gate->cv.notify_all();
 }
 
 HVD_STANDIN_EXPORT void hvd_standin_clear_errors(void) {

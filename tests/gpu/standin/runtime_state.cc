@@ -25,6 +25,8 @@ void readDeviceCount(State& s) {
   if (*env == '\0' || *end != '\0' || n < 1 || n > 64) {
     s.devices = 0;
     s.devicesError = "HVD_STANDIN_DEVICES='" + std::string(env) + "' is not a device count in [1, 64]";
+  } else {
+    s.devices = static_cast<int>(n);
   }
 }
 
@@ -88,12 +90,11 @@ std::string describe(const void* ptr, size_t bytes) {
   out << "[" << ptr << ", +" << bytes << " bytes)";
   MemInfo info = lookupMemoryLocked(state(), ptr);
   if (info.kind == MemKind::kDevice)
-    out << " of device " << info.device << "'s allocation " << static_cast<const void*>(info.base) << " ("
-        << info.size << " bytes)";
+    out << " of device " << info.device << "'s allocation " << static_cast<const void*>(info.base) << " (" << info.size
+        << " bytes)";
   else if (info.kind == MemKind::kPinned)
     out << " of pinned host allocation " << static_cast<const void*>(info.base) << " (" << info.size << " bytes)";
-  else
-    out << " of host memory";
+  else out << " of host memory";
   return out.str();
 }
 
@@ -147,10 +148,8 @@ uint64_t clockGet(const Clock& clock, uint64_t stream) {
 
 void clockRaise(Clock& clock, uint64_t stream, uint64_t seq) {
   auto it = std::lower_bound(clock.begin(), clock.end(), std::make_pair(stream, uint64_t{0}));
-  if (it != clock.end() && it->first == stream)
-    it->second = std::max(it->second, seq);
-  else
-    clock.insert(it, {stream, seq});
+  if (it != clock.end() && it->first == stream) it->second = std::max(it->second, seq);
+  else clock.insert(it, {stream, seq});
 }
 
 void clockMerge(Clock& into, const Clock& from) {
@@ -264,8 +263,8 @@ cudaError_t enqueueLocked(State& s, const std::shared_ptr<Stream>& stream, std::
       if (clockGet(clock, r.stream) >= r.seq) continue;
       std::ostringstream msg;
       msg << "ordering error: " << what << " (op " << seq << " of " << stream->name << ") "
-          << (a.write ? "writes " : "reads ") << describe(a.ptr, a.bytes) << ", which " << r.what << " (op "
-          << r.seq << " of " << r.streamName << ") " << (r.write ? "writes" : "reads") << " at "
+          << (a.write ? "writes " : "reads ") << describe(a.ptr, a.bytes) << ", which " << r.what << " (op " << r.seq
+          << " of " << r.streamName << ") " << (r.write ? "writes" : "reads") << " at "
           << static_cast<const void*>(r.ptr) << " +" << r.bytes << " bytes; " << stream->name
           << " is not ordered after that op (no cudaStreamWaitEvent chain from it, and the host has not "
              "observed its completion). The device's context is now in error (sticky cudaErrorLaunchFailure).";

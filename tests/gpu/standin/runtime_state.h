@@ -119,9 +119,8 @@ std::shared_ptr<Stream> resolveStream(State& s, cudaStream_t handle, cudaError_t
 // Queues an op (see enqueue() in standin.h); requires the lock. `waits`/`after` add an ordering
 // edge (cudaStreamWaitEvent). Returns the op's seq and clock through `seq`/`clock` when non-null.
 cudaError_t enqueueLocked(State& s, const std::shared_ptr<Stream>& stream, std::string what,
-                          const std::vector<Access>& accesses, std::function<void()> run,
-                          std::vector<Wait> waits = {}, const Clock* after = nullptr,
-                          uint64_t* seq = nullptr, Clock* clock = nullptr);
+                          const std::vector<Access>& accesses, std::function<void()> run, std::vector<Wait> waits = {},
+                          const Clock* after = nullptr, uint64_t* seq = nullptr, Clock* clock = nullptr);
 
 // The host has seen everything `clock` covers complete (a synchronize or a successful query):
 // later ops are ordered after it and its records are dropped. Requires the lock.

@@ -42,8 +42,8 @@ cudaError_t fail(cudaError_t error, const std::string& message);
 // errors. `what` names the op in messages. `requiredDevice` >= 0: the stream must belong to that
 // device (a kernel launch: the current device; NCCL: the communicator's), else
 // cudaErrorInvalidResourceHandle.
-cudaError_t enqueue(cudaStream_t stream, std::string what, std::vector<Access> accesses,
-                    std::function<void()> run, int requiredDevice = -1);
+cudaError_t enqueue(cudaStream_t stream, std::string what, std::vector<Access> accesses, std::function<void()> run,
+                    int requiredDevice = -1);
 
 // The calling thread's current device (cudaSetDevice), validated against the device count.
 int currentDevice();

@@ -3,6 +3,8 @@
 // and carry on in the same process.
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #define HVD_STANDIN_EXPORT __attribute__((visibility("default")))
 
 extern "C" {
@@ -10,5 +12,12 @@ extern "C" {
 // Clears every device's sticky error and the calling thread's last error (a real CUDA context
 // in error can only be destroyed; tests that provoke one on purpose reset it here).
 HVD_STANDIN_EXPORT void hvd_standin_clear_errors(void);
+
+// Queues on `stream` an op that blocks the stream until hvd_standin_open_gate(gate) (what a slow
+// kernel would do), so tests can observe work that has not run yet. Returns null (and prints why)
+// when `stream` is not a usable stream.
+typedef struct HvdStandinGate HvdStandinGate;
+HVD_STANDIN_EXPORT HvdStandinGate* hvd_standin_gate(cudaStream_t stream);
+HVD_STANDIN_EXPORT void hvd_standin_open_gate(HvdStandinGate* gate);
 
 }  // extern "C"
