@@ -52,8 +52,9 @@ python3 -m pip install -q --disable-pip-version-check "kubernetes-validate==1.37
 python3 -m pip install -q --disable-pip-version-check "ruff==0.17.6" "clang-format==23.1.5" 2>&1 \
   | grep -v -E "^WARNING: (Running pip as|Location)" || true
 
-# Keras 3's JAX backend, for horovod.keras's tests (CPU wheels, exact versions).
-python3 -m pip install -q --disable-pip-version-check "jax==0.10.2" "jaxlib==0.10.2" 2>&1 \
+# Keras 3's JAX backend, for horovod.keras's tests, and horovod.jax (CPU wheels, exact versions;
+# optax for horovod.jax's DistributedOptimizer tests, which work without it too).
+python3 -m pip install -q --disable-pip-version-check "jax==0.10.2" "jaxlib==0.10.2" "optax==0.2.8" 2>&1 \
   | grep -v -E "^WARNING: (Running pip as|Location)" || true
 
 # NCCL's headers (and library) from PyPI, exact version: the CUDA backend compiles against this
@@ -61,6 +62,16 @@ python3 -m pip install -q --disable-pip-version-check "jax==0.10.2" "jaxlib==0.1
 # Horovod's own NCCL ABI declaration against it. No GPU is needed for either.
 python3 -m pip install -q --disable-pip-version-check "nvidia-nccl-cu13==2.32.3" 2>&1 \
   | grep -v -E "^WARNING: (Running pip as|Location)" || true
+
+# horovod.mxnet's environment (scripts/check_mxnet.sh): MXNet 1.9.1 is the last release (retired
+# upstream) and breaks on numpy >= 1.24, so it gets a virtual environment of its own, with the
+# horovod build of this Python put on its path by the check (nothing is compiled against MXNet).
+mxnet_venv=${HOROVOD_MXNET_VENV:-/tmp/horovod-mxnet-1.9.1}
+if ! "$mxnet_venv/bin/python" -c "import mxnet, numpy; assert mxnet.__version__ == '1.9.1' and numpy.__version__ == '1.23.5'" 2>/dev/null; then
+  python3 -m venv "$mxnet_venv"
+  "$mxnet_venv/bin/pip" install -q --disable-pip-version-check "mxnet==1.9.1" "numpy==1.23.5" \
+    cloudpickle pyyaml packaging pytest scikit-learn 2>&1 | grep -v -E "^WARNING: (Running pip as|Location)" || true
+fi
 
 python3 -m pip install -q --disable-pip-version-check --no-build-isolation . 2>&1 \
   | grep -v -E "^WARNING: (Running pip as|Location)" || true

@@ -11,10 +11,11 @@ import os
 import pytest
 
 DISTRIBUTED_FILES = ['test_core.py', 'test_torch.py', 'test_torch_optimizer.py', 'test_peer_lost.py',
-                     'test_timeline.py', 'test_tensorflow.py', 'test_keras.py']
+                     'test_timeline.py', 'test_tensorflow.py', 'test_keras.py', 'test_jax.py']
 SINGLE_PROCESS_FILES = ['test_distributed.py', 'test_mpi.py', 'test_single_process.py', 'test_build_queries.py',
                         'test_gpu_build.py',
-                        'test_tf_examples.py', 'test_tensorflow_tf1.py', 'test_keras_backends.py',
+                        'test_tf_examples.py', 'test_jax_examples.py', 'test_tensorflow_tf1.py',
+                        'test_keras_backends.py',
                         'test_ray.py', 'test_ray_cluster.py', 'test_ray_netns.py', 'test_elastic_driver.py',
                         'test_rendezvous_server.py',
                         'test_spark.py', 'test_spark_elastic.py', 'test_spark_estimator.py', 'test_data_loader.py',

@@ -2,7 +2,9 @@
 
 #include <dlfcn.h>
 
+#include <deque>
 #include <fstream>
+#include <mutex>
 #include <set>
 #include <sstream>
 
@@ -53,6 +55,16 @@ std::vector<std::string> mappedPackageDirs() {
     }
   }
   return out;
+}
+
+// Loaded tables live as long as the process (the libraries are never unloaded either), in
+// storage that stays reachable (so leak checkers see no leak) and never moves.
+template <typename Table>
+const Table& keep(const Table& table) {
+  static std::mutex mu;
+  static auto* kept = new std::deque<Table>();
+  std::lock_guard<std::mutex> lock(mu);
+  return kept->emplace_back(table);
 }
 
 void appendReason(std::string* why, const std::string& reason) {
@@ -215,14 +227,13 @@ void loadNccl(const EnvLookup& env, const CudaSearch& search, CudaLibraries* out
     out->ncclError = why;
     return;
   }
-  auto* nccl = new NcclApi();
-  std::vector<std::string> missing = resolveNccl(handle, nccl);
+  NcclApi nccl;
+  std::vector<std::string> missing = resolveNccl(handle, &nccl);
   if (!missing.empty()) {
     out->ncclError = out->ncclPath + " lacks " + joined(missing) + " (NCCL 2.13 or newer is needed)";
-    delete nccl;
     return;
   }
-  api->nccl = nccl;
+  api->nccl = &keep(nccl);
 }
 
 }  // namespace
@@ -273,11 +284,11 @@ CudaLibraries loadCudaLibraries(const EnvLookup& env, const CudaSearch& search) 
     out.error = why;
     return out;
   }
-  auto* api = new CudaApi();
+  CudaApi loaded;
+  CudaApi* api = &loaded;
   std::vector<std::string> missing = resolveRuntime(runtime, &api->rt);
   if (!missing.empty()) {
     out.error = out.runtimePath + " lacks " + joined(missing) + " (not a CUDA runtime library Horovod can use)";
-    delete api;
     return out;
   }
 
@@ -297,12 +308,11 @@ CudaLibraries loadCudaLibraries(const EnvLookup& env, const CudaSearch& search) 
   }
   if (api->kernels == nullptr) {
     out.error = why;
-    delete api;
     return out;
   }
 
   loadNccl(env, search, &out, api);
-  out.api = api;
+  out.api = &keep(loaded);
   return out;
 }
 
