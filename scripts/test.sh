@@ -123,6 +123,11 @@ if [ -d tests/python ]; then
   stage "ray and spark tests" 1800 python3 -m pytest -q --durations=8 "${ray_spark_tests[@]}"
   stage "mpi tests" 1500 python3 -m pytest -q --durations=8 "${mpi_tests[@]}"
 fi
+# The GPU path without a GPU: device-tensor intake, then every collective at 2 and 3 ranks on the
+# host-memory CUDA + NCCL stand-in built in build/ (skipped, saying why, where it cannot be built).
+if [ -x tests/gpu/run_suite.sh ]; then
+  stage "gpu tests (stand-in)" 1200 tests/gpu/run_suite.sh
+fi
 # A private one-node Slurm cluster: srun's environment, srun / sbatch / salloc training.
 if [ -d tests/slurm ]; then
   stage "slurm tests" 900 python3 -m pytest -q --durations=8 tests/slurm

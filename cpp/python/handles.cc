@@ -22,8 +22,9 @@ struct Held {
   nb::ndarray<> array;
 
   // Fills `view` from `obj`; throws InvalidArgument (ValueError) if it is no usable array.
-  void take(nb::handle obj, TensorView& view, const char* what) {
-    if (viewOfCapsule(obj, view, what)) {
+  // `stream`: the producer stream of a device tensor (arrays.h).
+  void take(nb::handle obj, TensorView& view, const char* what, nb::handle stream) {
+    if (viewOfCapsule(obj, view, what, stream)) {
       capsule = nb::borrow(obj);
       return;
     }
@@ -31,7 +32,7 @@ struct Held {
       throw InvalidArgument(std::string(what) + ": expected a DLPack capsule or an array, got " +
                             Py_TYPE(obj.ptr())->tp_name);
     }
-    view = toView(array, what);
+    view = toView(array, what, stream);
   }
   bool held() const { return capsule.is_valid() || array.is_valid(); }
 };
@@ -117,8 +118,12 @@ class HandleSpace {
  public:
   // `finisher(work, kind, payload)`: synchronize()'s result for operations tracked with a kind
   // other than 0. `allreducePrefix`, `unnamed`: the adapter's naming rule for the fast path.
-  HandleSpace(nb::object finisher, std::string allreducePrefix, std::string unnamed)
+  // `deviceStream(device_ordinal) -> int`: the producer stream of the fast path's device tensors
+  // (the framework's current stream); None: the default stream. Called only for device tensors.
+  HandleSpace(nb::object finisher, std::string allreducePrefix, std::string unnamed,
+              nb::object deviceStream)
       : finisher_(std::move(finisher)),
+        deviceStream_(std::move(deviceStream)),
         allreducePrefix_(std::move(allreducePrefix)),
         unnamed_(std::move(unnamed)) {}
   HandleSpace(const HandleSpace&) = delete;
@@ -157,8 +162,8 @@ class HandleSpace {
     options.postscale = postscale;
     options.processSet = processSet;
     Slot slot;
-    slot.in.take(in, scratch.in, "allreduce");
-    if (!out.is_none()) slot.out.take(out, scratch.out, "allreduce");
+    slot.in.take(in, scratch.in, "allreduce", deviceStream_);
+    if (!out.is_none()) slot.out.take(out, scratch.out, "allreduce", deviceStream_);
     slot.work = hvd::allreduceAsync(scratch.in, out.is_none() ? scratch.in : scratch.out, options);
     slot.payload = std::move(payload);
     table_.emplace(handle, std::move(slot));
@@ -209,6 +214,7 @@ class HandleSpace {
     if (!nb::inst_ready(self)) return 0;
     HandleSpace* space = nb::inst_ptr<HandleSpace>(self);
     Py_VISIT(space->finisher_.ptr());
+    Py_VISIT(space->deviceStream_.ptr());
     for (const auto& [handle, slot] : space->table_) {
       Py_VISIT(slot.payload.ptr());
       Py_VISIT(slot.pyWork.ptr());
@@ -219,6 +225,7 @@ class HandleSpace {
     HandleSpace* space = nb::inst_ptr<HandleSpace>(self);
     space->reset();
     space->finisher_ = nb::object();
+    space->deviceStream_ = nb::object();
     return 0;
   }
 
@@ -226,6 +233,7 @@ class HandleSpace {
   std::unordered_map<int64_t, Slot> table_;
   int64_t last_ = 0;
   nb::object finisher_;
+  nb::object deviceStream_;
   const std::string allreducePrefix_;
   const std::string unnamed_;
   Scratch scratch_;
@@ -243,10 +251,12 @@ void bindHandles(nb::module_& m) {
   using namespace nb::literals;
   nb::class_<HandleSpace>(m, "HandleSpace", nb::type_slots(handleSpaceSlots),
                           "One adapter's handles: counter, pending operations, completion.")
-      .def(nb::init<nb::object, std::string, std::string>(), "finisher"_a, "allreduce_prefix"_a,
-           "unnamed"_a,
+      .def(nb::init<nb::object, std::string, std::string, nb::object>(), "finisher"_a,
+           "allreduce_prefix"_a, "unnamed"_a, "device_stream"_a.none() = nb::none(),
            "finisher(work, kind, payload) gives synchronize()'s result for kinds other than 0; "
-           "allreduce() names operations prefix + name, or prefix + unnamed + str(handle).")
+           "allreduce() names operations prefix + name, or prefix + unnamed + str(handle). "
+           "device_stream(device_ordinal) -> int: the producer stream of allreduce()'s device "
+           "tensors (None: the default stream).")
       .def("next_handle", &HandleSpace::next,
            "A fresh handle (counts every asynchronous call since the last reset()).")
       .def("track", &HandleSpace::track, "handle"_a, "work"_a, "payload"_a.none(), "kind"_a = 0,

@@ -49,10 +49,10 @@ Options makeOptions(std::string&& name, bool oneOff, int op, double prescale, do
 
 template <typename Array>
 void viewsOf(const std::vector<Array>& arrays, const char* what, std::vector<TensorView>& views,
-             Arrays& keep) {
+             Arrays& keep, nb::handle stream) {
   views.reserve(arrays.size());
   for (const auto& a : arrays) {
-    views.push_back(toView(a, what));
+    views.push_back(toView(a, what, stream));
     keep.emplace_back(a);
   }
 }
@@ -65,14 +65,15 @@ WorkHandle wrap(WorkPtr work, Arrays&& keep) {
 
 // `in` is an OutArray: with out=None the reduction writes into it (read-only arrays are refused).
 WorkHandle allreduceAsync(const OutArray& in, const std::optional<OutArray>& out, std::string name,
-                          int op, double prescale, double postscale, int processSet, bool oneOff) {
+                          int op, double prescale, double postscale, int processSet, bool oneOff,
+                          nb::handle stream) {
   reapOrphans();  // the arrays of dropped operations that have completed
-  TensorView inView = toView(in, "allreduce");
+  TensorView inView = toView(in, "allreduce", stream);
   Arrays keep;
   keep.emplace_back(in);
   TensorView outView = inView;
   if (out) {
-    outView = toView(*out, "allreduce");
+    outView = toView(*out, "allreduce", stream);
     keep.emplace_back(*out);
   }
   auto work = hvd::allreduceAsync(
@@ -83,17 +84,17 @@ WorkHandle allreduceAsync(const OutArray& in, const std::optional<OutArray>& out
 WorkHandle groupedAllreduceAsync(const std::vector<OutArray>& in,
                                  const std::optional<std::vector<OutArray>>& out, std::string name,
                                  int op, double prescale, double postscale, int processSet,
-                                 bool oneOff) {
+                                 bool oneOff, nb::handle stream) {
   reapOrphans();
   std::vector<TensorView> inViews, outViews;
   Arrays keep;
-  viewsOf(in, "grouped_allreduce", inViews, keep);
+  viewsOf(in, "grouped_allreduce", inViews, keep, stream);
   if (out) {
     if (out->size() != in.size()) {
       throw InvalidArgument("grouped_allreduce: got " + std::to_string(in.size()) + " inputs but " +
                             std::to_string(out->size()) + " outputs");
     }
-    viewsOf(*out, "grouped_allreduce", outViews, keep);
+    viewsOf(*out, "grouped_allreduce", outViews, keep, stream);
   } else {
     outViews = inViews;
   }
@@ -102,9 +103,10 @@ WorkHandle groupedAllreduceAsync(const std::vector<OutArray>& in,
   return wrap(std::move(work), std::move(keep));
 }
 
-WorkHandle allgatherAsync(const InArray& in, std::string name, int processSet, bool oneOff) {
+WorkHandle allgatherAsync(const InArray& in, std::string name, int processSet, bool oneOff,
+                          nb::handle stream) {
   reapOrphans();
-  TensorView view = toView(in, "allgather");
+  TensorView view = toView(in, "allgather", stream);
   Arrays keep;
   keep.emplace_back(in);
   auto work =
@@ -113,20 +115,20 @@ WorkHandle allgatherAsync(const InArray& in, std::string name, int processSet, b
 }
 
 WorkHandle groupedAllgatherAsync(const std::vector<InArray>& in, std::string name, int processSet,
-                                 bool oneOff) {
+                                 bool oneOff, nb::handle stream) {
   reapOrphans();
   std::vector<TensorView> views;
   Arrays keep;
-  viewsOf(in, "grouped_allgather", views, keep);
+  viewsOf(in, "grouped_allgather", views, keep, stream);
   auto work = hvd::groupedAllgatherAsync(
       views, makeOptions(std::move(name), oneOff, 1, 1.0, 1.0, processSet));
   return wrap(std::move(work), std::move(keep));
 }
 
 WorkHandle broadcastAsync(const OutArray& tensor, int root, std::string name, int processSet,
-                          bool oneOff) {
+                          bool oneOff, nb::handle stream) {
   reapOrphans();
-  TensorView view = toView(tensor, "broadcast");
+  TensorView view = toView(tensor, "broadcast", stream);
   Arrays keep;
   keep.emplace_back(tensor);
   Options options = makeOptions(std::move(name), oneOff, 1, 1.0, 1.0, processSet);
@@ -136,9 +138,9 @@ WorkHandle broadcastAsync(const OutArray& tensor, int root, std::string name, in
 }
 
 WorkHandle alltoallAsync(const InArray& in, const std::optional<std::vector<int32_t>>& splits,
-                         std::string name, int processSet, bool oneOff) {
+                         std::string name, int processSet, bool oneOff, nb::handle stream) {
   reapOrphans();
-  TensorView view = toView(in, "alltoall");
+  TensorView view = toView(in, "alltoall", stream);
   Arrays keep;
   keep.emplace_back(in);
   Options options = makeOptions(std::move(name), oneOff, 1, 1.0, 1.0, processSet);
@@ -148,10 +150,11 @@ WorkHandle alltoallAsync(const InArray& in, const std::optional<std::vector<int3
 }
 
 WorkHandle reducescatterAsync(const InArray& in, const OutArray& out, std::string name, int op,
-                              double prescale, double postscale, int processSet, bool oneOff) {
+                              double prescale, double postscale, int processSet, bool oneOff,
+                              nb::handle stream) {
   reapOrphans();
-  TensorView inView = toView(in, "reducescatter");
-  TensorView outView = toView(out, "reducescatter");
+  TensorView inView = toView(in, "reducescatter", stream);
+  TensorView outView = toView(out, "reducescatter", stream);
   Arrays keep;
   keep.emplace_back(in);
   keep.emplace_back(out);
@@ -162,8 +165,8 @@ WorkHandle reducescatterAsync(const InArray& in, const OutArray& out, std::strin
 
 WorkHandle groupedReducescatterAsync(const std::vector<InArray>& in,
                                      const std::vector<OutArray>& out, std::string name, int op,
-                                     double prescale, double postscale, int processSet,
-                                     bool oneOff) {
+                                     double prescale, double postscale, int processSet, bool oneOff,
+                                     nb::handle stream) {
   reapOrphans();
   if (out.size() != in.size()) {
     throw InvalidArgument("grouped_reducescatter: got " + std::to_string(in.size()) +
@@ -171,8 +174,8 @@ WorkHandle groupedReducescatterAsync(const std::vector<InArray>& in,
   }
   std::vector<TensorView> inViews, outViews;
   Arrays keep;
-  viewsOf(in, "grouped_reducescatter", inViews, keep);
-  viewsOf(out, "grouped_reducescatter", outViews, keep);
+  viewsOf(in, "grouped_reducescatter", inViews, keep, stream);
+  viewsOf(out, "grouped_reducescatter", outViews, keep, stream);
   auto work = hvd::groupedReducescatterAsync(
       inViews, outViews, makeOptions(std::move(name), oneOff, op, prescale, postscale, processSet));
   return wrap(std::move(work), std::move(keep));
@@ -319,7 +322,9 @@ NB_MODULE(_core, m) {
   m.def("mpi_enabled", [] { return hvd::mpiEnabled(); });
   m.def("gloo_enabled", [] { return hvd::isInitialized(); });
 
-  // Collectives. Positional arguments in this order; `name` is the full matching key.
+  // Collectives. Positional arguments in this order; `name` is the full matching key; `stream`
+  // (keyword): the producer stream of device tensors, an int, a callable(device_ordinal) -> int
+  // or None (arrays.h).
   m.def(
       "shared_buffer",
       [](size_t nbytes) {
@@ -344,23 +349,26 @@ NB_MODULE(_core, m) {
       "that ran them (hvd::engineCounters; horovod.common.basics.engine_counters makes the dict).");
   m.def("allreduce_async", &allreduceAsync, "tensor"_a, "output"_a.none(), "name"_a, "op"_a,
         "prescale"_a, "postscale"_a, "process_set"_a, "one_off"_a = false,
+        "stream"_a.none() = nb::none(),
         "out = postscale * OP(prescale * tensor); output=None reduces in place.");
   m.def("grouped_allreduce_async", &groupedAllreduceAsync, "tensors"_a, "outputs"_a.none(),
         "name"_a, "op"_a, "prescale"_a, "postscale"_a, "process_set"_a, "one_off"_a = false,
-        "Members are named <name>_<i>of<n> by the core.");
+        "stream"_a.none() = nb::none(), "Members are named <name>_<i>of<n> by the core.");
   m.def("allgather_async", &allgatherAsync, "tensor"_a, "name"_a, "process_set"_a,
-        "one_off"_a = false);
+        "one_off"_a = false, "stream"_a.none() = nb::none());
   m.def("grouped_allgather_async", &groupedAllgatherAsync, "tensors"_a, "name"_a, "process_set"_a,
-        "one_off"_a = false);
+        "one_off"_a = false, "stream"_a.none() = nb::none());
   m.def("broadcast_async", &broadcastAsync, "tensor"_a, "root_rank"_a, "name"_a, "process_set"_a,
-        "one_off"_a = false,
+        "one_off"_a = false, "stream"_a.none() = nb::none(),
         "In place: overwrites tensor with root's contents (root is a global rank).");
   m.def("alltoall_async", &alltoallAsync, "tensor"_a, "splits"_a.none(), "name"_a, "process_set"_a,
-        "one_off"_a = false);
+        "one_off"_a = false, "stream"_a.none() = nb::none());
   m.def("reducescatter_async", &reducescatterAsync, "tensor"_a, "output"_a, "name"_a, "op"_a,
-        "prescale"_a, "postscale"_a, "process_set"_a, "one_off"_a = false);
+        "prescale"_a, "postscale"_a, "process_set"_a, "one_off"_a = false,
+        "stream"_a.none() = nb::none());
   m.def("grouped_reducescatter_async", &groupedReducescatterAsync, "tensors"_a, "outputs"_a,
-        "name"_a, "op"_a, "prescale"_a, "postscale"_a, "process_set"_a, "one_off"_a = false);
+        "name"_a, "op"_a, "prescale"_a, "postscale"_a, "process_set"_a, "one_off"_a = false,
+        "stream"_a.none() = nb::none());
   m.def("barrier_async", &barrierAsync, "process_set"_a = 0);
   m.def(
       "api_table_address", [] { return reinterpret_cast<uintptr_t>(&hvd::apiTable()); },

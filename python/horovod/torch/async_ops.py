@@ -3,8 +3,14 @@ barrier. The differentiable synchronous forms build on these in ``horovod.torch.
 ``horovod.torch.mpi_ops`` offers both.
 
 Tensors cross into the core as DLPack views (no copy). Outputs whose shape is known up front
-(allreduce, broadcast, reducescatter) are allocated by torch; allgather/alltoall outputs are
-allocated by the core and wrapped with ``torch.from_dlpack`` (no copy either).
+(allreduce, broadcast, reducescatter) are allocated by torch on the input's device;
+allgather/alltoall outputs are allocated by the core on the input's device and wrapped with
+``torch.from_dlpack`` (no copy either).
+
+CUDA tensors: the core orders each collective after torch's current stream of the tensor's device
+at the time of the call (``_device_stream``, which the core calls only for device tensors, so CPU
+tensors cost nothing extra) and completes the handle once the device has finished it; results are
+then usable on any stream.
 
 Naming (the matching key across ranks) follows ``horovod.common.ops.op_name``:
 ``<prefix><name>`` or ``<prefix>noname.<handle>``, where ``handle`` counts every asynchronous call
@@ -56,6 +62,12 @@ _JOIN = 5
 _BARRIER = 6
 
 
+def _device_stream(ordinal):
+    """The producer stream of a CUDA tensor on device ``ordinal``: torch's current stream there
+    (as an int, the cudaStream_t). Called by the core for device tensors only."""
+    return torch.cuda.current_stream(ordinal).cuda_stream
+
+
 def _finish(work, kind, payload):
     """synchronize()'s result for the kinds whose output the engine allocated (called by the
     core after the wait)."""
@@ -74,7 +86,7 @@ def _finish(work, kind, payload):
     return None
 
 
-_handles = _core.HandleSpace(_finish, _ops.ALLREDUCE, _ops.UNNAMED)
+_handles = _core.HandleSpace(_finish, _ops.ALLREDUCE, _ops.UNNAMED, _device_stream)
 _next_handle = _handles.next_handle
 _track = _handles.track
 _allreduce_h = _handles.allreduce
@@ -104,16 +116,18 @@ _SUPPORTED_DTYPES = frozenset(
 def _unsupported(tensor):
     if tensor.dtype not in _SUPPORTED_DTYPES:
         return ValueError('Tensor type %s is not supported.' % tensor.type())
-    return ValueError('Tensor type %s is not supported: this Horovod build has no GPU support '
-                      '(built without CUDA/NCCL); move the tensor to the CPU.' % tensor.type())
+    return ValueError('Tensor type %s is not supported: the tensor is on %s; Horovod runs '
+                      'collectives on CPU and CUDA tensors.' % (tensor.type(), tensor.device))
 
 
 def _view(tensor):
     """The tensor as the core sees it: a DLPack capsule over the same memory (no copy; results of
     in-place operations land in ``tensor``). torch's C-level exporter is used because it costs
-    a fraction of ``Tensor.__dlpack__``."""
+    a fraction of ``Tensor.__dlpack__``. CUDA tensors pass too (the core decides whether this
+    build serves them: a ValueError naming the device if not)."""
     if tensor.dtype not in _SUPPORTED_DTYPES or not tensor.is_cpu:
-        raise _unsupported(tensor)
+        if tensor.dtype not in _SUPPORTED_DTYPES or not tensor.is_cuda:
+            raise _unsupported(tensor)
     return _to_dlpack(tensor)
 
 
@@ -220,7 +234,8 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postsc
         work = _core.grouped_allreduce_async(
             [_to_dlpack(t) for t in tensors],
             None if outputs is tensors else [_to_dlpack(t) for t in outputs], full, op,
-            prescale_factor, postscale_factor, process_set.process_set_id, not name)
+            prescale_factor, postscale_factor, process_set.process_set_id, not name,
+            _device_stream)
     except Exception:
         _check_same_device(tensors)
         _enqueue_failed(tensors if outputs is tensors else list(tensors) + list(outputs),
@@ -288,7 +303,8 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     """Asynchronous allgather (concatenation along dim 0 in set-rank order); returns a handle."""
     handle = _next_handle()
     full = _op_name(_ops.ALLGATHER, name, handle)
-    work = _core.allgather_async(_view(tensor), full, _ps_id(process_set), not name)
+    work = _core.allgather_async(_view(tensor), full, _ps_id(process_set), not name,
+                                 _device_stream)
     _track(handle, work, None, _GATHER)
     return handle
 
@@ -299,7 +315,7 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     handle = _next_handle()
     full = _op_name(_ops.GROUPED_ALLGATHER, name, handle)
     work = _core.grouped_allgather_async(_views(tensors), full, _ps_id(process_set),
-                                           not name)
+                                         not name, _device_stream)
     _track(handle, work, None, _GATHER_N)
     return handle
 
@@ -310,7 +326,7 @@ def _broadcast_async(tensor, output, root_rank, name, process_set):
     handle = _next_handle()
     full = _op_name(_ops.BROADCAST, name, handle)
     work = _core.broadcast_async(_view(output), root_rank, full, _ps_id(process_set),
-                                 not name)
+                                 not name, _device_stream)
     _track(handle, work, output)
     return handle
 
@@ -360,7 +376,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     handle = _next_handle()
     full = _op_name(_ops.ALLTOALL, name, handle)
     work = _core.alltoall_async(_view(tensor), split_values, full, _ps_id(process_set),
-                                not name)
+                                not name, _device_stream)
     _track(handle, work, device, _ALLTOALL)
     return handle
 
@@ -393,7 +409,8 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     handle = _next_handle()
     full = _op_name(_ops.REDUCESCATTER, name, handle)
     work = _core.reducescatter_async(_view(tensor), _view(output), full, op, prescale_factor,
-                                     postscale_factor, _ps_id(process_set), not name)
+                                     postscale_factor, _ps_id(process_set), not name,
+                                     _device_stream)
     _track(handle, work, output)
     return handle
 
@@ -409,7 +426,8 @@ def grouped_reducescatter_async(tensors, name=None, op=Average,
     full = _op_name(_ops.GROUPED_REDUCESCATTER, name, handle)
     work = _core.grouped_reducescatter_async(_views(tensors), _views(outputs), full, op,
                                              prescale_factor, postscale_factor,
-                                             _ps_id(process_set), not name)
+                                             _ps_id(process_set), not name,
+                                             _device_stream)
     _track(handle, work, tuple(outputs))
     return handle
 
