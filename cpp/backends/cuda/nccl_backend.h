@@ -62,6 +62,10 @@ class NcclBackend : public backends::HostBackendBase {
   ~NcclBackend() override;
   // NCCL picks its own algorithms: the host algorithm knobs (crossover, hierarchical) do not apply.
   void applyKnobs(const engine::Knobs&) override {}
+  // HostBackendBase's kinds except Adasum, which BackendTable then refuses by name on every rank.
+  bool supports(engine::Kind kind) const override {
+    return kind != engine::Kind::kAdasum && HostBackendBase::supports(kind);
+  }
   void abort(std::exception_ptr error) override;
   // Dispatches on the kind (HostBackend's dispatch, plus the barrier's works).
   void run(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries) override;

@@ -152,6 +152,10 @@ void StagedBackend::allreduce(const Response& r, ProcessSet&, const std::vector<
   ended(r, static_cast<int64_t>(total), ran != nullptr ? ran : collectives::kLocalAllreduce);
 }
 
+void StagedBackend::adasum(const Response&, ProcessSet&, const std::vector<Entry*>&) {
+  throw InvalidArgument("Adasum is not supported on CUDA tensors by the cuda_staged backend; reduce a CPU copy.");
+}
+
 void StagedBackend::allgather(const Response& r, ProcessSet&, const std::vector<Entry*>& entries) {
   cuda::DeviceGuard guard(api_, device_.index);
   const int me = comm_.rank();

@@ -34,6 +34,11 @@ class StagedBackend : public HostBackend<StagedBackend> {
  public:
   StagedBackend(const BackendContext& context, const cuda::CudaApi& api);
   void applyKnobs(const engine::Knobs& knobs) override;
+  // Everything HostBackend runs except Adasum: BackendTable refuses an Adasum response on a CUDA
+  // tensor by name on every rank (Adasum runs on host tensors: docs/adasum.md).
+  bool supports(engine::Kind kind) const override {
+    return kind != engine::Kind::kAdasum && HostBackendBase::supports(kind);
+  }
 
  private:
   friend class HostBackend<StagedBackend>;
@@ -43,6 +48,8 @@ class StagedBackend : public HostBackend<StagedBackend> {
   void alltoall(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries);
   void reducescatter(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries);
   void barrier(const Response& r, ProcessSet& set);
+  // Never reached (supports() declines Adasum); throws InvalidArgument if it is.
+  void adasum(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries);
 
   // Orders the pipeline after the producer streams of `entries` (each distinct stream once).
   void afterProducers(const std::vector<Entry*>& entries);
