@@ -28,7 +28,7 @@ struct HvdCudaKernels {
   // the call returns.
   cudaError_t (*batchedCopy)(void* const* dst, const void* const* src, const size_t* bytes, int n, cudaStream_t stream);
   // out[0..count) = in[0..count) * factor (in == out allowed). Integers are scaled in double and
-  // rounded to nearest; fp16/bf16 in fp32.
+  // truncated toward zero (as on the CPU) and saturated; fp16/bf16 in fp32.
   cudaError_t (*scale)(void* out, const void* in, int64_t count, int dtype, double factor, cudaStream_t stream);
 };
 constexpr int kHvdCudaKernelsVersion = 1;

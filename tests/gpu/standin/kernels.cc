@@ -47,11 +47,12 @@ size_t elementSize(int dtype) {
   }
 }
 
-// Scaled in double, rounded to nearest (ties to even), saturated to the type's range.
+// Scaled in double, truncated toward zero (as the CPU path and the real kernels), saturated to the
+// type's range.
 template <typename T>
 void scaleInteger(T* out, const T* in, int64_t n, double factor) {
   for (int64_t i = 0; i < n; ++i) {
-    double v = std::nearbyint(static_cast<double>(in[i]) * factor);
+    double v = std::trunc(static_cast<double>(in[i]) * factor);
     if (std::isnan(v)) v = 0;
     v = std::fmin(std::fmax(v, static_cast<double>(std::numeric_limits<T>::lowest())),
                   static_cast<double>(std::numeric_limits<T>::max()));

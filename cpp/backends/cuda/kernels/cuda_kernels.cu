@@ -142,13 +142,14 @@ struct Scaler<bool> {
   __device__ static bool apply(bool x, Compute f) { return x && f != 0.0; }
 };
 
-// Integers: the product in double, rounded to nearest (ties to even, rint), saturated to the
+// Integers: the product in double, truncated toward zero as the CPU path does (collectives/reduce.cc;
+// Horovod's kernels cast the same way), saturated to the
 // type's range; NaN gives 0.
 template <typename T>
 struct Scaler {
   using Compute = double;
   __device__ static T apply(T x, Compute f) {
-    const double v = rint(static_cast<double>(x) * f);
+    const double v = trunc(static_cast<double>(x) * f);
     if (v != v) return 0;
     if (v <= static_cast<double>(std::numeric_limits<T>::lowest())) return std::numeric_limits<T>::lowest();
     if (v >= static_cast<double>(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();

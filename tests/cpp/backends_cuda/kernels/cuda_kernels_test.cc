@@ -212,7 +212,7 @@ bool matches(hvd::DataType t, double in, double factor, double got) {
     case hvd::DataType::kFloat64: return std::fabs(got - exact) <= 1e-15 * std::fabs(exact);
     default: break;
   }
-  // Integers: rounded to nearest (ties to even), saturated to the type's range.
+  // Integers: truncated toward zero, saturated to the type's range.
   double lo = 0, hi = 0;
   switch (t) {
     case hvd::DataType::kUInt8: lo = 0, hi = 255; break;
@@ -222,7 +222,7 @@ bool matches(hvd::DataType t, double in, double factor, double got) {
     case hvd::DataType::kInt32: lo = -2147483648.0, hi = 2147483647.0; break;
     default: lo = -9223372036854775808.0, hi = 9223372036854775807.0; break;
   }
-  double want = std::nearbyint(exact);
+  double want = std::trunc(exact);
   want = want < lo ? lo : (want > hi ? hi : want);
   return got == want;
 }

@@ -42,9 +42,9 @@ class StandinKernels : public ::testing::Test {
   cudaStream_t stream_ = nullptr;
 };
 
-TEST_F(StandinKernels, ScaleIntegersRoundToNearestAndSaturate) {
-  EXPECT_EQ(scaled<int32_t>({1, 2, 3, -3, 5}, 4, 0.5), (std::vector<int32_t>{0, 1, 2, -2, 2}));  // ties to even
-  EXPECT_EQ(scaled<int32_t>({3, -7}, 4, 1.0 / 3), (std::vector<int32_t>{1, -2}));
+TEST_F(StandinKernels, ScaleIntegersTruncateTowardZeroAndSaturate) {
+  EXPECT_EQ(scaled<int32_t>({1, 2, 3, -3, 5}, 4, 0.5), (std::vector<int32_t>{0, 1, 1, -1, 2}));
+  EXPECT_EQ(scaled<int32_t>({3, -7, 5}, 4, 1.0 / 3), (std::vector<int32_t>{1, -2, 1}));
   EXPECT_EQ(scaled<uint8_t>({100, 200}, 0, 2.0), (std::vector<uint8_t>{200, 255}));
   EXPECT_EQ(scaled<int8_t>({100, -100}, 1, 2.0), (std::vector<int8_t>{127, -128}));
   EXPECT_EQ(scaled<uint16_t>({1000}, 2, 0.25), (std::vector<uint16_t>{250}));
