@@ -342,53 +342,34 @@ bool TcpStoreServer::Impl::process(Conn& c) {
 }
 
 void TcpStoreServer::Impl::handle(Conn& c, const uint8_t* body, size_t bytes) {
-  ByteReader r = store_wire::reader(body, bytes);
-  Op op{};
-  store_wire::Writer w;
-  // Only the field reads throw DecodeError: a malformed request is answered with an error.
+  store_wire::Request q;
   try {
-    op = static_cast<Op>(r.u8());
-    switch (op) {
-      case Op::kSet: {
-        std::string key = r.str32();
-        Bytes value = r.bytes32();
-        data[std::move(key)] = std::move(value);
-        w.body().u8(static_cast<uint8_t>(Status::kOk));
-        return reply(c, w);
-      }
-      case Op::kAdd: {
-        std::string key = r.str32();
-        int64_t delta = r.i64();
-        int64_t value = 0;
-        auto it = data.find(key);
-        try {
-          if (it != data.end()) value = store_detail::parseCounter(key, it->second);
-        } catch (const StoreError& e) {
-          return replyError(c, e.what());
-        }
-        value += delta;
-        data[key] = store_detail::formatCounter(value);
-        w.body().u8(static_cast<uint8_t>(Status::kOk)).i64(value);
-        return reply(c, w);
-      }
-      case Op::kGet: {
-        uint64_t timeoutMs = r.u64();
-        std::string key = r.str32();
-        return park(c, op, {std::move(key)}, timeoutMs);
-      }
-      case Op::kWait: {
-        uint64_t timeoutMs = r.u64();
-        std::vector<std::string> keys;
-        for (uint32_t n = r.u32(); n > 0; --n) keys.push_back(r.str32());
-        return park(c, op, std::move(keys), timeoutMs);
-      }
-    }
-  } catch (const DecodeError&) {
-    static constexpr const char* kNames[] = {"", "set", "get", "add", "wait"};
-    const auto i = static_cast<size_t>(op);
-    return replyError(c, std::string("malformed ") + (i < std::size(kNames) ? kNames[i] : "") + " request");
+    q = store_wire::decodeRequest(body, bytes);
+  } catch (const DecodeError& e) {
+    return replyError(c, e.what());  // "malformed set request", "unknown request 9"
   }
-  replyError(c, "unknown request " + std::to_string(static_cast<int>(op)));
+  store_wire::Writer w;
+  switch (q.op) {
+    case Op::kSet:
+      data[std::move(q.key)] = std::move(q.value);
+      w.body().u8(static_cast<uint8_t>(Status::kOk));
+      return reply(c, w);
+    case Op::kAdd: {
+      int64_t value = 0;
+      try {
+        auto it = data.find(q.key);
+        value = store_detail::addToCounter(q.key, it == data.end() ? 0 : store_detail::parseCounter(q.key, it->second),
+                                           q.delta);
+      } catch (const StoreError& e) {
+        return replyError(c, e.what());
+      }
+      data[q.key] = store_detail::formatCounter(value);
+      w.body().u8(static_cast<uint8_t>(Status::kOk)).i64(value);
+      return reply(c, w);
+    }
+    case Op::kGet: return park(c, q.op, {std::move(q.key)}, q.timeoutMs);
+    case Op::kWait: return park(c, q.op, std::move(q.keys), q.timeoutMs);
+  }
 }
 
 void TcpStoreServer::Impl::park(Conn& c, Op op, std::vector<std::string> keys, uint64_t timeoutMs) {
