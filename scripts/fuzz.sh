@@ -53,7 +53,7 @@ for t in ${targets//,/ }; do
   bin="$build/tests/fuzz/fuzz_$t"
   work="$build/corpus/$t"
   crashes="$build/crashes/$t"
-  rm -rf "$work" && mkdir -p "$work" "$crashes"
+  rm -rf "$work" "$crashes" && mkdir -p "$work" "$crashes"
   cp tests/fuzz/corpus/"$t"/* "$work"/ 2>/dev/null
   log="$build/fuzz_$t.log"
   # Inputs up to 4 KiB (frames and files of that size reach every branch of these decoders);

@@ -38,6 +38,9 @@ constexpr auto kHandshakeTimeout = std::chrono::seconds(5);
 // a bounded number of descriptors, and the oldest pending one is dropped to admit a new one (a
 // real client finishes within a round trip, so it is rarely the oldest).
 constexpr size_t kMaxPendingHandshakes = 256;
+// At most this many connections are accepted per poll round, so that a connection flood cannot
+// keep the thread from serving the clients it has, nor from noticing shutdown.
+constexpr int kAcceptBatch = 64;
 // Refusal warnings: at most kRefusalLogBurst per kRefusalLogWindow, then one summary line.
 constexpr int kRefusalLogBurst = 5;
 constexpr auto kRefusalLogWindow = std::chrono::seconds(10);
@@ -95,7 +98,7 @@ struct TcpStoreServer::Impl {
   int preparePoll(std::vector<pollfd>& fds, std::vector<Conn*>& order);
   void serveReady(const std::vector<pollfd>& fds, const std::vector<Conn*>& order);
   void expireDeadlines(Clock::time_point now);
-  void acceptAll();
+  void acceptBatch();
   void readFrom(Conn& c);
   bool process(Conn& c);  // returns true if it consumed a request
   void handle(Conn& c, const uint8_t* body, size_t bytes);
@@ -179,7 +182,7 @@ void TcpStoreServer::Impl::serveReady(const std::vector<pollfd>& fds, const std:
     uint64_t drained;
     (void)!::read(wakeFd.fd(), &drained, sizeof(drained));
   }
-  if (fds[1].revents != 0) acceptAll();
+  if (fds[1].revents != 0) acceptBatch();
   for (size_t i = 0; i < order.size(); ++i) {
     Conn& c = *order[i];
     short rev = fds[i + 2].revents;
@@ -205,17 +208,22 @@ void TcpStoreServer::Impl::expireDeadlines(Clock::time_point now) {
 }
 
 void TcpStoreServer::Impl::dropOldestPendingIfFull() {
-  // conns is in accept order, so the first live pending one is the oldest.
+  // conns is in accept order, so the first live pending one is the oldest. One that sent nothing
+  // yet goes first: a real client answers the challenge within a round trip, a flood's
+  // connections stay silent.
   Conn* oldest = nullptr;
+  Conn* oldestSilent = nullptr;
   size_t pending = 0;
   for (auto& c : conns) {
     if (c.dead || c.authenticated) continue;
     if (!oldest) oldest = &c;
+    if (!oldestSilent && c.in.size() == c.inStart) oldestSilent = &c;
     pending++;
   }
   if (pending < kMaxPendingHandshakes) return;
-  refuse(*oldest, "dropped before authenticating: " + std::to_string(kMaxPendingHandshakes) +
-                      " connections were already in the handshake");
+  refuse(oldestSilent != nullptr ? *oldestSilent : *oldest,
+         "dropped before authenticating: " + std::to_string(kMaxPendingHandshakes) +
+             " connections were already in the handshake");
 }
 
 void TcpStoreServer::Impl::logRefusal(const std::string& peer, const std::string& why) {
@@ -244,8 +252,8 @@ void TcpStoreServer::Impl::flushRefusalSummary(Clock::time_point now) {
   loggedInWindow = 0;
 }
 
-void TcpStoreServer::Impl::acceptAll() {
-  while (true) {
+void TcpStoreServer::Impl::acceptBatch() {
+  for (int accepted = 0; accepted < kAcceptBatch && !stopping; ++accepted) {
     int fd = ::accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;

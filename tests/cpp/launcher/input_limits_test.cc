@@ -1,11 +1,14 @@
 // Limits on what horovodrun reads from its user and from discovery scripts: slot counts that
-// would overflow and config files nested beyond the schema fail with errors naming the input.
+// would overflow, numbers out of their range and config files nested beyond the schema fail with
+// errors naming the input.
 #include <gtest/gtest.h>
 
 #include <limits>
 #include <string>
 
+#include "cli.h"
 #include "config_file.h"
+#include "gloo_launch.h"
 #include "hosts.h"
 #include "options.h"
 
@@ -42,6 +45,30 @@ TEST(InputLimits, ConfigNestingIsBounded) {
   std::string why = usageErrorOf([&] { applyConfigText(text, "deep.yaml", options); });
   EXPECT_NE(why.find("deep.yaml:"), std::string::npos) << why;
   EXPECT_NE(why.find("nested deeper than 32 levels"), std::string::npos) << why;
+}
+
+TEST(InputLimits, NumbersOutOfRangeAreRefusedNotWrapped) {
+  std::string why = usageErrorOf([] { parseCommandLine({"-np", "4294967297", "python3", "x.py"}); });
+  EXPECT_NE(why.find("invalid int value: '4294967297'"), std::string::npos) << why;
+  why = usageErrorOf([] { validateOptions(parseCommandLine({"-np", "2", "-p", "99999", "python3", "x.py"})); });
+  EXPECT_NE(why.find("ssh_port=99999"), std::string::npos) << why;
+  why = usageErrorOf([] {
+    validateOptions(parseCommandLine(
+        {"-np", "2", "--min-np", "1", "--reset-limit", "-1", "--host-discovery-script", "d.sh", "python3", "x.py"}));
+  });
+  EXPECT_NE(why.find("reset_limit=-1 must be >= 0"), std::string::npos) << why;
+}
+
+TEST(InputLimits, StartTimeoutMustBeAFiniteNumberOfSeconds) {
+  for (const char* bad : {"inf", "nan", "1e10", "-1"}) {
+    Options o;
+    o.startTimeout = std::stod(bad);
+    std::string why = usageErrorOf([&] { startTimeoutSeconds(o); });
+    EXPECT_NE(why.find("--start-timeout="), std::string::npos) << bad << ": " << why;
+  }
+  Options o;
+  o.startTimeout = 30;
+  EXPECT_EQ(startTimeoutSeconds(o), 30);
 }
 
 }  // namespace
