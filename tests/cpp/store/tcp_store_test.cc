@@ -286,13 +286,16 @@ TEST(TcpStore, ServesItsClientsThroughAConnectionFlood) {
   }
   // Wait until the flood runs, then work through it.
   while (opened < 2000) std::this_thread::yield();
-  for (int i = 0; i < 20; ++i) {
-    setString(client, "k" + std::to_string(i), "v", Deadline::after(30s));
-    EXPECT_EQ(getString(client, "k" + std::to_string(i), Deadline::after(30s)), "v");
-  }
+  std::string failure = errorOf([&] {
+    for (int i = 0; i < 20; ++i) {
+      setString(client, "k" + std::to_string(i), "v", Deadline::after(30s));
+      EXPECT_EQ(getString(client, "k" + std::to_string(i), Deadline::after(30s)), "v");
+    }
+  });
   server.reset();  // returns while the flood goes on
   flooding = false;
   for (auto& t : flood) t.join();
+  EXPECT_EQ(failure, "") << "the client failed during the flood";
 }
 
 TEST(TcpStore, GoneServerFailsWithinTheReconnectWindow) {
