@@ -6,6 +6,7 @@
 #include <functional>
 #include <initializer_list>
 #include <iostream>
+#include <limits>
 #include <sstream>
 #include <utility>
 
@@ -55,7 +56,12 @@ double toFloat(const std::string& display, const std::string& text) {
 // Setters for the common shapes.
 template <typename T>
 auto setInt(std::optional<T> Options::* field) {
-  return [field](Options& o, const Values& v, const std::string& d) { o.*field = static_cast<T>(toInt(d, v[0])); };
+  return [field](Options& o, const Values& v, const std::string& d) {
+    int64_t value = toInt(d, v[0]);
+    // Not truncated: -np 4294967297 must not become 1.
+    if (value < std::numeric_limits<T>::min() || value > std::numeric_limits<T>::max()) invalid(d, "int", v[0]);
+    o.*field = static_cast<T>(value);
+  };
 }
 auto setFloat(std::optional<double> Options::* field) {
   return [field](Options& o, const Values& v, const std::string& d) { o.*field = toFloat(d, v[0]); };
@@ -480,6 +486,10 @@ void validateOptions(const Options& o) {
   requireNonNegative("start_timeout", o.startTimeout);
   requireNonNegative("elastic_timeout", o.elasticTimeout);
   requireNonNegative("ssh_port", o.sshPort);
+  requireNonNegative("reset_limit", o.resetLimit);
+  if (o.sshPort.has_value() && *o.sshPort > 65535) {
+    throw UsageError("ssh_port=" + std::to_string(*o.sshPort) + " must be a port number (1 to 65535)");
+  }
   if (o.autotuneGaussianProcessNoise.has_value() && *o.autotuneGaussianProcessNoise > 1.0) {
     std::ostringstream out;
     out << "autotune_gaussian_process_noise=" << *o.autotuneGaussianProcessNoise << " must be in [0, 1]";

@@ -144,6 +144,7 @@ YamlNode parseFlowMap(const std::string& text, const std::string& source, int li
 }  // namespace
 
 YamlNode parseYaml(const std::string& text, const std::string& source) {
+  constexpr size_t kMaxNesting = 32;
   YamlNode root;
   root.isMap = true;
   root.line = 1;
@@ -175,6 +176,10 @@ YamlNode parseYaml(const std::string& text, const std::string& source) {
     if (stack.empty()) stack.push_back({d, &root});
     if (pending != nullptr) {
       if (d > pendingIndent) {
+        // The schema nests two levels; a bound keeps the nodes' (recursive) destruction shallow.
+        if (stack.size() >= kMaxNesting) {
+          syntaxError(source, lineNo, "mappings nested deeper than " + std::to_string(kMaxNesting) + " levels");
+        }
         pending->isMap = true;
         pending->isNull = false;
         stack.push_back({d, pending});
@@ -260,7 +265,11 @@ void applyConfigFile(const std::string& path, Options& o) {
   if (!file) throw UsageError("cannot read config file " + path + ": " + std::strerror(errno));
   std::stringstream buffer;
   buffer << file.rdbuf();
-  YamlNode root = parseYaml(buffer.str(), path);
+  applyConfigText(buffer.str(), path, o);
+}
+
+void applyConfigText(const std::string& contents, const std::string& path, Options& o) {
+  YamlNode root = parseYaml(contents, path);
   Reader reader(path);
 
   // Each known key: section, key, and how to set the option when the command line did not.

@@ -12,14 +12,24 @@
 
 namespace hvd::launcher {
 
+struct YamlEntry;
+
 struct YamlNode {
   bool isMap = false;
   bool isNull = false;          // "key:" with nothing under it, "~" or "null"
   std::string scalar;           // for scalars (quotes removed)
   int line = 0;                 // 1-based line where the node starts
-  std::vector<std::pair<std::string, YamlNode>> entries;  // for maps, in file order
+  std::vector<YamlEntry> entries;  // for maps, in file order
 
   const YamlNode* find(const std::string& key) const;
+};
+
+// One key of a map and its value. (Not std::pair: a pair of a type that is still incomplete
+// does not compile with every standard library.)
+struct YamlEntry {
+  YamlEntry(std::string k, YamlNode v) : first(std::move(k)), second(std::move(v)) {}
+  std::string first;
+  YamlNode second;
 };
 
 // Parses text; `source` names it in errors ("<source>:<line>: <problem>"). Throws UsageError.
@@ -32,5 +42,7 @@ YamlNode parseYaml(const std::string& text, const std::string& source);
 // unreadable files, syntax errors and values of the wrong type, and
 // "No such controller supported: <v>" for an unknown controller.
 void applyConfigFile(const std::string& path, Options& options);
+// The same for a config file's contents; `path` names it in errors.
+void applyConfigText(const std::string& contents, const std::string& path, Options& options);
 
 }  // namespace hvd::launcher

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <sstream>
 
 #include "common/deadline.h"
 #include "common/params.h"
@@ -53,12 +54,27 @@ void prepareOutputDirectory(const std::string& dir) {
 }  // namespace
 
 double startTimeoutSeconds(const Options& options) {
-  if (options.startTimeout.has_value()) return *options.startTimeout;
-  try {
-    return kStartTimeout.get();
-  } catch (const Error& e) {
-    throw UsageError(e.what());
+  double seconds;
+  const char* name;
+  if (options.startTimeout.has_value()) {
+    seconds = *options.startTimeout;
+    name = "--start-timeout";
+  } else {
+    try {
+      seconds = kStartTimeout.get();
+    } catch (const Error& e) {
+      throw UsageError(e.what());
+    }
+    name = kStartTimeout.name();
   }
+  // Converted to milliseconds for a deadline: inf, nan and values past ~31 years would overflow.
+  constexpr double kMaxSeconds = 1e9;
+  if (!(seconds >= 0 && seconds <= kMaxSeconds)) {
+    std::ostringstream out;
+    out << name << "=" << seconds << ": the start timeout must be a number of seconds from 0 to " << kMaxSeconds;
+    throw UsageError(out.str());
+  }
+  return seconds;
 }
 
 std::map<std::string, bool> classifyHosts(const std::vector<std::string>& hosts) {

@@ -1,10 +1,13 @@
 #include "hosts.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "options.h"
@@ -22,6 +25,10 @@ bool validHostName(const std::string& name) {
   return true;
 }
 
+// The largest slot count of one host: what nine digits hold (parseCount's limit), also for a
+// host listed several times.
+constexpr int kMaxHostSlots = 999999999;
+
 bool parseCount(const std::string& text, int& out) {
   if (text.empty() || text.size() > 9) return false;
   for (char c : text) {
@@ -34,6 +41,10 @@ bool parseCount(const std::string& text, int& out) {
 void addHost(std::vector<HostSlots>& hosts, const std::string& host, int slots) {
   for (auto& h : hosts) {
     if (h.host == host) {
+      if (h.slots > kMaxHostSlots - slots) {
+        throw UsageError("host " + host + " is listed with more than " + std::to_string(kMaxHostSlots) +
+                         " slots in all");
+      }
       h.slots += slots;
       return;
     }
@@ -65,6 +76,13 @@ std::vector<HostSlots> parseHosts(const std::string& text) {
 std::vector<HostSlots> parseHostfile(const std::string& path) {
   std::ifstream file(path);
   if (!file) throw UsageError("cannot read hostfile " + path + ": " + std::strerror(errno));
+  std::stringstream text;
+  text << file.rdbuf();
+  return parseHostfileText(text.str(), path);
+}
+
+std::vector<HostSlots> parseHostfileText(const std::string& text, const std::string& path) {
+  std::istringstream file(text);
   std::vector<HostSlots> hosts;
   std::string line;
   int lineNo = 0;
@@ -95,7 +113,11 @@ std::vector<HostSlots> parseHostfile(const std::string& path) {
         throw bad("unexpected '" + word + "'");
       }
     }
-    addHost(hosts, host, slots);
+    try {
+      addHost(hosts, host, slots);
+    } catch (const UsageError& e) {
+      throw bad(e.what());
+    }
   }
   if (hosts.empty()) throw UsageError("hostfile " + path + " lists no hosts");
   return hosts;
@@ -131,9 +153,10 @@ std::vector<HostSlots> parseDiscoveredHosts(const std::string& output, int defau
 }
 
 int totalSlots(const std::vector<HostSlots>& hosts) {
-  int total = 0;
-  for (const auto& h : hosts) total += h.slots;
-  return total;
+  // Saturates: many hosts of up to kMaxHostSlots each can exceed an int.
+  int64_t total = 0;
+  for (const auto& h : hosts) total = std::min<int64_t>(total + h.slots, std::numeric_limits<int>::max());
+  return static_cast<int>(total);
 }
 
 std::vector<SlotInfo> assignSlots(const std::vector<HostSlots>& hosts, int np) {

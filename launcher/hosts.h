@@ -29,6 +29,8 @@ std::vector<HostSlots> parseHosts(const std::string& text);
 // A hostfile: one "<hostname> slots=<n>" per line; a bare hostname means one slot; blank lines
 // and '#' comments are skipped. Errors name the file and line.
 std::vector<HostSlots> parseHostfile(const std::string& path);
+// The same for a hostfile's contents; `path` names it in errors.
+std::vector<HostSlots> parseHostfileText(const std::string& text, const std::string& path);
 
 // Discovery-script output: one "host" or "host:slots" per line; bare names get
 // `defaultSlots`; duplicates collapse (the last count wins).

@@ -22,6 +22,9 @@ command -v shellcheck >/dev/null || need_apt+=(shellcheck)
 # Chromium: the timeline tests load a timeline into its DevTools trace engine, headless
 # (tests/python/devtools_trace.py).
 [ -x /usr/lib/chromium/chromium ] || command -v chromium >/dev/null || need_apt+=(chromium)
+# clang with its compiler-rt (libFuzzer, ASan, UBSan) for the fuzz targets (scripts/fuzz.sh).
+{ command -v clang++ >/dev/null && ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1; } \
+  || need_apt+=(clang libclang-rt-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq

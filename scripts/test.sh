@@ -93,6 +93,23 @@ if [ $quick = 0 ]; then
     -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS='-O1 -g1' >/dev/null && ninja -C build-asan -j$jobs"
   stage "unit tests (asan+ubsan)" 1200 env ASAN_OPTIONS=detect_leaks=1 \
     ctest --test-dir build-asan --output-on-failure --timeout 600 -j$jobs
+  # ThreadSanitizer on the threaded core: the engine (its background thread and the callers that
+  # drive it, the liveness watch, completion callbacks, process sets, init/shutdown/init), the
+  # timeline writer, the autotuner, the shared-memory transport and its waiter, the TCP
+  # transport (its mesh acceptor, keep-alive, posts from other threads) and the rendezvous
+  # store's server thread. Only these test binaries are built (~5 min of tests on 2 cores).
+  # Suppressions (tests/tsan.supp) are for third-party code only.
+  tsan_layers='engine|timeline|autotune|transport_shm|transport_tcp|store'
+  tsan_bins=$(echo "$tsan_layers" | sed 's/|/ /g; s/[a-z_]*/test_&/g')
+  stage "build (tsan)" 1500 bash -c "cmake -S . -B build-tsan -G Ninja -DHOROVOD_BUILD_TESTS=ON \
+    -DHOROVOD_BUILD_BENCH=OFF -DHOROVOD_BUILD_EXAMPLES=OFF -DHOROVOD_SANITIZE=thread \
+    -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS='-O1 -g1' >/dev/null && \
+    ninja -C build-tsan -j$jobs $tsan_bins"
+  stage "unit tests (tsan)" 600 env TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" \
+    ctest --test-dir build-tsan -L "^($tsan_layers)\$" --output-on-failure --timeout 300 -j$jobs
+  # libFuzzer: every decoder of outside input for ~20 s on its committed corpus (scripts/fuzz.sh;
+  # tests/fuzz). Skipped (77) only when clang cannot build libFuzzer programs.
+  stage "fuzz (20 s per target)" 900 scripts/fuzz.sh --seconds 20
 fi
 
 # The installed launcher itself, not a wrapper in front of it (pyenv puts a shell-script shim on PATH;

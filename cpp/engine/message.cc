@@ -122,22 +122,32 @@ void writeIds(ByteWriter& w, const std::vector<uint32_t>& ids) {
 
 void readIds(ByteReader& in, std::vector<uint32_t>& ids) {
   // Not count(): a bit vector packs eight ids per byte.
+  // Every id is a cache id: below kNoCacheId (the reserved "none").
   uint64_t n = in.varint();
   ids.clear();
   if (n == 0) return;
-  uint32_t lo = static_cast<uint32_t>(in.varint());
+  const uint64_t lo = in.varint();
+  if (lo >= kNoCacheId) throw DecodeError("engine message: cache id out of range");
   if (in.u8() == 1) {
+    // The span is checked against the bytes left before it sizes anything: span + 8 would wrap
+    // for a span near 2^64 and let the loop below read past a zero-byte bit vector.
     uint64_t span = in.varint();
+    if (span / 8 >= in.left()) throw DecodeError("engine message: bit vector longer than the message");
     if (n > span + 1) throw DecodeError("engine message: bit vector shorter than its count");
-    const uint8_t* bits = in.raw(static_cast<size_t>((span + 8) / 8));
+    if (span >= kNoCacheId - lo) throw DecodeError("engine message: cache id out of range");
+    const uint8_t* bits = in.raw(static_cast<size_t>(span / 8 + 1));
     ids.reserve(static_cast<size_t>(n));
     for (uint64_t i = 0; i <= span; ++i) {
-      if (bits[i / 8] & (1u << (i % 8))) ids.push_back(lo + static_cast<uint32_t>(i));
+      if (bits[i / 8] & (1u << (i % 8))) ids.push_back(static_cast<uint32_t>(lo + i));
     }
     if (ids.size() != n) throw DecodeError("engine message: bit vector does not match its count");
   } else {
-    ids.push_back(lo);
-    for (uint64_t i = 1; i < n; ++i) ids.push_back(ids.back() + static_cast<uint32_t>(in.varint()));
+    ids.push_back(static_cast<uint32_t>(lo));
+    for (uint64_t i = 1; i < n; ++i) {
+      const uint64_t id = ids.back() + in.varint();  // a wrap shows as id < ids.back()
+      if (id >= kNoCacheId || id < ids.back()) throw DecodeError("engine message: cache id out of range");
+      ids.push_back(static_cast<uint32_t>(id));
+    }
   }
 }
 
@@ -157,8 +167,10 @@ TensorInfo readTensor(ByteReader& in) {
   TensorInfo t;
   t.name = in.str();
   uint64_t id = in.varint();
+  if (id > kNoCacheId) throw DecodeError("engine message: cache id out of range");
   t.cacheId = id == 0 ? kNoCacheId : static_cast<uint32_t>(id - 1);
   t.cacheInsert = in.u8() != 0;
+  if (t.cacheInsert && t.cacheId == kNoCacheId) throw DecodeError("engine message: cache insert without an id");
   in.svarints(t.shape);
   in.svarints(t.firstDims);
   in.svarints(t.splits);
@@ -194,7 +206,11 @@ Response readResponse(ByteReader& in) {
     r.cachedForm = r.params.kind != Kind::kEvict;
     size_t n = in.count();
     r.tensors.resize(n);
-    for (size_t i = 0; i < n; ++i) r.tensors[i].cacheId = static_cast<uint32_t>(in.varint());
+    for (size_t i = 0; i < n; ++i) {
+      const uint64_t id = in.varint();
+      if (id >= kNoCacheId) throw DecodeError("engine message: cache id out of range");
+      r.tensors[i].cacheId = static_cast<uint32_t>(id);
+    }
     return r;
   }
   readParams(in, r.params);
@@ -374,7 +390,10 @@ ErrorInfo decodeErrorInfo(const std::vector<uint8_t>& bytes) {
   ByteReader in(bytes.data(), bytes.size(), kFormat);
   in.u8();
   ErrorInfo info;
-  info.kind = static_cast<ErrorKind>(in.u8());
+  const uint8_t kind = in.u8();
+  if (kind > static_cast<uint8_t>(ErrorKind::kAborted))
+    throw DecodeError(std::string(kFormat) + ": unknown error kind");
+  info.kind = static_cast<ErrorKind>(kind);
   info.rank = static_cast<int>(in.svarint());
   info.relayedFrom = static_cast<int>(in.svarint());
   const uint8_t flags = in.u8();

@@ -178,8 +178,9 @@ int64_t FileStore::add(const std::string& key, int64_t delta, Deadline deadline)
     backoffMs = std::min(backoffMs * 2, 20);
   }
   Bytes current;
-  int64_t value = tryRead(key, current) ? store_detail::parseCounter(key, current) : 0;
-  value += delta;
+  // A throw releases the lock with its descriptor.
+  int64_t value =
+      store_detail::addToCounter(key, tryRead(key, current) ? store_detail::parseCounter(key, current) : 0, delta);
   writeAtomically(key, store_detail::formatCounter(value));
   ::flock(lock.fd(), LOCK_UN);
   return value;

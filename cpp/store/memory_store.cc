@@ -36,7 +36,7 @@ int64_t MemoryStore::add(const std::string& key, int64_t delta, Deadline) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = data_.find(key);
     int64_t current = it == data_.end() ? 0 : store_detail::parseCounter(key, it->second);
-    result = current + delta;
+    result = store_detail::addToCounter(key, current, delta);
     data_[key] = store_detail::formatCounter(result);
   }
   changed_.notify_all();

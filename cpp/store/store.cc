@@ -46,6 +46,15 @@ int64_t parseCounter(const std::string& key, const Bytes& value) {
   return n;
 }
 
+int64_t addToCounter(const std::string& key, int64_t current, int64_t delta) {
+  int64_t sum;
+  if (__builtin_add_overflow(current, delta, &sum)) {
+    throw StoreError("add(" + std::to_string(delta) + ") on rendezvous key '" + key + "' overflows its value " +
+                     std::to_string(current));
+  }
+  return sum;
+}
+
 Bytes formatCounter(int64_t value) {
   std::string text = std::to_string(value);
   return Bytes(text.begin(), text.end());

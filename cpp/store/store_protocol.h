@@ -57,6 +57,27 @@ inline uint32_t frameLength(const uint8_t* header) {
   return n;
 }
 
+// A decoded request (server side). Only the fields of its op are set.
+struct Request {
+  Op op = Op::kSet;
+  std::string key;                // set, get, add
+  std::vector<uint8_t> value;     // set
+  int64_t delta = 0;              // add
+  uint64_t timeoutMs = 0;         // get, wait
+  std::vector<std::string> keys;  // wait
+};
+// Decodes a request body. Throws DecodeError "malformed <op> request" or "unknown request <n>",
+// the message the server answers with.
+Request decodeRequest(const uint8_t* body, size_t bytes);
+
+// Client side: checks a response's status. Returns a reader positioned after it when kOk;
+// throws Timeout (kTimeout, naming the missing keys) or StoreError (kError with the server's
+// message, an unknown status, a malformed body). `op` and `where` name the request and server.
+ByteReader checkResponse(const std::vector<uint8_t>& body, const std::string& op, const std::string& where);
+// The value of a get's / add's kOk response (after checkResponse). Throws StoreError if malformed.
+std::vector<uint8_t> readGetValue(ByteReader& r, const std::string& where);
+int64_t readAddValue(ByteReader& r, const std::string& where);
+
 // Identities used in the handshake (store connections are not rank-specific).
 inline constexpr const char* kClientIdentity = "horovod-store-client";
 inline constexpr const char* kServerIdentity = "horovod-store-server";

@@ -17,5 +17,7 @@ std::string timeoutMessage(const std::string& op, const std::vector<std::string>
 // if an existing value is not an integer.
 int64_t parseCounter(const std::string& key, const Bytes& value);
 Bytes formatCounter(int64_t value);
+// current + delta for add() on `key`; throws StoreError when the sum leaves the int64 range.
+int64_t addToCounter(const std::string& key, int64_t current, int64_t delta);
 
 }  // namespace hvd::store_detail

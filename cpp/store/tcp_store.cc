@@ -134,28 +134,6 @@ std::vector<uint8_t> TcpStore::roundTrip(const std::function<std::vector<uint8_t
   }
 }
 
-namespace {
-
-// Interprets a non-OK response; returns a reader positioned after the status when OK.
-ByteReader checkStatus(const std::vector<uint8_t>& body, const std::string& op, const std::string& where) {
-  ByteReader r = store_wire::reader(body.data(), body.size());
-  try {
-    auto status = static_cast<Status>(r.u8());
-    if (status == Status::kOk) return r;
-    if (status == Status::kTimeout) {
-      std::vector<std::string> missing;
-      for (uint32_t n = r.u32(); n > 0; --n) missing.push_back(r.str32());
-      throw Timeout(store_detail::timeoutMessage(op, missing, "rendezvous server at " + where));
-    }
-    if (status == Status::kError) throw StoreError("rendezvous server at " + where + ": " + r.str32());
-  } catch (const DecodeError&) {
-    throw StoreError("malformed " + op + " response from rendezvous server at " + where);
-  }
-  throw StoreError("rendezvous server at " + where + " sent an unknown status");
-}
-
-}  // namespace
-
 void TcpStore::set(const std::string& key, const Bytes& value, Deadline deadline) {
   auto encode = [&] {
     store_wire::Writer w;
@@ -163,7 +141,7 @@ void TcpStore::set(const std::string& key, const Bytes& value, Deadline deadline
     return w.finish();
   };
   auto body = roundTrip(encode, deadline, "set('" + key + "')", /*idempotent=*/true);
-  checkStatus(body, "set", serverAddress());
+  store_wire::checkResponse(body, "set", serverAddress());
 }
 
 Bytes TcpStore::get(const std::string& key, Deadline deadline) {
@@ -173,12 +151,8 @@ Bytes TcpStore::get(const std::string& key, Deadline deadline) {
     return w.finish();
   };
   auto body = roundTrip(encode, deadline, "get('" + key + "')", /*idempotent=*/true);
-  auto r = checkStatus(body, "get", serverAddress());
-  try {
-    return r.bytes32();
-  } catch (const DecodeError&) {
-    throw StoreError("malformed get response from rendezvous server at " + serverAddress());
-  }
+  auto r = store_wire::checkResponse(body, "get", serverAddress());
+  return store_wire::readGetValue(r, serverAddress());
 }
 
 int64_t TcpStore::add(const std::string& key, int64_t delta, Deadline deadline) {
@@ -188,12 +162,8 @@ int64_t TcpStore::add(const std::string& key, int64_t delta, Deadline deadline) 
     return w.finish();
   };
   auto body = roundTrip(encode, deadline, "add('" + key + "')", /*idempotent=*/false);
-  auto r = checkStatus(body, "add", serverAddress());
-  try {
-    return r.i64();
-  } catch (const DecodeError&) {
-    throw StoreError("malformed add response from rendezvous server at " + serverAddress());
-  }
+  auto r = store_wire::checkResponse(body, "add", serverAddress());
+  return store_wire::readAddValue(r, serverAddress());
 }
 
 void TcpStore::wait(const std::vector<std::string>& keys, Deadline deadline) {
@@ -205,7 +175,7 @@ void TcpStore::wait(const std::vector<std::string>& keys, Deadline deadline) {
     return w.finish();
   };
   auto body = roundTrip(encode, deadline, "wait(" + store_detail::quoteKeys(keys) + ")", /*idempotent=*/true);
-  checkStatus(body, "wait", serverAddress());
+  store_wire::checkResponse(body, "wait", serverAddress());
 }
 
 }  // namespace hvd

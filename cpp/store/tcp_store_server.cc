@@ -38,6 +38,9 @@ constexpr auto kHandshakeTimeout = std::chrono::seconds(5);
 // a bounded number of descriptors, and the oldest pending one is dropped to admit a new one (a
 // real client finishes within a round trip, so it is rarely the oldest).
 constexpr size_t kMaxPendingHandshakes = 256;
+// At most this many connections are accepted per poll round, so that a connection flood cannot
+// keep the thread from serving the clients it has, nor from noticing shutdown.
+constexpr int kAcceptBatch = 64;
 // Refusal warnings: at most kRefusalLogBurst per kRefusalLogWindow, then one summary line.
 constexpr int kRefusalLogBurst = 5;
 constexpr auto kRefusalLogWindow = std::chrono::seconds(10);
@@ -95,7 +98,7 @@ struct TcpStoreServer::Impl {
   int preparePoll(std::vector<pollfd>& fds, std::vector<Conn*>& order);
   void serveReady(const std::vector<pollfd>& fds, const std::vector<Conn*>& order);
   void expireDeadlines(Clock::time_point now);
-  void acceptAll();
+  void acceptBatch();
   void readFrom(Conn& c);
   bool process(Conn& c);  // returns true if it consumed a request
   void handle(Conn& c, const uint8_t* body, size_t bytes);
@@ -179,7 +182,7 @@ void TcpStoreServer::Impl::serveReady(const std::vector<pollfd>& fds, const std:
     uint64_t drained;
     (void)!::read(wakeFd.fd(), &drained, sizeof(drained));
   }
-  if (fds[1].revents != 0) acceptAll();
+  if (fds[1].revents != 0) acceptBatch();
   for (size_t i = 0; i < order.size(); ++i) {
     Conn& c = *order[i];
     short rev = fds[i + 2].revents;
@@ -205,17 +208,22 @@ void TcpStoreServer::Impl::expireDeadlines(Clock::time_point now) {
 }
 
 void TcpStoreServer::Impl::dropOldestPendingIfFull() {
-  // conns is in accept order, so the first live pending one is the oldest.
+  // conns is in accept order, so the first live pending one is the oldest. One that sent nothing
+  // yet goes first: a real client answers the challenge within a round trip, a flood's
+  // connections stay silent.
   Conn* oldest = nullptr;
+  Conn* oldestSilent = nullptr;
   size_t pending = 0;
   for (auto& c : conns) {
     if (c.dead || c.authenticated) continue;
     if (!oldest) oldest = &c;
+    if (!oldestSilent && c.in.size() == c.inStart) oldestSilent = &c;
     pending++;
   }
   if (pending < kMaxPendingHandshakes) return;
-  refuse(*oldest, "dropped before authenticating: " + std::to_string(kMaxPendingHandshakes) +
-                      " connections were already in the handshake");
+  refuse(oldestSilent != nullptr ? *oldestSilent : *oldest,
+         "dropped before authenticating: " + std::to_string(kMaxPendingHandshakes) +
+             " connections were already in the handshake");
 }
 
 void TcpStoreServer::Impl::logRefusal(const std::string& peer, const std::string& why) {
@@ -244,8 +252,8 @@ void TcpStoreServer::Impl::flushRefusalSummary(Clock::time_point now) {
   loggedInWindow = 0;
 }
 
-void TcpStoreServer::Impl::acceptAll() {
-  while (true) {
+void TcpStoreServer::Impl::acceptBatch() {
+  for (int accepted = 0; accepted < kAcceptBatch && !stopping; ++accepted) {
     int fd = ::accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
@@ -342,53 +350,34 @@ bool TcpStoreServer::Impl::process(Conn& c) {
 }
 
 void TcpStoreServer::Impl::handle(Conn& c, const uint8_t* body, size_t bytes) {
-  ByteReader r = store_wire::reader(body, bytes);
-  Op op{};
-  store_wire::Writer w;
-  // Only the field reads throw DecodeError: a malformed request is answered with an error.
+  store_wire::Request q;
   try {
-    op = static_cast<Op>(r.u8());
-    switch (op) {
-      case Op::kSet: {
-        std::string key = r.str32();
-        Bytes value = r.bytes32();
-        data[std::move(key)] = std::move(value);
-        w.body().u8(static_cast<uint8_t>(Status::kOk));
-        return reply(c, w);
-      }
-      case Op::kAdd: {
-        std::string key = r.str32();
-        int64_t delta = r.i64();
-        int64_t value = 0;
-        auto it = data.find(key);
-        try {
-          if (it != data.end()) value = store_detail::parseCounter(key, it->second);
-        } catch (const StoreError& e) {
-          return replyError(c, e.what());
-        }
-        value += delta;
-        data[key] = store_detail::formatCounter(value);
-        w.body().u8(static_cast<uint8_t>(Status::kOk)).i64(value);
-        return reply(c, w);
-      }
-      case Op::kGet: {
-        uint64_t timeoutMs = r.u64();
-        std::string key = r.str32();
-        return park(c, op, {std::move(key)}, timeoutMs);
-      }
-      case Op::kWait: {
-        uint64_t timeoutMs = r.u64();
-        std::vector<std::string> keys;
-        for (uint32_t n = r.u32(); n > 0; --n) keys.push_back(r.str32());
-        return park(c, op, std::move(keys), timeoutMs);
-      }
-    }
-  } catch (const DecodeError&) {
-    static constexpr const char* kNames[] = {"", "set", "get", "add", "wait"};
-    const auto i = static_cast<size_t>(op);
-    return replyError(c, std::string("malformed ") + (i < std::size(kNames) ? kNames[i] : "") + " request");
+    q = store_wire::decodeRequest(body, bytes);
+  } catch (const DecodeError& e) {
+    return replyError(c, e.what());  // "malformed set request", "unknown request 9"
   }
-  replyError(c, "unknown request " + std::to_string(static_cast<int>(op)));
+  store_wire::Writer w;
+  switch (q.op) {
+    case Op::kSet:
+      data[std::move(q.key)] = std::move(q.value);
+      w.body().u8(static_cast<uint8_t>(Status::kOk));
+      return reply(c, w);
+    case Op::kAdd: {
+      int64_t value = 0;
+      try {
+        auto it = data.find(q.key);
+        value = store_detail::addToCounter(q.key, it == data.end() ? 0 : store_detail::parseCounter(q.key, it->second),
+                                           q.delta);
+      } catch (const StoreError& e) {
+        return replyError(c, e.what());
+      }
+      data[q.key] = store_detail::formatCounter(value);
+      w.body().u8(static_cast<uint8_t>(Status::kOk)).i64(value);
+      return reply(c, w);
+    }
+    case Op::kGet: return park(c, q.op, {std::move(q.key)}, q.timeoutMs);
+    case Op::kWait: return park(c, q.op, std::move(q.keys), q.timeoutMs);
+  }
 }
 
 void TcpStoreServer::Impl::park(Conn& c, Op op, std::vector<std::string> keys, uint64_t timeoutMs) {

@@ -3,7 +3,9 @@
 // Ring object and only its own half of the methods. Not thread-safe: one thread per side at a
 // time (the transport serialises access).
 //
-// Positions are monotonically increasing byte counts; the capacity is a power of two. Each side
+// Positions are monotonically increasing byte counts; the capacity is a power of two. They live
+// in memory the peer writes: a position it corrupted never makes a copy leave the ring (the
+// bytes in flight count as at most the capacity), it only garbles the stream. Each side
 // caches the other side's position and re-reads the shared one only when the cache says "full"
 // (writer) or "empty" (reader), so a steady stream touches the other side's cache line rarely.
 #pragma once
@@ -29,10 +31,10 @@ class Ring {
   // ---- Writer side ----
   // Copies up to min(bytes, maxChunk) bytes that fit now and publishes them; returns how many.
   size_t write(const void* src, size_t bytes, size_t maxChunk) {
-    size_t space = capacity_ - static_cast<size_t>(head_ - tail_);
+    size_t space = capacity_ - inFlight();
     if (space < bytes && space < maxChunk) {
       tail_ = control_->tail.load(std::memory_order_acquire);
-      space = capacity_ - static_cast<size_t>(head_ - tail_);
+      space = capacity_ - inFlight();
     }
     size_t n = std::min({bytes, space, maxChunk});
     if (n == 0) return 0;
@@ -54,10 +56,10 @@ class Ring {
   // ---- Reader side ----
   // Copies up to `bytes` available bytes out and releases their space; returns how many.
   size_t read(void* dst, size_t bytes) {
-    size_t avail = static_cast<size_t>(head_ - tail_);
+    size_t avail = inFlight();
     if (avail < bytes) {
       head_ = control_->head.load(std::memory_order_acquire);
-      avail = static_cast<size_t>(head_ - tail_);
+      avail = inFlight();
     }
     size_t n = std::min(bytes, avail);
     if (n == 0) return 0;
@@ -77,6 +79,12 @@ class Ring {
   }
 
  private:
+  // Bytes written and not yet read, as this side sees them, at most the capacity.
+  size_t inFlight() const {
+    uint64_t n = head_ - tail_;
+    return n > capacity_ ? capacity_ : static_cast<size_t>(n);
+  }
+
   RingControl* control_ = nullptr;
   uint8_t* data_ = nullptr;
   size_t capacity_ = 0;

@@ -503,32 +503,17 @@ void ShmTransport::flushOutboxesSlow() {
 std::optional<MailboxMessage> ShmTransport::pollPeer(int from) {
   Peer& p = peers_[from];
   bool consumed = false;
-  if (!p.haveLength) {
-    size_t n = p.mailIn.read(p.lengthBytes + p.lengthGot, sizeof p.lengthBytes - p.lengthGot);
-    p.lengthGot += n;
-    consumed = n > 0;
-    if (p.lengthGot == sizeof p.lengthBytes) {
-      uint64_t length;
-      std::memcpy(&length, p.lengthBytes, sizeof length);
-      p.message.resize(length);
-      p.messageGot = 0;
-      p.haveLength = true;
-    }
-  }
-  if (p.haveLength && p.messageGot < p.message.size()) {
-    size_t n = p.mailIn.read(p.message.data() + p.messageGot, p.message.size() - p.messageGot);
-    p.messageGot += n;
-    consumed = consumed || n > 0;
+  std::optional<std::vector<uint8_t>> bytes;
+  try {
+    bytes = p.mailReader.poll(p.mailIn, consumed);
+  } catch (const MailboxCorrupt& e) {
+    throw PeerLost(from, "Horovod rank " + std::to_string(from) + " " + e.what());
   }
   if (consumed) Waiter::notify(p.header);  // its outbox may be waiting for the space
-  if (!p.haveLength || p.messageGot < p.message.size()) return std::nullopt;
+  if (!bytes) return std::nullopt;
   MailboxMessage message;
   message.from = from;
-  message.bytes = std::move(p.message);
-  p.message = {};
-  p.haveLength = false;
-  p.lengthGot = 0;
-  p.messageGot = 0;
+  message.bytes = std::move(*bytes);
   return message;
 }
 

@@ -40,6 +40,7 @@
 
 #include "common/params.h"
 #include "horovod/errors.h"
+#include "transport/shm/mailbox_reader.h"
 #include "transport/shm/peer_mappings.h"
 #include "transport/shm/ring.h"
 #include "transport/shm/segment.h"
@@ -115,12 +116,8 @@ class ShmTransport final : public Transport {
     SegmentHeader* header = nullptr;  // in it
     Ring dataOut, mailOut;            // we write into the peer's segment
     Ring dataIn, mailIn;              // the peer writes into ours
-    // Inbound message being assembled (controller thread).
-    uint8_t lengthBytes[8] = {};
-    size_t lengthGot = 0;
-    bool haveLength = false;
-    std::vector<uint8_t> message;
-    size_t messageGot = 0;
+    // Inbound messages being assembled (controller thread).
+    MailboxReader mailReader;
     // Outbound bytes that did not fit into the peer's mailbox yet (guarded by outboxMutex_).
     std::vector<uint8_t> outbox;
     size_t outboxSent = 0;

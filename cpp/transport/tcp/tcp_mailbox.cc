@@ -15,7 +15,7 @@ namespace hvd::tcp {
 namespace {
 
 constexpr size_t kReadChunk = 64 * 1024;
-constexpr uint32_t kMaxMessageBytes = 1u << 30;
+constexpr uint32_t kMaxMessageBytes = control_frame::kMaxPayloadBytes;
 
 void putHeader(uint8_t* header, uint32_t length, uint8_t kind) {
   std::memcpy(header, &length, 4);  // little-endian hosts
@@ -109,36 +109,32 @@ std::string TcpTransport::readControlLocked(int peer) {
     p.ctrlClosed = true;
   }
   // Parse every complete frame (a goodbye may precede the close).
-  while (p.in.size() - p.inStart >= kFrameHeader) {
-    uint32_t length;
-    std::memcpy(&length, p.in.data() + p.inStart, 4);
-    uint8_t kind = p.in[p.inStart + 4];
-    if (length > kMaxMessageBytes || kind < kFrameMessage || kind > kFramePong) {
+  control_frame::Frame frame;
+  while (true) {
+    auto parsed = control_frame::parse(p.in.data() + p.inStart, p.in.size() - p.inStart, frame);
+    if (parsed == control_frame::Parse::kNeedMore) break;
+    if (parsed == control_frame::Parse::kMalformed) {
       p.ctrlClosed = true;
       return "it sent a malformed control frame";
     }
-    if (p.in.size() - p.inStart < kFrameHeader + length) break;
-    const uint8_t* body = p.in.data() + p.inStart + kFrameHeader;
+    const uint8_t* body = frame.payload;
     p.pingSentAt = {};  // any frame shows the peer's transport running
-    if (kind == kFrameMessage) {
-      inbox_.push_back(MailboxMessage{peer, std::vector<uint8_t>(body, body + length)});
-    } else if (kind == kFrameGoodbye) {
+    if (frame.kind == kFrameMessage) {
+      inbox_.push_back(MailboxMessage{peer, std::vector<uint8_t>(body, body + frame.length)});
+    } else if (frame.kind == kFrameGoodbye) {
       p.departed = true;
-    } else if (kind == kFrameAbort) {
-      int32_t blamed = -1;
-      if (length >= sizeof(blamed)) std::memcpy(&blamed, body, sizeof(blamed));
-      p.blamed = blamed >= 0 && blamed < size_ ? blamed : -1;
-      p.gaveUpReason = length > sizeof(blamed)
-                           ? std::string(reinterpret_cast<const char*>(body) + sizeof(blamed), length - sizeof(blamed))
-                           : std::string("no reason given");
+    } else if (frame.kind == kFrameAbort) {
+      auto notice = control_frame::decodeAbort(body, frame.length, size_);
+      p.blamed = notice.blamed;
+      p.gaveUpReason = std::move(notice.reason);
       p.gaveUp = true;
-    } else if (kind == kFramePing) {
+    } else if (frame.kind == kFramePing) {
       appendFrame(p, kFramePong, nullptr, 0);
       (void)flushLocked(p);
     } else {
       p.pongs++;
     }
-    p.inStart += kFrameHeader + length;
+    p.inStart += kFrameHeader + frame.length;
   }
   if (p.ctrlClosed && !p.departed) {
     return failure.empty() ? "its control connection closed unexpectedly (the process exited or was killed)" : failure;

@@ -5,10 +5,12 @@
 #include <unistd.h>
 
 #include <exception>
+#include <list>
 #include <set>
 #include <thread>
 
 #include "common/check.h"
+#include "common/hmac.h"
 #include "common/logging.h"
 
 namespace hvd::tcp {
@@ -88,48 +90,125 @@ class Acceptor {
   }
 
  private:
+  // A connection in the handshake: the challenge is sent, the proof is being read.
+  struct Pending {
+    Socket sock;
+    std::string from;
+    auth::ServerHandshake handshake;
+    std::vector<uint8_t> in;
+    Deadline bound;
+  };
+
+  // Handshakes run side by side, each bounded by kHandshakeBound: a connection that stays silent
+  // (a port scanner, a stray client) costs its own bound, not everyone's setup.
   void run() {
-    int rank = context_.rank;
+    const int rank = context_.rank;
     int missing = 2 * rank;
+    std::list<Pending> pending;
+    std::vector<std::string> silent;  // connections that did not authenticate in time
+    std::vector<pollfd> fds;
     while (missing > 0) {
-      pollfd fds[2] = {{listener_.fd(), POLLIN, 0}, {stop_.fd(), POLLIN, 0}};
-      int rc = ::poll(fds, 2, deadline_.pollTimeoutMs());
+      fds.assign({{listener_.fd(), POLLIN, 0}, {stop_.fd(), POLLIN, 0}});
+      Deadline wake = deadline_;
+      for (auto& p : pending) {
+        fds.push_back({p.sock.fd(), POLLIN, 0});
+        wake = wake.earliest(p.bound);
+      }
+      int rc = ::poll(fds.data(), fds.size(), wake.pollTimeoutMs());
       if (rc < 0 && errno == EINTR) continue;
       HVD_SYSCHECK(rc >= 0, "poll");
       if (fds[1].revents != 0) return;  // connecting side failed; it reports the error
-      if (rc == 0 && deadline_.expired()) {
-        std::string who;
-        for (int r = 0; r < rank; ++r) {
-          if (!links_.data[r].valid() || !links_.control[r].valid())
-            who += (who.empty() ? "" : ", ") + std::to_string(r);
-        }
-        throw Timeout("TCP transport setup timed out on rank " + std::to_string(rank) +
-                      ": no connection from rank(s) " + who + " (listening on " + links_.listenAddress + ")");
+      size_t i = 2;
+      for (auto it = pending.begin(); it != pending.end(); ++i) {
+        const bool done = fds[i].revents != 0 ? serve(*it, missing) : expire(*it, silent);
+        it = done ? pending.erase(it) : std::next(it);
       }
-      if (fds[0].revents == 0) continue;
-      int fd = ::accept4(listener_.fd(), nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd < 0) continue;  // EAGAIN / aborted connection: poll again
-      Socket s(fd);
-      setNonBlocking(fd, false);
-      std::string from = peerAddress(fd);
-      int peer = -1;
-      bool isData = false;
-      try {
-        Deadline bound = deadline_.earliest(Deadline::after(kHandshakeBound));
-        std::string id = authenticateAsServer(fd, context_.secret, serverIdentity(context_.jobId, rank), bound);
-        if (!parseClientIdentity(id, context_.jobId, &peer, &isData) || peer < 0 || peer >= rank) {
-          throw AuthenticationRefused("unexpected identity '" + id + "'");
-        }
-        Socket& slot = isData ? links_.data[peer] : links_.control[peer];
-        if (slot.valid()) throw AuthenticationRefused("duplicate connection for rank " + std::to_string(peer));
-        slot = std::move(s);
-        missing--;
-      } catch (const Error& e) {
-        links_.refused++;
-        HVD_LOG(Warning) << "TCP transport (rank " << rank << ") refused a connection from " << from << ": "
-                         << e.what();
-      }
+      if (missing > 0 && deadline_.expired()) throw setupTimeout(pending, silent);
+      if (fds[0].revents != 0) accept(pending);
     }
+  }
+
+  void accept(std::list<Pending>& pending) {
+    int fd = ::accept4(listener_.fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) return;  // EAGAIN / aborted connection: poll again
+    Socket s(fd);
+    std::string from = peerAddress(fd);
+    auth::ServerHandshake handshake(context_.secret, serverIdentity(context_.jobId, context_.rank));
+    Deadline bound = deadline_.earliest(Deadline::after(kHandshakeBound));
+    try {
+      sendAll(fd, handshake.challenge().data(), handshake.challenge().size(), bound);
+    } catch (const Error& e) {
+      refuse(from, e.what());
+      return;
+    }
+    pending.push_back(Pending{std::move(s), std::move(from), std::move(handshake), {}, bound});
+  }
+
+  // Reads what a pending connection sent; returns true when it is finished with (a link, or refused).
+  bool serve(Pending& p, int& missing) {
+    uint8_t buf[512];
+    ssize_t n = ::recv(p.sock.fd(), buf, sizeof buf, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
+    if (n <= 0) {
+      refuse(p.from, "closed the connection during the handshake");
+      return true;
+    }
+    p.in.insert(p.in.end(), buf, buf + n);
+    if (p.in.size() < 2) return false;
+    auto need = auth::ServerHandshake::proofBytes(p.in.data());
+    if (!need || p.in.size() > *need) {
+      refuse(p.from, "malformed handshake");
+      return true;
+    }
+    if (p.in.size() < *need) return false;
+    std::vector<uint8_t> answer;
+    auto id = p.handshake.verify(p.in.data(), p.in.size(), answer);
+    int peer = -1;
+    bool isData = false;
+    try {
+      if (!id) throw AuthenticationRefused("peer " + p.from + " failed to prove the job secret");
+      if (!parseClientIdentity(*id, context_.jobId, &peer, &isData) || peer < 0 || peer >= context_.rank) {
+        throw AuthenticationRefused("unexpected identity '" + *id + "'");
+      }
+      Socket& slot = isData ? links_.data[peer] : links_.control[peer];
+      if (slot.valid()) throw AuthenticationRefused("duplicate connection for rank " + std::to_string(peer));
+      sendAll(p.sock.fd(), answer.data(), answer.size(), p.bound);
+      setNonBlocking(p.sock.fd(), false);
+      slot = std::move(p.sock);
+      missing--;
+    } catch (const Error& e) {
+      refuse(p.from, e.what());
+    }
+    return true;
+  }
+
+  bool expire(Pending& p, std::vector<std::string>& silent) {
+    if (!p.bound.expired()) return false;
+    refuse(p.from, "did not authenticate within " + std::to_string(kHandshakeBound.count()) + " s");
+    silent.push_back(p.from);
+    return true;
+  }
+
+  void refuse(const std::string& from, const std::string& why) {
+    links_.refused++;
+    HVD_LOG(Warning) << "TCP transport (rank " << context_.rank << ") refused a connection from " << from << ": "
+                     << why;
+  }
+
+  // The setup deadline passed: names the ranks that did not connect, and the connections that
+  // held a handshake open without authenticating (likely why a rank's connection came late).
+  Timeout setupTimeout(const std::list<Pending>& pending, const std::vector<std::string>& silent) const {
+    std::string who;
+    for (int r = 0; r < context_.rank; ++r) {
+      if (!links_.data[r].valid() || !links_.control[r].valid()) who += (who.empty() ? "" : ", ") + std::to_string(r);
+    }
+    std::string idle;
+    for (const auto& from : silent) idle += (idle.empty() ? "" : ", ") + from;
+    for (const auto& p : pending) idle += (idle.empty() ? "" : ", ") + p.from;
+    return Timeout("TCP transport setup timed out on rank " + std::to_string(context_.rank) +
+                   ": no connection from rank(s) " + who + " (listening on " + links_.listenAddress + ")" +
+                   (idle.empty() ? std::string()
+                                 : "; connection(s) from " + idle + " held a handshake open without authenticating"));
   }
 
   const TransportContext& context_;

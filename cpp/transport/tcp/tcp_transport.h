@@ -46,6 +46,7 @@
 
 #include "common/socket.h"
 #include "horovod/errors.h"
+#include "transport/tcp/control_frame.h"
 #include "transport/transport.h"
 
 namespace hvd::tcp {
@@ -119,12 +120,13 @@ class TcpTransport final : public Transport {
   // out at about the same moment the time to send its abort frame naming whom it blames.
   static constexpr std::chrono::milliseconds kProbeWindow{500};
 
-  static constexpr uint8_t kFrameMessage = 1;
-  static constexpr uint8_t kFrameGoodbye = 2;
-  static constexpr uint8_t kFrameAbort = 3;  // i32 blamed rank (-1 none) | reason text
-  static constexpr uint8_t kFramePing = 4;
-  static constexpr uint8_t kFramePong = 5;
-  static constexpr size_t kFrameHeader = 5;  // u32 payload length | u8 kind
+  // Control frame kinds and header size (control_frame.h).
+  static constexpr uint8_t kFrameMessage = control_frame::kMessage;
+  static constexpr uint8_t kFrameGoodbye = control_frame::kGoodbye;
+  static constexpr uint8_t kFrameAbort = control_frame::kAbort;
+  static constexpr uint8_t kFramePing = control_frame::kPing;
+  static constexpr uint8_t kFramePong = control_frame::kPong;
+  static constexpr size_t kFrameHeader = control_frame::kHeaderBytes;
 
   void checkPeer(int peer, const char* op) const;
   // Throws Aborted or the recorded PeerLost; with dataPlane also the broken-stream Error.

@@ -194,8 +194,8 @@ namespace {
 // Memory target: a job whose tensors never exceed 1 MiB never maps a 128 MiB buffer (the fusion
 // buffer grows to what fusion actually needs, not to HOROVOD_FUSION_THRESHOLD).
 TEST(EngineMemory, SmallTensorsNeverMapTheFusionThreshold) {
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP() << "AddressSanitizer maps terabytes of shadow memory itself";
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "the sanitizer maps terabytes of shadow memory itself";
 #endif
   const int n = 2;
   Cluster cluster(n);

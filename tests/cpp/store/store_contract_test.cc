@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <thread>
 
@@ -169,6 +170,21 @@ TEST_P(StoreContract, AddIsAtomicAcrossThreads) {
   EXPECT_EQ(a->add("fresh", 0, Deadline::after(5s)), 0);
   setString(*a, "text", "abc", Deadline::after(5s));
   EXPECT_THROW(a->add("text", 1, Deadline::after(5s)), StoreError);
+}
+
+TEST_P(StoreContract, AddThatOverflowsFailsAndKeepsTheValue) {
+  auto a = fixture_->client();
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(a->add("big", max, Deadline::after(5s)), max);
+  try {
+    a->add("big", 1, Deadline::after(5s));
+    FAIL() << "an add past INT64_MAX succeeded";
+  } catch (const StoreError& e) {
+    EXPECT_NE(std::string(e.what()).find("'big'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("overflows"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(getString(*a, "big", Deadline::after(5s)), std::to_string(max));
+  EXPECT_EQ(a->add("big", -1, Deadline::after(5s)), max - 1);
 }
 
 TEST_P(StoreContract, ManyThreadsRendezvous) {

@@ -1,6 +1,7 @@
 // TcpStoreServer + TcpStore specifics: authentication, errors naming the server, shutdown.
 #include <gtest/gtest.h>
 
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 
@@ -256,6 +257,45 @@ TEST(TcpStore, BlockedGetSurvivesACutAndStillSeesTheLaterSet) {
   std::this_thread::sleep_for(150ms);
   setString(direct, "late", "v", Deadline::after(5s));
   getter.join();
+}
+
+// A connection flood (threads connecting as fast as they can, sending nothing, half of them
+// closing at once) while a client works: the server keeps serving it and shuts down when asked.
+TEST(TcpStore, ServesItsClientsThroughAConnectionFlood) {
+  auto server = std::make_unique<TcpStoreServer>("127.0.0.1", 0, "secret");
+  const uint16_t port = server->port();
+  TcpStore client("127.0.0.1", port, "secret", Deadline::after(10s));
+  std::atomic<bool> flooding{true};
+  std::atomic<int64_t> opened{0};
+  std::vector<std::thread> flood;
+  for (int t = 0; t < 2; ++t) {
+    flood.emplace_back([&, t] {
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_port = htons(port);
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      std::vector<Socket> held;  // the idle holders (the server drops them as pending)
+      while (flooding) {
+        Socket s(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+        if (!s.valid()) continue;
+        (void)::connect(s.fd(), reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+        opened++;
+        if (t == 0 && held.size() < 200) held.push_back(std::move(s));
+      }
+    });
+  }
+  // Wait until the flood runs, then work through it.
+  while (opened < 2000) std::this_thread::yield();
+  std::string failure = errorOf([&] {
+    for (int i = 0; i < 20; ++i) {
+      setString(client, "k" + std::to_string(i), "v", Deadline::after(30s));
+      EXPECT_EQ(getString(client, "k" + std::to_string(i), Deadline::after(30s)), "v");
+    }
+  });
+  server.reset();  // returns while the flood goes on
+  flooding = false;
+  for (auto& t : flood) t.join();
+  EXPECT_EQ(failure, "") << "the client failed during the flood";
 }
 
 TEST(TcpStore, GoneServerFailsWithinTheReconnectWindow) {

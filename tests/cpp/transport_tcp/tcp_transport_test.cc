@@ -524,6 +524,29 @@ TEST(TcpTransport, ConnectionWithWrongSecretIsRefused) {
   EXPECT_NE(log.find("refused a connection from 127.0.0.1:"), std::string::npos) << log;
 }
 
+// Connections that open a handshake and then say nothing (a port scanner, a stray client) do
+// not hold up the ranks' own connections: each handshake has its own bound, side by side.
+TEST(TcpTransport, IdleConnectionsDoNotStallSetup) {
+  auto contexts = makeContexts(2);
+  // Three idle connections cost 30 s if taken one after another: more than this timeout.
+  for (auto& c : contexts) c.timeout = std::chrono::seconds(20);
+  std::atomic<bool> idleOpen{false};
+  contexts[0].store = std::make_shared<GatedStore>(contexts[0].store, idleOpen);
+  std::vector<Socket> idle;
+  std::thread opener([&] {
+    std::string address = getString(*contexts[1].store, "addr/1", Deadline::after(10s));
+    auto [host, port] = splitHostPort(address);
+    for (int i = 0; i < 3; ++i) idle.push_back(connectTcp(host, port, Deadline::after(5s), false));
+    idleOpen = true;
+  });
+  runRanks("tcp", contexts, [&](int rank, Transport& t) {
+    uint8_t byte = static_cast<uint8_t>(rank), got = 0xff;
+    t.sendRecv(1 - rank, &byte, 1, 1 - rank, &got, 1, soon());
+    EXPECT_EQ(got, 1 - rank);
+  });
+  opener.join();
+}
+
 TEST(TcpTransport, SetupTimesOutNamingTheMissingRank) {
   auto contexts = makeContexts(2);
   contexts[0].timeout = std::chrono::milliseconds(300);
