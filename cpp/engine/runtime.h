@@ -300,6 +300,10 @@ class Runtime {
   FlatIdMap<Entry*> byCacheId_;
   std::vector<EntryPtr> drained_;
   std::vector<Entry*> entriesScratch_;
+  // A deferred-completion response's works, held (WorkImpl::hold) from before run() until its
+  // entries are retired, so that the backend's thread cannot complete a work whose entry still
+  // holds the name (the caller would enqueue the name again into the old entry's slot).
+  std::vector<std::shared_ptr<WorkImpl>> heldWorks_;
   // Responses derived from the cache hits of recent lists, while the replica is unchanged: a
   // training step repeats its lists' hits, so the steady state derives nothing.
   struct DerivedHits {

@@ -201,12 +201,21 @@ void Runtime::runData(Response& r) {
       }
     }
     backend = &backends_.forResponse(r, *set, device);
+    if (backend->defersCompletion()) [[unlikely]] {
+      for (Entry* e : entriesScratch_) {
+        if (e != nullptr && e->work->hold()) heldWorks_.push_back(e->work);
+      }
+    }
     backend->run(r, *set, entriesScratch_);
   } catch (...) {
     error = std::current_exception();
     // Transport and collective failures end the runtime; anything else fails this response only
     // (it is deterministic, so every rank fails it alike).
-    if (isFatal(error)) throw;
+    if (isFatal(error)) {
+      // The entries stay queued: the loop's failAll() fails their works (after abort()).
+      heldWorks_.clear();
+      throw;
+    }
   }
   // Copy: completing an entry may free it.
   std::vector<Entry*> done = entriesScratch_;
@@ -214,6 +223,9 @@ void Runtime::runData(Response& r) {
   // retire the entries.
   const bool completeWorks = error != nullptr || !backend->defersCompletion();
   for (Entry* e : done) completeEntry(e, error, completeWorks);
+  // Retired: the backend's completions may finish the works now (or did, and this is the last).
+  for (auto& work : heldWorks_) work->completeMember(nullptr);
+  heldWorks_.clear();
 }
 
 RuntimeStats Runtime::stats() const {

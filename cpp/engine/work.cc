@@ -27,6 +27,14 @@ void WorkImpl::completeMember(std::exception_ptr error) {
   if (left == 1) finish();
 }
 
+bool WorkImpl::hold() {
+  int left = remaining_.load(std::memory_order_relaxed);
+  do {
+    if (left <= 0) return false;
+  } while (!remaining_.compare_exchange_weak(left, left + 1, std::memory_order_acq_rel));
+  return true;
+}
+
 void WorkImpl::failRemaining(std::exception_ptr error) {
   {
     std::lock_guard<std::mutex> lock(mu_);

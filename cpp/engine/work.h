@@ -45,6 +45,10 @@ class WorkImpl : public Work {
   void setJoinResult(int rank) { joinResult_ = rank; }
   // Marks one member done (error = nullptr for success). Completes the work with the last one.
   void completeMember(std::exception_ptr error);
+  // Counts one more member to complete, so that the work cannot complete before a matching
+  // completeMember(nullptr) (which keeps an error another member reported). False, and nothing
+  // held, when the work has completed already.
+  bool hold();
   // Fails every member that has not completed yet (shutdown, fatal transport error).
   void failRemaining(std::exception_ptr error);
 
