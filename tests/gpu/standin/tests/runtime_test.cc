@@ -257,7 +257,9 @@ TEST_F(StandinRuntime, OrderingCheckerCatchesAWriteAfterAnUnorderedRead) {
   int* d = static_cast<int*>(deviceBuffer(sizeof(int)));
   ASSERT_EQ(cudaMemsetAsync(d, 0, sizeof(int), a), cudaSuccess);
   ASSERT_EQ(cudaStreamSynchronize(a), cudaSuccess);
-  int out = 0;
+  // Outlives the test: the copy is still queued on `a` when the test ends (the stand-in copies
+  // to pageable memory asynchronously, as CUDA may), and runs during the fixture's teardown.
+  static int out = 0;
   ASSERT_EQ(cudaMemcpyAsync(&out, d, sizeof(int), cudaMemcpyDeviceToHost, a), cudaSuccess);
   int* e = static_cast<int*>(deviceBuffer(sizeof(int)));
   ASSERT_EQ(cudaMemsetAsync(e, 0, sizeof(int), b), cudaSuccess);  // another buffer: fine
