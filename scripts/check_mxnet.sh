@@ -6,13 +6,13 @@
 #   scripts/check_mxnet.sh
 #
 # The environment is HOROVOD_MXNET_VENV (default /tmp/horovod-mxnet-1.9.1), made by
-# scripts/setup.sh. Without it this script says so and exits 0 (the stage is skipped).
+# scripts/setup.sh. Without it this script says so and exits 77 (the stage reads "skipped").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${HOROVOD_MXNET_VENV:-/tmp/horovod-mxnet-1.9.1}
 if ! "$venv/bin/python" -c "import mxnet" 2>/dev/null; then
   echo "check_mxnet: SKIPPED: no MXNet environment at $venv (scripts/setup.sh makes it; set HOROVOD_MXNET_VENV to use another)"
-  exit 0
+  exit 77
 fi
 # The installed horovod package, alone on the path (not the rest of this Python's packages).
 pkg=$(python3 -c 'import horovod, os; print(os.path.dirname(os.path.abspath(horovod.__file__)))')

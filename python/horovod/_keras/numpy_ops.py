@@ -10,29 +10,15 @@ issues the same sequence of them.
 
 import numpy as np
 
+from horovod.common.call_names import CallNamer
 from horovod.common import basics as _basics
 from horovod.common import ops as _ops
 from horovod.common.exceptions import HorovodInternalError
 from horovod.common.process_sets import global_process_set
 from horovod.common.util import NOT_INITIALIZED_MESSAGE
 
-_counter = 0
-
-
-@_basics.on_init_and_shutdown
-def reset():
-    """Restarts the unnamed-call counter (runs after every init and shutdown)."""
-    global _counter
-    _counter = 0
-
-
-def _name(prefix, name):
-    """(full core name, one_off) for one call."""
-    global _counter
-    if name:
-        return prefix + name, False
-    _counter += 1
-    return '{}keras.{}{}'.format(prefix, _ops.UNNAMED, _counter), True
+# (full core name, one_off) for one call.
+_name = CallNamer('keras')
 
 
 def _psid(process_set):

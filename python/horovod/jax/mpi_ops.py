@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import io_callback
 
+from horovod.common.call_names import CallNamer
 from horovod.common import basics as _basics_mod
 from horovod.common import ops as _ops
 from horovod.common.basics import *  # noqa: F401,F403 (the basics, re-exported)
@@ -53,22 +54,8 @@ _core = _basics_mod._core
 # There is no compiled JAX component: every jax version is accepted (the check only records it).
 check_installed_version('jax', jax.__version__)
 
-_counter = 0
-
-
-@_basics_mod.on_init_and_shutdown
-def _reset_counter():
-    global _counter
-    _counter = 0
-
-
-def _name(prefix, name):
-    """(full core name, one_off) for one call, taken when the collective runs."""
-    global _counter
-    if name:
-        return prefix + name, False
-    _counter += 1
-    return '{}jax.{}{}'.format(prefix, _ops.UNNAMED, _counter), True
+# (full core name, one_off) for one call, taken when the collective runs.
+_name = CallNamer('jax')
 
 
 class _ReduceOps:

@@ -20,6 +20,7 @@ import numpy as np
 from mxnet.base import _LIB, check_call
 from mxnet.ndarray import ndarray as _nd
 
+from horovod.common.call_names import CallNamer
 from horovod.common import basics as _basics_mod
 from horovod.common import ops as _ops
 from horovod.common.basics import *  # noqa: F401,F403 (the basics, re-exported)
@@ -34,22 +35,8 @@ _core = _basics_mod._core
 # Nothing is compiled against MXNet: every version is accepted (the check only records it).
 check_installed_version('mxnet', mx.__version__)
 
-_counter = 0
-
-
-@_basics_mod.on_init_and_shutdown
-def _reset_counter():
-    global _counter
-    _counter = 0
-
-
-def _name(prefix, name):
-    """(full core name, one_off), taken in program order when the call is made."""
-    global _counter
-    if name:
-        return prefix + name, False
-    _counter += 1
-    return '{}mxnet.{}{}'.format(prefix, _ops.UNNAMED, _counter), True
+# (full core name, one_off), taken in program order when the call is made.
+_name = CallNamer('mxnet')
 
 
 class _ReduceOps:
