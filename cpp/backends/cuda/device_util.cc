@@ -1,5 +1,7 @@
 #include "backends/cuda/device_util.h"
 
+#include <algorithm>
+#include <memory>
 #include <utility>
 
 #include "common/logging.h"
@@ -164,6 +166,27 @@ bool PinnedBuffer::reserve(size_t bytes) {
   data_ = fresh;
   capacity_ = bytes;
   return true;
+}
+
+OwnedTensor deviceTensor(const CudaApi& api, int device, DataType dtype, std::vector<int64_t> shape) {
+  OwnedTensor t;
+  t.view.dtype = dtype;
+  t.view.shape = std::move(shape);
+  t.view.device.kind = DeviceKind::kCuda;
+  t.view.device.index = device;
+  const size_t bytes = t.view.bytes();
+  void* data = nullptr;
+  const std::string call = "cudaMalloc(" + std::to_string(bytes) + " bytes) for an output";
+  checkCuda(api, api.rt.malloc(&data, std::max<size_t>(bytes, 1)), call.c_str(), device);
+  const CudaApi* table = &api;  // process-wide: outlives every tensor
+  t.storage = std::shared_ptr<void>(data, [table, device](void* p) {
+    const cudaError_t status = table->rt.free(p);
+    if (status != cudaSuccess) {
+      HVD_LOG(Warning) << "cudaFree of an output on GPU " << device << ": " << table->rt.getErrorString(status);
+    }
+  });
+  t.view.data = data;
+  return t;
 }
 
 }  // namespace hvd::cuda

@@ -17,8 +17,10 @@
 #include <cstddef>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "backends/cuda/cuda_api.h"
+#include "horovod/operation.h"
 
 namespace hvd::cuda {
 
@@ -144,5 +146,10 @@ class PinnedBuffer {
   void* data_ = nullptr;
   size_t capacity_ = 0;
 };
+
+// A tensor of `dtype` and `shape` in fresh device memory of GPU `device` (an allgather or
+// alltoall output): cudaMalloc'd, cudaFree'd when its last copy goes (a failed free is logged).
+// Throws like checkCuda when the allocation fails.
+OwnedTensor deviceTensor(const CudaApi& api, int device, DataType dtype, std::vector<int64_t> shape);
 
 }  // namespace hvd::cuda

@@ -160,29 +160,6 @@ void* NcclBackend::reserve(Lane& lane, DeviceBuffer& buffer, size_t bytes) {
   return buffer.data();
 }
 
-OwnedTensor NcclBackend::allocateOutput(DataType dtype, std::vector<int64_t> shape) {
-  size_t bytes = dataTypeSize(dtype);
-  for (int64_t d : shape) bytes *= static_cast<size_t>(d);
-  void* data = nullptr;
-  const std::string call = "cudaMalloc(" + std::to_string(bytes) + " bytes) for an output";
-  checkCuda(api_, api_.rt.malloc(&data, std::max<size_t>(bytes, 1)), call.c_str(), device_);
-  OwnedTensor out;
-  const CudaApi* api = &api_;
-  const int device = device_;
-  out.storage = std::shared_ptr<void>(data, [api, device](void* p) {
-    const cudaError_t status = api->rt.free(p);
-    if (status != cudaSuccess) {
-      HVD_LOG(Warning) << "cudaFree of an output on GPU " << device << ": " << api->rt.getErrorString(status);
-    }
-  });
-  out.view.data = data;
-  out.view.dtype = dtype;
-  out.view.shape = std::move(shape);
-  out.view.device.kind = DeviceKind::kCuda;
-  out.view.device.index = device_;
-  return out;
-}
-
 void NcclBackend::batchedCopy(Lane& lane, std::vector<void*>& dst, std::vector<const void*>& src,
                               std::vector<size_t>& bytes) {
   if (dst.empty()) return;
@@ -300,7 +277,7 @@ void NcclBackend::allgather(const Response& r, ProcessSet& set, const std::vecto
     std::vector<int64_t> shape = t.shape;
     shape[0] = 0;
     for (int64_t d : t.firstDims) shape[0] += d;
-    OwnedTensor out = allocateOutput(r.params.dtype, std::move(shape));
+    OwnedTensor out = deviceTensor(api_, device_, r.params.dtype, std::move(shape));
     outputs[i] = out.view.data;
     e->work->output(e->member) = std::move(out);
   }
@@ -393,7 +370,7 @@ void NcclBackend::alltoall(const Response& r, ProcessSet& set, const std::vector
   cudaStream_t stream = lane.stream.get();
   std::vector<int64_t> shape = t.shape;
   shape[0] = rows;
-  OwnedTensor out = allocateOutput(r.params.dtype, std::move(shape));
+  OwnedTensor out = deviceTensor(api_, device_, r.params.dtype, std::move(shape));
   const void* in = entries[0] != nullptr ? entries[0]->input : reserve(lane, lane.scratch, std::max<size_t>(sent, 1));
   started(r, static_cast<int64_t>(sent), "nccl_alltoall");
   // This rank's own rows are a device copy; the rest one grouped send/recv per peer.

@@ -94,8 +94,6 @@ class NcclBackend : public backends::HostBackendBase {
   void finish(Lane& lane, const std::vector<Entry*>& entries, std::vector<std::shared_ptr<void>> keepAlive = {});
   // `bytes` of `lane`'s buffer, growing it after the lane's earlier work is done.
   void* reserve(Lane& lane, DeviceBuffer& buffer, size_t bytes);
-  // Device memory for an engine-allocated output, freed when the last reference goes.
-  OwnedTensor allocateOutput(DataType dtype, std::vector<int64_t> shape);
   void batchedCopy(Lane& lane, std::vector<void*>& dst, std::vector<const void*>& src, std::vector<size_t>& bytes);
   void scale(Lane& lane, void* out, const void* in, size_t count, DataType dtype, double factor);
   void check(ncclResult_t status, const char* call) const { checkNccl(api_, status, call, device_, comm_); }

@@ -97,27 +97,6 @@ std::function<void(Phase)> StagedBackend::copyEvents(const Response& r, int64_t 
   };
 }
 
-OwnedTensor StagedBackend::deviceTensor(DataType dtype, std::vector<int64_t> shape) {
-  OwnedTensor t;
-  t.view.dtype = dtype;
-  t.view.shape = std::move(shape);
-  t.view.device = device_;
-  void* data = nullptr;
-  cuda::checkCuda(api_, api_.rt.malloc(&data, std::max<size_t>(t.view.bytes(), 1)),
-                  "cudaMalloc (allgather/alltoall output)", device_.index);
-  const cuda::CudaApi* api = &api_;  // process-wide: outlives every tensor
-  const int device = device_.index;
-  t.storage = std::shared_ptr<void>(data, [api, device](void* p) {
-    const cudaError_t status = api->rt.free(p);
-    if (status != cudaSuccess) {
-      HVD_LOG(Warning) << "cudaFree of an allgather/alltoall output on GPU " << device
-                       << " failed: " << api->rt.getErrorString(status);
-    }
-  });
-  t.view.data = data;
-  return t;
-}
-
 void StagedBackend::barrier(const Response& r, ProcessSet&) {
   started(r, 0, kStagedBarrier);
   collectives::barrier(comm_);
@@ -169,7 +148,7 @@ void StagedBackend::allgather(const Response& r, ProcessSet&, const std::vector<
     shape[0] = 0;
     for (auto d : t.firstDims) shape[0] += d;
     OwnedTensor& out = e->work->output(e->member);
-    out = deviceTensor(r.params.dtype, std::move(shape));
+    out = cuda::deviceTensor(api_, device_.index, r.params.dtype, std::move(shape));
     outputs[i] = &out;
   }
   in_.clear();
@@ -232,7 +211,7 @@ void StagedBackend::alltoall(const Response& r, ProcessSet&, const std::vector<E
   shape[0] = rows;
   Entry* e = entries[0];
   OwnedTensor out;
-  if (e != nullptr) out = deviceTensor(r.params.dtype, std::move(shape));
+  if (e != nullptr) out = cuda::deviceTensor(api_, device_.index, r.params.dtype, std::move(shape));
   in_.clear();
   out_.clear();
   if (e != nullptr) {

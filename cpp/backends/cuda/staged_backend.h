@@ -57,8 +57,6 @@ class StagedBackend : public HostBackend<StagedBackend> {
   uint8_t* staging(size_t bytes);
   // Publishes the fusion-copy events of `r` for the pipeline's phases.
   std::function<void(cuda::StagingPipeline::Phase)> copyEvents(const Response& r, int64_t bytes);
-  // Device memory for an engine-allocated output on this backend's GPU.
-  OwnedTensor deviceTensor(DataType dtype, std::vector<int64_t> shape);
 
   const cuda::CudaApi& api_;
   const Device device_;
