@@ -16,6 +16,7 @@ from contextlib import contextmanager
 
 import torch
 
+from horovod.torch._grad_hooks import register_grad_hooks
 from horovod.torch.async_ops import Adasum, allreduce_async_, synchronize
 
 
@@ -54,18 +55,7 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
             self._allreduce_delay[p] = passes
 
     def _register_hooks(self):
-        for param_group in self.param_groups:
-            for p in param_group['params']:
-                if not p.requires_grad:
-                    continue
-                self._requires_update.add(p)
-                hook = self._make_hook(p)
-                if hasattr(p, 'register_post_accumulate_grad_hook'):  # torch >= 2.1
-                    self._hook_handles.append(p.register_post_accumulate_grad_hook(hook))
-                else:
-                    grad_acc = p.expand_as(p).grad_fn.next_functions[0][0]
-                    self._hook_handles.append(grad_acc.register_hook(hook))
-                    self._grad_accs.append(grad_acc)
+        register_grad_hooks(self)
 
     def _allreduce_delta_async(self, p):
         """Local step of ``p`` alone, ``p`` := its delta, Adasum allreduce of it in place."""

@@ -25,6 +25,7 @@ from horovod.common.optimizer_args import check_optimizer_args
 from horovod.common.process_sets import global_process_set
 from horovod.common.util import split_list
 from horovod.torch import _buckets
+from horovod.torch._grad_hooks import register_grad_hooks
 from horovod.torch.adasum_optimizer import _DistributedAdasumOptimizer
 from horovod.torch.async_ops import (Adasum, Average, Max, _allreduce_into_async, allreduce_,
                                      allreduce_async_, grouped_allreduce_async_, size,
@@ -178,19 +179,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     self._p_to_group[p] = group
                 self._group_counts[group] = 0
 
-        for param_group in self.param_groups:
-            for p in param_group['params']:
-                if p.requires_grad:
-                    self._requires_update.add(p)
-                    hook = self._make_hook(p)
-                    if hasattr(p, 'register_post_accumulate_grad_hook'):  # torch >= 2.1
-                        self._hook_handles.append(p.register_post_accumulate_grad_hook(hook))
-                    else:
-                        # Older torch: hook the parameter's gradient accumulator (kept alive
-                        # here, or the hook would go away with it).
-                        grad_acc = p.expand_as(p).grad_fn.next_functions[0][0]
-                        self._hook_handles.append(grad_acc.register_hook(hook))
-                        self._grad_accs.append(grad_acc)
+        register_grad_hooks(self)
 
     def _allreduce_grad_async(self, p):
         if p.grad is None:
