@@ -47,6 +47,14 @@ AllgatherLayout::AllgatherLayout(const Response& r, int ranks)
 
 std::vector<OwnedTensor*> allocateAllgatherOutputs(const Response& r, const std::vector<Entry*>& entries,
                                                    OutputPool& pool, bool shared) {
+  return allocateAllgatherOutputs(r, entries, [&](DataType dtype, std::vector<int64_t> shape) {
+    return allocateTensor(pool, dtype, std::move(shape), shared);
+  });
+}
+
+std::vector<OwnedTensor*> allocateAllgatherOutputs(
+    const Response& r, const std::vector<Entry*>& entries,
+    const std::function<OwnedTensor(DataType, std::vector<int64_t>)>& allocate) {
   std::vector<OwnedTensor*> outputs(r.tensors.size(), nullptr);
   for (size_t i = 0; i < r.tensors.size(); ++i) {
     Entry* e = entries[i];
@@ -57,7 +65,7 @@ std::vector<OwnedTensor*> allocateAllgatherOutputs(const Response& r, const std:
     for (auto d : t.firstDims) rows += d;
     shape[0] = rows;
     OwnedTensor& out = e->work->output(e->member);
-    out = allocateTensor(pool, r.params.dtype, std::move(shape), shared);
+    out = allocate(r.params.dtype, std::move(shape));
     outputs[i] = &out;
   }
   return outputs;

@@ -270,16 +270,11 @@ void NcclBackend::allgather(const Response& r, ProcessSet& set, const std::vecto
   cudaStream_t stream = lane.stream.get();
   // Outputs: [sum of every rank's first dims, rest of the shape], on this GPU.
   std::vector<void*> outputs(r.tensors.size(), nullptr);
-  for (size_t i = 0; i < r.tensors.size(); ++i) {
-    Entry* e = entries[i];
-    if (e == nullptr) continue;
-    const engine::TensorInfo& t = r.tensors[i].data();
-    std::vector<int64_t> shape = t.shape;
-    shape[0] = 0;
-    for (int64_t d : t.firstDims) shape[0] += d;
-    OwnedTensor out = deviceTensor(api_, device_, r.params.dtype, std::move(shape));
-    outputs[i] = out.view.data;
-    e->work->output(e->member) = std::move(out);
+  const std::vector<OwnedTensor*> owned = engine::allocateAllgatherOutputs(
+      r, entries,
+      [&](DataType dtype, std::vector<int64_t> shape) { return deviceTensor(api_, device_, dtype, std::move(shape)); });
+  for (size_t i = 0; i < owned.size(); ++i) {
+    if (owned[i] != nullptr) outputs[i] = owned[i]->view.data;
   }
   const int64_t total = static_cast<int64_t>(layout.total);
   const bool equalBlocks =

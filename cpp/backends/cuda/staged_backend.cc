@@ -139,18 +139,10 @@ void StagedBackend::allgather(const Response& r, ProcessSet&, const std::vector<
   cuda::DeviceGuard guard(api_, device_.index);
   const int me = comm_.rank();
   const engine::AllgatherLayout layout(r, comm_.size());
-  std::vector<OwnedTensor*> outputs(r.tensors.size(), nullptr);
-  for (size_t i = 0; i < r.tensors.size(); ++i) {
-    Entry* e = entries[i];
-    if (e == nullptr) continue;
-    const engine::TensorInfo& t = r.tensors[i].data();
-    std::vector<int64_t> shape = t.shape;
-    shape[0] = 0;
-    for (auto d : t.firstDims) shape[0] += d;
-    OwnedTensor& out = e->work->output(e->member);
-    out = cuda::deviceTensor(api_, device_.index, r.params.dtype, std::move(shape));
-    outputs[i] = &out;
-  }
+  const std::vector<OwnedTensor*> outputs =
+      engine::allocateAllgatherOutputs(r, entries, [&](DataType dtype, std::vector<int64_t> shape) {
+        return cuda::deviceTensor(api_, device_.index, dtype, std::move(shape));
+      });
   in_.clear();
   out_.clear();
   engine::forEachAllgatherInput(layout, r, me, [&](size_t offset, size_t i, size_t, size_t bytes) {
