@@ -26,7 +26,7 @@ NameSlot* TensorQueue::intern(const Request& r) {
 
 void TensorQueue::push(std::vector<EntryPtr>& entries) {
   std::lock_guard<SpinLock> lock(mu_);
-  if (closedWith_) std::rethrow_exception(closedWith_);
+  if (closedWith_) std::rethrow_exception(closedWith_->toException());
   // Marks the names pending one by one (one hash lookup each): a name found pending is a
   // duplicate of an earlier push or of this batch. Then the marks made here are undone, the
   // slots interned here dropped, and nothing is added.
@@ -54,7 +54,7 @@ void TensorQueue::push(std::vector<EntryPtr>& entries) {
 
 void TensorQueue::push(EntryPtr& entry) {
   std::lock_guard<SpinLock> lock(mu_);
-  if (closedWith_) std::rethrow_exception(closedWith_);
+  if (closedWith_) std::rethrow_exception(closedWith_->toException());
   NameSlot* slot = intern(entry->request);
   if (slot->pending) throw InvalidArgument(kDuplicateName);
   slot->pending = true;
@@ -136,7 +136,7 @@ EntryPtr TensorQueue::acquire() {
 
 std::vector<EntryPtr> TensorQueue::close(std::exception_ptr error) {
   std::lock_guard<SpinLock> lock(mu_);
-  if (!closedWith_) closedWith_ = error;
+  if (!closedWith_) closedWith_ = ErrorInfo::fromException(error);
   std::vector<EntryPtr> left;
   left.swap(queue_);
   return left;
@@ -144,12 +144,12 @@ std::vector<EntryPtr> TensorQueue::close(std::exception_ptr error) {
 
 void TensorQueue::throwIfClosed() const {
   std::lock_guard<SpinLock> lock(mu_);
-  if (closedWith_) std::rethrow_exception(closedWith_);
+  if (closedWith_) std::rethrow_exception(closedWith_->toException());
 }
 
 bool TensorQueue::closed() const {
   std::lock_guard<SpinLock> lock(mu_);
-  return closedWith_ != nullptr;
+  return closedWith_.has_value();
 }
 
 }  // namespace hvd::engine

@@ -11,6 +11,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -90,7 +91,7 @@ class TensorQueue {
   std::vector<EntryPtr> queue_;
   // Keys view each slot's own name.
   std::unordered_map<NameKeyRef, std::unique_ptr<NameSlot>, NameKeyHash, NameKeyEq> slots_;
-  std::exception_ptr closedWith_;
+  std::optional<ErrorInfo> closedWith_;  // as data: each thrower raises its own object (engine/work.h)
   std::vector<EntryPtr> free_;  // released entries for acquire(), bounded
   std::atomic<uint64_t> pushes_{0};
 };

@@ -18,7 +18,7 @@ WorkImpl::WorkImpl(int members, std::shared_ptr<DriveGate> gate)
 void WorkImpl::completeMember(std::exception_ptr error) {
   if (error) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!error_ && remaining_.load() > 0) error_ = error;
+    if (!error_ && remaining_.load() > 0) error_ = ErrorInfo::fromException(error);
   }
   int left = remaining_.load(std::memory_order_relaxed);
   do {
@@ -39,7 +39,7 @@ void WorkImpl::failRemaining(std::exception_ptr error) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (remaining_.load() <= 0) return;
-    if (!error_) error_ = error;
+    if (!error_) error_ = ErrorInfo::fromException(error);
   }
   if (remaining_.exchange(0) > 0) finish();
 }
@@ -119,13 +119,13 @@ bool WorkImpl::block(Deadline deadline) {
 
 void WorkImpl::wait() {
   if (!driveOrSpin(Deadline::never())) block(Deadline::never());
-  if (error_) std::rethrow_exception(error_);
+  if (error_) std::rethrow_exception(error_->toException());
 }
 
 bool WorkImpl::waitFor(std::chrono::microseconds timeout) {
   const Deadline deadline = Deadline::after(timeout);
   if (!driveOrSpin(deadline) && !block(deadline)) return false;
-  if (error_) std::rethrow_exception(error_);
+  if (error_) std::rethrow_exception(error_->toException());
   return true;
 }
 

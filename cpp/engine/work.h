@@ -15,9 +15,11 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "engine/drive_gate.h"
+#include "engine/message.h"
 #include "horovod/operation.h"
 
 namespace hvd::engine {
@@ -68,7 +70,11 @@ class WorkImpl : public Work {
   std::condition_variable cv_;
   int members_;
   std::atomic<int> remaining_;
-  std::exception_ptr error_;
+  // The failure as data, converted on the completing thread; each waiter throws an exception
+  // object of its own. One exception object shared by two threads would be kept alive by
+  // libstdc++'s reference count, which ThreadSanitizer cannot see (it reports the waiter's read
+  // and the completer's destruction as a race), and no thread needs another's object.
+  std::optional<ErrorInfo> error_;
   std::vector<OwnedTensor> outputs_;
   std::vector<int32_t> receivedSplits_;
   int joinResult_ = -1;
