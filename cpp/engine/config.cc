@@ -175,14 +175,19 @@ const Param<double> kStallShutdownTime(
     "operations fail with the stall report. 0 = never; ignored (with a warning) when less than "
     "HOROVOD_STALL_CHECK_TIME_SECONDS.");
 
+const Param<bool> kHierAllreduce(
+    "HOROVOD_HIERARCHICAL_ALLREDUCE", false,
+    "GPU tensors on NCCL: reduce-scatter within each host, allreduce across hosts, allgather within each "
+    "host, instead of one flat NCCL allreduce (needs the same number of ranks on every host). CPU "
+    "placements choose their hierarchical algorithms automatically.");
+const Param<bool> kBatchD2D("HOROVOD_BATCH_D2D_MEMCOPIES", true,
+                            "GPU fusion copies as one batched kernel launch (0: one cudaMemcpyAsync per tensor).");
+
 // ---- Knobs of features this build does not have ---------------------------------------------
 // Accepted so that scripts written for Horovod start, validated so that a malformed value fails
 // init, and, when set, named in a warning at init saying why they change nothing here.
-const Param<bool> kHierAllreduce("HOROVOD_HIERARCHICAL_ALLREDUCE", false,
-                                 "GPU hierarchical allreduce; CPU placements choose theirs automatically.");
-const Param<bool> kHierAllgather("HOROVOD_HIERARCHICAL_ALLGATHER", false, "GPU hierarchical allgather.");
+const Param<bool> kHierAllgather("HOROVOD_HIERARCHICAL_ALLGATHER", false, "MPI hierarchical allgather.");
 const Param<bool> kTorusAllreduce("HOROVOD_TORUS_ALLREDUCE", false, "NCCL torus allreduce.");
-const Param<bool> kBatchD2D("HOROVOD_BATCH_D2D_MEMCOPIES", true, "GPU batched device copies.");
 const Param<bool> kAsyncCompletion("HOROVOD_ENABLE_ASYNC_COMPLETION", false, "GPU asynchronous completion.");
 const Param<int64_t> kAdasumChunk("HOROVOD_ADASUM_MPI_CHUNK_SIZE", int64_t(1) << 30, "MPI Adasum chunk size.");
 const Param<bool> kXlaOps("HOROVOD_ENABLE_XLA_OPS", false, "TensorFlow XLA ops.");
@@ -215,16 +220,16 @@ void inert(const Param<T>& param, const EnvLookup& env, bool warn, const char* w
 
 // `warn`: this process says so (rank 0 only, so a job prints each warning once).
 void checkInertKnobs(const EnvLookup& env, bool warn) {
-  constexpr const char* kNoGpu = "it tunes GPU/NCCL collectives, and this build has no GPU backend";
-  inert(kHierAllreduce, env, warn,
-        "it selects Horovod's GPU hierarchical allreduce, which the NCCL backend does not implement (it "
-        "runs flat allreduces); the CPU hierarchical algorithms are chosen by placement (force one with "
-        "HOROVOD_ALLREDUCE_ALGO)");
-  inert(kHierAllgather, env, warn, kNoGpu);
-  inert(kTorusAllreduce, env, warn, kNoGpu);
-  inert(kBatchD2D, env, warn, kNoGpu);
-  inert(kAsyncCompletion, env, warn, kNoGpu);
-  inert(kNvtx, env, warn, kNoGpu);
+  inert(kHierAllgather, env, warn,
+        "the NCCL backend gathers GPU tensors with one NCCL allgather across hosts, and the CPU "
+        "collectives choose a hierarchical allgather by placement");
+  inert(kTorusAllreduce, env, warn,
+        "Horovod's NCCL torus allreduce is not implemented; HOROVOD_HIERARCHICAL_ALLREDUCE=1 gives the "
+        "two-level (within hosts, across hosts) NCCL allreduce");
+  inert(kAsyncCompletion, env, warn,
+        "GPU collectives always complete asynchronously here: a finalizer thread reports completion, no "
+        "framework thread waits for the device");
+  inert(kNvtx, env, warn, "this build emits no NVTX ranges (the timeline shows each collective's phases)");
   inert(kXlaOps, env, warn, "it concerns TensorFlow's XLA ops, which this build does not provide");
   inert(kCclCache, env, warn, "this build has no oneCCL backend");
   (void)kLogHideTime.get(env);
@@ -492,6 +497,8 @@ const std::vector<Setting>& settings() {
       {kLivenessTimeout, Setting::Store<double>([](Config& c, const double& s) { c.livenessTimeout = roundedMs(s); }),
        seconds<true>},
       {kGpuStagedChunkBytes, &Config::gpuStagedChunkBytes, atLeastZero},
+      {kHierAllreduce, &Config::gpuHierarchicalAllreduce},
+      {kBatchD2D, &Config::gpuBatchD2DMemcopies},
   };
   return table;
 }

@@ -95,6 +95,12 @@ struct Config : Placement {
   // HOROVOD_GPU_STAGED_CHUNK_BYTES: host-staged collectives move messages larger than this in
   // chunks of it, overlapping the copies with the collective; 0 = one piece.
   int64_t gpuStagedChunkBytes = int64_t(4) << 20;
+  // HOROVOD_HIERARCHICAL_ALLREDUCE: the NCCL backend reduces within each host, across hosts, then
+  // gathers within each host (backends/cuda/nccl_hierarchy.h) instead of one flat allreduce.
+  bool gpuHierarchicalAllreduce = false;
+  // HOROVOD_BATCH_D2D_MEMCOPIES: the NCCL backend's fusion copies run as one batched kernel
+  // (true) or one cudaMemcpyAsync per tensor.
+  bool gpuBatchD2DMemcopies = true;
 
   // ---- Set explicitly (autotuning leaves these knobs as they are, as Horovod does) ----------
   struct Pinned {

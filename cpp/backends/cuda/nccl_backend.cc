@@ -57,7 +57,8 @@ NcclBackend::NcclBackend(const CudaApi& api, const BackendContext& context, int 
       api_(api),
       device_(context.device.index),
       hostComm_(context.transport, context.set.ranks, context.config.timeout),
-      producerDone_(api, context.device.index) {
+      producerDone_(api, context.device.index),
+      batchCopies_(context.config.gpuBatchD2DMemcopies) {
   DeviceGuard guard(api_, device_);
   for (int i = 0; i < std::max(streams, 1); ++i) lanes_.push_back(std::make_unique<Lane>(api_, device_));
   // The set's first member makes the id; the others get it over the host collectives.
@@ -66,7 +67,19 @@ NcclBackend::NcclBackend(const CudaApi& api, const BackendContext& context, int 
   if (hostComm_.rank() == 0) check(api_.nccl->getUniqueId(&id), "ncclGetUniqueId");
   collectives::broadcast(hostComm_, &id, sizeof(id), 0);
   check(api_.nccl->commInitRank(&comm_, hostComm_.size(), id, hostComm_.rank()), "ncclCommInitRank");
-  finalizer_ = std::make_unique<NcclFinalizer>(api_, device_, comm_, context.wakeEngine);
+  std::vector<ncclComm_t> comms{comm_};
+  if (context.config.gpuHierarchicalAllreduce) {
+    std::string why;
+    if (hierarchyPossible(hostComm_.hosts(), &why)) {
+      hierarchy_ = makeNcclHierarchy(api_, device_, hostComm_);
+      comms.push_back(hierarchy_->local);
+      comms.push_back(hierarchy_->cross);
+    } else if (hostComm_.rank() == 0) {
+      HVD_LOG(Warning) << "HOROVOD_HIERARCHICAL_ALLREDUCE: process set " << context.set.id
+                       << " runs flat NCCL allreduces: " << why << " (docs/gpu.md).";
+    }
+  }
+  finalizer_ = std::make_unique<NcclFinalizer>(api_, device_, std::move(comms), context.wakeEngine);
   finalizer_->setDrainTimeout(context.config.timeout);
 }
 
@@ -82,6 +95,7 @@ NcclBackend::~NcclBackend() {
     HVD_LOG(Warning) << "NCCL backend on GPU " << device_ << ": " << e.what();
   }
   finalizer_.reset();
+  if (!aborted && hierarchy_) destroyNcclHierarchy(api_, device_, *hierarchy_);
   if (!aborted && comm_ != nullptr) {
     const ncclResult_t status = api_.nccl->commDestroy(comm_);
     if (status != ncclSuccess) {
@@ -163,9 +177,16 @@ void* NcclBackend::reserve(Lane& lane, DeviceBuffer& buffer, size_t bytes) {
 void NcclBackend::batchedCopy(Lane& lane, std::vector<void*>& dst, std::vector<const void*>& src,
                               std::vector<size_t>& bytes) {
   if (dst.empty()) return;
-  HVD_CUDA_CHECK(
-      api_, device_,
-      api_.kernels->batchedCopy(dst.data(), src.data(), bytes.data(), static_cast<int>(dst.size()), lane.stream.get()));
+  if (!batchCopies_) {
+    for (size_t i = 0; i < dst.size(); ++i) {
+      HVD_CUDA_CHECK(api_, device_,
+                     api_.rt.memcpyAsync(dst[i], src[i], bytes[i], cudaMemcpyDeviceToDevice, lane.stream.get()));
+    }
+  } else {
+    HVD_CUDA_CHECK(api_, device_,
+                   api_.kernels->batchedCopy(dst.data(), src.data(), bytes.data(), static_cast<int>(dst.size()),
+                                             lane.stream.get()));
+  }
   dst.clear();
   src.clear();
   bytes.clear();
@@ -195,7 +216,7 @@ void NcclBackend::allreduce(const Response& r, ProcessSet&, const std::vector<En
   checkScalable(dtype, r.params.postscale);
   Lane& lane = begin(entries);
   cudaStream_t stream = lane.stream.get();
-  if (r.tensors.size() == 1) {
+  if (r.tensors.size() == 1 && !hierarchy_) {
     const size_t count = static_cast<size_t>(r.tensors[0].numElements());
     const size_t bytes = count * esize;
     void* out;
@@ -221,7 +242,13 @@ void NcclBackend::allreduce(const Response& r, ProcessSet&, const std::vector<En
   }
   const size_t total = engine::fusedBytes(r);
   const size_t count = total / esize;
-  void* buf = reserve(lane, lane.fusion, std::max<size_t>(total, 1));
+  // The hierarchical allreduce splits the buffer into equal shards per host member: pad with zeros.
+  const size_t shards = hierarchy_ ? static_cast<size_t>(hierarchy_->localSize) : 1;
+  const size_t padded = (count + shards - 1) / shards * shards;
+  void* buf = reserve(lane, lane.fusion, std::max<size_t>(padded * esize, 1));
+  if (padded > count) {
+    HVD_CUDA_CHECK(api_, device_, api_.rt.memsetAsync(at(buf, total), 0, (padded - count) * esize, stream));
+  }
   std::vector<void*> dst;
   std::vector<const void*> src;
   std::vector<size_t> sizes;
@@ -241,10 +268,15 @@ void NcclBackend::allreduce(const Response& r, ProcessSet&, const std::vector<En
   batchedCopy(lane, dst, src, sizes);
   scale(lane, buf, buf, count, dtype, r.params.prescale);
   notifyIf(EngineEventKind::kFusionCopyInEnd, r, static_cast<int64_t>(total), nullptr);
-  started(r, static_cast<int64_t>(total), "nccl_allreduce");
-  check(api_.nccl->allReduce(buf, buf, count, type, op, comm_, stream), "ncclAllReduce");
+  const char* activity = hierarchy_ ? "nccl_hierarchical_allreduce" : "nccl_allreduce";
+  started(r, static_cast<int64_t>(total), activity);
+  if (hierarchy_) {
+    hierarchicalAllreduce(api_, device_, *hierarchy_, buf, padded, esize, type, op, stream);
+  } else {
+    check(api_.nccl->allReduce(buf, buf, count, type, op, comm_, stream), "ncclAllReduce");
+  }
   scale(lane, buf, buf, count, dtype, r.params.postscale);
-  ended(r, static_cast<int64_t>(total), "nccl_allreduce");
+  ended(r, static_cast<int64_t>(total), activity);
   notifyIf(EngineEventKind::kFusionCopyOutStart, r, static_cast<int64_t>(total), nullptr);
   offset = 0;
   for (size_t i = 0; i < r.tensors.size(); ++i) {

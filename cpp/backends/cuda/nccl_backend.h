@@ -33,17 +33,21 @@
 // and the next run() rethrows it. abort() (the Runtime failed) aborts the communicator and fails
 // every pending work with the Runtime's error.
 //
-// HOROVOD_HIERARCHICAL_ALLREDUCE=1 is not implemented here: the backend runs flat NCCL allreduces
-// (the variable stays an inert knob, named in a warning at init; docs/gpu.md).
+// HOROVOD_HIERARCHICAL_ALLREDUCE=1: allreduces run within hosts, across hosts, within hosts
+// (nccl_hierarchy.h) when the set has the same number of members (two or more) on each of two or
+// more hosts; otherwise flat, said once in a warning. HOROVOD_BATCH_D2D_MEMCOPIES=0: fusion
+// copies are one cudaMemcpyAsync each instead of one batched kernel.
 //
 // Threads: the engine's, plus the finalizer's.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "backends/cuda/device_util.h"
 #include "backends/cuda/nccl_finalizer.h"
+#include "backends/cuda/nccl_hierarchy.h"
 #include "backends/host_backend.h"
 #include "collectives/communicator.h"
 
@@ -105,6 +109,8 @@ class NcclBackend : public backends::HostBackendBase {
   size_t nextLane_ = 0;
   Event producerDone_;  // recorded on a producer stream, waited for by the lane
   ncclComm_t comm_ = nullptr;
+  std::optional<NcclHierarchy> hierarchy_;  // HOROVOD_HIERARCHICAL_ALLREDUCE, where possible
+  const bool batchCopies_;  // HOROVOD_BATCH_D2D_MEMCOPIES
   std::unique_ptr<NcclFinalizer> finalizer_;
   bool begun_ = false;  // the response being run got past begin() (run() turns errors fatal then)
 };

@@ -30,8 +30,8 @@ void completeAll(std::vector<PendingBatch>& batches, const std::exception_ptr& e
 
 }  // namespace
 
-NcclFinalizer::NcclFinalizer(const CudaApi& api, int device, ncclComm_t comm, std::function<void()> wake)
-    : api_(api), device_(device), wake_(std::move(wake)), comm_(comm), thread_([this] { loop(); }) {}
+NcclFinalizer::NcclFinalizer(const CudaApi& api, int device, std::vector<ncclComm_t> comms, std::function<void()> wake)
+    : api_(api), device_(device), wake_(std::move(wake)), comms_(std::move(comms)), thread_([this] { loop(); }) {}
 
 NcclFinalizer::~NcclFinalizer() { stop(); }
 
@@ -76,10 +76,12 @@ bool NcclFinalizer::commAborted() const {
 
 void NcclFinalizer::abortComm() {
   std::lock_guard<std::mutex> lock(commMu_);
-  if (commAborted_ || comm_ == nullptr) return;
-  const ncclResult_t status = api_.nccl->commAbort(comm_);
-  if (status != ncclSuccess) {
-    HVD_LOG(Warning) << "ncclCommAbort on GPU " << device_ << ": " << api_.nccl->getErrorString(status);
+  if (commAborted_) return;
+  for (ncclComm_t comm : comms_) {
+    const ncclResult_t status = api_.nccl->commAbort(comm);
+    if (status != ncclSuccess) {
+      HVD_LOG(Warning) << "ncclCommAbort on GPU " << device_ << ": " << api_.nccl->getErrorString(status);
+    }
   }
   commAborted_ = true;
 }
@@ -143,16 +145,21 @@ bool NcclFinalizer::completeReady(std::unique_lock<std::mutex>& lock) {
 
 void NcclFinalizer::pollAsyncError(std::unique_lock<std::mutex>& lock) {
   ncclResult_t status = ncclSuccess;
+  ncclComm_t failed = nullptr;
   {
     std::lock_guard<std::mutex> commLock(commMu_);
-    if (commAborted_ || comm_ == nullptr) return;
-    const ncclResult_t call = api_.nccl->commGetAsyncError(comm_, &status);
-    if (call != ncclSuccess) status = call;
+    if (commAborted_) return;
+    for (ncclComm_t comm : comms_) {
+      const ncclResult_t call = api_.nccl->commGetAsyncError(comm, &status);
+      if (call != ncclSuccess) status = call;
+      failed = comm;
+      if (status != ncclSuccess && status != ncclInProgress) break;
+    }
   }
   if (status == ncclSuccess || status == ncclInProgress) return;
   const auto now = std::chrono::steady_clock::now();
   if (!asyncError_) {
-    asyncError_ = ncclError(api_, status, "NCCL (asynchronous error)", device_, comm_);
+    asyncError_ = ncclError(api_, status, "NCCL (asynchronous error)", device_, failed);
     asyncErrorAt_ = now;
     HVD_LOG(Warning) << "NCCL reported an asynchronous error on GPU " << device_
                      << "; its pending operations fail unless Horovod finds the cause first";

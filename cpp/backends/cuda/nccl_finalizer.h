@@ -46,9 +46,10 @@ struct PendingBatch {
 
 class NcclFinalizer {
  public:
-  // `comm` stays valid until abort() or the destructor. `wake`: the engine's wake-up for waiting
+  // `comms` (the backend's communicators: the set's, and the hierarchy's when it has one) stay
+  // valid until abort() or the destructor. `wake`: the engine's wake-up for waiting
   // callers (BackendContext::wakeEngine).
-  NcclFinalizer(const CudaApi& api, int device, ncclComm_t comm, std::function<void()> wake);
+  NcclFinalizer(const CudaApi& api, int device, std::vector<ncclComm_t> comms, std::function<void()> wake);
   // stop(), then frees the scratch of failed batches (the backend has synchronized its streams).
   ~NcclFinalizer();
   // Waits up to the drain timeout (the job's timeout) for the pending work, then aborts the
@@ -62,10 +63,10 @@ class NcclFinalizer {
   void submit(PendingBatch batch);
   // The first asynchronous error found (null if none): run() rethrows it.
   std::exception_ptr failure() const;
-  // Aborts the communicator and fails every pending work with `error`. Idempotent.
+  // Aborts the communicators and fails every pending work with `error`. Idempotent.
   void abort(std::exception_ptr error);
-  // Whether abort() (or the destructor's timeout) aborted the communicator: it must not be used
-  // or destroyed then.
+  // Whether abort() (or the destructor's timeout) aborted the communicators: they must not be
+  // used or destroyed then.
   bool commAborted() const;
 
  private:
@@ -91,8 +92,8 @@ class NcclFinalizer {
   bool stopping_ = false;
   std::vector<std::shared_ptr<void>> graveyard_;  // scratch of failed batches
 
-  std::mutex commMu_;  // held while this thread or abort() calls into the communicator
-  ncclComm_t comm_;
+  std::mutex commMu_;  // held while this thread or abort() calls into the communicators
+  std::vector<ncclComm_t> comms_;
   bool commAborted_ = false;  // written with mu_ and commMu_ held
 
   std::thread thread_;

@@ -99,11 +99,14 @@ struct TestGpu {
 
 // Runs body(rank, device) in `n` forked ranks with the stand-in as CUDA and NCCL; true when every
 // rank returned kOk.
-bool onRanks(int n, const std::function<int(int, TestGpu&)>& body, int victim = -1) {
+// `prepare(rank)`, when given, runs in the rank's process before init (per-rank settings).
+bool onRanks(int n, const std::function<int(int, TestGpu&)>& body, int victim = -1,
+             const std::function<void(int)>& prepare = nullptr) {
   setenv("HOROVOD_CUDA_LIBRARY", HVD_CUDA_STANDIN, 1);
   setenv("HOROVOD_NCCL_LIBRARY", HVD_CUDA_STANDIN, 1);
   setenv("HVD_STANDIN_DEVICES", "4", 1);
   std::vector<int> codes = runForkedRanks(n, [&](int rank) {
+    if (prepare) prepare(rank);
     TestGpu& d = TestGpu::open(rank);  // one GPU per rank: NCCL is chosen
     hvd::init();
     const int code = body(rank, d);
@@ -188,65 +191,78 @@ bool nearly(double got, double want, DataType dtype) {
   return std::fabs(got - want) <= tolerance * std::max(1.0, std::fabs(want));
 }
 
+// Every dtype NCCL reduces, every operator, single tensors and a fused response of many small
+// ones (enqueued together), with real numbers; then that the nccl backend ran them with
+// `algorithm` (and no other allreduce algorithm).
+int allreduceEveryDtypeAndOperator(int n, int rank, TestGpu& d, const std::string& algorithm) {
+  const std::vector<DataType> dtypes = {DataType::kUInt8,   DataType::kInt8,    DataType::kInt32,
+                                        DataType::kInt64,   DataType::kFloat16, DataType::kBFloat16,
+                                        DataType::kFloat32, DataType::kFloat64, DataType::kBool};
+  const std::vector<ReduceOp> ops = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct,
+                                     ReduceOp::kAverage};
+  struct Pending {
+    WorkPtr work;
+    TensorView out;
+    DataType dtype;
+    ReduceOp op;
+    size_t count;
+  };
+  std::vector<Pending> pending;
+  int tensor = 0;
+  for (DataType dtype : dtypes) {
+    for (ReduceOp op : ops) {
+      if (dtype == DataType::kBool && op == ReduceOp::kAverage) continue;
+      const bool isInt = !isFloatingPoint(dtype);
+      if (isInt && op == ReduceOp::kAverage && dtype != DataType::kInt32 && dtype != DataType::kInt64) continue;
+      if (dtype == DataType::kInt8 && op == ReduceOp::kProduct) continue;  // 162 does not fit
+      if (dtype == DataType::kUInt8 && op == ReduceOp::kProduct && n > 3) continue;  // 4! * 3^4 does not fit
+      for (size_t count : {size_t(5), size_t(1000)}) {
+        std::vector<double> values(count);
+        for (size_t i = 0; i < count; ++i) {
+          values[i] = dtype == DataType::kBool ? (rank + i) % 2 : (rank + 1) * (i % 3 + 1);
+        }
+        TensorView in = d.upload(encode(dtype, values), dtype, {static_cast<int64_t>(count)});
+        TensorView out =
+            d.upload(std::vector<uint8_t>(count * dataTypeSize(dtype)), dtype, {static_cast<int64_t>(count)});
+        pending.push_back(
+            {hvd::allreduceAsync(in, out, named("t" + std::to_string(tensor++), op)), out, dtype, op, count});
+      }
+    }
+  }
+  for (auto& p : pending) p.work->wait();
+  for (auto& p : pending) {
+    const std::vector<uint8_t> got = d.download<uint8_t>(TensorView{
+        p.out.data, DataType::kUInt8, {static_cast<int64_t>(p.count * dataTypeSize(p.dtype))}, p.out.device});
+    for (size_t i = 0; i < p.count; ++i) {
+      double want = expected(p.op, n, static_cast<int>(i), p.dtype == DataType::kBool);
+      if (!isFloatingPoint(p.dtype) && p.op == ReduceOp::kAverage) want = std::trunc(want);
+      if (!nearly(decode(p.dtype, got, i), want, p.dtype)) {
+        fprintf(stderr, "rank %d: %s op %d [%zu] = %g, want %g\n", rank, std::string(dataTypeName(p.dtype)).c_str(),
+                static_cast<int>(p.op), i, decode(p.dtype, got, i), want);
+        return kWrongValue;
+      }
+    }
+  }
+  // The NCCL backend ran them (not the host-staged one), with `algorithm`.
+  bool sawAlgorithm = false, sawOther = false;
+  for (const auto& c : hvd::engineCounters()) {
+    if (c.count == 0 || c.algorithm.find("allreduce") == std::string::npos) continue;
+    if (c.backend == "nccl" && c.algorithm == algorithm) {
+      sawAlgorithm = true;
+    } else {
+      fprintf(stderr, "rank %d: an allreduce ran on %s/%s\n", rank, c.backend.c_str(), c.algorithm.c_str());
+      sawOther = true;
+    }
+  }
+  return sawAlgorithm && !sawOther ? kOk : kFailed;
+}
+
 class Nccl : public ::testing::TestWithParam<int> {};
 
-// Every dtype NCCL reduces, every operator, single tensors and a fused response of many small
-// ones (enqueued together), with real numbers.
 TEST_P(Nccl, AllreduceEveryDtypeAndOperator) {
   const int n = GetParam();
-  EXPECT_TRUE(onRanks(n, [n](int rank, TestGpu& d) {
-    const std::vector<DataType> dtypes = {DataType::kUInt8,   DataType::kInt8,    DataType::kInt32,
-                                          DataType::kInt64,   DataType::kFloat16, DataType::kBFloat16,
-                                          DataType::kFloat32, DataType::kFloat64, DataType::kBool};
-    const std::vector<ReduceOp> ops = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct,
-                                       ReduceOp::kAverage};
-    struct Pending {
-      WorkPtr work;
-      TensorView out;
-      DataType dtype;
-      ReduceOp op;
-      size_t count;
-    };
-    std::vector<Pending> pending;
-    int tensor = 0;
-    for (DataType dtype : dtypes) {
-      for (ReduceOp op : ops) {
-        if (dtype == DataType::kBool && op == ReduceOp::kAverage) continue;
-        const bool isInt = !isFloatingPoint(dtype);
-        if (isInt && op == ReduceOp::kAverage && dtype != DataType::kInt32 && dtype != DataType::kInt64) continue;
-        if (dtype == DataType::kInt8 && op == ReduceOp::kProduct) continue;  // 162 does not fit
-        for (size_t count : {size_t(5), size_t(1000)}) {
-          std::vector<double> values(count);
-          for (size_t i = 0; i < count; ++i) {
-            values[i] = dtype == DataType::kBool ? (rank + i) % 2 : (rank + 1) * (i % 3 + 1);
-          }
-          TensorView in = d.upload(encode(dtype, values), dtype, {static_cast<int64_t>(count)});
-          TensorView out =
-              d.upload(std::vector<uint8_t>(count * dataTypeSize(dtype)), dtype, {static_cast<int64_t>(count)});
-          pending.push_back(
-              {hvd::allreduceAsync(in, out, named("t" + std::to_string(tensor++), op)), out, dtype, op, count});
-        }
-      }
-    }
-    for (auto& p : pending) p.work->wait();
-    for (auto& p : pending) {
-      const std::vector<uint8_t> got = d.download<uint8_t>(TensorView{
-          p.out.data, DataType::kUInt8, {static_cast<int64_t>(p.count * dataTypeSize(p.dtype))}, p.out.device});
-      for (size_t i = 0; i < p.count; ++i) {
-        double want = expected(p.op, n, static_cast<int>(i), p.dtype == DataType::kBool);
-        if (!isFloatingPoint(p.dtype) && p.op == ReduceOp::kAverage) want = std::trunc(want);
-        if (!nearly(decode(p.dtype, got, i), want, p.dtype)) {
-          fprintf(stderr, "rank %d: %s op %d [%zu] = %g, want %g\n", rank, std::string(dataTypeName(p.dtype)).c_str(),
-                  static_cast<int>(p.op), i, decode(p.dtype, got, i), want);
-          return kWrongValue;
-        }
-      }
-    }
-    // The NCCL backend ran them (not the host-staged one).
-    bool sawNccl = false;
-    for (const auto& c : hvd::engineCounters()) sawNccl = sawNccl || (c.backend == "nccl" && c.count > 0);
-    return sawNccl ? kOk : kFailed;
-  }));
+  EXPECT_TRUE(
+      onRanks(n, [n](int rank, TestGpu& d) { return allreduceEveryDtypeAndOperator(n, rank, d, "nccl_allreduce"); }));
 }
 
 // Prescale and postscale on the device, fused and not.
@@ -395,6 +411,42 @@ INSTANTIATE_TEST_SUITE_P(Ranks, Nccl, ::testing::Values(2, 3),
 
 // A rank killed in the middle of a run of device allreduces: every survivor's pending operation
 // fails with PeerLost naming it (the Runtime aborts the NCCL communicators), never a hang.
+// HOROVOD_HIERARCHICAL_ALLREDUCE=1 with ranks on hosts given by `hostOf` (rank -> host name; the
+// ranks of a host consecutive), across hosts over TCP, inside a host over shared memory.
+std::function<void(int)> onHosts(std::vector<std::string> hostOf, bool batchCopies) {
+  return [hostOf, batchCopies](int rank) {
+    const std::string& host = hostOf[static_cast<size_t>(rank)];
+    int localRank = 0, localSize = 0;
+    for (size_t r = 0; r < hostOf.size(); ++r) {
+      if (hostOf[r] != host) continue;
+      if (static_cast<int>(r) < rank) ++localRank;
+      ++localSize;
+    }
+    setenv("HOROVOD_HOSTNAME", host.c_str(), 1);
+    setenv("HOROVOD_LOCAL_RANK", std::to_string(localRank).c_str(), 1);
+    setenv("HOROVOD_LOCAL_SIZE", std::to_string(localSize).c_str(), 1);
+    setenv("HOROVOD_TRANSPORT", "auto", 1);
+    setenv("HOROVOD_HIERARCHICAL_ALLREDUCE", "1", 1);
+    setenv("HOROVOD_BATCH_D2D_MEMCOPIES", batchCopies ? "1" : "0", 1);
+  };
+}
+
+// Two hosts of two ranks: reduce-scatter within each host, allreduce across, allgather within,
+// with odd element counts (padded shards) and fused responses; every dtype and operator.
+TEST(NcclHierarchical, TwoHostsOfTwoRanks) {
+  EXPECT_TRUE(onRanks(
+      4, [](int rank, TestGpu& d) { return allreduceEveryDtypeAndOperator(4, rank, d, "nccl_hierarchical_allreduce"); },
+      -1, onHosts({"gpu-host-a", "gpu-host-a", "gpu-host-b", "gpu-host-b"}, true)));
+}
+
+// Hosts with different numbers of ranks cannot split evenly: flat NCCL allreduces (with a
+// warning), right answers; fusion copies one cudaMemcpyAsync each (HOROVOD_BATCH_D2D_MEMCOPIES=0).
+TEST(NcclHierarchical, UnevenHostsRunFlat) {
+  EXPECT_TRUE(onRanks(
+      3, [](int rank, TestGpu& d) { return allreduceEveryDtypeAndOperator(3, rank, d, "nccl_allreduce"); }, -1,
+      onHosts({"gpu-host-a", "gpu-host-a", "gpu-host-b"}, false)));
+}
+
 TEST(NcclFailures, KilledRankFailsTheSurvivors) {
   constexpr int kVictim = 1;
   EXPECT_TRUE(onRanks(
