@@ -338,7 +338,7 @@ const std::vector<OptionSpec>& optionTable() {
         {{"--gloo"}, 0, nullptr, kController, "use the built-in (Gloo-compatible) launcher and controller",
          setController(Controller::kGloo), "controller"},
         {{"--mpi"}, 0, nullptr, kController, "launch with mpirun", setController(Controller::kMpi), "controller"},
-        {{"--jsrun"}, 0, nullptr, kController, "launch with jsrun (IBM LSF only)",
+        {{"--jsrun"}, 0, nullptr, kController, "launch with jsrun, inside an IBM LSF job (hosts and -np from the allocation unless given)",
          setController(Controller::kJsrun), "controller"},
     });
     // clang-format on
@@ -459,14 +459,16 @@ void requireNonNegative(const char* name, const std::optional<T>& value) {
 
 void validateOptions(const Options& o) {
   if (o.help || o.version || o.checkBuild) return;
-  if (!o.numProc.has_value() && !o.elastic()) {
+  // Under LSF, --jsrun takes -np from the allocation (lsf_launch.h).
+  const bool inLsf = std::getenv("LSB_JOBID") != nullptr && *std::getenv("LSB_JOBID") != '\0';
+  if (!o.numProc.has_value() && !o.elastic() && !(o.controller == Controller::kJsrun && inLsf)) {
     throw UsageError("the following arguments are required: -np/--num-proc");
   }
   if (o.numProc.has_value() && *o.numProc < 1) {
     throw UsageError("argument -np/--num-proc: must be at least 1, got " + std::to_string(*o.numProc));
   }
   if (o.command.empty()) throw UsageError("the following arguments are required: command");
-  if (o.controller == Controller::kJsrun) {
+  if (o.controller == Controller::kJsrun && !inLsf) {
     throw UsageError(
         "Horovod did not detect an LSF job.  The jsrun launcher can only be used in that environment. "
         "Please, pick a different launcher for other environments.");
@@ -506,6 +508,22 @@ void validateOptions(const Options& o) {
     throw UsageError("--min-np (" + std::to_string(*o.minNumProc) + ") must not exceed -np (" +
                      std::to_string(*o.numProc) + ")");
   }
+}
+
+std::string ignoredElasticFlagsWarning(const Options& o) {
+  if (o.elastic()) return "";
+  std::vector<const char*> given;
+  if (o.maxNumProc.has_value()) given.push_back("--max-np");
+  if (o.slotsPerHost.has_value()) given.push_back("--slots-per-host");
+  if (o.elasticTimeout.has_value()) given.push_back("--elastic-timeout");
+  if (o.resetLimit.has_value()) given.push_back("--reset-limit");
+  if (o.blacklistCooldownRange.has_value()) given.push_back("--blacklist-cooldown-range");
+  if (given.empty()) return "";
+  std::string names;
+  for (size_t i = 0; i < given.size(); ++i) names += std::string(i == 0 ? "" : ", ") + given[i];
+  return "horovodrun: warning: " + names + (given.size() == 1 ? " is" : " are") +
+         " ignored: this job is not elastic (add --min-np or --host-discovery-script to make it elastic; "
+         "docs/elastic.md)\n";
 }
 
 std::string shortUsage() {
