@@ -196,7 +196,9 @@ const std::vector<OptionSpec>& optionTable() {
         {{"--fusion-threshold-mb"}, 1, "FUSION_THRESHOLD_MB", kTunable,
          "fusion buffer size in MB; 0 disables tensor fusion (default: 128)", setInt(&Options::fusionThresholdMb)},
         {{"--cycle-time-ms"}, 1, "CYCLE_TIME_MS", kTunable,
-         "milliseconds between background negotiation cycles (default: 1)", setFloat(&Options::cycleTimeMs)},
+         "Horovod's cycle time, exported as HOROVOD_CYCLE_TIME; this engine has no cycle (it wakes on work), so "
+         "rank 0 warns that it has no effect (its batching window is HOROVOD_BURST_QUIET_US)",
+         setFloat(&Options::cycleTimeMs)},
         {{"--cache-capacity"}, 1, "CACHE_CAPACITY", kTunable,
          "number of entries in the response cache; 0 disables it (default: 1024)", setInt(&Options::cacheCapacity)},
     });
@@ -278,7 +280,8 @@ const std::vector<OptionSpec>& optionTable() {
     add({
         {{"--mpi-args"}, 1, "MPI_ARGS", kLibrary, "extra arguments for mpirun (use the --mpi-args=\"...\" form)",
          setString(&Options::mpiArgs)},
-        {{"--tcp"}, 0, nullptr, kLibrary, "use TCP only (sets NCCL_IB_DISABLE=1)", setFlag(&Options::tcp)},
+        {{"--tcp"}, 0, nullptr, kLibrary, "TCP instead of InfiniBand: NCCL_IB_DISABLE=1 for NCCL, -tcp for Spectrum MPI (--mpi, --jsrun); the CPU "
+         "data plane is TCP between hosts either way", setFlag(&Options::tcp)},
         {{"--binding-args"}, 1, "BINDING_ARGS", kLibrary,
          "process binding arguments for mpirun (default: -bind-to none -map-by slot)",
          setString(&Options::bindingArgs)},
