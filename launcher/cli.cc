@@ -196,7 +196,9 @@ const std::vector<OptionSpec>& optionTable() {
         {{"--fusion-threshold-mb"}, 1, "FUSION_THRESHOLD_MB", kTunable,
          "fusion buffer size in MB; 0 disables tensor fusion (default: 128)", setInt(&Options::fusionThresholdMb)},
         {{"--cycle-time-ms"}, 1, "CYCLE_TIME_MS", kTunable,
-         "milliseconds between background negotiation cycles (default: 1)", setFloat(&Options::cycleTimeMs)},
+         "Horovod's cycle time, exported as HOROVOD_CYCLE_TIME; this engine has no cycle (it wakes on work), so "
+         "rank 0 warns that it has no effect (its batching window is HOROVOD_BURST_QUIET_US)",
+         setFloat(&Options::cycleTimeMs)},
         {{"--cache-capacity"}, 1, "CACHE_CAPACITY", kTunable,
          "number of entries in the response cache; 0 disables it (default: 1024)", setInt(&Options::cacheCapacity)},
     });
@@ -278,7 +280,8 @@ const std::vector<OptionSpec>& optionTable() {
     add({
         {{"--mpi-args"}, 1, "MPI_ARGS", kLibrary, "extra arguments for mpirun (use the --mpi-args=\"...\" form)",
          setString(&Options::mpiArgs)},
-        {{"--tcp"}, 0, nullptr, kLibrary, "use TCP only (sets NCCL_IB_DISABLE=1)", setFlag(&Options::tcp)},
+        {{"--tcp"}, 0, nullptr, kLibrary, "TCP instead of InfiniBand: NCCL_IB_DISABLE=1 for NCCL, -tcp for Spectrum MPI (--mpi, --jsrun); the CPU "
+         "data plane is TCP between hosts either way", setFlag(&Options::tcp)},
         {{"--binding-args"}, 1, "BINDING_ARGS", kLibrary,
          "process binding arguments for mpirun (default: -bind-to none -map-by slot)",
          setString(&Options::bindingArgs)},
@@ -338,7 +341,7 @@ const std::vector<OptionSpec>& optionTable() {
         {{"--gloo"}, 0, nullptr, kController, "use the built-in (Gloo-compatible) launcher and controller",
          setController(Controller::kGloo), "controller"},
         {{"--mpi"}, 0, nullptr, kController, "launch with mpirun", setController(Controller::kMpi), "controller"},
-        {{"--jsrun"}, 0, nullptr, kController, "launch with jsrun (IBM LSF only)",
+        {{"--jsrun"}, 0, nullptr, kController, "launch with jsrun, inside an IBM LSF job (hosts and -np from the allocation unless given)",
          setController(Controller::kJsrun), "controller"},
     });
     // clang-format on
@@ -459,14 +462,16 @@ void requireNonNegative(const char* name, const std::optional<T>& value) {
 
 void validateOptions(const Options& o) {
   if (o.help || o.version || o.checkBuild) return;
-  if (!o.numProc.has_value() && !o.elastic()) {
+  // Under LSF, --jsrun takes -np from the allocation (lsf_launch.h).
+  const bool inLsf = std::getenv("LSB_JOBID") != nullptr && *std::getenv("LSB_JOBID") != '\0';
+  if (!o.numProc.has_value() && !o.elastic() && !(o.controller == Controller::kJsrun && inLsf)) {
     throw UsageError("the following arguments are required: -np/--num-proc");
   }
   if (o.numProc.has_value() && *o.numProc < 1) {
     throw UsageError("argument -np/--num-proc: must be at least 1, got " + std::to_string(*o.numProc));
   }
   if (o.command.empty()) throw UsageError("the following arguments are required: command");
-  if (o.controller == Controller::kJsrun) {
+  if (o.controller == Controller::kJsrun && !inLsf) {
     throw UsageError(
         "Horovod did not detect an LSF job.  The jsrun launcher can only be used in that environment. "
         "Please, pick a different launcher for other environments.");
@@ -506,6 +511,22 @@ void validateOptions(const Options& o) {
     throw UsageError("--min-np (" + std::to_string(*o.minNumProc) + ") must not exceed -np (" +
                      std::to_string(*o.numProc) + ")");
   }
+}
+
+std::string ignoredElasticFlagsWarning(const Options& o) {
+  if (o.elastic()) return "";
+  std::vector<const char*> given;
+  if (o.maxNumProc.has_value()) given.push_back("--max-np");
+  if (o.slotsPerHost.has_value()) given.push_back("--slots-per-host");
+  if (o.elasticTimeout.has_value()) given.push_back("--elastic-timeout");
+  if (o.resetLimit.has_value()) given.push_back("--reset-limit");
+  if (o.blacklistCooldownRange.has_value()) given.push_back("--blacklist-cooldown-range");
+  if (given.empty()) return "";
+  std::string names;
+  for (size_t i = 0; i < given.size(); ++i) names += std::string(i == 0 ? "" : ", ") + given[i];
+  return "horovodrun: warning: " + names + (given.size() == 1 ? " is" : " are") +
+         " ignored: this job is not elastic (add --min-np or --host-discovery-script to make it elastic; "
+         "docs/elastic.md)\n";
 }
 
 std::string shortUsage() {

@@ -22,6 +22,12 @@ Options parseCommandLine(const std::vector<std::string>& args);  // args without
 // ("--fusion-threshold-mb=-1 must be >= 0"), noise in [0, 1], cooldown range bounds.
 void validateOptions(const Options& options);
 
+// Horovod ignores the elastic-only flags (--max-np, --slots-per-host, --elastic-timeout,
+// --reset-limit, --blacklist-cooldown-range) in a job that is not elastic (no --min-np, no
+// discovery script), so config files and scripts pass them to fixed jobs: the warning to print
+// for such a job, naming the flags given; empty when there are none or the job is elastic.
+std::string ignoredElasticFlagsWarning(const Options& options);
+
 // The -h text, grouped like Horovod's.
 std::string usageText();
 std::string shortUsage();

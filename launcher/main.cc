@@ -16,6 +16,7 @@
 #include "env.h"
 #include "gloo_launch.h"
 #include "hosts.h"
+#include "lsf_launch.h"
 #include "mpi_launch.h"
 #include "network.h"
 #include "process.h"
@@ -105,11 +106,9 @@ int runLauncher(const std::vector<std::string>& args, int signalFd) {
     }
     return runElasticJob(options, signalFd);
   }
-  if (options.anyElasticFlag()) {
-    // Without --min-np or a discovery script the job is not elastic: these flags would do nothing.
-    throw UsageError(
-        "--max-np, --slots-per-host, --elastic-timeout, --reset-limit and --blacklist-cooldown-range apply to "
-        "elastic jobs only: add --min-np or --host-discovery-script (see docs/elastic.md)");
+  say(2, ignoredElasticFlagsWarning(options));  // as Horovod, a fixed job runs without them
+  if (options.controller == Controller::kJsrun) {
+    return runJsrunJob(options, *detectLsf(inheritedEnvironment()), signalFd);  // LSF: checked above
   }
   std::vector<HostSlots> hosts;
   if (options.hostfile.has_value()) {

@@ -118,11 +118,6 @@ struct Options {
   std::optional<std::string> statusFile;
 
   bool elastic() const { return minNumProc.has_value() || hostDiscoveryScript.has_value(); }
-  // Any flag of the elastic group (those other than --min-np and the script need an elastic job).
-  bool anyElasticFlag() const {
-    return elastic() || maxNumProc.has_value() || slotsPerHost.has_value() || elasticTimeout.has_value() ||
-           resetLimit.has_value() || blacklistCooldownRange.has_value();
-  }
 };
 
 }  // namespace hvd::launcher

@@ -70,9 +70,9 @@ const Param<int64_t> kFusionThreshold(
     "to a multiple of local_size*8*64 bytes on homogeneous clusters.");
 const Param<double> kCycleTime(
     "HOROVOD_CYCLE_TIME", 1.0,
-    "Accepted for compatibility (ms). The engine is event-driven: the background thread wakes when "
-    "work is enqueued or a message arrives and never sleeps a fixed time, so this does not delay "
-    "anything; tensors enqueued while a step executes are batched into the next one.");
+    "Accepted for compatibility (ms) and checked; setting it warns (rank 0) that it has no effect. The "
+    "engine is event-driven: the background thread wakes when work is enqueued or a message arrives and "
+    "never sleeps a fixed time; its batching window is HOROVOD_BURST_QUIET_US.");
 const Param<int64_t> kBurstQuietUs(
     "HOROVOD_BURST_QUIET_US", 2,
     "Microseconds the background thread waits for further enqueues before it sends a burst of requests "
@@ -232,6 +232,10 @@ void checkInertKnobs(const EnvLookup& env, bool warn) {
   inert(kNvtx, env, warn, "this build emits no NVTX ranges (the timeline shows each collective's phases)");
   inert(kXlaOps, env, warn, "it concerns TensorFlow's XLA ops, which this build does not provide");
   inert(kCclCache, env, warn, "this build has no oneCCL backend");
+  inert(kCycleTime, env, warn,
+        "the engine is event-driven and has no cycle to time (its background thread wakes when work is "
+        "enqueued or a message arrives); the window in which it batches requests is HOROVOD_BURST_QUIET_US "
+        "(microseconds)");
   (void)kLogHideTime.get(env);
 }
 
@@ -461,7 +465,6 @@ const std::vector<Setting>& settings() {
       {kRendezvousDir, &Config::rendezvousDir},
       {kSecret, &Config::secret},
       {kFusionThreshold, &Config::fusionThreshold, atLeastZero},
-      {kCycleTime, &Config::cycleTimeMs},
       {kBurstQuietUs, &Config::burstQuietUs, within<0, 1000>},
       {kCallerProgressUs, &Config::callerProgressUs, within<0, 100000>},
       {kCallerSpinUs, &Config::callerSpinUs, within<0, 1000000>},

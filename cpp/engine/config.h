@@ -63,7 +63,6 @@ struct Config : Placement {
 
   // ---- Engine -----------------------------------------------------------------------------
   int64_t fusionThreshold = 128 << 20;  // bytes; 0 = no fusion (rounded at init, see roundFusionThreshold)
-  double cycleTimeMs = 1.0;             // accepted; only documents batching (event-driven engine)
   int64_t cacheCapacity = 1024;         // response-cache entries per process set; 0 = off
   int64_t allreduceCrossoverBytes = 0;  // HOROVOD_ALLREDUCE_CROSSOVER_BYTES; 0 = the table's own limits
   int64_t burstQuietUs = 2;             // HOROVOD_BURST_QUIET_US: request batching window; 0 = off

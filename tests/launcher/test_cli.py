@@ -81,12 +81,24 @@ ELASTIC_ONLY_FLAGS = [('--max-np', '4'), ('--slots-per-host', '2'), ('--elastic-
 
 
 @pytest.mark.parametrize('flag', ELASTIC_ONLY_FLAGS, ids=[f[0] for f in ELASTIC_ONLY_FLAGS])
-def test_elastic_only_flags_need_an_elastic_job(run, flag):
-    # Without --min-np or a discovery script the job is fixed: these flags would do nothing.
+def test_elastic_only_flags_are_ignored_with_a_warning_in_a_fixed_job(run, flag):
+    # As in Horovod, a job without --min-np or a discovery script runs without them; we say so.
     r = run('-np', '2', *flag, '-H', 'localhost:2', 'sh', '-c', 'echo ran')
-    assert r.returncode == 2
-    assert 'ran' not in r.stdout
-    assert 'apply to elastic jobs only' in r.stderr, r.stderr
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count('ran') == 2, r.stdout
+    assert '{} is ignored: this job is not elastic'.format(flag[0]) in r.stderr, r.stderr
+
+
+def test_ignored_elastic_flags_are_named_in_one_warning(run):
+    r = run('-np', '1', '--max-np', '4', '--reset-limit', '2', 'true')
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count('warning') == 1, r.stderr
+    assert '--max-np, --reset-limit are ignored: this job is not elastic' in r.stderr, r.stderr
+
+
+def test_elastic_jobs_do_not_warn_about_elastic_flags(run):
+    r = run('-np', '1', '--min-np', '1', '--max-np', '1', '-H', 'localhost:1,127.0.0.1:1', 'true')
+    assert 'not elastic' not in r.stderr, r.stderr
 
 
 def test_fault_tolerance_needs_two_hosts(run):

@@ -33,3 +33,13 @@ def test_rank_failing_after_init(run, check_program):
     assert 'Process 1 exit with status code 3.' in r.stdout or 'exit with status code 1.' in r.stdout
     assert 'Horovod detected that one or more processes exited with non-zero status' in r.stderr
     assert time.monotonic() - start < 30
+
+
+def test_cycle_time_is_named_once_as_having_no_effect(run, check_program):
+    # The engine has no cycle: --cycle-time-ms reaches the ranks, and rank 0 alone says so.
+    r = run('-np', 2, '--cycle-time-ms', 5, check_program, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count(' sum=3 ') == 2
+    output = r.stdout + r.stderr
+    assert output.count('HOROVOD_CYCLE_TIME is set but has no effect') == 1, output
+    assert 'HOROVOD_BURST_QUIET_US' in output

@@ -147,9 +147,10 @@ def test_use_mpi(run_python):
 
 
 def test_run_task_rank_fallbacks():
+    # horovod.run files each result under this rank; user code imports it from Horovod's path.
     sys.path.insert(0, PYTHON_DIR)
     try:
-        from horovod.runner.run_task import rank_and_size
+        from horovod.runner.common.util.env import get_env_rank_and_size as rank_and_size
     finally:
         sys.path.pop(0)
     saved = dict(os.environ)
@@ -163,7 +164,7 @@ def test_run_task_rank_fallbacks():
         os.environ.update(OMPI_COMM_WORLD_RANK='1', OMPI_COMM_WORLD_SIZE='4')
         assert rank_and_size() == (1, 4)
         os.environ['HOROVOD_RANK'] = '0'
-        with pytest.raises(RuntimeError):
+        with pytest.raises(RuntimeError, match='only one of HOROVOD_RANK and HOROVOD_SIZE found in environment'):
             rank_and_size()
     finally:
         os.environ.clear()

@@ -12,7 +12,11 @@ import pytest
 
 ray = pytest.importorskip('ray')
 from horovod.ray import ElasticRayExecutor, RayExecutor, report  # noqa: E402
+from horovod.ray.nodes import NodeBlacklist  # noqa: E402
 from horovod.ray.static import WorkerFailedError  # noqa: E402
+from horovod.ray.worker import BaseHorovodWorker  # noqa: E402
+from horovod.runner.elastic.discovery import FixedHosts  # noqa: E402
+from horovod.runner.elastic.settings import ElasticSettings  # noqa: E402
 
 import ray_cluster_util  # noqa: E402
 from ray_cluster_util import elastic_train, wait_for_free_cpus  # noqa: E402
@@ -43,8 +47,8 @@ def test_start_without_ray_init_names_the_fix():
     (dict(num_workers=2, max_workers=3), ValueError, 'max_workers requires a positive min_workers'),
     (dict(num_workers=2, min_workers=1), ValueError, 'Both min_workers and num_workers'),
     (dict(num_workers=2, reset_limit=3), ValueError, 'reset_limit and cooldown_range apply to elastic mode'),
-    (dict(min_workers=1, cooldown_range=(1, 2)), NotImplementedError, 'do not blacklist nodes'),
-    (dict(min_workers=1, override_discovery=False), NotImplementedError, 'override_discovery=False'),
+    (dict(min_workers=1, cooldown_range=(5, 1)), ValueError, r'cooldown_range must be \(min, max\) seconds'),
+    (dict(min_workers=1, override_discovery=False), ValueError, 'set settings.discovery to a HostDiscovery'),
     (dict(min_workers=2, max_workers=1), ValueError, 'must not be below min_workers'),
     (dict(num_workers=2, gpus_per_worker=1), ValueError, 'use_gpu is False'),
     (dict(), ValueError, 'Give num_workers'),
@@ -58,6 +62,10 @@ def test_bad_arguments(kwargs, error, pattern):
 def test_elastic_alias_checks_its_arguments():
     settings = ElasticRayExecutor.create_settings(min_num_proc=1, max_num_proc=2, reset_limit=3)
     assert (settings.min_num_proc, settings.max_num_proc, settings.reset_limit) == (1, 2, 3)
+    assert isinstance(settings, ElasticSettings) and settings.discovery is None
+    with pytest.warns(DeprecationWarning, match='min_np is deprecated'):
+        settings = ElasticRayExecutor.create_settings(min_np=2, max_np=4, cooldown_range=(1, 9))
+    assert (settings.min_num_proc, settings.max_num_proc, settings.cooldown_range) == (2, 4, (1, 9))
     with pytest.raises(ValueError, match='gpus_per_slot'):
         ElasticRayExecutor(None, gpus_per_slot=1)
 
@@ -69,6 +77,16 @@ def test_create_settings_writes_ssh_key_once(tmp_path):
     RayExecutor.create_settings(ssh_identity_file=str(key), ssh_str='OTHER')
     assert key.read_text() == 'KEY'
     assert settings.worker_environment() == {'HOROVOD_GLOO_TIMEOUT_SECONDS': '7', 'HOROVOD_GLOO_IFACE': 'lo'}
+
+
+def test_node_cooldowns_grow_from_min_to_max():
+    now = [100.0]
+    blacklist = NodeBlacklist((10, 35), clock=lambda: now[0], rng=lambda: 0.5)
+    assert [blacklist.add('n1') for _ in range(3)] == [15.0, 25.0, 35]  # lo * 2**n + U * lo, clamped
+    assert blacklist.holds('n1') and not blacklist.holds('n2')
+    now[0] += 35
+    assert not blacklist.holds('n1')
+    assert NodeBlacklist(None).add('n1') is None and not NodeBlacklist(None).holds('n1')
 
 
 @pytest.fixture(scope='module')
@@ -199,4 +217,85 @@ def test_elastic_job_replaces_a_lost_worker(cluster, tmp_path):
     assert results[0][3] == results[1][3]         # state synced from rank 0
     assert log[0] == 'round 0 with 2 workers (2 new)' and log[-1] == 'round 1 with 2 workers (1 new)', log
     assert any('failed' in line for line in log), log
+    assert wait_for_free_cpus()
+
+
+def test_worker_actor_methods(cluster):
+    """What custom executors call on a worker: its node, its GPUs, and a queue for report()."""
+    from ray.util.queue import Queue
+    worker = ray.remote(num_cpus=1)(BaseHorovodWorker).remote()
+    queue = Queue(actor_options={'num_cpus': 0})
+    try:
+        assert ray.get(worker.node_id.remote()) == ray.get_runtime_context().get_node_id()
+        assert ray.get(worker.get_gpu_ids.remote()) == []
+        ray.get(worker.set_queue.remote(queue))
+        ray.get(worker.update_env_vars.remote({'HOROVOD_RANK': '0'}))
+        ray.get(worker.run.remote(lambda: report('from rank 0')))
+        assert queue.get(timeout=30) == 'from rank 0'
+        ray.get(worker.update_env_vars.remote({'HOROVOD_RANK': '1'}))
+        ray.get(worker.run.remote(lambda: report('from rank 1')))
+        assert queue.empty()
+    finally:
+        ray.kill(worker)
+        queue.shutdown()
+    assert wait_for_free_cpus()
+
+
+class ElasticTrainer:
+    """The executable of the elastic execute() test: trains with elastic_train, reporting from rank 0."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def train(self):
+        report('start')
+        result = elastic_train(self.marker)
+        report('done')
+        return result
+
+
+def test_elastic_execute_with_callbacks_leaves_the_failed_node_out(cluster, tmp_path):
+    # One node: once rank 1 fails there, the node cools down (600 s) and the job goes on without
+    # a replacement, which it would otherwise start at once (test_elastic_job_replaces_a_lost_worker).
+    executor = RayExecutor(RayExecutor.create_settings(timeout_s=120), min_workers=1, max_workers=2,
+                           elastic_timeout=60, cooldown_range=(600, 600))
+    executor.start(executable_cls=ElasticTrainer, executable_args=[str(tmp_path / 'died')])
+    seen = []
+    try:
+        results = executor.execute(lambda trainer: trainer.train(), callbacks=[seen.append])
+        log = [what for _, what in executor._job.log]
+    finally:
+        executor.shutdown()
+    assert [(rank, size) for rank, size, _, _ in results] == [(0, 1)]
+    assert results[0][2] == [(0, 0, 2, 1), (1, 0, 2, 1), (2, 0, 2, 1), (3, 0, 1, 1), (4, 0, 1, 1)]
+    node = ray.get_runtime_context().get_node_id()
+    assert any(line.startswith('node {} blacklisted for 600.0 s: worker 1 failed there'.format(node))
+               for line in log), log
+    assert log[-1] == 'round 1 with 1 workers (0 new)', log
+    assert seen == ['start', 'done']  # rank 0's reports only: the round-0 start, the final round's end
+    assert wait_for_free_cpus()
+
+
+def size_of_the_job():
+    import horovod.torch as hvd
+    hvd.init()
+    return hvd.size()
+
+
+def test_elastic_job_takes_nodes_and_slots_from_a_host_discovery(cluster):
+    settings = RayExecutor.create_settings(timeout_s=60)
+    settings.discovery = FixedHosts({ray.util.get_node_ip_address(): 1})  # 2 CPUs free, 1 slot discovered
+    executor = RayExecutor(settings, min_workers=1, max_workers=2, override_discovery=False, elastic_timeout=60)
+    executor.start()
+    try:
+        assert executor.run(size_of_the_job) == [1]
+    finally:
+        executor.shutdown()
+    settings.discovery = FixedHosts({'no-such-node': 2})
+    executor = ElasticRayExecutor(ElasticSettings(settings.discovery, min_num_proc=1, max_num_proc=2,
+                                                  elastic_timeout=1, reset_limit=None, start_timeout=60),
+                                  override_discovery=False)
+    executor.start()
+    with pytest.raises(RuntimeError, match=r'waiting for 1 Horovod workers on Ray \(0 possible\).*host discovery'):
+        executor.run(size_of_the_job)
     assert wait_for_free_cpus()

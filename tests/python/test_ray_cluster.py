@@ -63,3 +63,24 @@ def test_elastic_job_through_ray_client(two_node_client, tmp_path):
     """The elastic driver runs in an actor on the cluster; a worker dies and is replaced on the
     node it freed (both nodes share this machine's file system, hence the marker)."""
     check_elastic_job_survives_a_lost_worker(tmp_path, cross_size=2)
+
+
+def test_elastic_callbacks_run_in_the_client_driver(two_node_client):
+    """Elastic mode through Ray Client: the driver runs in an actor on the cluster, rank 0's
+    reports come back to the callbacks here."""
+    executor = RayExecutor(RayExecutor.create_settings(timeout_s=30), min_workers=2, max_workers=2)
+    executor.start()
+    seen = []
+    try:
+        def reporting():
+            import horovod.torch as hvd
+            from horovod.ray import report
+            hvd.init()
+            for step in range(3):
+                report({'step': step, 'rank': hvd.rank()})
+            return hvd.size()
+
+        assert executor.run(reporting, callbacks=[seen.append]) == [2, 2]
+    finally:
+        executor.shutdown()
+    assert seen == [{'step': s, 'rank': 0} for s in range(3)]

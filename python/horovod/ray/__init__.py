@@ -1,6 +1,7 @@
 """Horovod on Ray: ``RayExecutor`` runs a Horovod job whose processes are Ray actors.
 
-See docs/ray.md. Elastic jobs (``min_workers``, ``ElasticRayExecutor``) are not available yet.
+See docs/ray.md; ``RayExecutor(min_workers=...)`` (or the deprecated ``ElasticRayExecutor``) runs an
+elastic job that survives lost workers.
 """
 
 try:

@@ -33,9 +33,14 @@ class RayExecutor:
     use_current_placement_group: inside a placement group (a Ray Tune trial), place the workers
         in it rather than reserving a new one.
     min_workers, max_workers, reset_limit, elastic_timeout: elastic mode (at least min_workers
-        actors, up to max_workers, new ones wherever Ray has room; see elastic_job.py). Ray owns
-        node health, so cooldown_range (a node blacklist) and override_discovery=False are refused
-        with NotImplementedError. elastic_timeout is ignored in a static job, as in Horovod.
+        actors, up to max_workers, new ones wherever Ray has room; see elastic_job.py).
+        elastic_timeout is ignored in a static job, as in Horovod.
+    cooldown_range: (min, max) seconds; elastic mode: a node where a worker failed takes no new
+        worker for a cooldown growing from min to max with each failure there (nodes.py). None:
+        no node is left out (Ray owns node health).
+    override_discovery: True (default): elastic mode finds nodes and slots from Ray's resources.
+        False: from ``settings.discovery``, a horovod.runner.elastic.discovery.HostDiscovery
+        naming nodes by IP address, host name or Ray node id, with their slots.
 
     Through Ray Client (``ray.init("ray://...")``) the job is driven from an actor on the
     cluster, so that the workers can reach its rendezvous server; ``callbacks`` still run in
@@ -55,13 +60,19 @@ class RayExecutor:
                              'num_workers a static job; give one of them')
         if min_workers is None and (reset_limit is not None or cooldown_range is not None):
             raise ValueError('reset_limit and cooldown_range apply to elastic mode: give min_workers')
-        if cooldown_range is not None:
-            raise NotImplementedError('cooldown_range: elastic jobs on Ray do not blacklist nodes (Ray owns node '
-                                      'health and places replacement actors), so there is nothing to cool down')
-        if min_workers is not None and not override_discovery:
-            raise NotImplementedError('override_discovery=False: elastic jobs on Ray find capacity from Ray\'s '
-                                      'resources only')
         if min_workers is not None:
+            discovery = None
+            if not override_discovery:
+                discovery = getattr(settings, 'discovery', None)
+                if discovery is None or not hasattr(discovery, 'find_available_hosts_and_slots'):
+                    raise ValueError('override_discovery=False: set settings.discovery to a HostDiscovery '
+                                     '(horovod.runner.elastic.discovery) that names the nodes and their slots, '
+                                     'got {!r}'.format(discovery))
+            if cooldown_range is not None:
+                if (not isinstance(cooldown_range, (tuple, list)) or len(cooldown_range) != 2
+                        or not 0 < cooldown_range[0] <= cooldown_range[1]):
+                    raise ValueError('cooldown_range must be (min, max) seconds with 0 < min <= max, got {!r}'
+                                     .format(cooldown_range))
             if min_workers < 1:
                 raise ValueError('min_workers must be at least 1, got {}'.format(min_workers))
             if max_workers is not None and max_workers < min_workers:
@@ -74,7 +85,8 @@ class RayExecutor:
             self.num_workers = None
             self._job_cls = ElasticJob
             self._job_args = (settings, min_workers, max_workers, cpus_per_worker, use_gpu, gpus_per_worker,
-                              reset_limit, elastic_timeout)
+                              reset_limit, elastic_timeout, None, tuple(cooldown_range) if cooldown_range else None,
+                              discovery)
             self._job = None
             self._remote = None
             return
@@ -156,8 +168,6 @@ class RayExecutor:
             callbacks = args[3] if method == 'run' else args[1] if method == 'execute' else None
             if not callbacks:
                 return ray.get(getattr(self._remote, method).remote(*args))
-            if self._job_cls is not StaticJob:
-                raise NotImplementedError('elastic RayExecutor.run: callbacks are not supported')
             return self._call_reporting(method, args, callbacks)
         raise RuntimeError('RayExecutor has no workers: call start() first')
 

@@ -13,12 +13,29 @@ __all__ = ['BaseHorovodWorker', 'report']
 _report_queue = None
 
 
+# The queue set_queue() gave this actor, used when a call brings none.
+_actor_queue = None
+
+
+def _is_rank_zero():
+    """Rank 0 of the current round while Horovod is initialized (an elastic job's ranks change
+    from round to round), else the rank the worker was started with."""
+    try:
+        from horovod import _core
+        if _core.is_initialized():
+            return _core.rank() == 0
+    except ImportError:
+        pass
+    return os.environ.get('HOROVOD_RANK') == '0'
+
+
 def report(value):
     """Sends ``value`` to the ``callbacks`` of the running ``RayExecutor.run`` / ``execute``
     (each callback is called with it on the driver). Only rank 0's values are delivered; on the
     other ranks, and when the run has no callbacks, this does nothing."""
-    if _report_queue is not None and os.environ.get('HOROVOD_RANK') == '0':
-        _report_queue.put(value)
+    queue = _report_queue if _report_queue is not None else _actor_queue
+    if queue is not None and _is_rank_zero():
+        queue.put(value)
 
 
 class BaseHorovodWorker:
@@ -38,6 +55,22 @@ class BaseHorovodWorker:
 
     def hostname(self):
         return socket.gethostname()
+
+    def get_gpu_ids(self):
+        """The ids of the GPUs Ray gave this actor (empty without GPUs)."""
+        import ray
+        return ray.get_gpu_ids()
+
+    def node_id(self):
+        """The id (hex) of the Ray node this actor runs on."""
+        import ray
+        return ray.get_runtime_context().get_node_id()
+
+    def set_queue(self, queue):
+        """Makes ``queue`` (a ``ray.util.queue.Queue``) where ``horovod.ray.report`` puts rank 0's
+        values during calls that bring no queue of their own (those without callbacks)."""
+        global _actor_queue
+        _actor_queue = queue
 
     def update_env_vars(self, env_vars):
         """Sets the environment (before Horovod is initialized in this process)."""

@@ -11,29 +11,8 @@ import sys
 
 import cloudpickle
 
+from horovod.runner.common.util.env import get_env_rank_and_size
 from horovod.runner.task_service import TaskClient
-
-
-def _pair(rank_var, size_var):
-    rank, size = os.environ.get(rank_var), os.environ.get(size_var)
-    if rank is None and size is None:
-        return None
-    if rank is None or size is None:
-        raise RuntimeError('Could not determine process rank and size: only one of {} and {} is set'.format(
-            rank_var, size_var))
-    return int(rank), int(size)
-
-
-def rank_and_size():
-    """(rank, size) from the first complete pair of HOROVOD_*, OMPI_COMM_WORLD_*, PMI_*; (0, 1)
-    when none is set."""
-    for rank_var, size_var in (('HOROVOD_RANK', 'HOROVOD_SIZE'),
-                               ('OMPI_COMM_WORLD_RANK', 'OMPI_COMM_WORLD_SIZE'),
-                               ('PMI_RANK', 'PMI_SIZE')):
-        pair = _pair(rank_var, size_var)
-        if pair is not None:
-            return pair
-    return 0, 1
 
 
 def main(argv):
@@ -48,7 +27,7 @@ def main(argv):
     if not key:
         sys.stderr.write('horovod.runner.run_task: HOROVOD_SECRET_KEY is not set; start it through horovod.run()\n')
         return 2
-    rank, _ = rank_and_size()
+    rank, _ = get_env_rank_and_size()
     client = TaskClient(addr, port, key, rank)
     func, args, kwargs = cloudpickle.loads(client.fetch_function())
     try:

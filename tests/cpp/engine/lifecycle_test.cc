@@ -301,18 +301,22 @@ namespace {
 TEST(Config, InertKnobsAreNamedInAWarningOnRankZero) {
   std::vector<std::string> lines;
   LogSink previous = setLogSink([&](LogLevel, const std::string& line) { lines.push_back(line); });
+  engine::Config::fromEnvironment(mapEnvironment(
+      rankEnv(0, 2, {{"HOROVOD_TORUS_ALLREDUCE", "1"}, {"HOROVOD_ENABLE_XLA_OPS", "1"}, {"HOROVOD_CYCLE_TIME", "5"}})));
   engine::Config::fromEnvironment(
-      mapEnvironment(rankEnv(0, 2, {{"HOROVOD_TORUS_ALLREDUCE", "1"}, {"HOROVOD_ENABLE_XLA_OPS", "1"}})));
-  engine::Config::fromEnvironment(mapEnvironment(rankEnv(1, 2, {{"HOROVOD_TORUS_ALLREDUCE", "1"}})));
+      mapEnvironment(rankEnv(1, 2, {{"HOROVOD_TORUS_ALLREDUCE", "1"}, {"HOROVOD_CYCLE_TIME", "5"}})));
   engine::Config::fromEnvironment(mapEnvironment(rankEnv(0, 2, {})));
   // Autotuning works: no warning for it.
   engine::Config::fromEnvironment(mapEnvironment(rankEnv(0, 2, {{"HOROVOD_AUTOTUNE", "1"}})));
   setLogSink(std::move(previous));
-  ASSERT_EQ(lines.size(), 2u);
+  ASSERT_EQ(lines.size(), 3u);
   EXPECT_NE(lines[0].find("HOROVOD_TORUS_ALLREDUCE is set but has no effect in this build"), std::string::npos)
       << lines[0];
   EXPECT_NE(lines[1].find("HOROVOD_ENABLE_XLA_OPS is set but has no effect in this build"), std::string::npos)
       << lines[1];
+  // The engine has no cycle: the warning names the batching window that replaces it.
+  EXPECT_NE(lines[2].find("HOROVOD_CYCLE_TIME is set but has no effect"), std::string::npos) << lines[2];
+  EXPECT_NE(lines[2].find("HOROVOD_BURST_QUIET_US"), std::string::npos) << lines[2];
 }
 
 // HOROVOD_NUM_NCCL_STREAMS is the NCCL backend's (backends/cuda): read, range-checked, no warning.

@@ -1,0 +1,1 @@
+"""Horovod's ``horovod.runner.common.util`` package path, kept for user code that imports from it."""
