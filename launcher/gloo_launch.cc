@@ -104,9 +104,10 @@ JobContext makeJobContext(const Options& options, bool anyLocal, bool anyRemote)
     // Catch a typo before anything starts (remote hosts resolve the command themselves).
     job.localExecutable = resolveExecutable(options.command[0], pathText);
     if (job.localExecutable.empty()) {
-      throw UsageError(
-          "command not found: " + options.command[0] +
-          (options.command[0].find('/') == std::string::npos ? " (not on PATH)" : " (no such executable)"));
+      const std::string why = whyNotExecutable(options.command[0], pathText);
+      const bool missing = why == "not on PATH" || why.ends_with(": no such file");
+      throw UsageError((missing ? "command not found: " + options.command[0] + " (" + why + ")"
+                                : "cannot run " + options.command[0] + ": " + why));
     }
   }
   if (anyRemote) {

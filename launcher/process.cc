@@ -1,5 +1,6 @@
 #include "process.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/close_range.h>
 #include <signal.h>
@@ -202,6 +203,58 @@ std::string resolveExecutable(const std::string& name, const std::string& pathEn
     if (executable(candidate)) return candidate;
   }
   return "";
+}
+
+bool processGroupHasStoppedProcess(pid_t pgid) {
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return false;
+  bool stopped = false;
+  while (!stopped) {
+    const dirent* entry = readdir(proc);
+    if (entry == nullptr) break;
+    if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
+    const std::string path = std::string("/proc/") + entry->d_name + "/stat";
+    FILE* f = std::fopen(path.c_str(), "r");
+    if (f == nullptr) continue;  // gone meanwhile
+    char buf[512];
+    size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+    std::fclose(f);
+    buf[n] = '\0';
+    // "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses; fields follow the last ')'.
+    const char* close = std::strrchr(buf, ')');
+    char state = 0;
+    long ppid = 0, group = 0;
+    if (close != nullptr && std::sscanf(close + 1, " %c %ld %ld", &state, &ppid, &group) == 3) {
+      stopped = group == pgid && (state == 'T' || state == 't');
+    }
+  }
+  closedir(proc);
+  return stopped;
+}
+
+std::string whyNotExecutable(const std::string& name, const std::string& pathEnv) {
+  auto why = [](const std::string& p) -> std::string {
+    struct stat st{};
+    if (stat(p.c_str(), &st) != 0) return "";
+    if (S_ISDIR(st.st_mode)) return p + " is a directory";
+    if (!S_ISREG(st.st_mode)) return p + " is not a regular file";
+    return p +
+           " is not executable (make it executable with chmod +x, or name its interpreter first, e.g. "
+           "'python3 " +
+           p + "')";
+  };
+  if (name.find('/') != std::string::npos) {
+    std::string reason = why(name);
+    return reason.empty() ? name + ": no such file" : reason;
+  }
+  // Like execvp: a file of that name on PATH that cannot run is what the user most likely meant.
+  std::stringstream dirs(pathEnv);
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    std::string reason = why((dir.empty() ? "." : dir) + "/" + name);
+    if (!reason.empty()) return reason + " (found on PATH)";
+  }
+  return "not on PATH";
 }
 
 void blockLauncherSignals() {

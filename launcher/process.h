@@ -36,6 +36,9 @@ SpawnedProcess spawnProcess(const SpawnRequest& request);
 // Resolves a command name like execvp: names containing '/' are checked as paths, others are
 // searched in `pathEnv`. Returns "" if no executable file is found.
 std::string resolveExecutable(const std::string& name, const std::string& pathEnv);
+// Why resolveExecutable(name, pathEnv) found nothing, for the user: "<path>: no such file",
+// "<path> is a directory", "<path> is not executable (...)", or "not on PATH".
+std::string whyNotExecutable(const std::string& name, const std::string& pathEnv);
 
 // Signals the launcher handles through signalfd: blocked in the launcher (call before any thread
 // starts so every thread inherits the mask), unblocked in children.
@@ -55,6 +58,10 @@ void dismissOrphanGuard();           // the job ended normally: forget every gro
 bool writeAll(int fd, const char* data, size_t bytes);
 
 const char* signalName(int signal);  // "SIGKILL"
+
+// Whether a process of group `pgid` is stopped (SIGSTOP, SIGTSTP, a debugger: state T or t in
+// /proc/<pid>/stat). A worker's group holds the worker and whatever it started.
+bool processGroupHasStoppedProcess(pid_t pgid);
 
 // "exit status 3" / "signal 9 (SIGKILL)" for a waitpid status.
 std::string describeStatus(int status);
