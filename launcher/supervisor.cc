@@ -272,8 +272,8 @@ int Supervisor::run() {
           "their peers, thus causing the job to be terminated. The first process to do so was:\nProcess "
           "name: " +
           std::to_string(stopped.slot.rank) + "\nExit code: " + std::to_string(exitCodeOf(stopped.status)) +
-          " (terminated by horovodrun while stopped; the first process to exit was process " +
-          std::to_string(w.slot.rank) + ", exit code " + std::to_string(exitCodeOf(w.status)) + ")\n";
+          " (it was stopped when process " + std::to_string(w.slot.rank) + ", the first to exit, exited with code " +
+          std::to_string(exitCodeOf(w.status)) + ")\n";
     }
     say(2, message);
     if (!statusFile_.empty()) {
