@@ -2,7 +2,8 @@
 (test_paused_rank.py) and the measurement (bench/paused_rank.py).
 
 Every rank runs allreduces in a loop and prints one line when its loop fails: its rank, the
-wall time, the exception type, the rank the error names and the message. run_paused_job() starts
+wall time, the exception type, the rank the error names and the message. The survivors ignore
+SIGTERM (they exit once they reported); the stopped rank does not. run_paused_job() starts
 the job, stops `victim` once every rank is in its loop, and returns what happened."""
 
 import os
@@ -14,13 +15,17 @@ import sys
 import time
 
 WORKER = r'''
-import os, sys, time
+import os, signal, sys, time
 import numpy as np
 from horovod import _core
 from horovod.common.exceptions import HorovodInternalError
 from horovod.common.ops import Sum
 _core.init(None, False)
 rank = _core.rank()
+if rank != int(os.environ['PAUSED_VICTIM']):
+    # A survivor reports its own error even when horovodrun's SIGTERM comes first (a loaded
+    # machine), then exits; the stopped rank keeps the default (it must go at the SIGTERM).
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 _core.barrier_async(0).wait()
 print('ready rank {} pid {}'.format(rank, os.getpid()), flush=True)
 try:
@@ -50,7 +55,7 @@ class PausedJob:
 def run_paused_job(hvdrun, np, victim, timeout=90, python=sys.executable, extra_env=None, settle=0.3):
     """Runs `np` ranks, SIGSTOPs rank `victim` once all run their loop, and waits (bounded by
     `timeout`: the whole process group is killed then) for horovodrun to exit."""
-    env = dict(os.environ)
+    env = dict(os.environ, PAUSED_VICTIM=str(victim))
     env.update(extra_env or {})
     proc = subprocess.Popen([hvdrun, '--verbose', '-np', str(np), python, '-c', WORKER], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env=env, start_new_session=True)
