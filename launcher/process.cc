@@ -205,13 +205,11 @@ std::string resolveExecutable(const std::string& name, const std::string& pathEn
   return "";
 }
 
-bool processGroupHasStoppedProcess(pid_t pgid) {
+std::set<pid_t> processGroupsWithAStoppedProcess() {
+  std::set<pid_t> groups;
   DIR* proc = opendir("/proc");
-  if (proc == nullptr) return false;
-  bool stopped = false;
-  while (!stopped) {
-    const dirent* entry = readdir(proc);
-    if (entry == nullptr) break;
+  if (proc == nullptr) return groups;
+  while (const dirent* entry = readdir(proc)) {
     if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
     const std::string path = std::string("/proc/") + entry->d_name + "/stat";
     FILE* f = std::fopen(path.c_str(), "r");
@@ -224,12 +222,13 @@ bool processGroupHasStoppedProcess(pid_t pgid) {
     const char* close = std::strrchr(buf, ')');
     char state = 0;
     long ppid = 0, group = 0;
-    if (close != nullptr && std::sscanf(close + 1, " %c %ld %ld", &state, &ppid, &group) == 3) {
-      stopped = group == pgid && (state == 'T' || state == 't');
+    if (close != nullptr && std::sscanf(close + 1, " %c %ld %ld", &state, &ppid, &group) == 3 &&
+        (state == 'T' || state == 't')) {
+      groups.insert(static_cast<pid_t>(group));
     }
   }
   closedir(proc);
-  return stopped;
+  return groups;
 }
 
 std::string whyNotExecutable(const std::string& name, const std::string& pathEnv) {

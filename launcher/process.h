@@ -8,6 +8,7 @@
 
 #include <sys/types.h>
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -59,9 +60,10 @@ bool writeAll(int fd, const char* data, size_t bytes);
 
 const char* signalName(int signal);  // "SIGKILL"
 
-// Whether a process of group `pgid` is stopped (SIGSTOP, SIGTSTP, a debugger: state T or t in
-// /proc/<pid>/stat). A worker's group holds the worker and whatever it started.
-bool processGroupHasStoppedProcess(pid_t pgid);
+// The process groups that hold a stopped process (SIGSTOP, SIGTSTP, a debugger: state T or t in
+// /proc/<pid>/stat), from one pass over /proc. A worker's group holds the worker and whatever it
+// started.
+std::set<pid_t> processGroupsWithAStoppedProcess();
 
 // "exit status 3" / "signal 9 (SIGKILL)" for a waitpid status.
 std::string describeStatus(int status);

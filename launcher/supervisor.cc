@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <set>
 
 #include "process.h"
 
@@ -133,9 +134,10 @@ void Supervisor::onExit(WorkerProcess& w) {
 
 std::optional<int> Supervisor::firstStoppedWorker() const {
   std::optional<int> first;
+  const std::set<pid_t> stopped = processGroupsWithAStoppedProcess();
   for (size_t i = 0; i < workers_.size(); ++i) {
     const auto& w = workers_[i];
-    if (w.exited || w.remote || !processGroupHasStoppedProcess(w.pid)) continue;
+    if (w.exited || w.remote || !stopped.contains(w.pid)) continue;
     if (!first.has_value() || w.slot.rank < workers_[*first].slot.rank) first = static_cast<int>(i);
   }
   return first;
