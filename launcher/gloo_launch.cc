@@ -104,10 +104,9 @@ JobContext makeJobContext(const Options& options, bool anyLocal, bool anyRemote)
     // Catch a typo before anything starts (remote hosts resolve the command themselves).
     job.localExecutable = resolveExecutable(options.command[0], pathText);
     if (job.localExecutable.empty()) {
-      const std::string why = whyNotExecutable(options.command[0], pathText);
-      const bool missing = why == "not on PATH" || why.ends_with(": no such file");
-      throw UsageError((missing ? "command not found: " + options.command[0] + " (" + why + ")"
-                                : "cannot run " + options.command[0] + ": " + why));
+      const NotExecutable why = whyNotExecutable(options.command[0], pathText);
+      throw UsageError(why.exists ? "cannot run " + options.command[0] + ": " + why.reason
+                                  : "command not found: " + options.command[0] + " (" + why.reason + ")");
     }
   }
   if (anyRemote) {

@@ -231,29 +231,28 @@ std::set<pid_t> processGroupsWithAStoppedProcess() {
   return groups;
 }
 
-std::string whyNotExecutable(const std::string& name, const std::string& pathEnv) {
+NotExecutable whyNotExecutable(const std::string& name, const std::string& pathEnv) {
   auto why = [](const std::string& p) -> std::string {
     struct stat st{};
     if (stat(p.c_str(), &st) != 0) return "";
     if (S_ISDIR(st.st_mode)) return p + " is a directory";
     if (!S_ISREG(st.st_mode)) return p + " is not a regular file";
-    return p +
-           " is not executable (make it executable with chmod +x, or name its interpreter first, e.g. "
-           "'python3 " +
-           p + "')";
+    return p + " is not executable (make it executable with chmod +x, or put its interpreter before it, e.g. 'sh " + p +
+           "' or 'python3 " + p + "')";
   };
   if (name.find('/') != std::string::npos) {
     std::string reason = why(name);
-    return reason.empty() ? name + ": no such file" : reason;
+    if (reason.empty()) return {false, name + ": no such file"};
+    return {true, reason};
   }
   // Like execvp: a file of that name on PATH that cannot run is what the user most likely meant.
   std::stringstream dirs(pathEnv);
   std::string dir;
   while (std::getline(dirs, dir, ':')) {
     std::string reason = why((dir.empty() ? "." : dir) + "/" + name);
-    if (!reason.empty()) return reason + " (found on PATH)";
+    if (!reason.empty()) return {true, reason + " (found on PATH)"};
   }
-  return "not on PATH";
+  return {false, "not on PATH"};
 }
 
 void blockLauncherSignals() {

@@ -37,9 +37,14 @@ SpawnedProcess spawnProcess(const SpawnRequest& request);
 // Resolves a command name like execvp: names containing '/' are checked as paths, others are
 // searched in `pathEnv`. Returns "" if no executable file is found.
 std::string resolveExecutable(const std::string& name, const std::string& pathEnv);
-// Why resolveExecutable(name, pathEnv) found nothing, for the user: "<path>: no such file",
-// "<path> is a directory", "<path> is not executable (...)", or "not on PATH".
-std::string whyNotExecutable(const std::string& name, const std::string& pathEnv);
+// Why resolveExecutable(name, pathEnv) found nothing, for the user. `exists`: a file of that name
+// is there but cannot run ("<path> is a directory", "<path> is not executable (...)"); else the
+// reason is "<path>: no such file" or "not on PATH".
+struct NotExecutable {
+  bool exists = false;
+  std::string reason;
+};
+NotExecutable whyNotExecutable(const std::string& name, const std::string& pathEnv);
 
 // Signals the launcher handles through signalfd: blocked in the launcher (call before any thread
 // starts so every thread inherits the mask), unblocked in children.
