@@ -104,9 +104,9 @@ JobContext makeJobContext(const Options& options, bool anyLocal, bool anyRemote)
     // Catch a typo before anything starts (remote hosts resolve the command themselves).
     job.localExecutable = resolveExecutable(options.command[0], pathText);
     if (job.localExecutable.empty()) {
-      throw UsageError(
-          "command not found: " + options.command[0] +
-          (options.command[0].find('/') == std::string::npos ? " (not on PATH)" : " (no such executable)"));
+      const NotExecutable why = whyNotExecutable(options.command[0], pathText);
+      throw UsageError(why.exists ? "cannot run " + options.command[0] + ": " + why.reason
+                                  : "command not found: " + options.command[0] + " (" + why.reason + ")");
     }
   }
   if (anyRemote) {

@@ -1,5 +1,6 @@
 #include "process.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/close_range.h>
 #include <signal.h>
@@ -202,6 +203,56 @@ std::string resolveExecutable(const std::string& name, const std::string& pathEn
     if (executable(candidate)) return candidate;
   }
   return "";
+}
+
+std::set<pid_t> processGroupsWithAStoppedProcess() {
+  std::set<pid_t> groups;
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return groups;
+  while (const dirent* entry = readdir(proc)) {
+    if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
+    const std::string path = std::string("/proc/") + entry->d_name + "/stat";
+    FILE* f = std::fopen(path.c_str(), "r");
+    if (f == nullptr) continue;  // gone meanwhile
+    char buf[512];
+    size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+    std::fclose(f);
+    buf[n] = '\0';
+    // "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses; fields follow the last ')'.
+    const char* close = std::strrchr(buf, ')');
+    char state = 0;
+    long ppid = 0, group = 0;
+    if (close != nullptr && std::sscanf(close + 1, " %c %ld %ld", &state, &ppid, &group) == 3 &&
+        (state == 'T' || state == 't')) {
+      groups.insert(static_cast<pid_t>(group));
+    }
+  }
+  closedir(proc);
+  return groups;
+}
+
+NotExecutable whyNotExecutable(const std::string& name, const std::string& pathEnv) {
+  auto why = [](const std::string& p) -> std::string {
+    struct stat st{};
+    if (stat(p.c_str(), &st) != 0) return "";
+    if (S_ISDIR(st.st_mode)) return p + " is a directory";
+    if (!S_ISREG(st.st_mode)) return p + " is not a regular file";
+    return p + " is not executable (make it executable with chmod +x, or put its interpreter before it, e.g. 'sh " + p +
+           "' or 'python3 " + p + "')";
+  };
+  if (name.find('/') != std::string::npos) {
+    std::string reason = why(name);
+    if (reason.empty()) return {false, name + ": no such file"};
+    return {true, reason};
+  }
+  // Like execvp: a file of that name on PATH that cannot run is what the user most likely meant.
+  std::stringstream dirs(pathEnv);
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    std::string reason = why((dir.empty() ? "." : dir) + "/" + name);
+    if (!reason.empty()) return {true, reason + " (found on PATH)"};
+  }
+  return {false, "not on PATH"};
 }
 
 void blockLauncherSignals() {

@@ -8,6 +8,7 @@
 
 #include <sys/types.h>
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,14 @@ SpawnedProcess spawnProcess(const SpawnRequest& request);
 // Resolves a command name like execvp: names containing '/' are checked as paths, others are
 // searched in `pathEnv`. Returns "" if no executable file is found.
 std::string resolveExecutable(const std::string& name, const std::string& pathEnv);
+// Why resolveExecutable(name, pathEnv) found nothing, for the user. `exists`: a file of that name
+// is there but cannot run ("<path> is a directory", "<path> is not executable (...)"); else the
+// reason is "<path>: no such file" or "not on PATH".
+struct NotExecutable {
+  bool exists = false;
+  std::string reason;
+};
+NotExecutable whyNotExecutable(const std::string& name, const std::string& pathEnv);
 
 // Signals the launcher handles through signalfd: blocked in the launcher (call before any thread
 // starts so every thread inherits the mask), unblocked in children.
@@ -55,6 +64,11 @@ void dismissOrphanGuard();           // the job ended normally: forget every gro
 bool writeAll(int fd, const char* data, size_t bytes);
 
 const char* signalName(int signal);  // "SIGKILL"
+
+// The process groups that hold a stopped process (SIGSTOP, SIGTSTP, a debugger: state T or t in
+// /proc/<pid>/stat), from one pass over /proc. A worker's group holds the worker and whatever it
+// started.
+std::set<pid_t> processGroupsWithAStoppedProcess();
 
 // "exit status 3" / "signal 9 (SIGKILL)" for a waitpid status.
 std::string describeStatus(int status);

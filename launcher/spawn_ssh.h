@@ -10,7 +10,7 @@
 //     (left unset if `ip` is missing: the core then picks an address itself),
 //   * starts the command in its own session/process group (setsid),
 //   * watches the rest of stdin: when it reaches EOF (the launcher closed it, or the ssh client
-//     or the launcher died), it sends SIGTERM to the worker's process group and SIGKILL 5 s later,
+//     or the launcher died), it sends SIGTERM (then SIGCONT) to the worker's process group and SIGKILL 5 s later,
 //   * exits with the worker's status (128 + signal when killed), which ssh passes back.
 #pragma once
 

@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <set>
 
 #include "process.h"
 
@@ -119,10 +120,33 @@ void Supervisor::onExit(WorkerProcess& w) {
   std::string rank = std::to_string(w.slot.rank);
   say(1, "Process " + rank + " exit with status code " + std::to_string(code) + ".\n");
   say(1, failureDetail(w) + "\n");
+  stoppedIndex_ = firstStoppedWorker();
+  if (stoppedIndex_.has_value()) {
+    const auto& stopped = workers_[*stoppedIndex_];
+    say(1, "Process " + std::to_string(stopped.slot.rank) + " on host " + stopped.slot.hostname +
+               " is stopped (SIGSTOP or a debugger): its peers fail when it stops answering them.\n");
+  }
   if (!allExited()) {
     say(1, "Terminating remaining workers after failure of Process " + rank + ".\n");
     beginTermination();
   }
+}
+
+std::optional<int> Supervisor::firstStoppedWorker() const {
+  std::optional<int> first;
+  const std::set<pid_t> stopped = processGroupsWithAStoppedProcess();
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    const auto& w = workers_[i];
+    if (w.exited || w.remote || !stopped.contains(w.pid)) continue;
+    if (!first.has_value() || w.slot.rank < workers_[*first].slot.rank) first = static_cast<int>(i);
+  }
+  return first;
+}
+
+void Supervisor::signalWorker(const WorkerProcess& w, int sig) {
+  if (kill(-w.pid, sig) != 0) kill(w.pid, sig);
+  // A stopped process only acts on SIGTERM once it runs again (SIGKILL needs no help).
+  if (sig != SIGKILL && kill(-w.pid, SIGCONT) != 0) kill(w.pid, SIGCONT);
 }
 
 void Supervisor::beginTermination() {
@@ -131,9 +155,9 @@ void Supervisor::beginTermination() {
   for (auto& w : workers_) {
     if (w.exited) continue;
     if (w.remote) {
-      closeStdin(w);  // the remote wrapper sends SIGTERM to the remote process group
-    } else if (kill(-w.pid, SIGTERM) != 0) {
-      kill(w.pid, SIGTERM);
+      closeStdin(w);  // the remote wrapper sends SIGTERM (and SIGCONT) to the remote process group
+    } else {
+      signalWorker(w, SIGTERM);
     }
   }
   killAt_ = std::chrono::steady_clock::now() + kGracePeriod;
@@ -143,7 +167,7 @@ void Supervisor::killRemaining(int sig) {
   for (auto& w : workers_) {
     if (w.exited) continue;
     closeStdin(w);
-    if (kill(-w.pid, sig) != 0) kill(w.pid, sig);
+    signalWorker(w, sig);
   }
 }
 
@@ -242,6 +266,17 @@ int Supervisor::run() {
         "Horovod detected that one or more processes exited with non-zero status, thus causing the job to be "
         "terminated. The first process to do so was:\nProcess name: " +
         std::to_string(w.slot.rank) + "\nExit code: " + std::to_string(exitCodeOf(w.status)) + "\n";
+    if (stoppedIndex_.has_value()) {
+      // The first to exit only gave up on a peer that had stopped: name that one.
+      const auto& stopped = workers_[*stoppedIndex_];
+      message =
+          "Horovod detected that one or more processes stopped (SIGSTOP or a debugger) and no longer answered "
+          "their peers, thus causing the job to be terminated. The first process to do so was:\nProcess "
+          "name: " +
+          std::to_string(stopped.slot.rank) + "\nExit code: " + std::to_string(exitCodeOf(stopped.status)) +
+          " (it was stopped when process " + std::to_string(w.slot.rank) + ", the first to exit, exited with code " +
+          std::to_string(exitCodeOf(w.status)) + ")\n";
+    }
     say(2, message);
     if (!statusFile_.empty()) {
       int fd = open(statusFile_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);

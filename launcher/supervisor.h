@@ -1,9 +1,11 @@
 // Supervisor: the launcher's main loop once workers run. One poll() over the signalfd and every
 // worker's output pipes; forwards output, reaps children, and on the first failure (non-zero
 // exit or death by signal) reports it Horovod's way and terminates the rest:
-//   SIGTERM to every remaining local process group (ssh workers: their stdin is closed, which
-//   makes the remote wrapper terminate the remote process group), then after a 5 s grace
-//   SIGKILL to every remaining process group (ssh clients included).
+//   SIGTERM to every remaining local process group, then SIGCONT (a stopped worker acts on the
+//   SIGTERM at once) (ssh workers: their stdin is closed, which makes the remote wrapper
+//   terminate the remote process group), then after a 5 s grace SIGKILL to every remaining
+//   process group (ssh clients included). A local worker found stopped when the first one
+//   failed is named as the cause in the final report (its peers failed because it stopped).
 // SIGINT/SIGTERM/SIGHUP to the launcher terminate all workers the same way; a second one
 // SIGKILLs at once.
 //
@@ -78,6 +80,10 @@ class Supervisor {
   void drain(WorkerProcess& w);
   void beginTermination();
   void killRemaining(int signal);
+  // Sends `sig` to a local worker's process group, then SIGCONT unless it is SIGKILL.
+  static void signalWorker(const WorkerProcess& w, int sig);
+  // The lowest-ranked running local worker with a stopped process in its group, if any.
+  std::optional<int> firstStoppedWorker() const;
   bool allExited() const;
   void closeStdin(WorkerProcess& w);
 
@@ -86,6 +92,7 @@ class Supervisor {
   bool verbose_;
   std::vector<WorkerProcess> workers_;
   std::optional<int> failedIndex_;      // first failing worker
+  std::optional<int> stoppedIndex_;     // a worker found stopped at the first failure: the culprit
   int interruptSignal_ = 0;             // signal that interrupted the launcher, if any
   bool terminating_ = false;
   std::optional<std::chrono::steady_clock::time_point> killAt_;

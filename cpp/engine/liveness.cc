@@ -1,5 +1,7 @@
 #include "engine/liveness.h"
 
+#include <algorithm>
+
 #include "common/logging.h"
 #include "common/params.h"
 
@@ -42,6 +44,8 @@ void LivenessWatch::run() {
     watched.push_back(0);
   }
   std::vector<int64_t> last(options_.size, -1);
+  // When this watch first saw each counter's current value: the rank's last sign of life was at
+  // or before it, so `now - changed` is a silence the rank certainly had.
   std::vector<Clock::time_point> changed(options_.size, Clock::now());
   Clock::time_point storeOk = Clock::now();
   std::unique_lock<std::mutex> lock(mu_);
@@ -55,11 +59,14 @@ void LivenessWatch::run() {
       store_->add(key(options_.rank), 1, deadline);
       for (int r : watched) {
         int64_t value = store_->add(key(r), 0, deadline);
-        if (value >= kDeparted) continue;
+        if (value >= kDeparted) {
+          changed[r] = Clock::time_point::max();  // never silent any more
+          continue;
+        }
         if (value != last[r]) {
           last[r] = value;
           changed[r] = now;
-        } else if (now - changed[r] > options_.timeout && silent < 0) {
+        } else if (now - changed[r] >= options_.timeout && silent < 0) {
           silent = r;
           silence = "Horovod lost rank " + std::to_string(r) +
                     (r < static_cast<int>(options_.hostOf.size()) ? " (host " + options_.hostOf[r] + ")" : "") +
@@ -69,7 +76,7 @@ void LivenessWatch::run() {
       }
       storeOk = now;
     } catch (const std::exception& e) {
-      if (now - storeOk > options_.timeout) {
+      if (now - storeOk >= options_.timeout) {
         silent = 0;
         silence =
             "Horovod lost the rendezvous store (no answer for " + seconds(options_.timeout) + " s: " + e.what() + ")";
@@ -81,14 +88,24 @@ void LivenessWatch::run() {
       lock.lock();
       break;
     }
+    // Look again after `interval`, or right when a quiet rank's timeout ends if that is sooner:
+    // a rank is named at its timeout, not up to an interval later.
+    auto sleep = std::chrono::duration_cast<std::chrono::milliseconds>(options_.interval);
+    for (int r : watched) {
+      if (changed[r] == Clock::time_point::max()) continue;
+      const auto due = std::chrono::ceil<std::chrono::milliseconds>(changed[r] + options_.timeout - Clock::now());
+      sleep = std::clamp(due, std::chrono::milliseconds(1), sleep);
+    }
     lock.lock();
     const Clock::time_point sleepStart = Clock::now();
-    cv_.wait_for(lock, options_.interval, [&] { return stopping_; });
+    cv_.wait_for(lock, sleep, [&] { return stopping_; });
     // A watch that overslept was not running (the machine was overloaded or paused): its peers
     // may not have run either, so that time does not count as their silence.
-    const auto overslept = Clock::now() - sleepStart - options_.interval;
+    const auto overslept = Clock::now() - sleepStart - sleep;
     if (overslept > options_.interval) {
-      for (Clock::time_point& t : changed) t += overslept;
+      for (Clock::time_point& t : changed) {
+        if (t != Clock::time_point::max()) t += overslept;
+      }
       storeOk += overslept;
     }
   }

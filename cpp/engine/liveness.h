@@ -7,7 +7,8 @@
 // How: every rank's watch thread bumps its own counter "alive/<rank>" in the round's store every
 // `interval`; rank 0 reads every other rank's counter, the others read rank 0's. A counter that
 // has not moved for `timeout` names its rank: onSilent(rank, message) is called once, from the
-// watch thread. A rank that leaves (stop()) marks its counter as departed first, so peers that
+// watch thread, at most `timeout` + `interval` after the rank's last bump (the watch reads at
+// least every `interval`, and wakes at the moment a quiet counter's timeout ends). A rank that leaves (stop()) marks its counter as departed first, so peers that
 // are still finishing do not mistake its shutdown for silence. When the store itself stops
 // answering for `timeout` (e.g. it lives in a paused rank 0), rank 0 is named. Time the watch
 // itself was not running (it overslept its interval: the machine stalled or was overloaded, so its

@@ -25,14 +25,16 @@ bool alltoallOnly(Kind k) { return k == Kind::kAlltoall; }
 
 // ---- helpers of the messages ---------------------------------------------------------------------
 
+// The op as the frameworks name it (hvd.Sum, hvd.Average, ...), with its number for an op this
+// build does not know.
 std::string reduceOpLabel(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kAverage: return "AVERAGE";
-    case ReduceOp::kSum: return "SUM";
-    case ReduceOp::kAdasum: return "ADASUM";
-    case ReduceOp::kMin: return "MIN";
-    case ReduceOp::kMax: return "MAX";
-    case ReduceOp::kProduct: return "PRODUCT";
+    case ReduceOp::kAverage: return "Average";
+    case ReduceOp::kSum: return "Sum";
+    case ReduceOp::kAdasum: return "Adasum";
+    case ReduceOp::kMin: return "Min";
+    case ReduceOp::kMax: return "Max";
+    case ReduceOp::kProduct: return "Product";
   }
   return "op " + std::to_string(static_cast<int>(op));
 }
@@ -219,8 +221,8 @@ const Rule kRules[] = {
      nullptr},
     {"reduction operator", allreduceOnly, [](const Request& a, const Request& b) { return a.params.op != b.params.op; },
      [](std::ostream& msg, const Request& a, const Request& b) {
-       msg << "Mismatched reduction operation: One rank sent reduction op " << static_cast<int>(a.params.op)
-           << ", but another rank sent reduction op " << static_cast<int>(b.params.op) << ".";
+       msg << "Mismatched reduction operation: One rank sent reduction op " << reduceOpLabel(a.params.op)
+           << ", but another rank sent reduction op " << reduceOpLabel(b.params.op) << ".";
      },
      [](const Request& q) { return reduceOpLabel(q.params.op); }, nullptr},
     {"no ranks joined", notWithJoin, nullptr, nullptr, nullptr, joinUnsupported},

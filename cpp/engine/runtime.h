@@ -243,7 +243,7 @@ class Runtime {
   void failAll(const ErrorInfo& reason);
   void onFatal(std::exception_ptr error, bool notifyPeers);
   // The liveness watch found `rank` silent (its thread): the engine fails with PeerLost naming
-  // it at its next step; if it is stuck in a transfer for a second more, the transport is aborted.
+  // it at its next step; if it is still in a transfer 20 ms later, the transport is aborted.
   void onSilentPeer(int rank, const std::string& message);
   // The error to report for `error`: a peer's relayed PeerLost naming another rank when this
   // rank only saw that peer give up (or timed out behind it); else `error` itself.

@@ -43,10 +43,12 @@ void Runtime::onSilentPeer(int rank, const std::string& message) {
   silentPeer_.store(true);
   transport_->wake();
   gate_->unpark();
-  // A step notices at once; an engine stuck in a transfer with the silent rank would only at the
-  // transfer's deadline.
+  // An idle engine notices at its next step (at once: it was woken) and tells its peers itself
+  // before it aborts the transport. An engine stuck in a transfer with the silent rank would only
+  // at the transfer's deadline: abort the transport under it right away, so that the failure is
+  // reported within the liveness timeout (its error still names the silent rank: see loop()).
   std::unique_lock<std::mutex> exitLock(exitMu_);
-  if (!exitCv_.wait_for(exitLock, std::chrono::seconds(1), [&] { return loopExited_; })) {
+  if (!exitCv_.wait_for(exitLock, std::chrono::milliseconds(20), [&] { return loopExited_; })) {
     transport_->noteCulprit(rank);
     transport_->abort(message);
   }

@@ -1,6 +1,7 @@
 """Worker failures and signals: Horovod's messages, exit status 1, the other workers terminated
 within the grace period, and no process left behind."""
 
+import os
 import signal
 import subprocess
 import time
@@ -143,4 +144,14 @@ def test_exit_status_of_command_not_executable(run, tmp_path):
     script.write_text('#!/bin/sh\necho hi\n')
     r = run('-np', 1, script)
     assert r.returncode == 2
-    assert 'command not found' in r.stderr
+    assert 'cannot run {0}: {0} is not executable'.format(script) in r.stderr, r.stderr
+    assert 'command not found' not in r.stderr, r.stderr
+    # Found on PATH but not executable: named with its full path.
+    r = run('-np', 1, 'not_executable.sh', extra_env={'PATH': '{}:{}'.format(tmp_path, os.environ['PATH'])})
+    assert r.returncode == 2
+    assert '{} is not executable'.format(script) in r.stderr and '(found on PATH)' in r.stderr, r.stderr
+    r = run('-np', 1, tmp_path)
+    assert r.returncode == 2 and 'cannot run {0}: {0} is a directory'.format(tmp_path) in r.stderr, r.stderr
+    r = run('-np', 1, tmp_path / 'missing.sh')
+    assert r.returncode == 2
+    assert 'command not found: {0} ({0}: no such file)'.format(tmp_path / 'missing.sh') in r.stderr, r.stderr

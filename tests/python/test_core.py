@@ -232,6 +232,18 @@ def test_mismatched_dtypes_fail():
         work.wait()
 
 
+def test_mismatched_reduce_ops_are_named_on_every_rank():
+    if size() == 1:
+        pytest.skip('needs 2 ranks')
+    x = np.ones(3, np.float32)
+    work = _core.allreduce_async(x, None, 'core.mismatch.op', SUM if rank() == 0 else MAX, 1.0, 1.0, 0)
+    with pytest.raises(HorovodInternalError) as info:
+        work.wait()
+    message = str(info.value)
+    assert 'Mismatched reduction operation: One rank sent reduction op ' in message, message
+    assert 'Sum: rank 0' in message and 'Max: rank' in message, message
+
+
 def test_duplicate_name_is_value_error():
     # rank 0 enqueues the name twice before any other rank enqueues it
     x = np.ones(2, np.float32)

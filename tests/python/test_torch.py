@@ -411,6 +411,18 @@ def test_alltoall_errors():
         hvd.alltoall(torch.ones(n), splits=torch.ones(1, n, dtype=torch.int32))
 
 
+def test_alltoall_rows_past_the_splits_are_not_sent_and_get_no_gradient():
+    # Horovod's rule: splits may sum to fewer rows than the tensor has; the rest stays home.
+    n = hvd.size()
+    x = torch.cat([torch.full((n,), float(hvd.rank())), torch.full((hvd.rank() + 1,), -1.0)])
+    x.requires_grad_()
+    out, received = hvd.alltoall(x, splits=[1] * n, name='a2a.short')
+    assert out.tolist() == [float(r) for r in range(n)] and received.tolist() == [1] * n
+    (out * 2).sum().backward()
+    assert x.grad.shape == x.shape
+    assert x.grad.tolist() == [2.0] * n + [0.0] * (hvd.rank() + 1)
+
+
 def test_alltoall_grad():
     n = hvd.size()
     x = torch.rand(2 * n, 3, requires_grad=True)

@@ -52,6 +52,11 @@ void remember(const char* name) {
   sigaction(SIGTERM, &ignore, nullptr);
   sigaction(SIGHUP, &ignore, nullptr);
   sigaction(SIGPIPE, &ignore, nullptr);
+  // Out of the rank's process group now (a signal to the group no longer reaches us): the rank
+  // may register names.
+  const char ready = 'R';
+  while (write(fd, &ready, 1) < 0 && errno == EINTR) {
+  }
   int null = open("/dev/null", O_RDWR);
   if (null >= 0) {
     dup2(null, 0);
@@ -110,6 +115,19 @@ void NameReaper::start() {
     ::close(fds[0]);
     throw Error(std::string("shm: cannot start the helper that removes named segments at exit: fork: ") +
                 std::strerror(err) + " (HOROVOD_SHM_NAMED=1 needs it; unset it to use anonymous segments)");
+  }
+  // Wait for the helper to leave our process group: until then a signal to the group (a
+  // launcher ending the job) could kill it before it removes the names registered with it.
+  char ready = 0;
+  ssize_t n;
+  do {
+    n = ::read(fds[0], &ready, 1);
+  } while (n < 0 && errno == EINTR);
+  if (n != 1) {
+    const int readErr = errno;
+    ::close(fds[0]);
+    throw Error(std::string("shm: the helper that removes named segments at exit did not start: ") +
+                (n == 0 ? std::string("it exited") : std::strerror(readErr)));
   }
   channel = fds[0];
 }

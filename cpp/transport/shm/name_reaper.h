@@ -5,7 +5,7 @@
 // registration starts a helper process (fork) that holds the other end of a socket pair and
 // keeps the list of registered names; when this process goes away its end closes, and the
 // helper unlinks whatever is still registered and exits. The helper leaves the process group
-// and ignores SIGINT/SIGTERM/SIGHUP (a launcher stopping the job's group must not kill it before
+// (before any name is registered: start() waits for its word) and ignores SIGINT/SIGTERM/SIGHUP (a launcher stopping the job's group must not kill it before
 // it has done its work), closes every other descriptor (it must not keep sockets, pipes or
 // segments of the rank open), and only calls async-signal-safe functions.
 //

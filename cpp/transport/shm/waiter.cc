@@ -185,7 +185,7 @@ void Waiter::latchClosed(const WatchedPeer& closed, bool exited) {
     latch(std::make_exception_ptr(PeerLost(
         silent, "Horovod rank " + std::to_string(silent) + (silent == rank_ ? " (this rank)" : "") +
                     " did not answer in time: rank " + std::to_string(closed.rank) +
-                    " timed out waiting for it and "
+                    " gave up waiting for it (a timeout, or it found it silent) and "
                     "aborted while rank " +
                     std::to_string(rank_) + " was waiting for rank " + std::to_string(closed.rank) + " (is rank " +
                     std::to_string(silent) + " stopped, hung or starved of CPU? see HOROVOD_GLOO_TIMEOUT_SECONDS)")));

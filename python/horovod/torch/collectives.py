@@ -199,13 +199,14 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
 
 class HorovodAlltoall(torch.autograd.Function):
     """Alltoall; the gradient is the alltoall of the incoming gradient with the received
-    splits."""
+    splits. Rows past the sum of ``splits`` were not sent: their gradient is zero."""
 
     @staticmethod
     def forward(ctx, tensor, splits, name, process_set):
         output, received_splits = synchronize(alltoall_async(tensor, splits, name, process_set))
         ctx.process_set = process_set
         ctx.recvsplits = received_splits
+        ctx.input_rows = tensor.shape[0] if tensor.dim() > 0 else None
         ctx.mark_non_differentiable(received_splits)
         return output, received_splits
 
@@ -213,13 +214,18 @@ class HorovodAlltoall(torch.autograd.Function):
     def backward(ctx, grad_output, grad_received_splits):
         grad_wrt_tensor, _ = alltoall(grad_output.contiguous(), splits=ctx.recvsplits,
                                       process_set=ctx.process_set)
+        if ctx.input_rows is not None and grad_wrt_tensor.shape[0] < ctx.input_rows:
+            unsent = grad_wrt_tensor.new_zeros((ctx.input_rows - grad_wrt_tensor.shape[0],) +
+                                               tuple(grad_wrt_tensor.shape[1:]))
+            grad_wrt_tensor = torch.cat([grad_wrt_tensor, unsent])
         return grad_wrt_tensor, None, None, None
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """Scatters rows of dim 0 to the set's ranks (``splits`` rows to each; None: equal split) and
-    gathers what they send. Returns ``output`` when ``splits`` is None, else ``(output,
-    received_splits)``. Differentiable."""
+    gathers what they send. As in Horovod, ``splits`` may sum to fewer rows than ``tensor`` has:
+    the rows past the sum are not sent (a sum above the row count is a ``ValueError``). Returns
+    ``output`` when ``splits`` is None, else ``(output, received_splits)``. Differentiable."""
     if _needs_grad(tensor):
         output, received_splits = HorovodAlltoall.apply(tensor, splits, name, process_set)
     else:

@@ -96,6 +96,26 @@ TEST_P(BySize, AlltoallWithSplits) {
   });
 }
 
+// Horovod's rule: splits may sum to fewer rows than the tensor has; the rows past the sum are
+// not sent (rank r's tensor holds n rows for the others, then r + 1 rows that stay home).
+TEST_P(BySize, AlltoallLeavesTheRowsPastTheSplitsUnsent) {
+  const int n = GetParam();
+  Cluster cluster(n);
+  cluster.run([&](int rank, engine::Runtime& rt) {
+    const int64_t rows = n + rank + 1;
+    std::vector<float> in(static_cast<size_t>(rows));
+    for (int64_t i = 0; i < rows; ++i) in[i] = i < n ? static_cast<float>(rank * 100 + i) : -1.0f;
+    Options o = named("a2a.short");
+    o.splits.assign(static_cast<size_t>(n), 1);
+    auto work = rt.alltoall(view(in, DataType::kFloat32, {rows}), o);
+    work->wait();
+    const OwnedTensor& out = work->outputs().at(0);
+    ASSERT_EQ(out.view.shape, (std::vector<int64_t>{n}));
+    for (int p = 0; p < n; ++p) EXPECT_EQ(static_cast<const float*>(out.view.data)[p], p * 100 + rank);
+    EXPECT_EQ(work->receivedSplits(), std::vector<int32_t>(static_cast<size_t>(n), 1));
+  });
+}
+
 TEST_P(BySize, ReducescatterUnevenRows) {
   const int n = GetParam();
   Cluster cluster(n);

@@ -55,8 +55,8 @@ TEST(Negotiation, RanksOnEachSide) {
   sum.params.op = ReduceOp::kSum;
   max.params.op = ReduceOp::kMax;
   EXPECT_EQ(negotiateFull({sum, max}),
-            "Mismatched reduction operation: One rank sent reduction op 1, but another rank sent reduction op 4. "
-            "(SUM: rank 0; MAX: rank 1; not submitted yet: rank 2)");
+            "Mismatched reduction operation: One rank sent reduction op Sum, but another rank sent reduction op Max. "
+            "(Sum: rank 0; Max: rank 1; not submitted yet: rank 2)");
 }
 
 TEST(Negotiation, DataTypes) {
@@ -97,7 +97,7 @@ TEST(Negotiation, ReduceOp) {
   b.params.op = ReduceOp::kMax;
   a.params.op = ReduceOp::kSum;
   EXPECT_EQ(negotiate({a, b}),
-            "Mismatched reduction operation: One rank sent reduction op 1, but another rank sent reduction op 4.");
+            "Mismatched reduction operation: One rank sent reduction op Sum, but another rank sent reduction op Max.");
 }
 
 TEST(Negotiation, AllgatherChecks) {
