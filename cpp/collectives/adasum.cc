@@ -49,25 +49,36 @@ struct Native {
 using F32 = Native<float>;
 using F64 = Native<double>;
 
-// The largest |x| of x[0, n) as a double. float16/bfloat16: the largest storage with the sign
-// masked off (integer order is magnitude order; a NaN counts as the largest, and then the result
-// is NaN whatever the scale), a 16-bit integer max that vectorises; float/double: per-lane maxima
-// of |x| (a NaN is skipped).
+// The largest |a[i]| and |b[i]| over [0, n), as doubles, in one pass over both. float16/bfloat16:
+// the largest storage with the sign masked off (integer order is magnitude order; a NaN counts as
+// the largest, and then the result is NaN whatever the scale), a 16-bit integer max that
+// vectorises; float/double: per-lane maxima of |x| (a NaN is skipped).
 template <typename D>
-double largestMagnitude(const typename D::Storage* x, size_t n) {
+void largestMagnitudes(const typename D::Storage* a, const typename D::Storage* b, size_t n, double& la, double& lb) {
   if constexpr (D::kWidened) {
-    int16_t largest = 0;  // magnitudes fit in 15 bits: signed compares (SSE2's pmaxsw) are exact
-    for (size_t i = 0; i < n; ++i) largest = std::max<int16_t>(largest, static_cast<int16_t>(x[i] & 0x7fffu));
-    return static_cast<double>(D::widen(static_cast<uint16_t>(largest)));
+    int16_t ma = 0, mb = 0;  // magnitudes fit in 15 bits: signed compares (SSE2's pmaxsw) are exact
+    for (size_t i = 0; i < n; ++i) {
+      ma = std::max<int16_t>(ma, static_cast<int16_t>(a[i] & 0x7fffu));
+      mb = std::max<int16_t>(mb, static_cast<int16_t>(b[i] & 0x7fffu));
+    }
+    la = D::widen(static_cast<uint16_t>(ma));
+    lb = D::widen(static_cast<uint16_t>(mb));
   } else {
     using V = typename D::Value;
-    V lanes[kLanes] = {};
+    V pa[kLanes] = {}, pb[kLanes] = {};
     size_t i = 0;
     for (; i + kLanes <= n; i += kLanes) {
-      for (size_t k = 0; k < kLanes; ++k) lanes[k] = std::max(lanes[k], std::fabs(x[i + k]));
+      for (size_t k = 0; k < kLanes; ++k) {
+        pa[k] = std::max(pa[k], std::fabs(a[i + k]));
+        pb[k] = std::max(pb[k], std::fabs(b[i + k]));
+      }
     }
-    for (; i < n; ++i) lanes[0] = std::max(lanes[0], std::fabs(x[i]));
-    return static_cast<double>(std::max(std::max(lanes[0], lanes[1]), std::max(lanes[2], lanes[3])));
+    for (; i < n; ++i) {
+      pa[0] = std::max(pa[0], std::fabs(a[i]));
+      pb[0] = std::max(pb[0], std::fabs(b[i]));
+    }
+    la = std::max(std::max(pa[0], pa[1]), std::max(pa[2], pa[3]));
+    lb = std::max(std::max(pb[0], pb[1]), std::max(pb[2], pb[3]));
   }
 }
 
@@ -142,8 +153,9 @@ void accumulate(const V* x, const V* y, size_t n, double sa, double sb, double* 
 template <typename D>
 Partials partials(const typename D::Storage* a, const typename D::Storage* b, size_t n) {
   using V = typename D::Value;
-  const int ea = scaleExponent(largestMagnitude<D>(a, n));
-  const int eb = scaleExponent(largestMagnitude<D>(b, n));
+  double la = 0.0, lb = 0.0;
+  largestMagnitudes<D>(a, b, n, la, lb);
+  const int ea = scaleExponent(la), eb = scaleExponent(lb);
   const double sa = std::ldexp(1.0, -ea), sb = std::ldexp(1.0, -eb);
   double dot[kLanes] = {}, aa[kLanes] = {}, bb[kLanes] = {};
   V blockA[D::kWidened ? kBlock : 1], blockB[D::kWidened ? kBlock : 1];
