@@ -185,3 +185,19 @@ def test_a_single_value_per_channel_fails_on_every_rank():
 def test_fewer_than_2_dims_is_refused():
     with pytest.raises(ValueError, match=r'expected at least 2D input \(got 1D input\)'):
         hvd.SyncBatchNorm(3)(torch.randn(3))
+
+
+@pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16], ids=['float16', 'bfloat16'])
+def test_half_precision_input_is_normalized_in_fp32(dtype):
+    sizes = [2 + i for i in range(hvd.size())]
+    lo, hi = sum(sizes[:hvd.rank()]), sum(sizes[:hvd.rank() + 1])
+    full = (torch.randn(sum(sizes), 3, 4, generator=torch.Generator().manual_seed(80)) * 3 + 1.5).to(dtype)
+    sync, ref = _pair(3, dims=3)
+    x = full[lo:hi].clone().requires_grad_()
+    out = sync(x)
+    want = ref(full.float())
+    assert out.dtype == dtype
+    torch.testing.assert_close(out.float(), want[lo:hi], rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(sync.running_var, ref.running_var, rtol=1e-5, atol=1e-5)
+    out.float().sum().backward()
+    assert x.grad.dtype == dtype and x.grad.shape == x.shape
