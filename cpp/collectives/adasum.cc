@@ -12,24 +12,86 @@
 namespace hvd::collectives {
 namespace {
 
-// ---- element access per dtype (values in double) ----------------------------------------------
+// ---- element access per dtype ------------------------------------------------------------------
+//
+// The loops below run over float or double values: float16 and bfloat16 are widened to float in
+// blocks first (the conversions in half.h are select-only, so those loops vectorise, and so do the
+// float/double loops after them), and narrowed back from float.
+
+// Independent accumulators per loop, so that the loops are not one long dependency chain; the
+// lanes are summed in a fixed order.
+constexpr size_t kLanes = 4;  // partials() sums them as (0 + 1) + (2 + 3)
+constexpr size_t kBlock = 512;  // elements widened at a time
+static_assert(kBlock % kLanes == 0, "a widened block ends on a lane boundary");
 
 struct F16 {
   using Storage = uint16_t;
-  static double load(Storage x) { return detail::halfBitsToFloat(x); }
-  static Storage store(double v) { return detail::floatToHalfBits(static_cast<float>(v)); }
+  using Value = float;
+  static constexpr bool kWidened = true;
+  static float widen(Storage x) { return detail::halfBitsToFloat(x); }
+  static Storage narrow(float v) { return detail::floatToHalfBits(v); }
 };
 struct BF16 {
   using Storage = uint16_t;
-  static double load(Storage x) { return detail::bfloat16BitsToFloat(x); }
-  static Storage store(double v) { return detail::floatToBfloat16Bits(static_cast<float>(v)); }
+  using Value = float;
+  static constexpr bool kWidened = true;
+  static float widen(Storage x) { return detail::bfloat16BitsToFloat(x); }
+  static Storage narrow(float v) { return detail::floatToBfloat16Bits(v); }
 };
 template <typename T>
 struct Native {
   using Storage = T;
-  static double load(Storage x) { return x; }
-  static Storage store(double v) { return static_cast<Storage>(v); }
+  using Value = T;
+  static constexpr bool kWidened = false;
+  static T widen(Storage x) { return x; }
+  static Storage narrow(T v) { return v; }
 };
+using F32 = Native<float>;
+using F64 = Native<double>;
+
+// The largest |a[i]| and |b[i]| over [0, n), as doubles, in one pass over both. float16/bfloat16:
+// the largest storage with the sign masked off (integer order is magnitude order; a NaN counts as
+// the largest, and then the result is NaN whatever the scale), a 16-bit integer max that
+// vectorises; float/double: per-lane maxima of |x| (a NaN is skipped).
+template <typename D>
+void largestMagnitudes(const typename D::Storage* a, const typename D::Storage* b, size_t n, double& la, double& lb) {
+  if constexpr (D::kWidened) {
+    int16_t ma = 0, mb = 0;  // magnitudes fit in 15 bits: signed compares (SSE2's pmaxsw) are exact
+    for (size_t i = 0; i < n; ++i) {
+      ma = std::max<int16_t>(ma, static_cast<int16_t>(a[i] & 0x7fffu));
+      mb = std::max<int16_t>(mb, static_cast<int16_t>(b[i] & 0x7fffu));
+    }
+    la = D::widen(static_cast<uint16_t>(ma));
+    lb = D::widen(static_cast<uint16_t>(mb));
+  } else {
+    using V = typename D::Value;
+    V pa[kLanes] = {}, pb[kLanes] = {};
+    size_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+      for (size_t k = 0; k < kLanes; ++k) {
+        pa[k] = std::max(pa[k], std::fabs(a[i + k]));
+        pb[k] = std::max(pb[k], std::fabs(b[i + k]));
+      }
+    }
+    for (; i < n; ++i) {
+      pa[0] = std::max(pa[0], std::fabs(a[i]));
+      pb[0] = std::max(pb[0], std::fabs(b[i]));
+    }
+    la = std::max(std::max(pa[0], pa[1]), std::max(pa[2], pa[3]));
+    lb = std::max(std::max(pb[0], pb[1]), std::max(pb[2], pb[3]));
+  }
+}
+
+// x[0, n) as D::Value: the storage itself, or widened into `block` (n <= kBlock).
+template <typename D>
+const typename D::Value* values(const typename D::Storage* x, size_t n, typename D::Value* block) {
+  if constexpr (!D::kWidened) {
+    return x;
+  } else {
+    for (size_t i = 0; i < n; ++i) block[i] = D::widen(x[i]);
+    return block;
+  }
+}
 
 // ---- partial sums: value = m * 2^e, so that squares of float64 extremes stay finite ------------
 
@@ -59,10 +121,6 @@ struct Partials {
 };
 constexpr size_t kDoublesPerPartials = 6;
 
-// Independent accumulators per loop, so that the loops are not one long dependency chain; the
-// lanes are summed in a fixed order.
-constexpr size_t kLanes = 4;  // partials() sums them as (0 + 1) + (2 + 3)
-
 // The exponent of the power of two that brings `largest` (the largest |x|) near 1.
 int scaleExponent(double largest) {
   if (!(largest > 0.0)) return 0;  // zeros (and NaN: the result is NaN whatever the scale)
@@ -70,37 +128,41 @@ int scaleExponent(double largest) {
   return std::clamp(std::ilogb(largest), -kMaxScaleExponent, kMaxScaleExponent);
 }
 
-template <typename D>
-Partials partials(const typename D::Storage* a, const typename D::Storage* b, size_t n) {
-  double la[kLanes] = {}, lb[kLanes] = {};
+// Adds x[i] * y[i], x[i]^2 and y[i]^2 (x, y scaled by sa, sb) to the lanes, element i to lane
+// i % kLanes (the tail to lane 0): the lanes are independent accumulators, so the loop is not one
+// long dependency chain, and it vectorises (the compiler keeps each lane's sums in order).
+template <typename V>
+void accumulate(const V* x, const V* y, size_t n, double sa, double sb, double* dot, double* aa, double* bb) {
   size_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
     for (size_t k = 0; k < kLanes; ++k) {
-      la[k] = std::max(la[k], std::fabs(D::load(a[i + k])));
-      lb[k] = std::max(lb[k], std::fabs(D::load(b[i + k])));
+      const double xs = static_cast<double>(x[i + k]) * sa, ys = static_cast<double>(y[i + k]) * sb;
+      dot[k] += xs * ys;
+      aa[k] += xs * xs;
+      bb[k] += ys * ys;
     }
   }
   for (; i < n; ++i) {
-    la[0] = std::max(la[0], std::fabs(D::load(a[i])));
-    lb[0] = std::max(lb[0], std::fabs(D::load(b[i])));
+    const double xs = static_cast<double>(x[i]) * sa, ys = static_cast<double>(y[i]) * sb;
+    dot[0] += xs * ys;
+    aa[0] += xs * xs;
+    bb[0] += ys * ys;
   }
-  const int ea = scaleExponent(std::max(std::max(la[0], la[1]), std::max(la[2], la[3])));
-  const int eb = scaleExponent(std::max(std::max(lb[0], lb[1]), std::max(lb[2], lb[3])));
+}
+
+template <typename D>
+Partials partials(const typename D::Storage* a, const typename D::Storage* b, size_t n) {
+  using V = typename D::Value;
+  double la = 0.0, lb = 0.0;
+  largestMagnitudes<D>(a, b, n, la, lb);
+  const int ea = scaleExponent(la), eb = scaleExponent(lb);
   const double sa = std::ldexp(1.0, -ea), sb = std::ldexp(1.0, -eb);
   double dot[kLanes] = {}, aa[kLanes] = {}, bb[kLanes] = {};
-  for (i = 0; i + kLanes <= n; i += kLanes) {
-    for (size_t k = 0; k < kLanes; ++k) {
-      const double x = D::load(a[i + k]) * sa, y = D::load(b[i + k]) * sb;
-      dot[k] += x * y;
-      aa[k] += x * x;
-      bb[k] += y * y;
-    }
-  }
-  for (; i < n; ++i) {
-    const double x = D::load(a[i]) * sa, y = D::load(b[i]) * sb;
-    dot[0] += x * y;
-    aa[0] += x * x;
-    bb[0] += y * y;
+  V blockA[D::kWidened ? kBlock : 1], blockB[D::kWidened ? kBlock : 1];
+  const size_t step = D::kWidened ? kBlock : n;
+  for (size_t i = 0; i < n; i += step) {
+    const size_t m = std::min(step, n - i);
+    accumulate(values<D>(a + i, m, blockA), values<D>(b + i, m, blockB), m, sa, sb, dot, aa, bb);
   }
   const auto total = [](const double* lanes) { return (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]); };
   Partials p;
@@ -108,6 +170,26 @@ Partials partials(const typename D::Storage* a, const typename D::Storage* b, si
   p.aa = {total(aa), 2.0 * ea};
   p.bb = {total(bb), 2.0 * eb};
   return p;
+}
+
+// out[i] = ca * a[i] + cb * b[i], computed in double and rounded once to the dtype (float16 and
+// bfloat16 through float, as the stores always were).
+template <typename D>
+void combine(const typename D::Storage* a, const typename D::Storage* b, size_t n, double ca, double cb,
+             typename D::Storage* out) {
+  using V = typename D::Value;
+  if constexpr (!D::kWidened) {
+    for (size_t i = 0; i < n; ++i) out[i] = static_cast<V>(ca * a[i] + cb * b[i]);
+  } else {
+    V blockA[kBlock], blockB[kBlock], blockOut[kBlock];
+    for (size_t i = 0; i < n; i += kBlock) {
+      const size_t m = std::min(kBlock, n - i);
+      const V* x = values<D>(a + i, m, blockA);
+      const V* y = values<D>(b + i, m, blockB);
+      for (size_t k = 0; k < m; ++k) blockOut[k] = static_cast<V>(ca * x[k] + cb * y[k]);
+      for (size_t k = 0; k < m; ++k) out[i + k] = D::narrow(blockOut[k]);
+    }
+  }
 }
 
 // 1 - a.b / (2 |a|^2), or 1 when |a|^2 is below sqrt(DBL_MIN).
@@ -182,8 +264,7 @@ void run(PairExchange& peers, void* data, const std::vector<size_t>& counts, std
       const double ca = coefficient(dot, aa), cb = coefficient(dot, bb);
       const S* ta = a + (lo - mine.begin);
       const S* tb = b + (lo - mine.begin);
-      S* out = buf + lo;
-      for (size_t i = 0; i < hi - lo; ++i) out[i] = D::store(ca * D::load(ta[i]) + cb * D::load(tb[i]));
+      combine<D>(ta, tb, hi - lo, ca, cb, buf + lo);
     }
     kept.push_back(mine);
     given.push_back(other);
@@ -215,8 +296,8 @@ void adasum(PairExchange& peers, void* buf, const std::vector<size_t>& counts, D
   switch (dtype) {
     case DataType::kFloat16: return run<F16>(peers, buf, counts, scratch);
     case DataType::kBFloat16: return run<BF16>(peers, buf, counts, scratch);
-    case DataType::kFloat32: return run<Native<float>>(peers, buf, counts, scratch);
-    case DataType::kFloat64: return run<Native<double>>(peers, buf, counts, scratch);
+    case DataType::kFloat32: return run<F32>(peers, buf, counts, scratch);
+    case DataType::kFloat64: return run<F64>(peers, buf, counts, scratch);
     default: break;
   }
   throw InvalidArgument("Adasum reduces only float16, bfloat16, float32 and float64 tensors, not " +

@@ -10,7 +10,8 @@ import os
 
 import pytest
 
-DISTRIBUTED_FILES = ['test_core.py', 'test_torch.py', 'test_torch_optimizer.py', 'test_peer_lost.py',
+DISTRIBUTED_FILES = ['test_core.py', 'test_torch.py', 'test_torch_optimizer.py', 'test_torch_sync_batch_norm.py',
+                     'test_peer_lost.py',
                      'test_timeline.py', 'test_tensorflow.py', 'test_keras.py', 'test_jax.py']
 SINGLE_PROCESS_FILES = ['test_distributed.py', 'test_mpi.py', 'test_adasum.py', 'test_single_process.py',
                         'test_build_queries.py', 'test_gpu_build.py',

@@ -5,7 +5,8 @@ and must exit 0 on every rank (the scripts check their results and exit non-zero
 * tf-keras 2 (``TF_USE_LEGACY_KERAS=1``) with horovod.tensorflow.keras:
   keras_scripts/tf_keras_legacy.py, the optimizer's Horovod API for custom loops
   (``_compute_gradients``, ``_allreduce``, ``_agg_helper.counter``):
-  keras_scripts/tf_keras_optimizer_api.py, and TF1 graph mode: keras_scripts/tf1_graph.py
+  keras_scripts/tf_keras_optimizer_api.py, TF1 graph mode: keras_scripts/tf1_graph.py, and
+  test_tensorflow.py's SyncBatchNormalization tests at 3 ranks
 * Keras 3 on PyTorch and on JAX with horovod.keras: keras_scripts/keras3_backend.py
 * examples/keras/keras_digits.py and keras_any_backend.py
 """
@@ -61,6 +62,15 @@ def test_tf_keras_optimizer_custom_loop_api(np_):
 def test_tf1_graph_broadcast_global_variables():
     out = horovodrun(['tf1_graph.py'], {'TF_USE_LEGACY_KERAS': '1'}, SCRIPTS)
     assert out.count('tf1 graph rank') == 2
+
+
+@needs('tensorflow', 'tf_keras')
+def test_tf_keras_sync_batch_norm():
+    # tf-keras picks the fused kernel for 4-D input unless told not to (it never calls _moments).
+    # 3 ranks: unequal batches and an empty one (test_distributed.py runs Keras 3 at 2 and 3).
+    out = horovodrun(['-m', 'pytest', '-q', '-p', 'no:cacheprovider', '-k', 'sync_batch_norm',
+                      'test_tensorflow.py'], {'TF_USE_LEGACY_KERAS': '1'}, HERE, np_=3)
+    assert len(re.findall(r'\b\d+ passed', out)) == 3 and ' failed' not in out
 
 
 @pytest.mark.parametrize('backend', [

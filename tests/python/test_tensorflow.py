@@ -783,20 +783,69 @@ def test_adasum_delta_optimizer_reaches_the_core():
 
 # ---- SyncBatchNormalization ----------------------------------------------------------------------
 
-def test_sync_batch_norm_matches_full_batch():
-    rng = np.random.RandomState(7)
-    batch = rng.normal(size=(4 * n(), 3)).astype(np.float32) * 3.0 + 1.0
-    mine = batch[4 * r():4 * r() + 4]
-    sync = hvd.SyncBatchNormalization(momentum=0.5)
+def _unfused_batch_norm(**kwargs):
+    """Keras BatchNormalization without the fused kernel (tf-keras picks it for 4-D input; it
+    updates the moving variance with the unbiased variance), as SyncBatchNormalization."""
+    try:
+        return tf.keras.layers.BatchNormalization(fused=False, **kwargs)  # tf-keras
+    except (TypeError, ValueError):
+        return tf.keras.layers.BatchNormalization(**kwargs)  # Keras 3: never fused
+
+
+def _sync_bn_step(sizes, tail, seed, in_function=False, **kwargs):
+    """One training step of SyncBatchNormalization on this rank's slice (sizes[i] rows on rank i)
+    against a plain Keras BatchNormalization on the whole batch: output, moving statistics, input
+    gradient, and gamma/beta gradients summed over ranks must agree."""
+    rng = np.random.RandomState(seed)
+    batch = (rng.normal(size=(sum(sizes),) + tail) * 3.0 + 1.5).astype(np.float32)
+    upstream = rng.normal(size=batch.shape).astype(np.float32)  # input gradient not ~0
+    lo, hi = sum(sizes[:r()]), sum(sizes[:r() + 1])
+    sync = hvd.SyncBatchNormalization(**kwargs)
+    plain = _unfused_batch_norm(**kwargs)
+    gamma = rng.uniform(0.5, 1.5, size=tail[-1]).astype(np.float32)
+    beta = rng.uniform(-1.0, 1.0, size=tail[-1]).astype(np.float32)
+    for layer in (sync, plain):
+        layer.build(batch.shape)
+        layer.gamma.assign(gamma)
+        layer.beta.assign(beta)
+
+    def forward_backward(layer, x, dy):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            out = layer(x, training=True)
+            loss = tf.reduce_sum(out * dy)
+        dx, dgamma, dbeta = tape.gradient(loss, [x, layer.gamma, layer.beta])
+        return out, dx, dgamma, dbeta
+
+    run = tf.function(forward_backward) if in_function else forward_backward
+    out, dx, dgamma, dbeta = run(sync, tf.constant(batch[lo:hi]), tf.constant(upstream[lo:hi]))
+    want, want_dx, want_dgamma, want_dbeta = forward_backward(plain, tf.constant(batch),
+                                                              tf.constant(upstream))
+    tol = dict(rtol=1e-4, atol=1e-4)
+    assert out.shape == (hi - lo,) + tail
+    assert np.allclose(out.numpy(), want.numpy()[lo:hi], **tol)
+    assert np.allclose(sync.moving_mean.numpy(), plain.moving_mean.numpy(), **tol)
+    assert np.allclose(sync.moving_variance.numpy(), plain.moving_variance.numpy(), **tol)
+    assert np.allclose(dx.numpy(), want_dx.numpy()[lo:hi], **tol)
+    assert np.allclose(hvd.allreduce(dgamma, op=hvd.Sum).numpy(), want_dgamma.numpy(), **tol)
+    assert np.allclose(hvd.allreduce(dbeta, op=hvd.Sum).numpy(), want_dbeta.numpy(), **tol)
+    return sync
+
+
+@pytest.mark.parametrize('in_function', [False, True], ids=['eager', 'tf_function'])
+@pytest.mark.parametrize('tail', [(3,), (2, 2, 4)], ids=['2d', '4d'])
+@pytest.mark.parametrize('sizes', ['equal', 'unequal', 'one_empty'])
+def test_sync_batch_norm_matches_full_batch(sizes, tail, in_function):
+    sizes = {'equal': [4] * n(), 'unequal': [2 + 3 * i for i in range(n())],
+             'one_empty': [3 + i for i in range(n() - 1)] + [0]}[sizes]
+    if sum(sizes) < 2:
+        pytest.skip('needs 2 ranks')
+    sync = _sync_bn_step(sizes, tail, seed=sum(sizes) + len(tail), in_function=in_function,
+                         momentum=0.5)
     assert sync.name.startswith('sync_batch_normalization')
-    plain = tf.keras.layers.BatchNormalization(momentum=0.5)
-    out = sync(tf.constant(mine), training=True)
-    want = plain(tf.constant(batch), training=True)
-    assert np.allclose(out.numpy(), want.numpy()[4 * r():4 * r() + 4], atol=1e-4)
-    assert np.allclose(sync.moving_mean.numpy(), plain.moving_mean.numpy(), atol=1e-5)
-    assert np.allclose(sync.moving_variance.numpy(), plain.moving_variance.numpy(), atol=1e-4)
-    graph_out = tf.function(lambda v: sync(v, training=True))(tf.constant(mine))
-    assert np.allclose(graph_out.numpy(), out.numpy(), atol=1e-5)
+
+
+def test_sync_batch_norm_refuses_fused():
     with pytest.raises(ValueError, match='fused'):
         hvd.SyncBatchNormalization(fused=True)
 

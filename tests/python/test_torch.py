@@ -718,34 +718,6 @@ def test_broadcast_parameters_from_state_dict():
         hvd.broadcast_parameters(model.named_parameters(), root_rank=0)
 
 
-# ---- SyncBatchNorm -------------------------------------------------------------------------------
-
-def test_sync_batch_norm_requires_gpu():
-    with pytest.raises(ValueError, match='SyncBatchNorm expected input tensor to be on GPU'):
-        hvd.SyncBatchNorm(4)(torch.randn(3, 4))
-
-
-def test_sync_batch_norm_math_on_cpu(monkeypatch):
-    monkeypatch.setattr(hvd.SyncBatchNorm, '_allow_cpu_input', True)
-    n = hvd.size()
-    torch.manual_seed(42)
-    full = torch.randn(n, 4, 2)
-    sync_bn = hvd.SyncBatchNorm(4)
-    bn = torch.nn.BatchNorm1d(4)
-    x = full[hvd.rank():hvd.rank() + 1].clone().requires_grad_()
-    ref_x = full.clone().requires_grad_()
-    out = sync_bn(x)
-    ref = bn(ref_x)
-    assert torch.allclose(out, ref[hvd.rank():hvd.rank() + 1], atol=1e-5)
-    assert torch.allclose(sync_bn.running_mean, bn.running_mean, atol=1e-6)
-    assert torch.allclose(sync_bn.running_var, bn.running_var, atol=1e-5)
-    out.sum().backward()
-    ref.sum().backward()
-    assert torch.allclose(x.grad, ref_x.grad[hvd.rank():hvd.rank() + 1], atol=1e-5)
-    wgrad = hvd.allreduce(sync_bn.weight.grad, op=hvd.Sum)
-    assert torch.allclose(wgrad, bn.weight.grad, atol=1e-5)
-
-
 def test_static_process_sets_at_init():
     n = hvd.size()
     if n == 1:

@@ -2,11 +2,10 @@
 the global batch (every rank's local batch together).
 
 With more than one rank, the batch mean and variance come from one Sum-allreduce of this rank's
-[mean, mean of squares], divided by the number of ranks: variance = E[x^2] - E[x]^2 over all
-ranks. That is the full batch's statistics when every rank has a batch of the same size (with a
-Keras mask, masked sums and counts are reduced instead, which is exact for any batch sizes). The
-reduction is differentiable, so gradients flow through the global statistics. Inference uses the
-moving statistics, as plain batch normalization.
+per-channel [sum, sum of squares, count] (with a Keras mask, the masked ones): variance =
+E[x^2] - E[x]^2 over the global batch. That is exact for any batch sizes, a rank with an empty
+batch included. The reduction is differentiable, so gradients flow through the global
+statistics. Inference uses the moving statistics, as plain batch normalization.
 
 Works with Keras 3 (``tf.keras`` on TensorFlow 2.16+) and with tf-keras
 (``TF_USE_LEGACY_KERAS=1``): both call ``self._moments`` in training mode, with different
@@ -23,7 +22,10 @@ _BatchNormalization = tf.keras.layers.BatchNormalization
 # Keras 3: _moments(inputs, mask); tf-keras: _moments(inputs, reduction_axes, keep_dims,
 # mask=None).
 _KERAS3_MOMENTS = 'reduction_axes' not in inspect.signature(_BatchNormalization._moments).parameters
-_ACCEPTS_FUSED = 'fused' in inspect.signature(_BatchNormalization.__init__).parameters
+# tf-keras takes `fused` in its base class (the subclass's __init__ forwards **kwargs); left out,
+# 4-D inputs get the fused kernel, which never calls _moments. Keras 3 has no such argument.
+_ACCEPTS_FUSED = any('fused' in inspect.signature(cls.__init__).parameters
+                     for cls in _BatchNormalization.__mro__ if '__init__' in vars(cls))
 
 
 class SyncBatchNormalization(_BatchNormalization):
@@ -51,21 +53,27 @@ class SyncBatchNormalization(_BatchNormalization):
         return self._global_moments(inputs, reduction_axes, keep_dims, mask)
 
     def _global_moments(self, inputs, axes, keep_dims, mask):
+        """Mean and biased variance of the global batch from one Sum-allreduce of this rank's
+        per-channel [sum, sum of squares, count]: exact for any batch sizes, including an
+        empty batch on some ranks (Horovod divided averaged means by the number of ranks,
+        which is the global batch's only when every rank's batch has the same size)."""
         axes = list(axes)
         if mask is None:
-            mean = tf.reduce_mean(inputs, axes, keepdims=keep_dims)
-            mean_sq = tf.reduce_mean(tf.square(inputs), axes, keepdims=keep_dims)
-            summed = _mpi._allreduce(tf.stack([mean, mean_sq]), op=_mpi.Sum)
-            n = tf.cast(_mpi.size(), inputs.dtype)
-            global_mean, global_mean_sq = summed[0] / n, summed[1] / n
+            weights = None
+            count = tf.cast(tf.reduce_prod(tf.gather(tf.shape(inputs), axes)), inputs.dtype)
         else:
             weights = tf.cast(tf.broadcast_to(tf.expand_dims(mask, -1), tf.shape(inputs)),
                               inputs.dtype)
-            sums = tf.stack([tf.reduce_sum(inputs * weights, axes, keepdims=keep_dims),
-                             tf.reduce_sum(tf.square(inputs) * weights, axes, keepdims=keep_dims),
-                             tf.reduce_sum(weights, axes, keepdims=keep_dims)])
-            summed = _mpi._allreduce(sums, op=_mpi.Sum)
-            count = tf.maximum(summed[2], tf.keras.backend.epsilon())
-            global_mean, global_mean_sq = summed[0] / count, summed[1] / count
+        weighted = inputs if weights is None else inputs * weights
+        total = tf.reduce_sum(weighted, axes, keepdims=keep_dims)
+        total_sq = tf.reduce_sum(weighted * inputs, axes, keepdims=keep_dims)
+        if weights is None:
+            counts = tf.fill(tf.shape(total), count)
+        else:
+            counts = tf.reduce_sum(weights, axes, keepdims=keep_dims)
+        summed = _mpi._allreduce(tf.stack([total, total_sq, counts]), op=_mpi.Sum)
+        # an all-empty (or all-masked) global batch gives zeros rather than NaN
+        count = tf.maximum(summed[2], tf.keras.backend.epsilon())
+        global_mean, global_mean_sq = summed[0] / count, summed[1] / count
         variance = tf.maximum(global_mean_sq - tf.square(global_mean), 0.0)
         return global_mean, variance
