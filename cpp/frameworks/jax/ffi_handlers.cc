@@ -12,12 +12,13 @@
 // - called to execute, it enqueues its collective, waits for it, and returns null on success;
 //   any failure (a Horovod error, a bad attribute, a shape the other ranks disagree with) comes
 //   back as an XLA error carrying Horovod's message, never as a hang or an exception.
-// Attributes (set by horovod/jax/_xla.py): name (string), prefix (string), site (int64),
-// process_set (int64), and per collective op (int64), prescale / postscale (float64), root
-// (int64). An unnamed call (name "") is named here "<prefix>jax.xla.noname.<site>.<n>": site
-// numbers the traced call sites (in tracing order), n counts that site's executions in this
-// process. So ranks agree on the names whatever order XLA runs independent calls in, and two
-// executions of one compiled step in flight at once never share a name.
+// Attributes (set by horovod/jax/_xla.py): name (string), prefix (string), process_set (int64),
+// and per collective op (int64), prescale / postscale (float64), root (int64). An unnamed call
+// (name "") is named here "<prefix>jax.xla.noname.<n>", n counting this process's unnamed
+// handler calls in execution order (restarted at every init and shutdown): like Horovod's other
+// unnamed calls, they match across ranks when every rank runs the same sequence of them. XLA runs
+// side-effecting custom calls one at a time in program order, so a compiled step's sequence is
+// its program's.
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -25,9 +26,7 @@
 #include <exception>
 #include <stdexcept>
 #include <string>
-#include <mutex>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "horovod/api_table.h"
@@ -41,15 +40,7 @@ namespace {
 using namespace hvd::jax::xla;
 
 std::atomic<const ApiTable*> gCore{nullptr};
-
-// Executions so far of each unnamed call site (restarted by horovod_jax_reset_names).
-std::mutex gSitesMutex;
-std::unordered_map<int64_t, uint64_t> gSiteRuns;
-
-uint64_t nextRun(int64_t site) {
-  std::lock_guard<std::mutex> lock(gSitesMutex);
-  return ++gSiteRuns[site];
-}
+std::atomic<uint64_t> gUnnamed{0};  // unnamed calls so far (restarted by horovod_jax_reset_names)
 
 // Written into the probe's output, so that Python can tell a probe that ran from stale memory.
 constexpr int32_t kProbeMagic = 0x68766478;  // "hvdx"
@@ -154,8 +145,7 @@ class Call {
     o.processSet = static_cast<int>(i64("process_set"));
     o.name = str("name");
     if (o.name.empty()) {
-      int64_t site = i64("site");
-      o.name = str("prefix") + "jax.xla.noname." + std::to_string(site) + "." + std::to_string(nextRun(site));
+      o.name = str("prefix") + "jax.xla.noname." + std::to_string(gUnnamed.fetch_add(1) + 1);
       o.oneOffName = true;
     }
     return o;
@@ -355,10 +345,7 @@ HVD_JAX_EXPORT const char* horovod_jax_bind(const void* table) {
 
 // Restarts the numbering of unnamed calls (horovod.jax calls it at every init and shutdown, so
 // that ranks agree on the names).
-HVD_JAX_EXPORT void horovod_jax_reset_names() {
-  std::lock_guard<std::mutex> lock(hvd::jax::gSitesMutex);
-  hvd::jax::gSiteRuns.clear();
-}
+HVD_JAX_EXPORT void horovod_jax_reset_names() { hvd::jax::gUnnamed.store(0); }
 
 // The FFI API version the handlers declare, as "major.minor".
 HVD_JAX_EXPORT const char* horovod_jax_ffi_api_version() {

@@ -5,8 +5,8 @@ io_callbacks.
 ``_horovod_jax_ffi.so`` (cpp/frameworks/jax/), registered for the CPU platform. The compiled step
 calls into the core directly, without Python or the GIL, and JAX keeps its C++ dispatch path. The
 custom calls have a side effect, so XLA never drops them (even when their result is unused) and
-keeps them in program order; unnamed ones are named by call site and execution count, so ranks
-agree on the names even if XLA ran independent calls in another order.
+runs them one at a time in program order; unnamed ones are named by the handler when they run
+(``<op prefix>jax.xla.noname.<n>``, n counting this process's unnamed handler calls).
 
 ``callback``: ``jax.experimental.io_callback(..., ordered=True)`` into the eager host functions
 (slower: the GIL, Python, and JAX's Python dispatch for functions with ordered effects).
@@ -19,7 +19,6 @@ choice is made once, at the first traced collective.
 """
 
 import ctypes
-import itertools
 import os
 import warnings
 
@@ -36,9 +35,6 @@ _TARGETS = ('allreduce', 'allgather', 'broadcast', 'reducescatter', 'alltoall')
 
 _path = None  # 'ffi' or 'callback' once decided
 _native = None
-# Call-site numbers of traced unnamed calls (never restarted: they are baked into compiled
-# steps; the handler counts each site's executions, and that count restarts at init/shutdown).
-_sites = itertools.count(1)
 
 
 class FfiUnavailable(RuntimeError):
@@ -131,5 +127,4 @@ def call(target, result_shapes, xs, prefix, name, process_set_id, **attrs):
     typed = {k: (np.float64(v) if isinstance(v, float) else np.int64(v))
              for k, v in attrs.items()}
     return jax.ffi.ffi_call('horovod_jax_' + target, list(result_shapes), has_side_effect=True)(
-        *xs, name=prefix + name if name else '', prefix=prefix, site=np.int64(next(_sites)),
-        process_set=np.int64(process_set_id), **typed)
+        *xs, name=prefix + name if name else '', prefix=prefix, process_set=np.int64(process_set_id), **typed)
