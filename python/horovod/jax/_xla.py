@@ -68,9 +68,11 @@ def _load():
             ffi.register_ffi_target('horovod_jax_' + name,
                                     ffi.pycapsule(getattr(native, 'horovod_jax_' + name)),
                                     platform='cpu')
-        probed = np.asarray(jax.jit(ffi.ffi_call(
-            'horovod_jax_probe', jax.ShapeDtypeStruct((4,), jnp.int32), has_side_effect=True))(),
-            dtype=np.int32)
+        # Usually called while tracing a user's step: the probe must run now, not be traced.
+        with jax.ensure_compile_time_eval():
+            probed = np.asarray(jax.jit(ffi.ffi_call(
+                'horovod_jax_probe', jax.ShapeDtypeStruct((4,), jnp.int32),
+                has_side_effect=True))(), dtype=np.int32)
     except Exception as e:  # XLA refusing the handlers' API version lands here
         raise FfiUnavailable('XLA refused the handlers (they declare FFI API {}): {}'
                              .format(declared, e)) from None
