@@ -50,7 +50,8 @@ constexpr size_t kApiPrefixSize = HVD_XLA_STRUCT_SIZE(XLA_FFI_Api_Prefix, error_
 
 // A failure inside a handler, turned into an XLA error at the handler's boundary.
 struct HandlerError : std::runtime_error {
-  HandlerError(XLA_FFI_Error_Code c, const std::string& message) : std::runtime_error(message), code(c) {}
+  HandlerError(XLA_FFI_Error_Code c, const std::string& message)
+      : std::runtime_error(message), code(c) {}
   XLA_FFI_Error_Code code;
 };
 
@@ -68,7 +69,8 @@ XLA_FFI_Error_Code xlaCode(ErrorCode code) {
   }
 }
 
-XLA_FFI_Error* makeError(const XLA_FFI_Api* api, XLA_FFI_Error_Code code, const std::string& message) {
+XLA_FFI_Error* makeError(const XLA_FFI_Api* api, XLA_FFI_Error_Code code,
+                         const std::string& message) {
   const auto* table = reinterpret_cast<const XLA_FFI_Api_Prefix*>(api);
   XLA_FFI_Error_Create_Args args{};
   args.struct_size = HVD_XLA_STRUCT_SIZE(XLA_FFI_Error_Create_Args, errc);
@@ -80,7 +82,8 @@ XLA_FFI_Error* makeError(const XLA_FFI_Api* api, XLA_FFI_Error_Code code, const 
 // Answers XLA's registration-time question: which FFI API version this handler speaks.
 XLA_FFI_Error* describe(XLA_FFI_Metadata_Extension* extension) {
   XLA_FFI_Metadata* metadata = extension->metadata;
-  if (metadata == nullptr || metadata->struct_size < HVD_XLA_STRUCT_SIZE(XLA_FFI_Metadata, traits)) {
+  if (metadata == nullptr ||
+      metadata->struct_size < HVD_XLA_STRUCT_SIZE(XLA_FFI_Metadata, traits)) {
     return nullptr;  // nothing we can fill in; XLA then sees no version and refuses the handler
   }
   metadata->api_version.struct_size = HVD_XLA_STRUCT_SIZE(XLA_FFI_Api_Version, minor_version);
@@ -106,7 +109,9 @@ class Call {
     for (int64_t i = 0; i < attrs.size; ++i) {
       const XLA_FFI_ByteSpan* n = attrs.names[i];
       if (std::string_view(n->ptr, n->len) != name) continue;
-      if (attrs.types[i] != type) fail(XLA_FFI_Error_Code_INVALID_ARGUMENT, "attribute '" + std::string(name) + "' has the wrong kind");
+      if (attrs.types[i] != type)
+        fail(XLA_FFI_Error_Code_INVALID_ARGUMENT,
+             "attribute '" + std::string(name) + "' has the wrong kind");
       return attrs.attrs[i];
     }
     fail(XLA_FFI_Error_Code_INVALID_ARGUMENT, "missing attribute '" + std::string(name) + "'");
@@ -121,22 +126,26 @@ class Call {
     const auto* s = static_cast<const XLA_FFI_Scalar*>(attr(name, XLA_FFI_AttrType_SCALAR));
     if (s->dtype == XLA_FFI_DataType_S64) return *static_cast<const int64_t*>(s->value);
     if (s->dtype == XLA_FFI_DataType_S32) return *static_cast<const int32_t*>(s->value);
-    fail(XLA_FFI_Error_Code_INVALID_ARGUMENT, "attribute '" + std::string(name) + "' is not an integer");
+    fail(XLA_FFI_Error_Code_INVALID_ARGUMENT,
+         "attribute '" + std::string(name) + "' is not an integer");
   }
 
   double f64(std::string_view name) const {
     const auto* s = static_cast<const XLA_FFI_Scalar*>(attr(name, XLA_FFI_AttrType_SCALAR));
     if (s->dtype == XLA_FFI_DataType_F64) return *static_cast<const double*>(s->value);
     if (s->dtype == XLA_FFI_DataType_F32) return *static_cast<const float*>(s->value);
-    fail(XLA_FFI_Error_Code_INVALID_ARGUMENT, "attribute '" + std::string(name) + "' is not a float");
+    fail(XLA_FFI_Error_Code_INVALID_ARGUMENT,
+         "attribute '" + std::string(name) + "' is not a float");
   }
 
   // The buffer operands (tokens, if any, are skipped) and results, as Horovod tensors.
   std::vector<TensorView> args() const {
-    return views(frame_->args.size, reinterpret_cast<const int*>(frame_->args.types), frame_->args.args);
+    return views(frame_->args.size, reinterpret_cast<const int*>(frame_->args.types),
+                 frame_->args.args);
   }
   std::vector<TensorView> rets() const {
-    return views(frame_->rets.size, reinterpret_cast<const int*>(frame_->rets.types), frame_->rets.rets);
+    return views(frame_->rets.size, reinterpret_cast<const int*>(frame_->rets.types),
+                 frame_->rets.rets);
   }
 
   // The core's settings common to every collective: name, process set.
@@ -155,7 +164,8 @@ class Call {
   std::vector<TensorView> views(int64_t n, const int* types, void** items) const {
     std::vector<TensorView> out;
     for (int64_t i = 0; i < n; ++i) {
-      if (types[i] != XLA_FFI_ArgType_BUFFER) fail(XLA_FFI_Error_Code_INVALID_ARGUMENT, "an operand is not a buffer");
+      if (types[i] != XLA_FFI_ArgType_BUFFER)
+        fail(XLA_FFI_Error_Code_INVALID_ARGUMENT, "an operand is not a buffer");
       const auto* b = static_cast<const XLA_FFI_Buffer*>(items[i]);
       if (b->dtype == XLA_FFI_DataType_TOKEN) continue;
       TensorView v;
@@ -180,7 +190,9 @@ class Call {
       case XLA_FFI_DataType_F32: return DataType::kFloat32;
       case XLA_FFI_DataType_F64: return DataType::kFloat64;
       case XLA_FFI_DataType_BF16: return DataType::kBFloat16;
-      default: fail(XLA_FFI_Error_Code_INVALID_ARGUMENT, "XLA element type " + std::to_string(t) + " is not supported");
+      default:
+        fail(XLA_FFI_Error_Code_INVALID_ARGUMENT,
+             "XLA element type " + std::to_string(t) + " is not supported");
     }
   }
 
@@ -203,15 +215,18 @@ std::string shapeText(const std::vector<int64_t>& shape) {
 
 // Copies engine-allocated outputs into XLA's result buffers, whose shapes were fixed when
 // tracing: the other ranks must have sent what that shape assumed.
-void copyOutputs(const Call& call, const std::vector<OwnedTensor>& outputs, const std::vector<TensorView>& rets,
-                 const char* what) {
-  if (outputs.size() != rets.size()) call.fail(XLA_FFI_Error_Code_INTERNAL, "the core returned a different number of outputs");
+void copyOutputs(const Call& call, const std::vector<OwnedTensor>& outputs,
+                 const std::vector<TensorView>& rets, const char* what) {
+  if (outputs.size() != rets.size())
+    call.fail(XLA_FFI_Error_Code_INTERNAL, "the core returned a different number of outputs");
   for (size_t i = 0; i < rets.size(); ++i) {
     const TensorView& got = outputs[i].view;
     if (got.shape != rets[i].shape) {
-      call.fail(XLA_FFI_Error_Code_FAILED_PRECONDITION,
-                std::string(what) + " inside jax.jit needs the same first dimension on every rank; gathered shape " +
-                    shapeText(got.shape) + " where " + shapeText(rets[i].shape) + " was traced.");
+      call.fail(
+          XLA_FFI_Error_Code_FAILED_PRECONDITION,
+          std::string(what) +
+              " inside jax.jit needs the same first dimension on every rank; gathered shape " +
+              shapeText(got.shape) + " where " + shapeText(rets[i].shape) + " was traced.");
     }
     if (size_t n = byteCount(got)) std::memcpy(rets[i].data, got.data, n);
   }
@@ -219,7 +234,9 @@ void copyOutputs(const Call& call, const std::vector<OwnedTensor>& outputs, cons
 
 const ApiTable& core(const Call& call) {
   const ApiTable* table = gCore.load(std::memory_order_acquire);
-  if (table == nullptr) call.fail(XLA_FFI_Error_Code_FAILED_PRECONDITION, "the handlers are not bound to the Horovod core");
+  if (table == nullptr)
+    call.fail(XLA_FFI_Error_Code_FAILED_PRECONDITION,
+              "the handlers are not bound to the Horovod core");
   return *table;
 }
 
@@ -232,7 +249,8 @@ void allreduce(const Call& call) {
   o.prescale = call.f64("prescale");
   o.postscale = call.f64("postscale");
   std::vector<TensorView> in = call.args(), out = call.rets();
-  WorkPtr work = in.size() == 1 ? api.allreduceAsync(in[0], out[0], o) : api.groupedAllreduceAsync(in, out, o);
+  WorkPtr work =
+      in.size() == 1 ? api.allreduceAsync(in[0], out[0], o) : api.groupedAllreduceAsync(in, out, o);
   work->wait();
 }
 
@@ -250,8 +268,10 @@ void broadcast(const Call& call) {
   Options o = call.options();
   o.root = static_cast<int>(call.i64("root"));
   std::vector<TensorView> in = call.args(), out = call.rets();
-  if (in.size() != 1 || out.size() != 1) call.fail(XLA_FFI_Error_Code_INVALID_ARGUMENT, "broadcast takes one array");
-  if (size_t n = byteCount(out[0]); n != 0 && out[0].data != in[0].data) std::memcpy(out[0].data, in[0].data, n);
+  if (in.size() != 1 || out.size() != 1)
+    call.fail(XLA_FFI_Error_Code_INVALID_ARGUMENT, "broadcast takes one array");
+  if (size_t n = byteCount(out[0]); n != 0 && out[0].data != in[0].data)
+    std::memcpy(out[0].data, in[0].data, n);
   api.broadcastAsync(out[0], o)->wait();
 }
 
@@ -262,16 +282,18 @@ void reducescatter(const Call& call) {
   o.prescale = call.f64("prescale");
   o.postscale = call.f64("postscale");
   std::vector<TensorView> in = call.args(), out = call.rets();
-  WorkPtr work =
-      in.size() == 1 ? api.reducescatterAsync(in[0], out[0], o) : api.groupedReducescatterAsync(in, out, o);
+  WorkPtr work = in.size() == 1 ? api.reducescatterAsync(in[0], out[0], o)
+                                : api.groupedReducescatterAsync(in, out, o);
   work->wait();
 }
 
 void alltoall(const Call& call) {
   const ApiTable& api = core(call);
-  Options o = call.options();  // equal splits: the only form whose output shape is known when tracing
+  Options o =
+      call.options();  // equal splits: the only form whose output shape is known when tracing
   std::vector<TensorView> in = call.args(), out = call.rets();
-  if (in.size() != 1 || out.size() != 1) call.fail(XLA_FFI_Error_Code_INVALID_ARGUMENT, "alltoall takes one array");
+  if (in.size() != 1 || out.size() != 1)
+    call.fail(XLA_FFI_Error_Code_INVALID_ARGUMENT, "alltoall takes one array");
   WorkPtr work = api.alltoallAsync(in[0], o);
   work->wait();
   copyOutputs(call, work->outputs(), out, "alltoall");
@@ -280,7 +302,8 @@ void alltoall(const Call& call) {
 // Reports what the running XLA hands its handlers: {magic, FFI major, FFI minor, size of the
 // function table}, into an int32[4] result (horovod_jax_ffi_check judges them).
 XLA_FFI_Error* probe(XLA_FFI_CallFrame* frame) {
-  if (frame->extension_start != nullptr && frame->extension_start->type == XLA_FFI_Extension_Metadata) {
+  if (frame->extension_start != nullptr &&
+      frame->extension_start->type == XLA_FFI_Extension_Metadata) {
     return describe(reinterpret_cast<XLA_FFI_Metadata_Extension*>(frame->extension_start));
   }
   if (frame->struct_size < kCallFrameSize || frame->rets.size != 1) return nullptr;
@@ -298,7 +321,8 @@ XLA_FFI_Error* probe(XLA_FFI_CallFrame* frame) {
 // The boundary every collective handler goes through (see the contract at the top).
 template <void (*Body)(const Call&)>
 XLA_FFI_Error* handle(const char* target, XLA_FFI_CallFrame* frame) {
-  if (frame->extension_start != nullptr && frame->extension_start->type == XLA_FFI_Extension_Metadata) {
+  if (frame->extension_start != nullptr &&
+      frame->extension_start->type == XLA_FFI_Extension_Metadata) {
     return describe(reinterpret_cast<XLA_FFI_Metadata_Extension*>(frame->extension_start));
   }
   const auto* api = reinterpret_cast<const XLA_FFI_Api_Prefix*>(frame->api);
@@ -306,7 +330,9 @@ XLA_FFI_Error* handle(const char* target, XLA_FFI_CallFrame* frame) {
       api->api_version.major_version != kXlaFfiApiMajor) {
     // XLA accepted a handler whose ABI it does not speak (registration checks make this
     // unreachable): there is no way to hand back an error, and returning would fake a result.
-    std::fprintf(stderr, "horovod.jax: XLA called %s through an FFI ABI it does not declare; aborting\n", target);
+    std::fprintf(stderr,
+                 "horovod.jax: XLA called %s through an FFI ABI it does not declare; aborting\n",
+                 target);
     std::abort();
   }
   try {
@@ -321,7 +347,8 @@ XLA_FFI_Error* handle(const char* target, XLA_FFI_CallFrame* frame) {
   } catch (const std::exception& e) {
     return makeError(frame->api, XLA_FFI_Error_Code_INTERNAL, e.what());
   } catch (...) {
-    return makeError(frame->api, XLA_FFI_Error_Code_INTERNAL, std::string("horovod.jax (") + target + "): unknown failure");
+    return makeError(frame->api, XLA_FFI_Error_Code_INTERNAL,
+                     std::string("horovod.jax (") + target + "): unknown failure");
   }
 }
 
@@ -336,7 +363,8 @@ using hvd::jax::xla::XLA_FFI_Error;
 // Binds the handlers to horovod._core's engine; "" on success, else why not.
 HVD_JAX_EXPORT const char* horovod_jax_bind(const void* table) {
   const auto* api = static_cast<const hvd::ApiTable*>(table);
-  if (api == nullptr || api->version != hvd::ApiTable::kVersion || api->size != sizeof(hvd::ApiTable)) {
+  if (api == nullptr || api->version != hvd::ApiTable::kVersion ||
+      api->size != sizeof(hvd::ApiTable)) {
     return "the Horovod core and its JAX FFI library come from different builds; reinstall horovod";
   }
   hvd::jax::gCore.store(api, std::memory_order_release);
@@ -349,8 +377,8 @@ HVD_JAX_EXPORT void horovod_jax_reset_names() { hvd::jax::gUnnamed.store(0); }
 
 // The FFI API version the handlers declare, as "major.minor".
 HVD_JAX_EXPORT const char* horovod_jax_ffi_api_version() {
-  static const std::string version =
-      std::to_string(hvd::jax::xla::kXlaFfiApiMajor) + "." + std::to_string(hvd::jax::xla::kXlaFfiApiMinor);
+  static const std::string version = std::to_string(hvd::jax::xla::kXlaFfiApiMajor) + "." +
+                                     std::to_string(hvd::jax::xla::kXlaFfiApiMinor);
   return version.c_str();
 }
 
@@ -362,8 +390,9 @@ HVD_JAX_EXPORT const char* horovod_jax_ffi_check(const int32_t* probed) {
   if (probed[0] != hvd::jax::kProbeMagic) {
     why = "the probe handler did not run (XLA passed a call frame of an unexpected layout)";
   } else if (probed[1] != kXlaFfiApiMajor || probed[2] < kXlaFfiApiMinor) {
-    why = "XLA's FFI API is " + std::to_string(probed[1]) + "." + std::to_string(probed[2]) + "; the handlers need " +
-          std::to_string(kXlaFfiApiMajor) + "." + std::to_string(kXlaFfiApiMinor) + " or a newer minor version";
+    why = "XLA's FFI API is " + std::to_string(probed[1]) + "." + std::to_string(probed[2]) +
+          "; the handlers need " + std::to_string(kXlaFfiApiMajor) + "." +
+          std::to_string(kXlaFfiApiMinor) + " or a newer minor version";
   } else if (static_cast<size_t>(probed[3]) < hvd::jax::kApiPrefixSize) {
     why = "XLA's FFI function table is too short (" + std::to_string(probed[3]) + " bytes)";
   } else {

@@ -74,13 +74,14 @@ HVD_SAME_SIZE(XLA_FFI_Scalar)
 HVD_SAME_SIZE(XLA_FFI_TypeId)
 #undef HVD_SAME_SIZE
 
-#define HVD_SAME_OFFSET(type, field)                                       \
-  static_assert(offsetof(ours::type, field) == offsetof(::type, field) &&  \
-                    sizeof(ours::type::field) == sizeof(::type::field),   \
-                #type "::" #field ": offset or size differs from c_api.h");
+#define HVD_SAME_OFFSET(type, field)                                                                                \
+  static_assert(                                                                                                    \
+      offsetof(ours::type, field) == offsetof(::type, field) && sizeof(ours::type::field) == sizeof(::type::field), \
+      #type "::" #field ": offset or size differs from c_api.h");
 // The struct_size value XLA expects (its <type>_STRUCT_SIZE) equals Horovod's.
-#define HVD_SAME_STRUCT_SIZE(type, last) \
-  static_assert(HVD_XLA_STRUCT_SIZE(ours::type, last) == ::type##_STRUCT_SIZE, #type ": struct size differs from c_api.h");
+#define HVD_SAME_STRUCT_SIZE(type, last)                                       \
+  static_assert(HVD_XLA_STRUCT_SIZE(ours::type, last) == ::type##_STRUCT_SIZE, \
+                #type ": struct size differs from c_api.h");
 
 HVD_SAME_OFFSET(XLA_FFI_Extension_Base, struct_size)
 HVD_SAME_OFFSET(XLA_FFI_Extension_Base, type)
