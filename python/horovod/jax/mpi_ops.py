@@ -86,6 +86,14 @@ def _set_size_rank(process_set):
     return process_set.size(), process_set.rank()
 
 
+def _set_size_rank_of(ps_id):
+    """(size, this rank's index) of the process set with id ``ps_id``."""
+    if ps_id == 0:
+        return _core.size(), _core.rank()
+    ranks = list(_core.process_set_ranks(ps_id))
+    return len(ranks), ranks.index(_core.rank())
+
+
 def _check(x):
     """``x`` as a jax array (numpy arrays and scalars accepted), of a dtype the core supports,
     not on a GPU (this build is CPU-only)."""
@@ -244,8 +252,9 @@ def _grouped_allreduce_raw(xs, op, pre, post, process_set, name):
 
 
 def _grouped_allreduce_diff(xs, op, pre, post, process_set, name):
-    """With the gradient rule when traced (see the module docstring)."""
-    if not _traced(xs):
+    """With the gradient rule when traced (see the module docstring; the FFI path's primitive
+    carries the same rules itself, _xla._transpose)."""
+    if not _traced(xs) or _xla.path() == 'ffi':
         return _grouped_allreduce_raw(xs, op, pre, post, process_set, name)
 
     @jax.custom_vjp
@@ -338,7 +347,7 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
         return []
     dtypes = [t.dtype for t in tensors]
     xs = [_wire_move(t) for t in tensors]
-    if not _traced(xs):
+    if not _traced(xs) or _xla.path() == 'ffi':
         out = _grouped_allgather_raw(xs, process_set, name)
     else:
         rows = [x.shape[0] if x.ndim else 1 for x in xs]
@@ -387,7 +396,7 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     tensor = _check(tensor)
     dtype = tensor.dtype
     x = _wire_move(tensor)
-    if not _traced([x]):
+    if not _traced([x]) or _xla.path() == 'ffi':
         return _unwire(_broadcast_raw(x, root_rank, process_set, name), dtype)
 
     @jax.custom_vjp
@@ -507,7 +516,7 @@ def grouped_reducescatter(tensors, op=Average, name=None, process_set=global_pro
         return []
     dtypes = [t.dtype for t in tensors]
     xs = [_wire_reduce(t) for t in tensors]
-    if not _traced(xs):
+    if not _traced(xs) or _xla.path() == 'ffi':
         out = _grouped_reducescatter_raw(xs, op, prescale_factor, postscale_factor,
                                          process_set, name)
     else:
