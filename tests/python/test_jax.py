@@ -250,6 +250,15 @@ def test_jit_collective_with_unused_result_still_runs(jit_path):
     jax.effects_barrier()
     assert collective_count() - before == 3
 
+    def body(carry, i):
+        hvd.allreduce(carry, name='jit.unused_in_scan')  # result dropped, the scan's used
+        return carry + 1, None
+
+    before = collective_count()
+    jax.block_until_ready(jax.jit(lambda x: jax.lax.scan(body, x, jnp.arange(2))[0])(jnp.ones(3)))
+    jax.effects_barrier()
+    assert collective_count() - before == 2
+
 
 def test_jit_mismatched_shapes_raise_on_every_rank(jit_path):
     if hvd.size() == 1:

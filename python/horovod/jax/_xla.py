@@ -11,8 +11,9 @@ step that contains one keeps JAX's C++ dispatch path, which any JAX effect (``ff
 ``has_side_effect``, an ordered callback) turns off at a per-argument cost. JAX's own dead-code
 elimination is told to keep it (a DCE rule); it carries its own differentiation rules (the
 torch adapter's, see mpi_ops) because a ``jax.custom_vjp`` around it would be dropped when its
-result is unused. A block that JAX drops as a whole (a ``lax.scan``, ``cond`` or nested
-``jax.jit`` none of whose results are used) takes its collectives with it, on every rank alike.
+result is unused. A block that JAX drops as a whole (a ``lax.scan``, ``while_loop``, ``cond``
+or nested ``jax.jit`` none of whose results are used) takes its collectives with it, on every
+rank alike.
 Unnamed calls are named by the handler when they run (``<op prefix>jax.xla.noname.<n>``, n
 counting this process's unnamed handler calls).
 
