@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """horovod.jax's overhead beside horovod.torch's, on the same core and ranks:
 
-    horovodrun -np 2 python bench/jax_overhead.py [--reps 300] [--rounds 5]
+    horovodrun -np 2 python bench/jax_overhead.py [--reps 300] [--rounds 5] [--clock cpu]
 
 - eager: one synchronous 8-byte allreduce (median latency, us);
 - step: the gradients of one step (100 float32 arrays of 1000 elements) averaged in one grouped
@@ -11,7 +11,11 @@
   allreduce is subtracted, which leaves Horovod's part.
 Each measurement is the median of --reps calls; the measurements run in --rounds rounds (in
 turn, so that load changes hit all of them alike) and the median over rounds is reported. Rank
-0 prints one line per measurement and the JAX/torch ratios.
+0 prints one line per measurement and the JAX/torch ratios; for the jitted step also the median
+of the ratios within each round (robust on a loaded machine, where whole rounds slow down).
+--clock cpu times each call by this process's CPU time (all its threads: the caller's and the
+engine's) instead of the wall clock: on a machine shared with other work it leaves out the time
+the rank spent descheduled, or waiting for a descheduled peer.
 """
 
 import argparse
@@ -30,14 +34,18 @@ import horovod.torch as ht  # noqa: E402
 from horovod.jax import _xla  # noqa: E402
 
 
+CLOCK = {'wall': time.perf_counter, 'cpu': time.process_time}
+clock = time.perf_counter
+
+
 def median_us(fn, reps):
     for _ in range(10):
         fn()
     samples = []
     for _ in range(reps):
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
-        samples.append(time.perf_counter() - t0)
+        samples.append(clock() - t0)
     return float(np.median(samples)) * 1e6
 
 
@@ -56,7 +64,10 @@ def main():
     p.add_argument('--rounds', type=int, default=5)
     p.add_argument('--grads', type=int, default=100)
     p.add_argument('--elems', type=int, default=1000)
+    p.add_argument('--clock', choices=sorted(CLOCK), default='wall')
     args = p.parse_args()
+    global clock
+    clock = CLOCK[args.clock]
     torch.set_num_threads(1)
     ht.init()
     tx, jx = torch.ones(2), jnp.ones(2)
@@ -86,8 +97,8 @@ def main():
             rounds[k].append(measure())
     results = {k: float(np.median(v)) for k, v in rounds.items()}
     if ht.rank() == 0:
-        print('median over %d rounds of the median of %d calls, %d ranks' %
-              (args.rounds, args.reps, ht.size()))
+        print('median over %d rounds of the median of %d calls, %d ranks, %s clock' %
+              (args.rounds, args.reps, ht.size(), args.clock))
         for k, v in results.items():
             print('%-36s %9.1f us   (rounds: %s)' % (k, v, ' '.join('%.0f' % x for x in rounds[k])))
         torch_step = results['torch step']
@@ -95,8 +106,11 @@ def main():
                                                   results['torch eager 8 B']))
         print('ratio eager step jax/torch: %.2f' % (results['jax eager step'] / torch_step))
         for path in _xla.PATHS:
-            print('ratio jit step (%s) jax/torch: %.2f' % (
-                path, results['jax jit step, %s (Horovod part)' % path] / torch_step))
+            key = 'jax jit step, %s (Horovod part)' % path
+            per_round = [j / t for j, t in zip(rounds[key], rounds['torch step'])]
+            print('ratio jit step (%s) jax/torch: %.2f; median of the per-round ratios %.2f '
+                  '(rounds: %s)' % (path, results[key] / torch_step, float(np.median(per_round)),
+                                    ' '.join('%.2f' % x for x in per_round)))
     ht.shutdown()
 
 
