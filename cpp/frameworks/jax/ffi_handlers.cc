@@ -16,9 +16,10 @@
 // and per collective op (int64), prescale / postscale (float64), root (int64). An unnamed call
 // (name "") is named here "<prefix>jax.xla.noname.<n>", n counting this process's unnamed
 // handler calls in execution order (restarted at every init and shutdown): like Horovod's other
-// unnamed calls, they match across ranks when every rank runs the same sequence of them. XLA runs
-// side-effecting custom calls one at a time in program order, so a compiled step's sequence is
-// its program's.
+// unnamed calls, they match across ranks when every rank runs the same sequence of them. That
+// relies on XLA running a step's side-effecting custom calls in the same order on every rank
+// (the same program compiles to the same schedule); tests/python/test_jax.py checks it with
+// unnamed calls of different shapes in lax.scan and lax.while_loop at 2 and 3 ranks.
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>

@@ -5,8 +5,8 @@ io_callbacks.
 ``jax.ffi.ffi_lowering``) to a handler of ``_horovod_jax_ffi.so`` (cpp/frameworks/jax/),
 registered for the CPU platform with ``jax.ffi.register_ffi_target``. The compiled step calls
 into the core directly, without Python or the GIL. The custom call is marked as having a side
-effect in the XLA program, so XLA never drops it (even when its result is unused) and runs it in
-program order. To JAX, though, it is a primitive without effects (``collective_p``): a jitted
+effect in the XLA program, so XLA never drops it (even when its result is unused) and keeps it
+in program order. To JAX, though, it is a primitive without effects (``collective_p``): a jitted
 step that contains one keeps JAX's C++ dispatch path, which any JAX effect (``ffi_call``'s
 ``has_side_effect``, an ordered callback) turns off at a per-argument cost. JAX's own dead-code
 elimination is told to keep it (a DCE rule); it carries its own differentiation rules (the
