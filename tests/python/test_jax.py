@@ -4,7 +4,8 @@
 
 Eager collectives (dtypes, ops, scaling, ragged allgather, alltoall, process sets, objects), the
 same collectives inside jax.jit (run per step, in order, without recompiling), gradients,
-pytree broadcast, DistributedOptimizer and the errors.
+pytree broadcast, DistributedOptimizer and the errors. Every test that traces a collective runs
+on both jit paths (XLA FFI custom calls and ordered io_callbacks: the ``jit_path`` fixture).
 """
 
 import os
@@ -18,6 +19,7 @@ jax = pytest.importorskip('jax')
 import jax.numpy as jnp  # noqa: E402
 
 import horovod.jax as hvd  # noqa: E402
+from horovod.jax import _xla  # noqa: E402
 from horovod.common.exceptions import HorovodInternalError  # noqa: E402
 
 
@@ -26,6 +28,19 @@ def horovod():
     hvd.init(process_sets='dynamic')
     yield
     hvd.shutdown()
+
+
+@pytest.fixture(params=_xla.PATHS)
+def jit_path(request):
+    """Collectives traced during the test take this path (both are tested; 'ffi' fails loudly
+    if the handlers cannot be used with this jax)."""
+    previous = _xla.select(request.param)
+    yield request.param
+    _xla.select(previous)
+
+
+def collective_count():
+    return sum(hvd.engine_counters().values())
 
 
 def full(value, shape=(4, 3), dtype=jnp.float32):
@@ -128,7 +143,7 @@ def test_objects_join_barrier():
     assert hvd.join() in range(n)
 
 
-def test_process_set():
+def test_process_set(jit_path):
     n, r = hvd.size(), hvd.rank()
     members = [1] if n == 2 else [0, n - 1]
     ps = hvd.add_process_set(members)
@@ -159,7 +174,7 @@ def test_errors():
 
 # ---- inside jax.jit ------------------------------------------------------------------------------
 
-def test_jit_runs_every_step_in_order_without_recompiling():
+def test_jit_runs_every_step_in_order_without_recompiling(jit_path):
     r, n = hvd.rank(), hvd.size()
     traces = []
 
@@ -171,11 +186,12 @@ def test_jit_runs_every_step_in_order_without_recompiling():
         c = hvd.broadcast(x * 3, root_rank=0, name='jit.c')
         d = hvd.reducescatter(jnp.tile(x[None, 0], (n, 1)), op=hvd.Sum, name='jit.d')
         e, f = hvd.grouped_allreduce([x, x.astype(jnp.bfloat16)], op=hvd.Max)
-        return a + 1, b, c, d, e, f
+        g = hvd.alltoall(jnp.arange(2.0 * n) + 100 * r)
+        return a + 1, b, c, d, e, f, g
 
     for i in range(3):
         x = full(r + 1.0 + i)
-        a, b, c, d, e, f = step(x)
+        a, b, c, d, e, f, g = step(x)
         s = sum(j + 1.0 + i for j in range(n))
         np.testing.assert_allclose(a, s + 1)
         np.testing.assert_allclose(b, np.concatenate([np.full((1, 3), j + 1.0 + i) for j in range(n)]))
@@ -184,10 +200,79 @@ def test_jit_runs_every_step_in_order_without_recompiling():
         np.testing.assert_allclose(e, n + i)
         assert f.dtype == jnp.bfloat16
         np.testing.assert_allclose(np.asarray(f, np.float32), n + i)
+        np.testing.assert_array_equal(g, np.concatenate([np.arange(2 * r, 2 * r + 2) + 100 * j
+                                                         for j in range(n)]))
     assert len(traces) == 1
 
 
-def test_jit_allgather_needs_equal_rows():
+def test_jit_collectives_in_scan_and_while_run_in_program_order(jit_path):
+    """Unnamed collectives of different shapes, one after another in a lax.scan and a
+    lax.while_loop: on every rank the k-th execution of each call matches the others' k-th
+    (a reordering across ranks pairs different shapes or iterations: an error or wrong values)."""
+    r, n = hvd.rank(), hvd.size()
+
+    def body(carry, i):
+        a = hvd.allreduce(jnp.full((3,), (r + 1.0) * (i + 1)), op=hvd.Sum)
+        b = hvd.allgather(jnp.reshape(i * n + r, (1,)).astype(jnp.float32))
+        c = hvd.broadcast(jnp.full((2, 2), i * 10.0 + r), root_rank=0)
+        return carry + a.sum() + b.sum() + c.sum(), (a[0], b, c[0, 0])
+
+    total, (a, b, c) = jax.jit(lambda c0: jax.lax.scan(body, c0, jnp.arange(5)))(jnp.float32(0))
+    s = n * (n + 1) / 2
+    np.testing.assert_allclose(a, [s * (i + 1) for i in range(5)])
+    np.testing.assert_array_equal(b, [[i * n + j for j in range(n)] for i in range(5)])
+    np.testing.assert_allclose(c, [i * 10.0 for i in range(5)])
+
+    def cond(state):
+        return state[0] < state[1]
+
+    def step(state):
+        i, stop, acc = state
+        got = hvd.allreduce(jnp.full((3,), i + 1.0), op=hvd.Sum)
+        acc = acc + hvd.allreduce(jnp.full((2,), r * 1.0), op=hvd.Max).sum() + got.sum()
+        return i + 1, stop, acc
+
+    _, _, acc = jax.jit(lambda stop: jax.lax.while_loop(cond, step, (0, stop, jnp.float32(0))))(7)
+    # 2 (n - 1) per turn from the Max, 3 n (i + 1) from the Sum.
+    np.testing.assert_allclose(acc, 7 * 2 * (n - 1) + 3 * n * sum(i + 1 for i in range(7)))
+
+
+def test_jit_collective_with_unused_result_still_runs(jit_path):
+    before = collective_count()
+
+    @jax.jit
+    def step(x):
+        hvd.allreduce(x, name='jit.unused')  # result dropped
+        return x * 2
+
+    for _ in range(3):
+        jax.block_until_ready(step(jnp.ones(3)))
+    jax.effects_barrier()
+    assert collective_count() - before == 3
+
+    def body(carry, i):
+        hvd.allreduce(carry, name='jit.unused_in_scan')  # result dropped, the scan's used
+        return carry + 1, None
+
+    before = collective_count()
+    jax.block_until_ready(jax.jit(lambda x: jax.lax.scan(body, x, jnp.arange(2))[0])(jnp.ones(3)))
+    jax.effects_barrier()
+    assert collective_count() - before == 2
+
+
+def test_jit_mismatched_shapes_raise_on_every_rank(jit_path):
+    if hvd.size() == 1:
+        pytest.skip('needs 2 ranks')
+    f = jax.jit(lambda x: hvd.allreduce(x, name='jit.mismatch'))
+    with pytest.raises(Exception, match='[Mm]ismatched'):
+        jax.block_until_ready(f(jnp.ones((hvd.rank() + 1,))))
+    # The job goes on: the next collective works on every rank (under another name: a rank that
+    # submitted late may still be failing its 'jit.mismatch').
+    g = jax.jit(lambda x: hvd.allreduce(x, name='jit.after_mismatch'))
+    np.testing.assert_allclose(g(jnp.ones((2,))), 1.0)
+
+
+def test_jit_allgather_needs_equal_rows(jit_path):
     if hvd.size() == 1:
         pytest.skip('needs 2 ranks')
     f = jax.jit(lambda x: hvd.allgather(x, name='jit.ragged'))
@@ -195,14 +280,16 @@ def test_jit_allgather_needs_equal_rows():
         jax.block_until_ready(f(jnp.ones((1 if hvd.rank() == 0 else 2, 2))))
 
 
-def test_jit_refusals_and_vmap():
-    with pytest.raises(NotImplementedError, match='alltoall inside jax.jit'):
-        jax.jit(lambda x: hvd.alltoall(x))(jnp.ones(4))
+def test_jit_refusals_and_vmap(jit_path):
+    with pytest.raises(NotImplementedError, match='alltoall with splits inside jax.jit'):
+        jax.jit(lambda x: hvd.alltoall(x, splits=jnp.ones(hvd.size(), jnp.int32)))(jnp.ones(4))
+    with pytest.raises(ValueError, match='multiple of the process set size'):
+        jax.jit(lambda x: hvd.alltoall(x))(jnp.ones(hvd.size() + 1))
     with pytest.raises(ValueError, match='vmap'):
         jax.vmap(lambda x: hvd.allreduce(x))(jnp.ones((2, 3)))
 
 
-def test_grad_of_collectives():
+def test_grad_of_collectives(jit_path):
     r, n = hvd.rank(), hvd.size()
     x = full(r + 1.0, (2,))
     g = jax.jit(jax.grad(lambda v: (hvd.allreduce(v, op=hvd.Sum) * (r + 1)).sum()))(x)
@@ -237,7 +324,7 @@ def _sgd(lr):
         lambda params: (), lambda g, s, p=None: (jax.tree_util.tree_map(lambda x: -lr * x, g), s))
 
 
-def test_distributed_optimizer_in_jit_and_accumulation():
+def test_distributed_optimizer_in_jit_and_accumulation(jit_path):
     r, n = hvd.rank(), hvd.size()
     tx = hvd.DistributedOptimizer(_sgd(0.5))
     params = {'w': jnp.zeros(3)}
@@ -297,7 +384,7 @@ def test_adasum():
     np.testing.assert_allclose(out, x, rtol=1e-6)
 
 
-def test_distributed_optimizer_with_optax():
+def test_distributed_optimizer_with_optax(jit_path):
     optax = pytest.importorskip('optax')
     r, n = hvd.rank(), hvd.size()
     tx = hvd.DistributedOptimizer(optax.chain(optax.clip_by_global_norm(100.0), optax.sgd(0.1)))

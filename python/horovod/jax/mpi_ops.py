@@ -5,13 +5,14 @@ views (no copy), let it write into host buffers this module allocates, and wrap 
 as ``jax.Array`` with ``jax.dlpack.from_dlpack``. Every call blocks until its collective
 completed.
 
-Traced calls (inside ``jax.jit``, ``jax.grad``, ``lax.scan``...) go through
-``jax.experimental.io_callback(..., ordered=True)``: the compiled program calls back into the
-core when the step runs, in program order, with no recompilation between steps. Their output
-shape must be known while tracing, hence two restrictions there: allgather needs the same first
-dimension on every rank (checked when the step runs; a mismatch raises), and alltoall, join,
-barrier and the object helpers are refused (``NotImplementedError``). ``jax.vmap`` of a traced
-collective is refused too (by JAX: ordered callbacks do not batch).
+Traced calls (inside ``jax.jit``, ``jax.grad``, ``lax.scan``...) become XLA FFI custom calls
+into the core, or ordered ``io_callback``s when those cannot be used (``_xla.py`` says how one is
+chosen; ``HOROVOD_JAX_JIT_PATH``): the compiled program runs the collective when the step runs,
+in program order, with no recompilation between steps. Their output shape must be known while
+tracing, hence restrictions there: allgather needs the same first dimension on every rank
+(checked when the step runs; a mismatch raises), alltoall takes no splits (equal parts, the
+first dimension a multiple of the set size), and join, barrier and the object helpers are
+refused (``NotImplementedError``). ``jax.vmap`` of a traced collective is refused too.
 
 Gradients (``jax.grad`` / ``jax.vjp``) are defined as in the torch adapter: the gradient of an
 allreduce (Average or Sum) is the same allreduce of the incoming gradient; of an allgather, this
@@ -39,6 +40,7 @@ import numpy as np
 from jax.experimental import io_callback
 
 from horovod.common.call_names import CallNamer
+from horovod.jax import _xla
 from horovod.common import basics as _basics_mod
 from horovod.common import ops as _ops
 from horovod.common.basics import *  # noqa: F401,F403 (the basics, re-exported)
@@ -82,6 +84,14 @@ def _set_size_rank(process_set):
     if _psid(process_set) == 0:
         return _core.size(), _core.rank()
     return process_set.size(), process_set.rank()
+
+
+def _set_size_rank_of(ps_id):
+    """(size, this rank's index) of the process set with id ``ps_id``."""
+    if ps_id == 0:
+        return _core.size(), _core.rank()
+    ranks = list(_core.process_set_ranks(ps_id))
+    return len(ranks), ranks.index(_core.rank())
 
 
 def _check(x):
@@ -232,14 +242,19 @@ def _grouped_allreduce_raw(xs, op, pre, post, process_set, name):
         return [_to_jax(o) for o in _host_grouped_allreduce(xs, op, pre, post, ps_id, name)]
     _check_batching(xs)
     shapes = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in xs]
+    if _xla.path() == 'ffi':
+        prefix = _ops.GROUPED_ALLREDUCE if len(xs) > 1 else _ops.ALLREDUCE
+        return list(_xla.call('allreduce', shapes, xs, prefix, name, ps_id, op=int(op),
+                              prescale=float(pre), postscale=float(post)))
     return list(io_callback(
         lambda *a: _host_grouped_allreduce(a, op, pre, post, ps_id, name), shapes, *xs,
         ordered=True))
 
 
 def _grouped_allreduce_diff(xs, op, pre, post, process_set, name):
-    """With the gradient rule when traced (see the module docstring)."""
-    if not _traced(xs):
+    """With the gradient rule when traced (see the module docstring; the FFI path's primitive
+    carries the same rules itself, _xla._transpose)."""
+    if not _traced(xs) or _xla.path() == 'ffi':
         return _grouped_allreduce_raw(xs, op, pre, post, process_set, name)
 
     @jax.custom_vjp
@@ -307,6 +322,9 @@ def _grouped_allgather_raw(xs, process_set, name):
             raise ValueError('horovod.jax: allgather inside jax.jit needs arrays of rank >= 1.')
     shapes = [jax.ShapeDtypeStruct((_gathered_rows(process_set, x.shape[0]),) + x.shape[1:],
                                    x.dtype) for x in xs]
+    if _xla.path() == 'ffi':
+        prefix = _ops.GROUPED_ALLGATHER if len(xs) > 1 else _ops.ALLGATHER
+        return list(_xla.call('allgather', shapes, xs, prefix, name, ps_id))
 
     def host(*args):
         outs = [np.from_dlpack(o) for o in _host_grouped_allgather(args, ps_id, name)]
@@ -329,7 +347,7 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
         return []
     dtypes = [t.dtype for t in tensors]
     xs = [_wire_move(t) for t in tensors]
-    if not _traced(xs):
+    if not _traced(xs) or _xla.path() == 'ffi':
         out = _grouped_allgather_raw(xs, process_set, name)
     else:
         rows = [x.shape[0] if x.ndim else 1 for x in xs]
@@ -365,6 +383,9 @@ def _broadcast_raw(x, root_rank, process_set, name):
     if not _traced([x]):
         return _to_jax(_host_broadcast(x, root_rank, ps_id, name))
     _check_batching([x])
+    if _xla.path() == 'ffi':
+        return _xla.call('broadcast', [jax.ShapeDtypeStruct(x.shape, x.dtype)], [x],
+                         _ops.BROADCAST, name, ps_id, root=int(root_rank))[0]
     return io_callback(lambda a: _host_broadcast(a, root_rank, ps_id, name),
                        jax.ShapeDtypeStruct(x.shape, x.dtype), x, ordered=True)
 
@@ -375,7 +396,7 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     tensor = _check(tensor)
     dtype = tensor.dtype
     x = _wire_move(tensor)
-    if not _traced([x]):
+    if not _traced([x]) or _xla.path() == 'ffi':
         return _unwire(_broadcast_raw(x, root_rank, process_set, name), dtype)
 
     @jax.custom_vjp
@@ -398,13 +419,43 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
 
 # ---- alltoall -----------------------------------------------------------------------------------
 
+def _alltoall_traced(x, process_set, name):
+    """alltoall of equal parts inside jax.jit: every rank sends d/n rows to each set rank and
+    receives as many, so the output has the input's shape (d the first dimension, n the set
+    size; every rank must pass the same d)."""
+    _check_batching([x])
+    n, _ = _set_size_rank(process_set)
+    if x.ndim == 0 or x.shape[0] % n:
+        raise ValueError('horovod.jax: alltoall inside jax.jit needs a first dimension that is a '
+                         'multiple of the process set size ({}); got shape {}.'
+                         .format(n, tuple(x.shape)))
+    ps_id = _psid(process_set)
+    shape = jax.ShapeDtypeStruct(x.shape, x.dtype)
+    if _xla.path() == 'ffi':
+        return _xla.call('alltoall', [shape], [x], _ops.ALLTOALL, name, ps_id)[0]
+
+    def host(a):
+        full, one_off = _name(_ops.ALLTOALL, name)
+        out = np.from_dlpack(_wait(_core.alltoall_async(a, None, full, ps_id,
+                                                         one_off)).outputs()[0])
+        if tuple(out.shape) != shape.shape:
+            raise ValueError('horovod.jax: alltoall inside jax.jit needs the same first '
+                             'dimension on every rank; received shape {} where {} was traced.'
+                             .format(tuple(out.shape), shape.shape))
+        return out
+    return io_callback(host, shape, x, ordered=True)
+
+
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """Sends rows of dimension 0 to the set's ranks (``splits[i]`` rows to set rank i; None:
     equal parts) and concatenates what arrives. Returns ``(output, received_splits)`` when
-    ``splits`` is given, else ``output`` (Horovod's convention). Eager only."""
+    ``splits`` is given, else ``output`` (Horovod's convention). Inside jax.jit: equal parts only
+    (``splits=None``), not differentiable."""
     tensor = _check(tensor)
     if _traced([tensor]) or (splits is not None and _traced([splits])):
-        _refuse_in_jit('alltoall')
+        if splits is not None:
+            _refuse_in_jit('alltoall with splits')
+        return _unwire(_alltoall_traced(_wire_move(tensor), process_set, name), tensor.dtype)
     split_values = None
     if splits is not None:
         arr = np.asarray(splits)
@@ -445,6 +496,10 @@ def _grouped_reducescatter_raw(xs, op, pre, post, process_set, name):
         return [_to_jax(o) for o in _host_reducescatter(xs, shapes, op, pre, post, ps_id, name)]
     _check_batching(xs)
     structs = [jax.ShapeDtypeStruct(s, x.dtype) for s, x in zip(shapes, xs)]
+    if _xla.path() == 'ffi':
+        prefix = _ops.GROUPED_REDUCESCATTER if len(xs) > 1 else _ops.REDUCESCATTER
+        return list(_xla.call('reducescatter', structs, xs, prefix, name, ps_id, op=int(op),
+                              prescale=float(pre), postscale=float(post)))
     return list(io_callback(
         lambda *a: _host_reducescatter(a, shapes, op, pre, post, ps_id, name), structs, *xs,
         ordered=True))
@@ -461,7 +516,7 @@ def grouped_reducescatter(tensors, op=Average, name=None, process_set=global_pro
         return []
     dtypes = [t.dtype for t in tensors]
     xs = [_wire_reduce(t) for t in tensors]
-    if not _traced(xs):
+    if not _traced(xs) or _xla.path() == 'ffi':
         out = _grouped_reducescatter_raw(xs, op, prescale_factor, postscale_factor,
                                          process_set, name)
     else:
