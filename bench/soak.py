@@ -206,7 +206,8 @@ def main():
                                                                  ' '.join('{:.1f}'.format(x) for x in os.getloadavg())),
              'Steps (slowest rank) at the last sample: {} ({:.1f}/s over the run).'.format(
                  steps_total, steps_total / samples[-1][0] if samples else 0.0), '',
-             '| process | resource | after warm-up | at the end | peak | growth | ok |', '|---|---|---|---|---|---|---|']
+             '| process | resource | after warm-up | at the end | peak | growth | ok |',
+             '|---|---|---|---|---|---|---|']
     for name, res, base, final, peak, g, ok in rows:
         lines.append('| {} | {} | {:g} | {:g} | {:g} | {:+.1f} % | {} |'.format(name, res, base, final, peak, 100 * g,
                                                                               'yes' if ok else 'NO'))
