@@ -10,6 +10,8 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <optional>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -374,14 +376,28 @@ void authenticateAsClient(int fd, const std::string& secret, const std::string& 
   recvAll(fd, challenge, sizeof(challenge), deadline);
   auto proof = handshake.respond(challenge, sizeof(challenge));
   if (!proof) throw AuthenticationRefused("peer " + peerAddress(fd) + " is not a Horovod endpoint (bad challenge)");
-  sendAll(fd, proof->data(), proof->size(), deadline);
+  // A server that drops the connection as busy may have closed it before our proof arrived: the
+  // send then fails, but its busy notice can still be read.
+  std::optional<SocketClosed> sendFailed;
+  try {
+    sendAll(fd, proof->data(), proof->size(), deadline);
+  } catch (const SocketClosed& e) {
+    sendFailed = e;
+  }
   uint8_t answer[auth::kAnswerBytes];
   try {
     recvAll(fd, answer, sizeof(answer), deadline);
   } catch (const SocketClosed&) {
+    if (sendFailed) throw *sendFailed;
     throw AuthenticationRefused("peer " + peerAddress(fd) +
                                 " closed the connection after our proof: the job secret does not match");
   }
+  if (auth::isBusyAnswer(answer, sizeof(answer))) {
+    throw PeerBusy("peer " + peerAddress(fd) +
+                   " dropped the connection before checking our proof: too many connections were waiting to "
+                   "authenticate (a flood of connections to its port?)");
+  }
+  if (sendFailed) throw *sendFailed;
   if (!handshake.verifyAnswer(answer, sizeof(answer))) {
     throw AuthenticationRefused("peer " + peerAddress(fd) + " failed to prove the job secret (or is not '" +
                                 expectedServerId + "')");
