@@ -3,13 +3,14 @@
 
     python3 bench/flood_hammer.py HOST PORT --seconds 5 [--procs 2] [--holders 200] [--rate 0]
 
-Each of --procs processes opens connections as fast as it can (or --rate a second in all, when
-given) and sends nothing: each connection is reset at once (SO_LINGER 0, so the flood does not
-run out of local ports through TIME_WAIT), except that the first --holders connections of each
-process are kept open and idle until the end. Stops after --seconds, or at once when the file
+Each of --procs processes first opens --holders connections and keeps them open and idle until
+the end (each connect completed before the next, so that they reach the server before the flood
+fills its accept queue), then opens connections as fast as it can (or --rate a second in all,
+when given) and sends nothing: each of these is reset at once (SO_LINGER 0, so the flood does not
+run out of local ports through TIME_WAIT). Stops after --seconds, or at once when the file
 --stop-file appears. Prints one line: "flood: <connections> connections in <s> s (<rate>/s),
 <held> held, <failed> failed connects". With --started-file F, process i creates F.i after its
-first 200 connections (so a caller can wait for the flood to be on).
+holders and first 200 flood connections (so a caller can wait for the flood to be on).
 """
 import argparse
 import multiprocessing
@@ -26,6 +27,14 @@ def hammer(index, host, port, seconds, holders, rate, stop_file, started_file, c
     family = socket.AF_INET6 if ':' in host else socket.AF_INET
     held = []
     opened = failed = 0
+    while len(held) < holders:
+        try:
+            held.append(socket.create_connection((host, port), timeout=5))
+        except OSError:
+            failed += 1
+            time.sleep(0.01)
+        if stop_file and os.path.exists(stop_file):
+            break
     start = time.monotonic()
     end = start + seconds
     while True:
@@ -47,14 +56,11 @@ def hammer(index, host, port, seconds, holders, rate, stop_file, started_file, c
         if opened == 200 and started_file:
             with open('{}.{}'.format(started_file, index), 'w'):
                 pass
-        if len(held) < holders:
-            held.append(s)
-            continue
         s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, LINGER_RESET)
         s.close()
     for s in held:
         s.close()
-    counts.put((opened, len(held), failed, time.monotonic() - start))
+    counts.put((opened + len(held), len(held), failed, time.monotonic() - start))
 
 
 def main():
