@@ -294,7 +294,13 @@ Socket connectTcp(const std::string& host, uint16_t port, Deadline deadline, boo
     bool transient = lastErr == ECONNREFUSED || lastErr == ENETUNREACH || lastErr == EHOSTUNREACH ||
                      lastErr == ECONNRESET || lastErr == ECONNABORTED || lastErr == EAGAIN || lastErr == 0;
     if (deadline.expired() || lastErr == ETIMEDOUT) {
-      throw Timeout("timed out connecting to " + where + (lastWhy.empty() ? "" : " (last error: " + lastWhy + ")"));
+      // A connect that got no answer at all: the host is unreachable, or the listener's accept
+      // queue is full (a flood of connections to that port drops new ones unanswered).
+      std::string hint = lastErr == ETIMEDOUT ? "; no answer to the connection request: the host is unreachable or "
+                                                "the port's accept queue is full (a flood of connections to it?)"
+                                              : "";
+      throw Timeout("timed out connecting to " + where +
+                    (lastWhy.empty() ? "" : " (last error: " + lastWhy + hint + ")"));
     }
     if (!retry || !transient) throw Error("could not connect to " + where + ": " + lastWhy);
     std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(backoff, deadline.remaining()));
