@@ -10,8 +10,9 @@ processes, 100 idle holders each, each other connection reset at once; `max`: as
 can; 0: no flood). The runs alternate rates within each repetition.
 
 Per run: training steps a second (the slowest rank's steps over its training time), each
-process's peak resident memory and peak open descriptors (sampled every 0.1 s from /proc), and
-the flood's achieved rate. Reported per rate: the medians, and the throughput and memory ratios
+process's peak resident memory and peak open descriptors (sampled every 0.1 s from /proc),
+horovodrun's CPU time (what serving the flood cost the rendezvous server), and the flood's
+achieved rate. Reported per rate: the medians, and the throughput and memory ratios
 to the no-flood runs (the goal: within 10 %). On a small machine the flood's own processes take
 CPU from the job: the hammer runs at nice 10 (--hammer-nice), and the table gives the load.
 Nothing is asserted; tests/launcher/test_flood.py checks the events.
@@ -35,6 +36,16 @@ def free_port():
         return s.getsockname()[1]
 
 
+def cpu_seconds(pid):
+    """User + system CPU time of `pid` so far, or None once it is gone."""
+    try:
+        with open('/proc/{}/stat'.format(pid)) as f:
+            fields = f.read().rsplit(')', 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def sample(pid):
     try:
         with open('/proc/{}/status'.format(pid)) as f:
@@ -54,16 +65,17 @@ def one_run(args, rate):
                '--stop-file', os.path.join(work, 'stop'), '--started-file', os.path.join(work, 'started')]
         if rate != 'max':
             cmd += ['--rate', rate]
+        # Its idle holders connect as soon as horovodrun's server listens, before any rank starts.
         hammer = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-        while not os.path.exists(os.path.join(work, 'started.0')) and hammer.poll() is None:
-            time.sleep(0.05)
     env = dict(os.environ, SOAK_DIR=work, SOAK_STEP_RATE='100000', HOROVOD_GLOO_RENDEZVOUS_PORT=str(port),
                SOAK_DEADLINE=str(time.time() + args.seconds))
     job = subprocess.Popen([args.horovodrun, '-np', '2', sys.executable, os.path.join(HERE, 'soak_worker.py')],
                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     peaks = {}
     pids = {'horovodrun': job.pid}
+    launcher_cpu = 0.0
     while job.poll() is None:
+        launcher_cpu = cpu_seconds(job.pid) or launcher_cpu
         for r in range(2):
             p = os.path.join(work, 'pid{}'.format(r))
             if 'rank{}'.format(r) not in pids and os.path.exists(p):
@@ -89,7 +101,8 @@ def one_run(args, rate):
             done.append(json.load(f))
     steps_per_s = min(d['steps'] / d['seconds'] for d in done)
     achieved = float(flood_line.split('(')[1].split('/s')[0]) if flood_line else 0.0
-    return dict(steps_per_s=steps_per_s, peaks=peaks, achieved=achieved, load=os.getloadavg()[0])
+    return dict(steps_per_s=steps_per_s, peaks=peaks, achieved=achieved, load=os.getloadavg()[0],
+                launcher_cpu=launcher_cpu)
 
 
 def main():
@@ -120,21 +133,22 @@ def main():
              '`python3 bench/flood.py --reps {} --seconds {:g} --rates {}` on {} CPUs; the hammer at nice {}.'.format(
                  args.reps, args.seconds, args.rates, os.cpu_count(), args.hammer_nice), '',
              '| flood (asked) | achieved conn/s | runs | steps/s | vs none | rank RSS peak (MiB) | vs none | '
-             'horovodrun RSS peak (MiB) | horovodrun fds peak | load |', '|---|---|---|---|---|---|---|---|---|---|']
+             'horovodrun RSS peak (MiB) | horovodrun fds peak | horovodrun CPU (s) | load |',
+             '|---|---|---|---|---|---|---|---|---|---|---|']
     base_rss = med_peak(base, 'rank0', 0) if base else None
     for rate in rates:
         runs = results[rate]
         if not runs:
-            lines.append('| {} | - | 0 (failed) | | | | | | | |'.format(rate))
+            lines.append('| {} | - | 0 (failed) | | | | | | | | |'.format(rate))
             continue
         tput = statistics.median(r['steps_per_s'] for r in runs)
         rss = med_peak(runs, 'rank0', 0)
-        lines.append('| {} | {:.0f} | {} | {:.1f} | {} | {:.1f} | {} | {:.1f} | {:.0f} | {:.1f} |'.format(
+        lines.append('| {} | {:.0f} | {} | {:.1f} | {} | {:.1f} | {} | {:.1f} | {:.0f} | {:.2f} | {:.1f} |'.format(
             rate, statistics.median(r['achieved'] for r in runs), len(runs), tput,
             '{:+.1f} %'.format(100 * (tput / base_tput - 1)) if base_tput else '-', rss / 1024,
             '{:+.1f} %'.format(100 * (rss / base_rss - 1)) if base_rss else '-',
             med_peak(runs, 'horovodrun', 0) / 1024, med_peak(runs, 'horovodrun', 1),
-            statistics.median(r['load'] for r in runs)))
+            statistics.median(r['launcher_cpu'] for r in runs), statistics.median(r['load'] for r in runs)))
     report = '\n'.join(lines) + '\n'
     print(report)
     if args.out:
