@@ -152,7 +152,8 @@ def main():
                       ' '.join('{}:rss={}KiB,fds={},thr={},shm={}'.format(n, s['rss_kib'], s['fds'], s['threads'],
                                                                           s['shm']) for n, s in procs.items()),
                       flush=True)
-            next_sample += interval
+            while next_sample <= now:  # on the interval's grid, no catch-up burst after a late start
+                next_sample += interval
         time.sleep(0.5)
     if job.poll() is None:
         job.kill()
@@ -209,7 +210,7 @@ def main():
              '| process | resource | after warm-up | at the end | peak | growth | ok |',
              '|---|---|---|---|---|---|---|']
     for name, res, base, final, peak, g, ok in rows:
-        lines.append('| {} | {} | {:g} | {:g} | {:g} | {:+.1f} % | {} |'.format(name, res, base, final, peak, 100 * g,
+        lines.append('| {} | {} | {:g} | {:g} | {:g} | {:+.2f} % | {} |'.format(name, res, base, final, peak, 100 * g,
                                                                               'yes' if ok else 'NO'))
     lines += ['', timeline_note, '', 'Samples (rss in KiB; fds / threads / shm segments):', '',
               '| t (s) | steps | timeline (bytes) | /dev/shm hvd-* | ' +
