@@ -19,8 +19,8 @@ HANDSHAKE_TIMEOUT_SECONDS; a new connection beyond that drops the oldest pending
 BUSY_ANSWER in place of the server's MAC so that its client connects again (within
 IO_TIMEOUT_SECONDS) instead of reporting a wrong secret. A payload's announced length is checked
 against MAX_PAYLOAD_BYTES before anything is allocated for it, on both sides. Threads and
-descriptors are so bounded by MAX_PENDING_HANDSHAKES plus the authenticated requests (one per
-worker at a time).
+descriptors are so bounded by twice MAX_PENDING_HANDSHAKES (the pending ones and those dropped
+whose thread has not ended yet) plus the authenticated requests (one per worker at a time).
 """
 
 import collections
@@ -81,8 +81,9 @@ class _Handler(socketserver.BaseRequestHandler):
         sock = self.request
         sock.settimeout(HANDSHAKE_TIMEOUT_SECONDS)
         try:
-            nonce_s = os.urandom(NONCE_BYTES)
-            sock.sendall(nonce_s)
+            nonce_s = self.server.nonce_sent(sock)  # sent at accept, so a busy notice comes after it
+            if nonce_s is None:
+                return
             nonce_c = _recv_exact(sock, NONCE_BYTES)
             proof = _recv_exact(sock, DIGEST_BYTES)
             if not hmac.compare_digest(proof, _mac(service.key, b'client', nonce_s, nonce_c)):
@@ -114,15 +115,28 @@ class _Server(socketserver.ThreadingMixIn, socketserver.TCPServer):
     request_queue_size = 128
 
     def server_activate(self):
-        self._pending = collections.OrderedDict()  # socket -> None, in accept order
-        self._pending_lock = threading.Lock()
+        self._pending = collections.OrderedDict()  # socket -> the challenge sent, in accept order
+        self._draining = set()  # dropped as busy, their threads not yet finished
+        self._pending_lock = threading.Condition()
         self.dropped_busy = 0
         super().server_activate()
 
     def process_request(self, request, client_address):
+        nonce_s = os.urandom(NONCE_BYTES)
+        try:
+            if request.send(nonce_s, socket.MSG_DONTWAIT) != NONCE_BYTES:  # a fresh socket's buffer takes it
+                raise OSError('short send')
+        except OSError:
+            self.shutdown_request(request)
+            return
         with self._pending_lock:
+            # Dropped connections' threads end at once (their socket is shut down); until they
+            # have, new connections wait, so threads and descriptors stay within twice the bound.
+            while len(self._pending) + len(self._draining) >= 2 * MAX_PENDING_HANDSHAKES:
+                self._pending_lock.wait(0.1)
             if len(self._pending) >= MAX_PENDING_HANDSHAKES:
                 oldest, _ = self._pending.popitem(last=False)
+                self._draining.add(oldest)
                 self.dropped_busy += 1
                 try:
                     oldest.send(BUSY_ANSWER, socket.MSG_DONTWAIT)
@@ -132,18 +146,25 @@ class _Server(socketserver.ThreadingMixIn, socketserver.TCPServer):
                     oldest.shutdown(socket.SHUT_RDWR)  # its thread's recv returns at once
                 except OSError:
                     pass
-            self._pending[request] = None
+            self._pending[request] = nonce_s
         super().process_request(request, client_address)
+
+    def nonce_sent(self, sock):
+        """The challenge sent at accept; None if the connection was dropped as busy already."""
+        with self._pending_lock:
+            return self._pending.get(sock)
 
     def authenticated(self, sock):
         """Leaves the handshake; False if the connection was dropped as busy meanwhile."""
         with self._pending_lock:
-            return self._pending.pop(sock, False) is None
+            return self._pending.pop(sock, None) is not None
 
     def shutdown_request(self, request):
+        super().shutdown_request(request)
         with self._pending_lock:
             self._pending.pop(request, None)
-        super().shutdown_request(request)
+            self._draining.discard(request)
+            self._pending_lock.notify_all()
 
 
 class TaskService:
