@@ -168,6 +168,12 @@ fi
 if [ $quick = 0 ] && [ -x bench/smoke.sh ]; then
   stage "bench smoke" 300 bench/smoke.sh
 fi
+if [ $quick = 0 ] && [ -x bench/soak.py ]; then
+  # A 3-minute soak (2 ranks, timeline and autotune on): no resource of a rank or of horovodrun
+  # may grow more than 5 % after the warm-up (bench/results/soak.md holds the 60-minute run).
+  stage "soak (3 min)" 420 env HOROVODRUN="$(installed_horovodrun)" \
+    python3 bench/soak.py --minutes 3 --interval 10 --out build/soak_ci.md
+fi
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "FAILED stages: ${failed[*]}"

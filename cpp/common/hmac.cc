@@ -249,6 +249,21 @@ std::optional<std::vector<uint8_t>> ClientHandshake::respond(const uint8_t* chal
   return proof;
 }
 
+const std::array<uint8_t, kAnswerBytes>& busyAnswer() {
+  static const std::array<uint8_t, kAnswerBytes> busy = [] {
+    std::array<uint8_t, kAnswerBytes> b{};
+    const char text[] = "HVD busy: too many handshakes";  // zero-padded to kAnswerBytes
+    static_assert(sizeof(text) <= kAnswerBytes);
+    std::memcpy(b.data(), text, sizeof(text));
+    return b;
+  }();
+  return busy;
+}
+
+bool isBusyAnswer(const uint8_t* answer, size_t bytes) {
+  return bytes == kAnswerBytes && std::memcmp(answer, busyAnswer().data(), kAnswerBytes) == 0;
+}
+
 bool ClientHandshake::verifyAnswer(const uint8_t* answer, size_t bytes) const {
   if (bytes != kAnswerBytes) return false;
   Digest want = serverMac(secret_, nonceC_.data(), nonceS_.data(), expectedServerId_);

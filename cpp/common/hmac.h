@@ -90,6 +90,14 @@ class ServerHandshake {
   std::vector<uint8_t> challenge_;
 };
 
+// Sent instead of the Answer by a server that drops a connection before checking its proof
+// because too many handshakes are pending (a flood of connections), so that the client can tell
+// "busy, try again" from "wrong secret" (a server that rejects a proof sends nothing back). It is
+// not secret and proves nothing: a peer that sends it can only make a client retry within its
+// deadline. No HMAC answer equals it except with probability 2^-256.
+const std::array<uint8_t, kAnswerBytes>& busyAnswer();
+bool isBusyAnswer(const uint8_t* answer, size_t bytes);
+
 // Client side of one handshake.
 class ClientHandshake {
  public:

@@ -10,6 +10,8 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <optional>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -292,7 +294,13 @@ Socket connectTcp(const std::string& host, uint16_t port, Deadline deadline, boo
     bool transient = lastErr == ECONNREFUSED || lastErr == ENETUNREACH || lastErr == EHOSTUNREACH ||
                      lastErr == ECONNRESET || lastErr == ECONNABORTED || lastErr == EAGAIN || lastErr == 0;
     if (deadline.expired() || lastErr == ETIMEDOUT) {
-      throw Timeout("timed out connecting to " + where + (lastWhy.empty() ? "" : " (last error: " + lastWhy + ")"));
+      // A connect that got no answer at all: the host is unreachable, or the listener's accept
+      // queue is full (a flood of connections to that port drops new ones unanswered).
+      std::string hint = lastErr == ETIMEDOUT ? "; no answer to the connection request: the host is unreachable or "
+                                                "the port's accept queue is full (a flood of connections to it?)"
+                                              : "";
+      throw Timeout("timed out connecting to " + where +
+                    (lastWhy.empty() ? "" : " (last error: " + lastWhy + hint + ")"));
     }
     if (!retry || !transient) throw Error("could not connect to " + where + ": " + lastWhy);
     std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(backoff, deadline.remaining()));
@@ -374,14 +382,28 @@ void authenticateAsClient(int fd, const std::string& secret, const std::string& 
   recvAll(fd, challenge, sizeof(challenge), deadline);
   auto proof = handshake.respond(challenge, sizeof(challenge));
   if (!proof) throw AuthenticationRefused("peer " + peerAddress(fd) + " is not a Horovod endpoint (bad challenge)");
-  sendAll(fd, proof->data(), proof->size(), deadline);
+  // A server that drops the connection as busy may have closed it before our proof arrived: the
+  // send then fails, but its busy notice can still be read.
+  std::optional<SocketClosed> sendFailed;
+  try {
+    sendAll(fd, proof->data(), proof->size(), deadline);
+  } catch (const SocketClosed& e) {
+    sendFailed = e;
+  }
   uint8_t answer[auth::kAnswerBytes];
   try {
     recvAll(fd, answer, sizeof(answer), deadline);
   } catch (const SocketClosed&) {
+    if (sendFailed) throw *sendFailed;
     throw AuthenticationRefused("peer " + peerAddress(fd) +
                                 " closed the connection after our proof: the job secret does not match");
   }
+  if (auth::isBusyAnswer(answer, sizeof(answer))) {
+    throw PeerBusy("peer " + peerAddress(fd) +
+                   " dropped the connection before checking our proof: too many connections were waiting to "
+                   "authenticate (a flood of connections to its port?)");
+  }
+  if (sendFailed) throw *sendFailed;
   if (!handshake.verifyAnswer(answer, sizeof(answer))) {
     throw AuthenticationRefused("peer " + peerAddress(fd) + " failed to prove the job secret (or is not '" +
                                 expectedServerId + "')");

@@ -106,8 +106,13 @@ void recvAll(int fd, void* data, size_t bytes, Deadline deadline);
 
 // Runs the handshake of hmac.h over a connected socket.
 // Client: throws AuthenticationRefused if the server closed the connection after our proof
-// (wrong secret) or its answer did not verify (impostor or wrong peer).
+// (wrong secret) or its answer did not verify (impostor or wrong peer), and PeerBusy if the server
+// dropped the connection before checking the proof because too many handshakes were pending
+// (auth::busyAnswer(): a flood of connections; connecting again may succeed).
 class AuthenticationRefused : public Error {
+  using Error::Error;
+};
+class PeerBusy : public Error {
   using Error::Error;
 };
 void authenticateAsClient(int fd, const std::string& secret, const std::string& clientId,

@@ -2,6 +2,9 @@
 
 #include <poll.h>
 
+#include <algorithm>
+#include <thread>
+
 #include "common/logging.h"
 #include "horovod/errors.h"
 #include "store/store_protocol.h"
@@ -24,6 +27,9 @@ constexpr auto kReconnectBound = std::chrono::seconds(30);
 constexpr auto kReconnectWindow = std::chrono::seconds(3);
 // Requests sent again on fresh connections before giving up (each one needs a new break).
 constexpr int kMaxResends = 3;
+// Pauses between connection attempts that the server dropped as busy (PeerBusy), doubling.
+constexpr auto kBusyBackoffFirst = std::chrono::milliseconds(5);
+constexpr auto kBusyBackoffMax = std::chrono::milliseconds(200);
 
 // True when an idle pooled connection is known broken: an idle authenticated connection never
 // has anything to read, so readable means EOF, a reset or a stray byte, all unusable.
@@ -52,22 +58,34 @@ std::string TcpStore::serverAddress() const { return joinHostPort(host_, port_);
 
 Socket TcpStore::connect(Deadline deadline) {
   std::string where = serverAddress();
-  Socket s;
-  try {
-    s = connectTcp(host_, port_, deadline, /*retry=*/true);
-  } catch (const Error& e) {
-    throw StoreError("could not connect to rendezvous server at " + where + ": " + e.what());
+  auto backoff = kBusyBackoffFirst;
+  for (int busy = 0;; ++busy) {
+    Socket s;
+    try {
+      s = connectTcp(host_, port_, deadline, /*retry=*/true);
+    } catch (const Error& e) {
+      throw StoreError("could not connect to rendezvous server at " + where + ": " + e.what());
+    }
+    setNoDelay(s.fd());
+    try {
+      authenticateAsClient(s.fd(), secret_, store_wire::kClientIdentity, store_wire::kServerIdentity, deadline);
+      return s;
+    } catch (const PeerBusy& e) {
+      // Dropped unchecked under a flood: try again, with a growing pause, within the deadline.
+      if (!deadline.isNever() && deadline.remaining() <= backoff) {
+        throw StoreError("could not connect to rendezvous server at " + where + ": it dropped " +
+                         std::to_string(busy + 1) + " connection attempt(s) before authenticating: " + e.what());
+      }
+      HVD_LOG(Debug) << "rendezvous server at " << where << " busy; connecting again: " << e.what();
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(2 * backoff, kBusyBackoffMax);
+    } catch (const AuthenticationRefused& e) {
+      throw StoreSecretRefused("rendezvous server at " + where +
+                               " refused authentication (the job secret does not match the launcher's): " + e.what());
+    } catch (const Error& e) {
+      throw StoreError("could not connect to rendezvous server at " + where + ": authentication failed: " + e.what());
+    }
   }
-  setNoDelay(s.fd());
-  try {
-    authenticateAsClient(s.fd(), secret_, store_wire::kClientIdentity, store_wire::kServerIdentity, deadline);
-  } catch (const AuthenticationRefused& e) {
-    throw StoreSecretRefused("rendezvous server at " + where +
-                             " refused authentication (the job secret does not match the launcher's): " + e.what());
-  } catch (const Error& e) {
-    throw StoreError("could not connect to rendezvous server at " + where + ": authentication failed: " + e.what());
-  }
-  return s;
 }
 
 Socket TcpStore::takeConnection(Deadline connectBy) {

@@ -2,6 +2,12 @@
 // server side of the handshake (common/hmac.h) as a small state machine; until it verifies,
 // nothing the peer sends is interpreted. Blocking get/wait requests park the connection until
 // a set/add makes their keys present or their timeout passes.
+//
+// Under a flood of connections (a hostile or broken local process, or a port scan), each round of
+// the loop serves authenticated clients first, then the handshakes in progress, and only then
+// accepts a bounded batch of new connections; shutdown is checked every round. Unauthenticated
+// connections are bounded in number, time and buffered bytes; one dropped to make room is told
+// so (auth::busyAnswer()), and its client connects again instead of reporting a wrong secret.
 #include "store/tcp_store_server.h"
 
 #include <poll.h>
@@ -41,10 +47,16 @@ constexpr size_t kMaxPendingHandshakes = 256;
 // At most this many connections are accepted per poll round, so that a connection flood cannot
 // keep the thread from serving the clients it has, nor from noticing shutdown.
 constexpr int kAcceptBatch = 64;
+// An unauthenticated peer may send at most one complete proof before it is answered.
+constexpr size_t kMaxProofBytes = 2 + auth::kMaxIdentityBytes + auth::kNonceBytes + 32;
 // Refusal warnings: at most kRefusalLogBurst per kRefusalLogWindow, then one summary line.
 constexpr int kRefusalLogBurst = 5;
 constexpr auto kRefusalLogWindow = std::chrono::seconds(10);
 constexpr size_t kReadChunk = 64 * 1024;
+// At most this many bytes are read from one connection per round (the rest waits in the kernel
+// for the next round), so one fast sender cannot starve the others or grow the buffer beyond its
+// largest frame plus this.
+constexpr size_t kReadPerRound = 16 * kReadChunk;
 
 struct Conn {
   Conn(Socket s, const std::string& secret)
@@ -108,6 +120,8 @@ struct TcpStoreServer::Impl {
   void replyError(Conn& c, const std::string& message);
   void flush(Conn& c);
   void refuse(Conn& c, const std::string& why);
+  void dropAsBusy(Conn& c, const std::string& why);
+  bool closedWhilePending(Conn& c);
   std::vector<std::string> missing(const std::vector<std::string>& keys) const;
   void dropOldestPendingIfFull();
   void logRefusal(const std::string& peer, const std::string& why);
@@ -182,13 +196,17 @@ void TcpStoreServer::Impl::serveReady(const std::vector<pollfd>& fds, const std:
     uint64_t drained;
     (void)!::read(wakeFd.fd(), &drained, sizeof(drained));
   }
-  if (fds[1].revents != 0) acceptBatch();
-  for (size_t i = 0; i < order.size(); ++i) {
-    Conn& c = *order[i];
-    short rev = fds[i + 2].revents;
-    if (rev & (POLLIN | POLLHUP | POLLERR)) readFrom(c);
-    if (!c.dead && (rev & POLLOUT)) flush(c);
+  // Authenticated clients first, then the handshakes in progress, then new connections.
+  for (bool authenticatedPass : {true, false}) {
+    for (size_t i = 0; i < order.size(); ++i) {
+      Conn& c = *order[i];
+      if (c.dead || c.authenticated != authenticatedPass) continue;
+      short rev = fds[i + 2].revents;
+      if (rev & (POLLIN | POLLHUP | POLLERR)) readFrom(c);
+      if (!c.dead && (rev & POLLOUT)) flush(c);
+    }
   }
+  if (fds[1].revents != 0 && !stopping) acceptBatch();
 }
 
 void TcpStoreServer::Impl::expireDeadlines(Clock::time_point now) {
@@ -207,23 +225,48 @@ void TcpStoreServer::Impl::expireDeadlines(Clock::time_point now) {
   }
 }
 
+bool TcpStoreServer::Impl::closedWhilePending(Conn& c) {
+  // A peek, not a read: bytes that arrived (a client's proof) stay for readFrom.
+  uint8_t byte;
+  ssize_t n = ::recv(c.sock.fd(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))) return false;
+  HVD_LOG(Debug) << "Rendezvous server: " << c.peer << " disconnected before authenticating";
+  c.dead = true;
+  c.sock.close();
+  return true;
+}
+
 void TcpStoreServer::Impl::dropOldestPendingIfFull() {
-  // conns is in accept order, so the first live pending one is the oldest. One that sent nothing
-  // yet goes first: a real client answers the challenge within a round trip, a flood's
-  // connections stay silent.
-  Conn* oldest = nullptr;
-  Conn* oldestSilent = nullptr;
   size_t pending = 0;
   for (auto& c : conns) {
-    if (c.dead || c.authenticated) continue;
-    if (!oldest) oldest = &c;
-    if (!oldestSilent && c.in.size() == c.inStart) oldestSilent = &c;
-    pending++;
+    if (!c.dead && !c.authenticated) pending++;
   }
   if (pending < kMaxPendingHandshakes) return;
-  refuse(oldestSilent != nullptr ? *oldestSilent : *oldest,
-         "dropped before authenticating: " + std::to_string(kMaxPendingHandshakes) +
-             " connections were already in the handshake");
+  // conns is in accept order, so the first live pending one is the oldest. Connections whose
+  // peer already left (a flood resets its connections) are reaped first, without blaming anyone;
+  // then the oldest one that has sent nothing is dropped: a real client answers the challenge
+  // within a round trip (its proof may still wait in the kernel: the peek sees it), a flood's
+  // idle connections stay silent. Only when none is silent does the oldest one go.
+  Conn* oldest = nullptr;
+  for (auto& c : conns) {
+    if (c.dead || c.authenticated) continue;
+    if (closedWhilePending(c)) {
+      if (--pending < kMaxPendingHandshakes) return;
+      continue;
+    }
+    if (!oldest) oldest = &c;
+    uint8_t byte;
+    bool silent = c.in.size() == c.inStart && ::recv(c.sock.fd(), &byte, 1, MSG_PEEK | MSG_DONTWAIT) < 0;
+    if (silent) {
+      dropAsBusy(c, "dropped before authenticating (it had sent nothing): " + std::to_string(kMaxPendingHandshakes) +
+                        " connections were already waiting to authenticate");
+      return;
+    }
+  }
+  if (oldest) {
+    dropAsBusy(*oldest, "dropped before authenticating: " + std::to_string(kMaxPendingHandshakes) +
+                            " connections were already waiting to authenticate");
+  }
 }
 
 void TcpStoreServer::Impl::logRefusal(const std::string& peer, const std::string& why) {
@@ -272,7 +315,14 @@ void TcpStoreServer::Impl::acceptBatch() {
 }
 
 void TcpStoreServer::Impl::readFrom(Conn& c) {
-  while (!c.dead) {
+  for (size_t readNow = 0; !c.dead;) {
+    const size_t buffered = c.in.size() - c.inStart;
+    if (!c.authenticated && buffered > kMaxProofBytes) {
+      refuse(c, "sent " + std::to_string(buffered) + " bytes before authenticating (a proof is at most " +
+                    std::to_string(kMaxProofBytes) + ")");
+      return;
+    }
+    if (readNow >= kReadPerRound) return;  // poll reports the rest next round
     if (c.inStart == c.in.size()) {
       c.in.clear();
       c.inStart = 0;
@@ -281,7 +331,10 @@ void TcpStoreServer::Impl::readFrom(Conn& c) {
     c.in.resize(old + kReadChunk);
     ssize_t n = ::recv(c.sock.fd(), c.in.data() + old, kReadChunk, 0);
     c.in.resize(old + std::max<ssize_t>(n, 0));
-    if (n > 0) continue;
+    if (n > 0) {
+      readNow += static_cast<size_t>(n);
+      continue;
+    }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
     // EOF or error: a client that disconnects before authenticating counts as refused only if
@@ -438,6 +491,14 @@ void TcpStoreServer::Impl::flush(Conn& c) {
   }
   c.out.clear();
   c.outStart = 0;
+}
+
+void TcpStoreServer::Impl::dropAsBusy(Conn& c, const std::string& why) {
+  // The challenge went out at accept (an empty socket buffer takes it), so the client reads an
+  // answer next: the busy notice takes its place. Best effort: the peer may be gone already.
+  const auto& busy = auth::busyAnswer();
+  if (c.outStart == c.out.size()) (void)!::send(c.sock.fd(), busy.data(), busy.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  refuse(c, why);
 }
 
 void TcpStoreServer::Impl::refuse(Conn& c, const std::string& why) {

@@ -187,3 +187,29 @@ def test_task_service_refuses_wrong_secret():
         assert service.refused == 1
     finally:
         service.shutdown()
+
+
+def test_task_service_bounds_its_handshakes_and_tells_a_dropped_client():
+    sys.path.insert(0, PYTHON_DIR)
+    try:
+        from horovod.runner import task_service as ts
+    finally:
+        sys.path.pop(0)
+    import socket
+    service = ts.TaskService('right', b'payload', bind_host='127.0.0.1')
+    try:
+        def silent():
+            s = socket.create_connection(('127.0.0.1', service.port), timeout=30)
+            assert len(ts._recv_exact(s, ts.NONCE_BYTES)) == ts.NONCE_BYTES  # its handler runs
+            return s
+        first = silent()
+        holders = [silent() for _ in range(ts.MAX_PENDING_HANDSHAKES)]
+        # The oldest pending connection made room for the newest and was told it was busy.
+        assert ts._recv_exact(first, ts.DIGEST_BYTES) == ts.BUSY_ANSWER
+        # A real client gets in past a full handshake queue (connecting again if it is dropped).
+        assert ts.TaskClient('127.0.0.1', service.port, 'right', 0).fetch_function() == b'payload'
+        assert service._server.dropped_busy >= 2
+        for s in holders + [first]:
+            s.close()
+    finally:
+        service.shutdown()

@@ -223,3 +223,36 @@ def test_store_client_cannot_reach_a_server():
     with pytest.raises(ConnectionError, match='could not connect'):
         StoreClient('127.0.0.1', port, SECRET, connect_timeout_s=0.5)
     assert time.monotonic() - started < 10
+
+
+def test_serves_and_shuts_down_through_a_connection_flood(tmp_path):
+    # The server Ray and Spark drivers run, flooded (bench/flood_hammer.py: 2 processes, 100 idle
+    # connections each, the rest reset at once): a client keeps working, shutdown returns while
+    # the flood goes on, and this process's descriptors stay within the 256 handshakes' bound.
+    import subprocess
+    import sys
+    hammer = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), 'bench',
+                          'flood_hammer.py')
+    server = RendezvousServer(SECRET, '127.0.0.1')
+    started, stop = str(tmp_path / 'started'), str(tmp_path / 'stop')
+    flood = subprocess.Popen([sys.executable, hammer, '127.0.0.1', str(server.port), '--seconds', '50', '--procs',
+                              '2', '--holders', '100', '--started-file', started, '--stop-file', stop],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        while not os.path.exists(started + '.0') and flood.poll() is None:
+            time.sleep(0.05)
+        assert flood.poll() is None
+        peak = 0
+        with StoreClient('127.0.0.1', server.port, SECRET) as client:
+            i, until = 0, time.time() + 2  # about 2 s of requests through the flood
+            while i < 50 or time.time() < until:
+                i += 1
+                client.set('k{}'.format(i), b'v')
+                assert client.get('k{}'.format(i), timeout_s=30) == b'v'
+                peak = max(peak, len(os.listdir('/proc/self/fd')))
+        server.shutdown()
+        assert flood.poll() is None, 'the flood ended before the shutdown returned'
+    finally:
+        open(stop, 'w').close()
+        stats = flood.communicate(timeout=60)[0]
+    assert peak <= 256 + 64, (peak, stats)

@@ -5,8 +5,10 @@ workers' engine reaches the server exactly as it reaches the launcher's:
 ``HOROVOD_GLOO_RENDEZVOUS_ADDR`` / ``_PORT`` and ``HOROVOD_SECRET_KEY``.
 
 Unauthenticated connections are bounded as horovodrun's: each must finish the HMAC handshake
-within 5 s, at most 256 may be in the handshake at once (the oldest is dropped to admit a new
-one), and refusals are logged as warnings on stderr at most 5 times per 10 s, then summarised.
+within 5 s, at most 256 may be in the handshake at once (the oldest silent one is dropped, with a
+busy notice its client retries on, to admit a new one), authenticated clients are served ahead
+of them, and refusals are logged as warnings on stderr at most 5 times per 10 s, then summarised
+(docs/failures.md, "Connection floods").
 """
 
 from horovod import _core

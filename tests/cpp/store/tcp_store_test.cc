@@ -298,6 +298,70 @@ TEST(TcpStore, ServesItsClientsThroughAConnectionFlood) {
   EXPECT_EQ(failure, "") << "the client failed during the flood";
 }
 
+// A raw connection to the server's port that reads the challenge and then says nothing.
+Socket silentConnection(uint16_t port) {
+  Socket s = connectTcp("127.0.0.1", port, Deadline::after(10s), /*retry=*/false);
+  uint8_t challenge[auth::kChallengeBytes];
+  recvAll(s.fd(), challenge, sizeof(challenge), Deadline::after(10s));
+  return s;
+}
+
+TEST(TcpStore, FullHandshakeQueueDropsTheOldestSilentConnectionAsBusy) {
+  TcpStoreServer server("127.0.0.1", 0, "secret");
+  Socket first = silentConnection(server.port());
+  std::vector<Socket> holders;
+  for (int i = 0; i < 255; ++i) holders.push_back(silentConnection(server.port()));
+  // The 257th connection makes room: the oldest silent one is told it was dropped as busy (not
+  // closed without a word, which its client would read as a wrong secret).
+  Socket newest = silentConnection(server.port());
+  uint8_t answer[auth::kAnswerBytes];
+  recvAll(first.fd(), answer, sizeof(answer), Deadline::after(10s));
+  EXPECT_TRUE(auth::isBusyAnswer(answer, sizeof(answer)));
+  // A real client still gets in, and only ever the oldest silent ones are dropped for it.
+  TcpStore client("127.0.0.1", server.port(), "secret", Deadline::after(10s));
+  setString(client, "k", "v", Deadline::after(10s));
+  EXPECT_EQ(getString(client, "k", Deadline::after(10s)), "v");
+  pollfd p{newest.fd(), POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 0), 0) << "the newest pending connection was dropped";
+}
+
+TEST(TcpStore, ClientTellsABusyServerFromAWrongSecret) {
+  Socket listener = listenTcp("127.0.0.1", 0, 4);
+  const uint16_t port = localPort(listener.fd());
+  std::thread busyServer([&] {
+    Socket c = acceptTcp(listener.fd(), Deadline::after(10s));
+    auth::ServerHandshake handshake("secret", store_wire::kServerIdentity);
+    sendAll(c.fd(), handshake.challenge().data(), handshake.challenge().size(), Deadline::after(10s));
+    const auto& busy = auth::busyAnswer();
+    sendAll(c.fd(), busy.data(), busy.size(), Deadline::after(10s));
+  });
+  Socket s = connectTcp("127.0.0.1", port, Deadline::after(10s), /*retry=*/false);
+  std::string what;
+  try {
+    authenticateAsClient(s.fd(), "secret", store_wire::kClientIdentity, store_wire::kServerIdentity,
+                         Deadline::after(10s));
+  } catch (const PeerBusy& e) {
+    what = e.what();
+  } catch (const Error& e) {
+    what = std::string("not PeerBusy: ") + e.what();
+  }
+  busyServer.join();
+  EXPECT_NE(what.find("too many connections were waiting to authenticate"), std::string::npos) << what;
+}
+
+TEST(TcpStore, UnauthenticatedPeerSendingMoreThanAProofIsCutOff) {
+  TcpStoreServer server("127.0.0.1", 0, "secret");
+  Socket s = silentConnection(server.port());
+  std::vector<uint8_t> junk(256 * 1024, 0);  // identity length 0, then far more than a proof
+  try {
+    sendAll(s.fd(), junk.data(), junk.size(), Deadline::after(10s));
+  } catch (const SocketClosed&) {
+  }
+  uint8_t byte;
+  EXPECT_THROW(recvAll(s.fd(), &byte, 1, Deadline::after(10s)), SocketClosed);
+  EXPECT_GE(server.refusedConnections(), 1);
+}
+
 TEST(TcpStore, GoneServerFailsWithinTheReconnectWindow) {
   auto server = std::make_unique<TcpStoreServer>("127.0.0.1", 0, "s");
   CuttingProxy proxy(server->port());
