@@ -124,6 +124,7 @@ class ErrorFeedbackCompressor(Compressor):
         self._slots = {}     # key -> {slot name: slot}
         self._order = []     # keys in creation order (seeds derive from the position)
         self._position = {}  # key -> index in _order
+        self._pending = {}   # (position, slot name) -> initial value of a slot not created yet
 
     # Horovod's per-tensor interface cannot carry these compressors.
     def compress(self, tensor):
@@ -144,6 +145,15 @@ class ErrorFeedbackCompressor(Compressor):
         """[(key, slot name, slot)] in creation order."""
         return [(k, n, s) for k in self._order for n, s in sorted(self._slots[k].items())]
 
+    def positioned_items(self):
+        """[(position, slot name, slot)]: the same on every rank for the same gradients."""
+        return [(self._position[k], n, s) for k, n, s in self.state_items()]
+
+    def set_pending(self, values):
+        """{(position, slot name): value}: initial values for slots created later (state
+        received before this rank has run a step)."""
+        self._pending.update(values)
+
     def local_slot_names(self):
         """Slot names that differ between ranks (the residuals); the others must agree."""
         return ('residual',)
@@ -156,8 +166,12 @@ class ErrorFeedbackCompressor(Compressor):
             slots = self._slots[key] = {}
             self._position[key] = len(self._order)
             self._order.append(key)
-        for name, fn in init(self._position[key]).items():
+        position = self._position[key]
+        for name, fn in init(position).items():
             if name not in slots:
+                pending = self._pending.pop((position, name), None)
+                if pending is not None:
+                    fn = (lambda value=pending: value)
                 slots[name] = self._ops.slot(fn)
         return slots
 

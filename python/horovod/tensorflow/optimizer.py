@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from horovod.common.process_sets import global_process_set
 from horovod.tensorflow import collectives as _collectives
-from horovod.tensorflow.compression import Compression
+from horovod.tensorflow.compression import Compression, ErrorFeedbackCompressor
 from horovod.tensorflow.gradient_aggregation import LocalGradientAggregationHelper
 from horovod.tensorflow.gradients import (_make_allreduce_grads_fn, check_reduction_args,
                                           scale_local_gradients)
@@ -223,7 +223,8 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense='
         name: the wrapper's name (default ``Distributed<OptimizerClass>``).
         use_locking: passed to the legacy optimizer base class.
         device_dense, device_sparse: accepted for compatibility (host tensors).
-        compression: ``hvd.Compression.none``/``fp16``/``bf16``.
+        compression: ``hvd.Compression.none``/``fp16``/``bf16``, or (legacy optimizers) an
+            error-feedback compressor, ``hvd.PowerSGD(rank=...)`` / ``hvd.Int8Quantizer()``.
         sparse_as_dense: reduce ``tf.IndexedSlices`` gradients as dense tensors.
         backward_passes_per_step: aggregate this many passes locally before reducing (TF1
             graphs, or Keras optimizers).
@@ -237,7 +238,7 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense='
             set size.
     """
     groups = check_reduction_args(op, gradient_predivide_factor, num_groups, groups,
-                                  backward_passes_per_step)
+                                  backward_passes_per_step, compression)
 
     if isinstance(optimizer, tf.compat.v1.train.Optimizer):
         if op == Adasum:
@@ -256,6 +257,10 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense='
             process_set=process_set, scale_local_gradients=scale_local_gradients)
 
     if _is_keras_optimizer(optimizer):
+        if isinstance(compression, ErrorFeedbackCompressor):
+            raise ValueError('{!r} is not supported with Keras optimizers in this build: reduce '
+                             'with hvd.DistributedGradientTape(tape, compression=...) and apply '
+                             'with the plain Keras optimizer'.format(compression))
         if op == Adasum:
             raise ValueError('op == Adasum is not supported yet with Keras')
         keras_optimizer = _keras_distributed_optimizer()

@@ -15,14 +15,15 @@ import torch.nn as nn
 
 import horovod.torch as hvd
 
-TARGET_ACCURACY = 0.9
+TARGET_ACCURACY = 0.85
+MAX_LOSS = 0.05  # accuracy points below the uncompressed run's that a compressor may lose
 STEPS = 60
 CHECK_EVERY = 15  # steps between the cross-rank weight comparisons (and after the last)
 
 
 def blobs(n, seed):
     g = torch.Generator().manual_seed(1234)
-    centers = torch.randn(8, 32, generator=g) * 0.5
+    centers = torch.randn(8, 32, generator=g) * 0.8
     g = torch.Generator().manual_seed(seed)
     labels = torch.randint(0, 8, (n,), generator=g)
     return centers[labels] + torch.randn(n, 32, generator=g), labels
@@ -84,6 +85,10 @@ def check_training():
         sys.stdout.write('accuracy %s %.4f\n' % (name, accuracy))
         assert accuracy >= TARGET_ACCURACY, '%s: accuracy %.3f < %.2f' % (
             name, accuracy, TARGET_ACCURACY)
+        if name == 'none':
+            reference = accuracy
+        assert accuracy >= reference - MAX_LOSS, '%s: accuracy %.3f, uncompressed %.3f' % (
+            name, accuracy, reference)
         ok('torch_train_' + name)
 
 
