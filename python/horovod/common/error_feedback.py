@@ -171,7 +171,8 @@ class ErrorFeedbackCompressor(Compressor):
             if name not in slots:
                 pending = self._pending.pop((position, name), None)
                 if pending is not None:
-                    fn = (lambda value=pending: value)
+                    def fn(value=pending):
+                        return value
                 slots[name] = self._ops.slot(fn)
         return slots
 
