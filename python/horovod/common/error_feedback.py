@@ -100,6 +100,19 @@ class FrameworkOps:
         """Stores ``value``; returns a token for ``after`` (or None)."""
         raise NotImplementedError
 
+    def accumulate(self, slot, value):
+        """slot + value: M, what is compressed. May update ``slot`` in place and return it (M is
+        then only read until the residual is stored from it)."""
+        return self.read(slot) + value
+
+    def subtract_product(self, slot, m, p, q, approx):
+        """Stores M - P Q^T (``approx`` = P Q^T, computed already) as the residual."""
+        return self.write(slot, m - approx)
+
+    def subtract_scaled(self, slot, m, qf, scale):
+        """Stores M - qf * scale as the residual."""
+        return self.write(slot, m - qf * scale)
+
     def after(self, outputs, tokens):
         """``outputs`` ordered after the writes ``tokens`` (graph mode); eager: unchanged."""
         return outputs
@@ -270,7 +283,7 @@ class PowerSGDBase(ErrorFeedbackCompressor):
         for i in comp:
             rows, cols, _ = plans[i]
             slots = self._slots[keys[i]]
-            m = ops.reshape(ops.compute(grads[i]), (rows, cols)) + ops.read(slots['residual'])
+            m = ops.accumulate(slots['residual'], ops.reshape(ops.compute(grads[i]), (rows, cols)))
             ms.append(m)
             ps.append(ops.matmul(m, ops.read(slots['q'])))
         reduced = comm.allreduce(ps + [grads[i] for i in exact], 'average', 'powersgd.p')
@@ -286,7 +299,7 @@ class PowerSGDBase(ErrorFeedbackCompressor):
         for i, m, p, q in zip(comp, ms, p_hats, qs):
             slots = self._slots[keys[i]]
             approx = ops.matmul(p, q, transpose_b=True)
-            tokens.append(ops.write(slots['residual'], m - approx))
+            tokens.append(ops.subtract_product(slots['residual'], m, p, q, approx))
             tokens.append(ops.write(slots['q'], q))
             out[i] = ops.cast_like(ops.reshape(approx, ops.shape(grads[i])), grads[i])
         return ops.after(out, tokens)
@@ -326,7 +339,7 @@ class Int8QuantizerBase(ErrorFeedbackCompressor):
             slots = self._slots_for(
                 key, lambda _, c=c, shape=ops.shape(g): {'residual': lambda: ops.zeros(shape, c)})
             slots_list.append(slots)
-            ms.append(c + ops.read(slots['residual']))
+            ms.append(ops.accumulate(slots['residual'], c))
         amax = comm.allreduce([ops.abs_max_all(ms)], 'max', 'int8.scale')[0]
         scales = ops.safe_scale(amax, levels)
         sent, tokens = [], []
@@ -334,9 +347,9 @@ class Int8QuantizerBase(ErrorFeedbackCompressor):
             s = ops.element(scales, i)
             q, qf = ops.quantize(m, s, levels)
             sent.append(q)
-            tokens.append(ops.write(slots['residual'], m - qf * s))
+            tokens.append(ops.subtract_scaled(slots['residual'], m, qf, s))
         summed = comm.allreduce(sent, 'sum', 'int8.values')
-        out = [ops.cast_like(ops.dequantize(q, ops.element(scales, i), ms[i]) / comm.size, g)
+        out = [ops.cast_like(ops.dequantize(q, ops.element(scales, i) / comm.size, ms[i]), g)
                for i, (q, g) in enumerate(zip(summed, grads))]
         return ops.after(out, tokens)
 

@@ -66,11 +66,11 @@ class _TorchEFOps(FrameworkOps):
                             for t in tensors])
 
     def quantize(self, t, scale, levels):
-        qf = torch.clamp(torch.round(t / scale), -levels, levels)
+        qf = torch.div(t, scale).round_().clamp_(-levels, levels)
         return qf.to(torch.int8), qf
 
     def dequantize(self, q, scale, like):
-        return q.to(like.dtype) * scale
+        return q.to(like.dtype).mul_(scale)
 
     def element(self, vector, i):
         return vector[i]
@@ -80,6 +80,17 @@ class _TorchEFOps(FrameworkOps):
 
     def slot(self, init):
         return init()
+
+    # In place: a step over a large gradient then makes one pass per operation and allocates
+    # only its output (fresh large tensors cost page faults).
+    def accumulate(self, slot, value):
+        return slot.add_(value)
+
+    def subtract_product(self, slot, m, p, q, approx):
+        slot.sub_(approx)  # m is slot (accumulate)
+
+    def subtract_scaled(self, slot, m, qf, scale):
+        slot.add_(qf, alpha=-float(scale))  # m is slot (accumulate)
 
     def read(self, slot):
         return slot

@@ -138,12 +138,12 @@ def _broadcast_compression_state(optimizer, root_rank):
     compressor = getattr(optimizer, '_ef', None)
     if compressor is None:
         return
-    from horovod.torch import _ef_state
+    from horovod.torch import _error_feedback
     local = compressor.local_slot_names()
     shared = {name: {s: t for s, t in slots.items() if s not in local}
-              for name, slots in _ef_state.export(compressor, optimizer._parameter_names).items()}
+              for name, slots in _error_feedback.export(compressor, optimizer._parameter_names).items()}
     shared = broadcast_object(shared, root_rank, name='horovod_compression_state')
-    _ef_state.load(compressor, shared, optimizer._parameter_names)
+    _error_feedback.load(compressor, shared, optimizer._parameter_names)
 
 
 def _np_broadcast_(process_set):

@@ -24,18 +24,16 @@ from contextlib import contextmanager
 import torch
 
 from horovod.common.basics import init_count as _init_count
-from horovod.common.error_feedback import Comm as _EFComm
 from horovod.common.error_feedback import check_error_feedback_args
 from horovod.common.optimizer_args import check_optimizer_args
 from horovod.common.process_sets import global_process_set
 from horovod.common.util import split_list
-from horovod.torch import _buckets, _ef_state
+from horovod.torch import _buckets, _error_feedback
 from horovod.torch._grad_hooks import register_grad_hooks
 from horovod.torch.adasum_optimizer import _DistributedAdasumOptimizer
 from horovod.torch.async_ops import (Adasum, Average, Max, Sum, _allreduce_into_async,
-                                     allreduce_, allreduce_async_, grouped_allreduce_async,
-                                     grouped_allreduce_async_, size, sparse_allreduce_async,
-                                     synchronize)
+                                     allreduce_, allreduce_async_, grouped_allreduce_async_, size,
+                                     sparse_allreduce_async, synchronize)
 from horovod.torch.compression import Compression, ErrorFeedbackCompressor
 from horovod.torch.functions import broadcast_object
 
@@ -132,7 +130,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         state under ``'horovod_compression'``: {parameter name: {slot: tensor}}."""
         state = super(self.__class__, self).state_dict(*args, **kwargs)
         if self._ef is not None:
-            state['horovod_compression'] = _ef_state.export(self._ef, self._parameter_names)
+            state['horovod_compression'] = _error_feedback.export(self._ef, self._parameter_names)
         return state
 
     def load_state_dict(self, state_dict, *args, **kwargs):
@@ -151,7 +149,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                                  '(saved with compression=PowerSGD/Int8Quantizer); this '
                                  'DistributedOptimizer has compression={!r}'
                                  .format(self._compression))
-            _ef_state.load(self._ef, ef_state, self._parameter_names)
+            _error_feedback.load(self._ef, ef_state, self._parameter_names)
 
     def _reset_delays(self):
         for p in self._allreduce_delay:
@@ -256,7 +254,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _make_hook(self, p):
         def hook(*ignore):
             if self._ef is not None:
-                return self._ef_hook(p)
+                return _error_feedback.hook(self, p)
             if self._buckets is not None and self._buckets_init != _init_count():
                 self._forget_buckets()
             entry = self._bucket_of.get(p)
@@ -297,51 +295,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     handle, ctx = self._allreduce_grad_async(p)
             self._handles[p] = (handle, ctx)
         return hook
-
-    # ---- error-feedback compressors ---------------------------------------------------------
-
-    def _ef_hook(self, p):
-        if self._allreduce_delay[p] <= 0:
-            raise AssertionError("Gradients were computed more than backward_passes_per_step "
-                                 "times before call to step(). Increase "
-                                 "backward_passes_per_step to accumulate gradients locally.")
-        self._allreduce_delay[p] -= 1
-        self._handles[p] = (None, None)  # ready; reduced by synchronize()
-
-    def _ef_synchronize(self):
-        params = sorted(self._requires_update, key=lambda q: self._parameter_names.get(q))
-        grads = []
-        for p in params:
-            if p.grad is None:
-                p.grad = p.data.new(p.size()).zero_()
-            g = p.grad
-            if g.is_sparse:
-                if not self.sparse_as_dense:
-                    raise ValueError('{!r} needs dense gradients: parameter {} has a sparse '
-                                     'one; pass sparse_as_dense=True'.format(
-                                         self._ef, self._parameter_names.get(p)))
-                g = g.to_dense()
-            grads.append(g.detach())
-        if params:
-            ps = self.process_set
-            prefix = 'DistributedOptimizer.' + type(self._ef).__name__
-            ops = {'average': Average, 'sum': Sum, 'max': Max}
-
-            def allreduce(tensors, op, tag):
-                return synchronize(grouped_allreduce_async(
-                    tensors, name='%s.%s' % (prefix, tag), op=ops[op], process_set=ps))
-            n = ps.size()
-            out = self._ef.reduce(grads, params, _EFComm(allreduce, n))
-            for p, o in zip(params, out):
-                if self.op == Sum:
-                    o = o * n
-                if p.grad.is_sparse:
-                    p.grad.zero_().add_(o.to_sparse())
-                else:
-                    p.grad.copy_(o)
-        self._handles.clear()
-        self._reset_delays()
-        self._synchronized = True
 
     # ---- buckets ------------------------------------------------------------------------------
 
@@ -481,7 +434,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._synchronized = True
             return
         if self._ef is not None:
-            return self._ef_synchronize()
+            return _error_feedback.reduce_step(self)
 
         # Buckets whose gradients were not all final here (unused parameters, fewer backward
         # passes) start now, with what they hold: ranks match operations by name.
