@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from horovod.common.process_sets import global_process_set
 from horovod.tensorflow import collectives as _collectives
-from horovod.tensorflow.compression import Compression, ErrorFeedbackCompressor
+from horovod.tensorflow.compression import Compression
 from horovod.tensorflow.gradient_aggregation import LocalGradientAggregationHelper
 from horovod.tensorflow.gradients import (_make_allreduce_grads_fn, check_reduction_args,
                                           scale_local_gradients)
@@ -257,10 +257,6 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense='
             process_set=process_set, scale_local_gradients=scale_local_gradients)
 
     if _is_keras_optimizer(optimizer):
-        if isinstance(compression, ErrorFeedbackCompressor):
-            raise ValueError('{!r} is not supported with Keras optimizers in this build: reduce '
-                             'with hvd.DistributedGradientTape(tape, compression=...) and apply '
-                             'with the plain Keras optimizer'.format(compression))
         if op == Adasum:
             raise ValueError('op == Adasum is not supported yet with Keras')
         keras_optimizer = _keras_distributed_optimizer()

@@ -31,6 +31,9 @@ FP16Compressor = Compression.fp16
 BF16Compressor = Compression.bf16
 
 
+_NARROW = 16  # widest product computed transposed (see _TorchEFOps.matmul)
+
+
 class _TorchEFOps(FrameworkOps):
     """Eager torch: slots are tensors updated in place."""
 
@@ -49,7 +52,13 @@ class _TorchEFOps(FrameworkOps):
         return t.reshape(shape)
 
     def matmul(self, a, b, transpose_a=False, transpose_b=False):
-        return torch.matmul(a.t() if transpose_a else a, b.t() if transpose_b else b)
+        a = a.t() if transpose_a else a
+        b = b.t() if transpose_b else b
+        if b.shape[1] <= _NARROW < a.shape[0]:
+            # A tall, narrow product (M Q, M^T P): computed as the transpose of the wide one,
+            # which CPU BLAS runs 5-40x faster here (M^T P at r=2 on 2048x2048: 46 -> 1 ms).
+            return torch.matmul(b.t(), a.t()).t().contiguous()
+        return torch.matmul(a, b)
 
     def orthonormalize(self, p):
         return torch.linalg.qr(p, mode='reduced').Q
