@@ -25,7 +25,7 @@ TORCH_EXPORTS = (
     'cross_size rank local_rank cross_rank mpi_threads_supported mpi_enabled mpi_built '
     'gloo_enabled gloo_built nccl_built ddl_built ccl_built cuda_built rocm_built ProcessSet '
     'global_process_set add_process_set remove_process_set Average Sum Adasum Min Max Product '
-    'HorovodInternalError DistributedOptimizer SyncBatchNorm').split()
+    'HorovodInternalError DistributedOptimizer SyncBatchNorm PowerSGD Int8Quantizer').split()
 
 
 def test_version_and_exports():

@@ -22,6 +22,7 @@ call and kept only on the n-th (as Keras's own gradient accumulation does on JAX
 """
 
 from horovod._keras.settings import ReduceSettings
+from horovod.common.error_feedback import ErrorFeedbackCompressor
 
 _class_cache = {}
 
@@ -405,6 +406,10 @@ def create_distributed_optimizer(backend, optimizer, name=None, compression=None
                                  num_groups=0, groups=None, process_set=None,
                                  scale_local_gradients=True, device_dense='', device_sparse=''):
     """Builds the distributed optimizer; ``backend`` is the Keras it runs on."""
+    if isinstance(compression, ErrorFeedbackCompressor):
+        raise ValueError('{!r} is not supported with Keras optimizers in this build: reduce '
+                         'with hvd.DistributedGradientTape(tape, compression=...) and apply '
+                         'with the plain Keras optimizer'.format(compression))
     settings = ReduceSettings(backend, compression, sparse_as_dense, gradient_predivide_factor,
                               op, backward_passes_per_step, average_aggregated_gradients,
                               num_groups, groups, process_set, scale_local_gradients,

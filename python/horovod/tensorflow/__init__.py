@@ -50,7 +50,7 @@ else:
     from horovod.common.exceptions import HorovodInternalError  # noqa: F401
     from horovod.tensorflow.collectives import (  # noqa: F401
         allreduce, grouped_allreduce, reducescatter, grouped_reducescatter)
-    from horovod.tensorflow.compression import Compression  # noqa: F401
+    from horovod.tensorflow.compression import Compression, Int8Quantizer, PowerSGD  # noqa: F401
     from horovod.tensorflow.functions import (  # noqa: F401
         allgather_object, broadcast_, broadcast_global_variables, broadcast_object,
         broadcast_object_fn, broadcast_variables)

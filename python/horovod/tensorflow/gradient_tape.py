@@ -115,7 +115,8 @@ def DistributedGradientTape(gradtape, device_dense='', device_sparse='',
         device_dense, device_sparse: accepted for compatibility (this build reduces host
             tensors).
         compression: ``hvd.Compression.none``, ``.fp16`` or ``.bf16`` (casts during the
-            reduction).
+            reduction), or an error-feedback compressor instance, ``hvd.PowerSGD(rank=...)`` or
+            ``hvd.Int8Quantizer()`` (one per model, kept across steps; docs/compression.md).
         sparse_as_dense: reduce ``tf.IndexedSlices`` gradients as dense tensors (else they are
             gathered).
         op: ``hvd.Average`` (default), ``hvd.Sum`` or ``hvd.Adasum``.
@@ -126,7 +127,8 @@ def DistributedGradientTape(gradtape, device_dense='', device_sparse='',
         process_set: the ranks to reduce over.
         scale_local_gradients: divide the gradients of local sources by the set size.
     """
-    groups = check_reduction_args(op, gradient_predivide_factor, num_groups, groups)
+    groups = check_reduction_args(op, gradient_predivide_factor, num_groups, groups,
+                                  compression=compression)
     tape = _wrap_tape(gradtape)
     tape._hvd_setup(device_dense, device_sparse, compression, sparse_as_dense, op,
                     gradient_predivide_factor, groups, process_set, scale_local_gradients)

@@ -10,6 +10,8 @@ so a step crosses into the core once per group (eagerly and inside ``tf.function
 * ``groups=[[v1, v2], [v3], ...]`` (lists of variables): those groups, in that order, then every
   other gradient alone (needs ``vars``).
 
+An error-feedback compressor (``PowerSGD``, ``Int8Quantizer``) instead
+takes every gradient of the call at once and runs its own grouped allreduces (no ``groups``).
 None gradients stay None. Average with ``gradient_predivide_factor`` f is split as prescale 1/f
 and postscale f (the core then divides by the set size), as the torch optimizer does. When this
 rank is not in the process set, or the set has one rank, the gradients are returned unreduced
@@ -20,22 +22,26 @@ import os
 
 import tensorflow as tf
 
+from horovod.common.error_feedback import Comm, ErrorFeedbackCompressor, check_error_feedback_args
 from horovod.common.gradient_groups import check_variable_groups, group_indices
 from horovod.common.optimizer_args import check_optimizer_args
 from horovod.common.process_sets import global_process_set
 from horovod.tensorflow import collectives as _collectives
 from horovod.tensorflow import mpi_ops as _mpi
 from horovod.tensorflow.compression import Compression
-from horovod.tensorflow.mpi_ops import Average
+from horovod.tensorflow.mpi_ops import Average, Max, Sum
 from horovod.tensorflow.util import _cache, refs_to_vars, var_ref, vars_to_refs
 
 
 def check_reduction_args(op, gradient_predivide_factor, num_groups, groups,
-                         backward_passes_per_step=1):
+                         backward_passes_per_step=1, compression=None):
     """Validates the arguments every gradient wrapper takes (``check_optimizer_args``, groups
     of TensorFlow variables); returns the effective ``groups`` (a list when given as lists)."""
     groups = check_optimizer_args(op, gradient_predivide_factor, num_groups, groups,
                                   backward_passes_per_step)
+    if compression is not None:
+        check_error_feedback_args(compression, op, gradient_predivide_factor, groups, Average,
+                                  Sum)
     check_variable_groups(groups, _is_variable, key=var_ref)
     return list(groups) if isinstance(groups, tuple) else groups
 
@@ -82,6 +88,9 @@ def _make_allreduce_grads_fn(name, device_dense, device_sparse, compression, spa
         grads = list(grads)
         if reduction_is_identity(process_set):
             return grads
+        if isinstance(compression, ErrorFeedbackCompressor):
+            with tf.name_scope((name or 'Distributed') + '_Allreduce'):
+                return _error_feedback_reduce(compression, grads, vars, op, process_set)
         if sparse_as_dense:
             grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
                      for g in grads]
@@ -96,6 +105,29 @@ def _make_allreduce_grads_fn(name, device_dense, device_sparse, compression, spa
         return result
 
     return allreduce_grads
+
+
+_EF_OPS = {'average': Average, 'sum': Sum, 'max': Max}
+
+
+def _error_feedback_reduce(compressor, grads, vars, op, process_set):
+    """The non-None gradients through ``compressor`` (keyed by variable, else by position);
+    ``tf.IndexedSlices`` are made dense first."""
+    idx = [i for i, g in enumerate(grads) if g is not None]
+    dense = [tf.convert_to_tensor(grads[i]) for i in idx]
+    keys = [var_ref(vars[i]) if vars is not None else ('gradient', i) for i in idx]
+    size = len(process_set.ranks) if process_set.ranks is not None else _mpi.size()
+    prefix = 'horovod_' + type(compressor).__name__.lower()
+
+    def allreduce(tensors, kind, tag):
+        return _collectives.grouped_allreduce(
+            tensors, op=_EF_OPS[kind], process_set=process_set, ignore_name_scope=True,
+            name='{}_{}'.format(prefix, tag.replace('.', '_')))
+    reduced = compressor.reduce(dense, keys, Comm(allreduce, size))
+    out = list(grads)
+    for i, r in zip(idx, reduced):
+        out[i] = r * size if op == Sum else r
+    return out
 
 
 @_cache

@@ -223,7 +223,8 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense='
         name: the wrapper's name (default ``Distributed<OptimizerClass>``).
         use_locking: passed to the legacy optimizer base class.
         device_dense, device_sparse: accepted for compatibility (host tensors).
-        compression: ``hvd.Compression.none``/``fp16``/``bf16``.
+        compression: ``hvd.Compression.none``/``fp16``/``bf16``, or (legacy optimizers) an
+            error-feedback compressor, ``hvd.PowerSGD(rank=...)`` / ``hvd.Int8Quantizer()``.
         sparse_as_dense: reduce ``tf.IndexedSlices`` gradients as dense tensors.
         backward_passes_per_step: aggregate this many passes locally before reducing (TF1
             graphs, or Keras optimizers).
@@ -237,7 +238,7 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense='
             set size.
     """
     groups = check_reduction_args(op, gradient_predivide_factor, num_groups, groups,
-                                  backward_passes_per_step)
+                                  backward_passes_per_step, compression)
 
     if isinstance(optimizer, tf.compat.v1.train.Optimizer):
         if op == Adasum:

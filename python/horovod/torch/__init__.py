@@ -19,7 +19,7 @@ else:
     from horovod.common.basics import *  # noqa: F401,F403 (init, size, rank, ...)
     from horovod.common.exceptions import HorovodInternalError  # noqa: F401
     from horovod.torch import elastic  # noqa: F401
-    from horovod.torch.compression import Compression  # noqa: F401
+    from horovod.torch.compression import Compression, Int8Quantizer, PowerSGD  # noqa: F401
     from horovod.torch.functions import (allgather_object, broadcast_object,  # noqa: F401
                                          broadcast_optimizer_state, broadcast_parameters)
     from horovod.torch.mpi_ops import (  # noqa: F401

@@ -54,6 +54,7 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None):
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError('cannot broadcast torch.optim.LBFGS state')
 
+    _broadcast_compression_state(optimizer, root_rank)
     state_dict = optimizer.state_dict()
 
     # Newly created optimizers have no state; initialize it with zero gradients.
@@ -127,6 +128,22 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None):
     for key, value in scalars.items():
         if key in callbacks:
             callbacks[key](value)
+
+
+def _broadcast_compression_state(optimizer, root_rank):
+    """An error-feedback compressor's state that every rank must agree on (PowerSGD's Q and the
+    step count) takes ``root_rank``'s values; the residuals stay each rank's own (the error of
+    what that rank sent). As an object, so a rank that has no state yet (a new elastic worker)
+    gets it too."""
+    compressor = getattr(optimizer, '_ef', None)
+    if compressor is None:
+        return
+    from horovod.torch import _error_feedback
+    local = compressor.local_slot_names()
+    shared = {name: {s: t for s, t in slots.items() if s not in local}
+              for name, slots in _error_feedback.export(compressor, optimizer._parameter_names).items()}
+    shared = broadcast_object(shared, root_rank, name='horovod_compression_state')
+    _error_feedback.load(compressor, shared, optimizer._parameter_names)
 
 
 def _np_broadcast_(process_set):

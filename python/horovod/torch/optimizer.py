@@ -10,6 +10,9 @@ every gradient of a bucket is final (after ``backward_passes_per_step`` passes),
 allreduce of the whole bucket starts. A gradient of 4 MiB or more has a bucket of its own and
 skips the hook's copy: its allreduce reads the fresh gradient and writes the view.
 Sparse gradients, compression and a disabled bucket knob keep the per-gradient path.
+An error-feedback compressor (``PowerSGD``, ``Int8Quantizer``) takes the whole step instead: the
+hooks only count, and ``synchronize()`` hands every gradient to the compressor at once (it runs
+its own grouped allreduces); its state (residuals, PowerSGD's Q) is part of ``state_dict()``.
 ``step()`` only waits for what is still outstanding, then runs the wrapped optimizer. The hooks
 sit on the parameters, so models compiled with ``torch.compile`` work the same way.
 """
@@ -21,16 +24,17 @@ from contextlib import contextmanager
 import torch
 
 from horovod.common.basics import init_count as _init_count
+from horovod.common.error_feedback import check_error_feedback_args
 from horovod.common.optimizer_args import check_optimizer_args
 from horovod.common.process_sets import global_process_set
 from horovod.common.util import split_list
-from horovod.torch import _buckets
+from horovod.torch import _buckets, _error_feedback
 from horovod.torch._grad_hooks import register_grad_hooks
 from horovod.torch.adasum_optimizer import _DistributedAdasumOptimizer
-from horovod.torch.async_ops import (Adasum, Average, Max, _allreduce_into_async, allreduce_,
-                                     allreduce_async_, grouped_allreduce_async_, size,
+from horovod.torch.async_ops import (Adasum, Average, Max, Sum, _allreduce_into_async,
+                                     allreduce_, allreduce_async_, grouped_allreduce_async_, size,
                                      sparse_allreduce_async, synchronize)
-from horovod.torch.compression import Compression
+from horovod.torch.compression import Compression, ErrorFeedbackCompressor
 from horovod.torch.functions import broadcast_object
 
 
@@ -44,6 +48,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                  process_set=global_process_set, bucket_cap_mb=None):
         super(self.__class__, self).__init__(params)
         self._compression = compression
+        self._ef = compression if isinstance(compression, ErrorFeedbackCompressor) else None
 
         if named_parameters is not None:
             named_parameters = list(named_parameters)
@@ -120,12 +125,31 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                                             os.environ.get('HOROVOD_ELASTIC') == '1'):
             self._register_hooks()
 
-    def load_state_dict(self, *args, **kwargs):
+    def state_dict(self, *args, **kwargs):
+        """The wrapped optimizer's state dict, plus (with an error-feedback compressor) its
+        state under ``'horovod_compression'``: {parameter name: {slot: tensor}}."""
+        state = super(self.__class__, self).state_dict(*args, **kwargs)
+        if self._ef is not None:
+            state['horovod_compression'] = _error_feedback.export(self._ef, self._parameter_names)
+        return state
+
+    def load_state_dict(self, state_dict, *args, **kwargs):
         self._handles = {}
         self._synchronized = False
         self._should_synchronize = True
         self._reset_delays()
-        super(self.__class__, self).load_state_dict(*args, **kwargs)
+        ef_state = None
+        if 'horovod_compression' in state_dict:
+            state_dict = dict(state_dict)
+            ef_state = state_dict.pop('horovod_compression')
+        super(self.__class__, self).load_state_dict(state_dict, *args, **kwargs)
+        if ef_state is not None:
+            if self._ef is None:
+                raise ValueError('This optimizer state holds error-feedback compression state '
+                                 '(saved with compression=PowerSGD/Int8Quantizer); this '
+                                 'DistributedOptimizer has compression={!r}'
+                                 .format(self._compression))
+            _error_feedback.load(self._ef, ef_state, self._parameter_names)
 
     def _reset_delays(self):
         for p in self._allreduce_delay:
@@ -229,6 +253,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _make_hook(self, p):
         def hook(*ignore):
+            if self._ef is not None:
+                return _error_feedback.hook(self, p)
             if self._buckets is not None and self._buckets_init != _init_count():
                 self._forget_buckets()
             entry = self._bucket_of.get(p)
@@ -407,6 +433,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if not self.process_set.included():
             self._synchronized = True
             return
+        if self._ef is not None:
+            return _error_feedback.reduce_step(self)
 
         # Buckets whose gradients were not all final here (unused parameters, fewer backward
         # passes) start now, with what they hold: ranks match operations by name.
@@ -565,7 +593,10 @@ def DistributedOptimizer(optimizer, named_parameters=None,
         optimizer: Optimizer to use for computing gradients and applying updates.
         named_parameters: Mapping of (name, parameter), usually ``model.named_parameters()``;
             names are the allreduce names. Default: generated names.
-        compression: Compression.none (default), Compression.fp16 or Compression.bf16.
+        compression: Compression.none (default), Compression.fp16 or Compression.bf16, or an
+            error-feedback compressor instance: PowerSGD(rank=...) or Int8Quantizer()
+            (op Average or Sum, no groups, gradient_predivide_factor 1; see
+            docs/compression.md). Use one compressor instance per optimizer.
         backward_passes_per_step: Backward passes accumulated locally before the allreduce.
         op: Average (default), Sum or Adasum (on more than one rank: the delta optimizer of
             adasum_optimizer.py, which reduces weight deltas instead of gradients).
@@ -583,6 +614,7 @@ def DistributedOptimizer(optimizer, named_parameters=None,
     # The goal is to override the `step()` method with an allreduce implementation.
     groups = check_optimizer_args(op, gradient_predivide_factor, num_groups, groups,
                                   backward_passes_per_step)
+    check_error_feedback_args(compression, op, gradient_predivide_factor, groups, Average, Sum)
 
     if op == Adasum and size() > 1:
         if process_set.process_set_id != 0:
