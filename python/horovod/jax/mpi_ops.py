@@ -49,7 +49,7 @@ from horovod.common.ops import Adasum, Average, Max, Min, Product, Sum  # noqa: 
 from horovod.common.process_sets import (ProcessSet, global_process_set,  # noqa: F401
                                          add_process_set, remove_process_set)
 from horovod.common.util import (check_installed_version,
-                                 get_average_backwards_compatibility_fun, num_rank_is_power_2)
+                                 get_average_backwards_compatibility_fun)
 
 _core = _basics_mod._core
 
@@ -202,12 +202,7 @@ def _unwire(y, dtype):
 
 def _resolve_op(op, average, process_set):
     op = handle_average_backwards_compatibility(op, average)
-    if op == Adasum:
-        if _psid(process_set) != 0:
-            raise NotImplementedError('Adasum does not support non-global process sets yet.')
-        if not num_rank_is_power_2(_core.size()):
-            raise NotImplementedError('Running Adasum with non-power of 2 ranks is not supported '
-                                      'yet.')
+    _ops.check_adasum(op, _psid(process_set), _core.size())
     return op
 
 

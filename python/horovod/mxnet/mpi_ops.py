@@ -74,14 +74,15 @@ def _check_inputs(tensors, process_set):
                 t.stype))
 
 
-def _check_op(op):
-    assert op != Adasum, 'Adasum is not supported yet with MXNet'
+def _check_op(op, process_set):
+    # Adasum runs as in the other adapters (Horovod's MXNet binding refused it).
+    _ops.check_adasum(op, process_set.process_set_id, _core.size())
 
 
 # ---- allreduce ----------------------------------------------------------------------------------
 
 def _push_allreduce(inputs, outputs, name, priority, op, pre, post, process_set):
-    _check_op(op)
+    _check_op(op, process_set)
     grouped = len(inputs) > 1
     full, one_off = _name(_ops.GROUPED_ALLREDUCE if grouped else _ops.ALLREDUCE, name)
     ps_id = process_set.process_set_id

@@ -129,13 +129,7 @@ def _set_size_and_rank(process_set):
 # ---- allreduce -----------------------------------------------------------------------------------
 
 def _adasum_checks(op, process_set):
-    if op != Adasum:
-        return
-    if process_set.process_set_id != 0:
-        raise NotImplementedError('Adasum does not support non-global process sets yet.')
-    n = _core.size()
-    if n & (n - 1):
-        raise NotImplementedError('Running Adasum with non-power of 2 ranks is not supported yet.')
+    _ops.check_adasum(op, process_set.process_set_id, _core.size())
 
 
 def _allreduce(tensor, name=None, op=Sum, prescale_factor=1.0, postscale_factor=1.0,
