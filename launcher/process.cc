@@ -223,7 +223,7 @@ std::set<pid_t> processGroupsWithAStoppedProcess() {
     char state = 0;
     long ppid = 0, group = 0;
     if (close != nullptr && std::sscanf(close + 1, " %c %ld %ld", &state, &ppid, &group) == 3 &&
-        (state == 'T' || state == 't')) {
+        state == 'T') {
       groups.insert(static_cast<pid_t>(group));
     }
   }

@@ -65,9 +65,10 @@ bool writeAll(int fd, const char* data, size_t bytes);
 
 const char* signalName(int signal);  // "SIGKILL"
 
-// The process groups that hold a stopped process (SIGSTOP, SIGTSTP, a debugger: state T or t in
+// The process groups that hold a process stopped by a signal (SIGSTOP, SIGTSTP: state T in
 // /proc/<pid>/stat), from one pass over /proc. A worker's group holds the worker and whatever it
-// started.
+// started. Traced processes (state t) are not counted: LeakSanitizer's exit check ptrace-stops
+// every thread of a process that is only exiting, and so does a debugger at a breakpoint.
 std::set<pid_t> processGroupsWithAStoppedProcess();
 
 // "exit status 3" / "signal 9 (SIGKILL)" for a waitpid status.

@@ -124,7 +124,7 @@ void Supervisor::onExit(WorkerProcess& w) {
   if (stoppedIndex_.has_value()) {
     const auto& stopped = workers_[*stoppedIndex_];
     say(1, "Process " + std::to_string(stopped.slot.rank) + " on host " + stopped.slot.hostname +
-               " is stopped (SIGSTOP or a debugger): its peers fail when it stops answering them.\n");
+               " is stopped (SIGSTOP or SIGTSTP): its peers fail when it stops answering them.\n");
   }
   if (!allExited()) {
     say(1, "Terminating remaining workers after failure of Process " + rank + ".\n");
@@ -270,7 +270,7 @@ int Supervisor::run() {
       // The first to exit only gave up on a peer that had stopped: name that one.
       const auto& stopped = workers_[*stoppedIndex_];
       message =
-          "Horovod detected that one or more processes stopped (SIGSTOP or a debugger) and no longer answered "
+          "Horovod detected that one or more processes stopped (SIGSTOP or SIGTSTP) and no longer answered "
           "their peers, thus causing the job to be terminated. The first process to do so was:\nProcess "
           "name: " +
           std::to_string(stopped.slot.rank) + "\nExit code: " + std::to_string(exitCodeOf(stopped.status)) +

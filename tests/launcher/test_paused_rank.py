@@ -31,11 +31,11 @@ def test_stopped_rank_is_named_and_the_job_ends(hvdrun, core_importable, np, vic
         assert kind == 'HorovodPeerLostError' and blamed == victim, out
         assert 'rank {}'.format(victim) in message, out
     assert victim not in job.failures, out  # it never ran again
-    summary = ('Horovod detected that one or more processes stopped (SIGSTOP or a debugger) and no longer answered '
+    summary = ('Horovod detected that one or more processes stopped (SIGSTOP or SIGTSTP) and no longer answered '
                'their peers, thus causing the job to be terminated. The first process to do so was:\n'
                'Process name: {}\nExit code: 143 (it was stopped when process '.format(victim))
     assert summary in job.stderr, out
-    assert 'is stopped (SIGSTOP or a debugger)' in job.stdout, out
+    assert 'is stopped (SIGSTOP or SIGTSTP)' in job.stdout, out
     # The stopped rank went at the SIGTERM: horovodrun resumed it (SIGCONT) instead of waiting for
     # the grace period's SIGKILL.
     assert 'horovodrun: process {} on localhost ended with signal 15 (SIGTERM)'.format(victim) in job.stderr, out

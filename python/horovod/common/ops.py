@@ -24,14 +24,16 @@ Product = 5
 
 
 
-def check_adasum(op, process_set_id, size):
+def check_adasum(op, process_set_id, job_size):
     """Horovod's refusals of Adasum, raised on the calling rank before anything is sent: a process
-    set other than the global one, or a rank count that is not a power of two (``size``: the
-    job's ranks). Other ops pass."""
+    set other than the global one, or a rank count that is not a power of two (``job_size()``:
+    the job's ranks, asked only for Adasum, so that other ops report their own errors, e.g.
+    before init). Other ops pass."""
     if op != Adasum:
         return
     if process_set_id != 0:
         raise NotImplementedError('Adasum does not support non-global process sets yet.')
+    size = job_size()
     if size <= 0 or size & (size - 1):
         raise NotImplementedError('Running Adasum with non-power of 2 ranks is not supported yet.')
 

@@ -202,7 +202,7 @@ def _unwire(y, dtype):
 
 def _resolve_op(op, average, process_set):
     op = handle_average_backwards_compatibility(op, average)
-    _ops.check_adasum(op, _psid(process_set), _core.size())
+    _ops.check_adasum(op, _psid(process_set), _core.size)
     return op
 
 

@@ -76,7 +76,7 @@ def _check_inputs(tensors, process_set):
 
 def _check_op(op, process_set):
     # Adasum runs as in the other adapters (Horovod's MXNet binding refused it).
-    _ops.check_adasum(op, process_set.process_set_id, _core.size())
+    _ops.check_adasum(op, process_set.process_set_id, _core.size)
 
 
 # ---- allreduce ----------------------------------------------------------------------------------

@@ -129,7 +129,7 @@ def _set_size_and_rank(process_set):
 # ---- allreduce -----------------------------------------------------------------------------------
 
 def _adasum_checks(op, process_set):
-    _ops.check_adasum(op, process_set.process_set_id, _core.size())
+    _ops.check_adasum(op, process_set.process_set_id, _core.size)
 
 
 def _allreduce(tensor, name=None, op=Sum, prescale_factor=1.0, postscale_factor=1.0,
