@@ -222,8 +222,7 @@ std::set<pid_t> processGroupsWithAStoppedProcess() {
     const char* close = std::strrchr(buf, ')');
     char state = 0;
     long ppid = 0, group = 0;
-    if (close != nullptr && std::sscanf(close + 1, " %c %ld %ld", &state, &ppid, &group) == 3 &&
-        state == 'T') {
+    if (close != nullptr && std::sscanf(close + 1, " %c %ld %ld", &state, &ppid, &group) == 3 && state == 'T') {
       groups.insert(static_cast<pid_t>(group));
     }
   }
