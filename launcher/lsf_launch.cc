@@ -1,9 +1,5 @@
 #include "lsf_launch.h"
 
-#include <poll.h>
-#include <signal.h>
-#include <sys/signalfd.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -63,28 +59,6 @@ std::string joined(const std::vector<std::string>& items, const char* separator)
   std::string out;
   for (const auto& item : items) out += (out.empty() ? "" : separator) + item;
   return out;
-}
-
-int waitForJsrun(pid_t pid, int signalFd) {
-  int forwarded = 0;
-  while (true) {
-    pollfd pfd{signalFd, POLLIN, 0};
-    poll(&pfd, 1, -1);
-    signalfd_siginfo info;
-    while (read(signalFd, &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
-      int sig = static_cast<int>(info.ssi_signo);
-      if (sig == SIGCHLD) continue;
-      // A terminal's Ctrl-C reached jsrun too (same process group); forward signals sent to the
-      // launcher alone. A second signal kills jsrun outright.
-      if (info.ssi_code == SI_KERNEL && forwarded == 0) {
-        ++forwarded;
-        continue;
-      }
-      kill(pid, forwarded++ == 0 ? sig : SIGKILL);
-    }
-    int status = 0;
-    if (waitpid(pid, &status, WNOHANG) == pid) return exitCodeOf(status);
-  }
 }
 
 }  // namespace
@@ -202,7 +176,7 @@ int runJsrunJob(const Options& o, const LsfAllocation& lsf, int signalFd) {
   request.newProcessGroup = false;  // jsrun reads the terminal, as mpirun does
   int code;
   try {
-    code = waitForJsrun(spawnProcess(request).pid, signalFd);
+    code = waitForegroundChild(spawnProcess(request).pid, signalFd);
   } catch (...) {
     unlink(rankfilePath.c_str());
     throw;

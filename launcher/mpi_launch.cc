@@ -2,7 +2,6 @@
 
 #include <poll.h>
 #include <signal.h>
-#include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -159,27 +158,7 @@ int runMpirun(const std::string& command, const EnvMap& environment, int signalF
   // mpirun stays in the launcher's process group: it reads the terminal (stdin forwarding to
   // rank 0), which a background process group may not do.
   request.newProcessGroup = false;
-  SpawnedProcess p = spawnProcess(request);
-  int forwarded = 0;
-  while (true) {
-    pollfd pfd{signalFd, POLLIN, 0};
-    poll(&pfd, 1, -1);
-    signalfd_siginfo info;
-    while (read(signalFd, &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
-      int sig = static_cast<int>(info.ssi_signo);
-      if (sig == SIGCHLD) continue;
-      // A terminal's Ctrl-C reached mpirun already (same process group); forward signals sent
-      // to the launcher alone. mpirun tears its job down on SIGINT/SIGTERM; a second signal
-      // kills it outright.
-      if (info.ssi_code == SI_KERNEL && forwarded == 0) {
-        ++forwarded;
-        continue;
-      }
-      kill(p.pid, forwarded++ == 0 ? sig : SIGKILL);
-    }
-    int status = 0;
-    if (waitpid(p.pid, &status, WNOHANG) == p.pid) return exitCodeOf(status);
-  }
+  return waitForegroundChild(spawnProcess(request).pid, signalFd);
 }
 
 }  // namespace hvd::launcher

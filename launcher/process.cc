@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/close_range.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -343,6 +344,26 @@ bool processExiting(pid_t pid) {
 int exitCodeOf(int status) {
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return WEXITSTATUS(status);
+}
+
+int waitForegroundChild(pid_t pid, int signalFd) {
+  int forwarded = 0;
+  while (true) {
+    pollfd pfd{signalFd, POLLIN, 0};
+    poll(&pfd, 1, -1);
+    signalfd_siginfo info;
+    while (read(signalFd, &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
+      int sig = static_cast<int>(info.ssi_signo);
+      if (sig == SIGCHLD) continue;
+      if (info.ssi_code == SI_KERNEL && forwarded == 0) {
+        ++forwarded;
+        continue;
+      }
+      kill(pid, forwarded++ == 0 ? sig : SIGKILL);
+    }
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) return exitCodeOf(status);
+  }
 }
 
 }  // namespace hvd::launcher

@@ -81,4 +81,12 @@ bool processExiting(pid_t pid);
 // Shell-style exit code for a waitpid status: the code, or 128 + signal.
 int exitCodeOf(int status);
 
+// Waits for `pid`, a child that stays in the launcher's process group (a foreground mpirun or
+// jsrun, which reads the terminal), and returns its exitCodeOf. Signals arriving on `signalFd`
+// (launcherSignalFd) are forwarded: the first one sent to the launcher alone is passed on as is
+// (the child tears its job down), a later one kills the child outright. A terminal's Ctrl-C
+// (SI_KERNEL) reached the child already through the shared process group, so the first one is
+// not sent again.
+int waitForegroundChild(pid_t pid, int signalFd);
+
 }  // namespace hvd::launcher

@@ -54,6 +54,10 @@ void LivenessWatch::run() {
     const Clock::time_point now = Clock::now();
     std::string silence;
     int silent = -1;
+    // A round trip that succeeded, however late, shows the store and this process were running
+    // again; the time it took beyond the usual is discounted below. A failed one is not: a store
+    // that does not answer at all is what names rank 0.
+    Clock::duration lateAnswer{};
     try {
       Deadline deadline = Deadline::after(options_.interval * 2);
       store_->add(key(options_.rank), 1, deadline);
@@ -75,6 +79,7 @@ void LivenessWatch::run() {
         }
       }
       storeOk = now;
+      lateAnswer = Clock::now() - now;
     } catch (const std::exception& e) {
       if (now - storeOk >= options_.timeout) {
         silent = 0;
@@ -99,14 +104,16 @@ void LivenessWatch::run() {
     lock.lock();
     const Clock::time_point sleepStart = Clock::now();
     cv_.wait_for(lock, sleep, [&] { return stopping_; });
-    // A watch that overslept was not running (the machine was overloaded or paused): its peers
-    // may not have run either, so that time does not count as their silence.
-    const auto overslept = Clock::now() - sleepStart - sleep;
-    if (overslept > options_.interval) {
+    // Time the watch could not observe is nobody's silence: it overslept (the machine or this
+    // process was stalled or overloaded, so its peers may not have run either), or its store
+    // answered late (the store's host or this process stalled: signs of life could not arrive).
+    // Small delays count, so that steady load cannot postpone a verdict indefinitely.
+    const auto unobserved = lateAnswer + (Clock::now() - sleepStart - sleep);
+    if (unobserved > options_.interval / 4) {
       for (Clock::time_point& t : changed) {
-        if (t != Clock::time_point::max()) t += overslept;
+        if (t != Clock::time_point::max()) t += unobserved;
       }
-      storeOk += overslept;
+      storeOk += unobserved;
     }
   }
   const bool departing = stopping_;

@@ -11,8 +11,10 @@
 // least every `interval`, and wakes at the moment a quiet counter's timeout ends). A rank that leaves (stop()) marks its counter as departed first, so peers that
 // are still finishing do not mistake its shutdown for silence. When the store itself stops
 // answering for `timeout` (e.g. it lives in a paused rank 0), rank 0 is named. Time the watch
-// itself was not running (it overslept its interval: the machine stalled or was overloaded, so its
-// peers may not have run either) does not count as anyone's silence.
+// could not observe does not count as anyone's silence: when it overslept its interval (the machine
+// stalled or was overloaded, so its peers may not have run either) or its store answered late (the
+// store's host or this process stalled, so no sign of life could arrive). A virtual machine whose
+// vCPUs are descheduled for seconds stalls every process at once; that is not a lost rank.
 //
 // The thread is cheap (one store round trip per interval, plus size - 1 on rank 0) and holds no
 // engine lock.

@@ -39,11 +39,17 @@ chmod +x "$TMP/bin/ssh_id"
 # Each rank: its namespace's name as its host name, then the worker. Open MPI's shared-memory
 # segments are named after the host name, which the namespaces share (with /dev/shm): each
 # namespace-host gets its own directory for them, as real hosts have their own /dev/shm.
+# Open MPI's shared-memory segments, one directory per namespace "host" (the namespaces share
+# /dev/shm, and Open MPI names its segments by hostname). On tmpfs: a segment backed by a disk file
+# makes writeback stall whole rank processes for seconds on a busy machine, long enough for the
+# liveness watch to name a rank as lost.
+SHM=$(mktemp -d /dev/shm/ompi-netns.XXXXXX)
+trap 'rm -rf "$SHM"' EXIT
 cat > "$TMP/rank.sh" <<EOS
 #!/bin/sh
 ns=\$(ip netns identify)
-mkdir -p $TMP/shm-\$ns
-OMPI_MCA_btl_vader_backing_directory=$TMP/shm-\$ns HOROVOD_HOSTNAME=\$ns exec $PY $WORKER
+mkdir -p $SHM/\$ns
+OMPI_MCA_btl_vader_backing_directory=$SHM/\$ns HOROVOD_HOSTNAME=\$ns exec $PY $WORKER
 EOS
 chmod +x "$TMP/rank.sh"
 

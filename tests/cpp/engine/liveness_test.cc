@@ -107,6 +107,60 @@ TEST(Liveness, AStallOfEveryoneIsNoOnesSilence) {
   EXPECT_EQ(seen1.calls, 0) << seen1.message;
 }
 
+// A store whose host stalls: while `stalledUntil` lies ahead, every call waits for it, then
+// succeeds (late, as a store in a descheduled process answers once it runs again). Each rank's
+// watch has its own view, so one rank can resume later than the store.
+class StallingStore : public Store {
+ public:
+  explicit StallingStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {}
+  void stallUntil(std::chrono::steady_clock::time_point t) { until_ = t.time_since_epoch().count(); }
+  void set(const std::string& key, const Bytes& value, Deadline deadline) override {
+    pause();
+    inner_->set(key, value, deadline);
+  }
+  Bytes get(const std::string& key, Deadline deadline) override {
+    pause();
+    return inner_->get(key, deadline);
+  }
+  int64_t add(const std::string& key, int64_t delta, Deadline deadline) override {
+    pause();
+    return inner_->add(key, delta, Deadline::never());
+  }
+  void wait(const std::vector<std::string>& keys, Deadline deadline) override {
+    pause();
+    inner_->wait(keys, deadline);
+  }
+
+ private:
+  void pause() {
+    const std::chrono::steady_clock::time_point until{std::chrono::steady_clock::duration(until_.load())};
+    std::this_thread::sleep_until(until);
+  }
+  std::shared_ptr<Store> inner_;
+  std::atomic<std::chrono::steady_clock::duration::rep> until_{0};
+};
+
+// The store's host and a rank's process stall together for 3x the timeout and the rank resumes a
+// little after the store: the watch's own round trip was late, so that time is nobody's silence.
+TEST(Liveness, AStoreThatAnswersLateIsNoOnesSilence) {
+  auto shared = std::make_shared<MemoryStore>();
+  auto view0 = std::make_shared<StallingStore>(shared);
+  auto view1 = std::make_shared<StallingStore>(shared);
+  Silence seen0, seen1;
+  LivenessWatch watch0(view0, options(0, 2), seen0.fn());
+  LivenessWatch watch1(view1, options(1, 2), seen1.fn());
+  for (int stall = 0; stall < 4; ++stall) {
+    std::this_thread::sleep_for(50ms);
+    const auto now = std::chrono::steady_clock::now();
+    view1->stallUntil(now + 650ms);
+    view0->stallUntil(now + 600ms);
+    std::this_thread::sleep_for(650ms);
+  }
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(seen0.calls, 0) << seen0.message;
+  EXPECT_EQ(seen1.calls, 0) << seen1.message;
+}
+
 TEST(Liveness, WorkersWatchRankZero) {
   auto store = std::make_shared<MemoryStore>();
   Silence seen;
