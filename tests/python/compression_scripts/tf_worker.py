@@ -17,8 +17,8 @@ import tensorflow as tf
 
 import horovod.tensorflow as hvd
 
-TARGET_ACCURACY = 0.85
-MAX_LOSS = 0.05  # accuracy points below the uncompressed run's that a compressor may lose
+from common import check_training, ok
+
 STEPS = 60
 
 
@@ -47,10 +47,6 @@ def accuracy_of(model):
     return float(np.mean(np.argmax(model(xt).numpy(), 1) == yt))
 
 
-def ok(name):
-    sys.stdout.write('OK %s\n' % name)
-    sys.stdout.flush()
-
 
 def train(compression, steps=STEPS, model=None, opt=None):
     model = model or make_model()
@@ -71,22 +67,6 @@ def train(compression, steps=STEPS, model=None, opt=None):
         step(x[64 * i:64 * (i + 1)], y[64 * i:64 * (i + 1)])
     assert same_on_every_rank(model.variables), '%r: weights differ across ranks' % compression
     return model, opt, accuracy_of(model)
-
-
-def check_training():
-    reference = None
-    for name, compression in [('none', hvd.Compression.none), ('powersgd1', hvd.PowerSGD(rank=1)),
-                              ('powersgd2', hvd.PowerSGD(rank=2, start_iter=5)),
-                              ('int8', hvd.Int8Quantizer())]:
-        _, _, accuracy = train(compression)
-        sys.stdout.write('accuracy %s %.4f\n' % (name, accuracy))
-        assert accuracy >= TARGET_ACCURACY, '%s: accuracy %.3f < %.2f' % (
-            name, accuracy, TARGET_ACCURACY)
-        if reference is None:
-            reference = accuracy
-        assert accuracy >= reference - MAX_LOSS, '%s: accuracy %.3f, uncompressed %.3f' % (
-            name, accuracy, reference)
-        ok('tf_tape_' + name)
 
 
 def check_legacy_optimizer():
@@ -161,7 +141,7 @@ def check_refusals():
 def main():
     hvd.init()
     assert hvd.size() == 2, hvd.size()
-    check_training()
+    check_training(hvd, train, 'tf_tape_')
     check_legacy_optimizer()
     check_elastic()
     check_refusals()

@@ -15,8 +15,8 @@ import torch.nn as nn
 
 import horovod.torch as hvd
 
-TARGET_ACCURACY = 0.85
-MAX_LOSS = 0.05  # accuracy points below the uncompressed run's that a compressor may lose
+from common import check_training, ok
+
 STEPS = 60
 CHECK_EVERY = 15  # steps between the cross-rank weight comparisons (and after the last)
 
@@ -67,29 +67,10 @@ def train(compression, steps=STEPS, model=None, opt=None):
     return model, opt, accuracy
 
 
-def ok(name):
-    sys.stdout.write('OK %s\n' % name)
-    sys.stdout.flush()
-
 
 def residuals(opt):
     state = opt.state_dict()['horovod_compression']
     return {n: s['residual'].clone() for n, s in state.items() if 'residual' in s}
-
-
-def check_training():
-    for name, compression in [('none', hvd.Compression.none), ('powersgd1', hvd.PowerSGD(rank=1)),
-                              ('powersgd2', hvd.PowerSGD(rank=2, start_iter=5)),
-                              ('int8', hvd.Int8Quantizer())]:
-        _, _, accuracy = train(compression)
-        sys.stdout.write('accuracy %s %.4f\n' % (name, accuracy))
-        assert accuracy >= TARGET_ACCURACY, '%s: accuracy %.3f < %.2f' % (
-            name, accuracy, TARGET_ACCURACY)
-        if name == 'none':
-            reference = accuracy
-        assert accuracy >= reference - MAX_LOSS, '%s: accuracy %.3f, uncompressed %.3f' % (
-            name, accuracy, reference)
-        ok('torch_train_' + name)
 
 
 def check_state_dict():
@@ -167,7 +148,7 @@ def check_refusals():
 def main():
     hvd.init()
     assert hvd.size() == 2, hvd.size()
-    check_training()
+    check_training(hvd, train, 'torch_train_')
     check_state_dict()
     check_elastic_restore()
     check_refusals()
