@@ -95,6 +95,15 @@ XLA_FFI_Error* describe(XLA_FFI_Metadata_Extension* extension) {
   return nullptr;
 }
 
+// The registration-time call: XLA asks for the handler's metadata instead of running it.
+XLA_FFI_Metadata_Extension* metadataRequest(XLA_FFI_CallFrame* frame) {
+  if (frame->extension_start == nullptr ||
+      frame->extension_start->type != XLA_FFI_Extension_Metadata) {
+    return nullptr;
+  }
+  return reinterpret_cast<XLA_FFI_Metadata_Extension*>(frame->extension_start);
+}
+
 // ---- reading the call frame ----------------------------------------------------------------------
 
 class Call {
@@ -158,6 +167,15 @@ class Call {
       o.name = str("prefix") + "jax.xla.noname." + std::to_string(gUnnamed.fetch_add(1) + 1);
       o.oneOffName = true;
     }
+    return o;
+  }
+
+  // options() plus a reduction's op, prescale and postscale.
+  Options reduceOptions() const {
+    Options o = options();
+    o.op = static_cast<ReduceOp>(i64("op"));
+    o.prescale = f64("prescale");
+    o.postscale = f64("postscale");
     return o;
   }
 
@@ -245,10 +263,7 @@ const ApiTable& core(const Call& call) {
 
 void allreduce(const Call& call) {
   const ApiTable& api = core(call);
-  Options o = call.options();
-  o.op = static_cast<ReduceOp>(call.i64("op"));
-  o.prescale = call.f64("prescale");
-  o.postscale = call.f64("postscale");
+  Options o = call.reduceOptions();
   std::vector<TensorView> in = call.args(), out = call.rets();
   WorkPtr work =
       in.size() == 1 ? api.allreduceAsync(in[0], out[0], o) : api.groupedAllreduceAsync(in, out, o);
@@ -278,10 +293,7 @@ void broadcast(const Call& call) {
 
 void reducescatter(const Call& call) {
   const ApiTable& api = core(call);
-  Options o = call.options();
-  o.op = static_cast<ReduceOp>(call.i64("op"));
-  o.prescale = call.f64("prescale");
-  o.postscale = call.f64("postscale");
+  Options o = call.reduceOptions();
   std::vector<TensorView> in = call.args(), out = call.rets();
   WorkPtr work = in.size() == 1 ? api.reducescatterAsync(in[0], out[0], o)
                                 : api.groupedReducescatterAsync(in, out, o);
@@ -303,10 +315,7 @@ void alltoall(const Call& call) {
 // Reports what the running XLA hands its handlers: {magic, FFI major, FFI minor, size of the
 // function table}, into an int32[4] result (horovod_jax_ffi_check judges them).
 XLA_FFI_Error* probe(XLA_FFI_CallFrame* frame) {
-  if (frame->extension_start != nullptr &&
-      frame->extension_start->type == XLA_FFI_Extension_Metadata) {
-    return describe(reinterpret_cast<XLA_FFI_Metadata_Extension*>(frame->extension_start));
-  }
+  if (XLA_FFI_Metadata_Extension* metadata = metadataRequest(frame)) return describe(metadata);
   if (frame->struct_size < kCallFrameSize || frame->rets.size != 1) return nullptr;
   const auto* out = static_cast<const XLA_FFI_Buffer*>(frame->rets.rets[0]);
   if (out->dtype != XLA_FFI_DataType_S32 || out->rank != 1 || out->dims[0] != 4) return nullptr;
@@ -322,10 +331,7 @@ XLA_FFI_Error* probe(XLA_FFI_CallFrame* frame) {
 // The boundary every collective handler goes through (see the contract at the top).
 template <void (*Body)(const Call&)>
 XLA_FFI_Error* handle(const char* target, XLA_FFI_CallFrame* frame) {
-  if (frame->extension_start != nullptr &&
-      frame->extension_start->type == XLA_FFI_Extension_Metadata) {
-    return describe(reinterpret_cast<XLA_FFI_Metadata_Extension*>(frame->extension_start));
-  }
+  if (XLA_FFI_Metadata_Extension* metadata = metadataRequest(frame)) return describe(metadata);
   const auto* api = reinterpret_cast<const XLA_FFI_Api_Prefix*>(frame->api);
   if (frame->struct_size < kCallFrameSize || api == nullptr || api->struct_size < kApiPrefixSize ||
       api->api_version.major_version != kXlaFfiApiMajor) {
