@@ -18,21 +18,6 @@ pytestmark = pytest.mark.timeout(300)
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
-def test_epochs_cover_every_row_of_uneven_shards():
-    import numpy as np
-    from horovod.spark.common.reader import epoch_order, epoch_rows
-    total = epoch_rows([7, 10], 'training')
-    assert total == 10
-    rng = np.random.default_rng(0)
-    small = epoch_order(7, total, rng.permutation)
-    assert len(small) == 10 and sorted(set(small.tolist())) == list(range(7))  # all 7 rows, 3 again
-    assert sorted(small[:7].tolist()) == list(range(7))                       # a whole pass first
-    assert epoch_order(10, total).tolist() == list(range(10))
-    assert epoch_order(3, 8).tolist() == [0, 1, 2, 0, 1, 2, 0, 1]
-    with pytest.raises(ValueError, match=r'The validation data of ranks \[1\] is empty'):
-        epoch_rows([4, 0], 'validation')
-
-
 def test_store_create_picks_by_path(tmp_path):
     assert type(Store.create(str(tmp_path))) is FilesystemStore
     assert type(Store.create('dbfs:/x')) is DBFSLocalStore and Store.create('dbfs:/x').prefix_path == '/dbfs/x'
@@ -62,8 +47,16 @@ def test_bad_arguments(tmp_path):
     store = LocalStore(str(tmp_path))
     with pytest.raises(ValueError, match='mutually exclusive'):
         make_estimator(store, loss_constructors=[lambda: torch.nn.CrossEntropyLoss()])._validate()
-    with pytest.raises(NotImplementedError, match='transformation_fn=.... needs a Petastorm TransformSpec'):
-        make_estimator(store, transformation_fn=lambda x: x)._validate()
+    with pytest.raises(NotImplementedError, match='data_module=.... needs custom data modules'):
+        make_estimator(store, data_module=object)._validate()
+    with pytest.raises(ValueError, match='reader_pool_type must be one of thread, process, dummy'):
+        make_estimator(store, reader_pool_type='greenlet')._validate()
+    with pytest.raises(ValueError, match='val_reader_num_workers must be a positive integer'):
+        make_estimator(store, val_reader_num_workers=0)._validate()
+    with pytest.raises(ValueError, match='they need transformation_fn'):
+        make_estimator(store, transformation_removed_fields=['label'])._validate()
+    with pytest.raises(ValueError, match=r"removes \['label'\], which training reads"):
+        make_estimator(store, transformation_fn=lambda df: df, transformation_removed_fields=['label'])._validate()
     with pytest.raises(TypeError, match='unexpected parameters: no_such'):
         make_estimator(store, no_such=1)
 
@@ -112,3 +105,24 @@ def test_prepare_data_fit_on_parquet_resumes_from_checkpoint(spark, digits, stor
     assert len(history['loss']) == 5 and history['loss'][:4] == before['loss']
     assert len(history['val_loss']) == 5
     assert not store.exists(store.get_train_data_path(idx))
+
+
+def test_reader_parameters_and_transformation_fn(spark, digits, store):
+    """The reader parameters in a real fit: reader processes, an in-memory cache, a shuffling
+    buffer, and a transformation_fn that shifts every label by one (in the training processes'
+    reader, for training and validation data): the trained model predicts the shifted digit."""
+    import numpy as np
+
+    def shift(frame):
+        frame['label'] = (frame['label'] + 1) % 10
+        return frame
+    model = make_estimator(store, epochs=3, reader_pool_type='process', train_reader_num_workers=2,
+                           val_reader_num_workers=1, inmemory_cache_all=True, shuffle_buffer_size=200,
+                           transformation_fn=shift,
+                           transformation_edit_fields=[('label', np.int64, (), False)]).fit(digits)
+    history = model.getHistory()
+    assert len(history['loss']) == 3 and history['loss'][-1] < history['loss'][0]
+    assert history['val_accuracy'][-1] > 0.8, history
+    rows = model.setOutputCols(['logits']).transform(digits).select('label', 'logits').collect()
+    shifted = sum(int(int(np.argmax(r['logits'])) == (r['label'] + 1) % 10) for r in rows)
+    assert shifted / len(rows) > 0.8

@@ -56,8 +56,8 @@ def test_bad_arguments(tmp_path):
         make_estimator(store, model=object())._validate()
     with pytest.raises(ValueError, match='KerasEstimator needs loss'):
         make_estimator(store, loss=None)._validate()
-    with pytest.raises(NotImplementedError, match=r'prefetch_buffer_size=...\) needs a tf.data'):
-        make_estimator(store, tensorflow_dataset_prefetch_buffer_size=4)._validate()
+    with pytest.raises(ValueError, match='tensorflow_dataset_prefetch_buffer_size must be a non-negative integer'):
+        make_estimator(store, tensorflow_dataset_prefetch_buffer_size=-1)._validate()
     with pytest.raises(ValueError, match='checkpoint_callback must be a ModelCheckpoint'):
         make_estimator(store, checkpoint_callback=keras.callbacks.Callback())._validate()
     with pytest.raises(TypeError, match='unexpected parameters: no_such'):
@@ -89,7 +89,9 @@ class EpochCounter(keras.callbacks.Callback):
 
 
 def test_fit_transform_history_and_checkpoint(spark, digits, store):
-    model = make_estimator(store, run_id='digits', callbacks=[EpochCounter()]).fit(digits)
+    # Through a tf.data pipeline that prefetches 2 batches (the other tests feed a PyDataset).
+    model = make_estimator(store, run_id='digits', callbacks=[EpochCounter()],
+                           tensorflow_dataset_prefetch_buffer_size=2).fit(digits)
     assert isinstance(model, KerasModel) and isinstance(model.getModel(), keras.Model)
     history = model.getHistory()
     assert len(history['loss']) == 4 and len(history['val_loss']) == 4

@@ -8,12 +8,12 @@ what a non-default value needs}), ``REQUIRED`` (params that must be set), ``_val
 and ``_train``."""
 
 import time
-import warnings
 
 from pyspark.ml import Estimator
 
 from horovod.spark.common.backend import SparkBackend
 from horovod.spark.common.params import ParamsMixin
+from horovod.spark.common.reader import POOL_TYPES, Transform
 from horovod.spark.common.util import prepare_data
 
 __all__ = ['HorovodEstimator', 'COMMON_DEFAULTS', 'PETASTORM_ONLY']
@@ -30,20 +30,12 @@ COMMON_DEFAULTS = dict(
     reader_pool_type='thread', label_shapes=None, inmemory_cache_all=False, use_gpu=True, mp_start_method=None,
     backward_passes_per_step=1, data_module=None)
 
-# Parameters that need Petastorm's reader (this build reads Parquet with pyarrow): a non-default
-# value raises NotImplementedError naming what it would need.
+# Parameters accepted only at their defaults: what a non-default value would need.
 PETASTORM_ONLY = dict(
-    transformation_fn='a Petastorm TransformSpec (this build reads Parquet with pyarrow)',
-    transformation_edit_fields='a Petastorm TransformSpec (this build reads Parquet with pyarrow)',
-    transformation_removed_fields='a Petastorm TransformSpec (this build reads Parquet with pyarrow)',
-    data_module='custom data modules (this build has one reader: pyarrow shards in memory)',
+    data_module='custom data modules (this build has one reader: horovod.spark.common.reader streams the '
+                'Parquet shards; its parameters are the reader_* / shuffle_buffer_size / inmemory_cache_all ones)',
     continuous_cols='categorical/continuous column handling (give feature_cols)',
     categorical_cols='categorical/continuous column handling (give feature_cols)')
-
-# Petastorm reader tuning: meaningless for the in-memory pyarrow reader. A non-default value is
-# reported (a warning naming it), never silently dropped.
-READER_TUNING = ('train_reader_num_workers', 'val_reader_num_workers', 'reader_pool_type',
-                 'shuffle_buffer_size', 'inmemory_cache_all')
 
 
 class HorovodEstimator(ParamsMixin, Estimator):
@@ -61,14 +53,10 @@ class HorovodEstimator(ParamsMixin, Estimator):
             if s[name] not in (None, [], self._defaults[name]):
                 raise NotImplementedError('{}({}=...) needs {}, which is not available.'.format(
                     name_of_class, name, why))
-        changed = [n for n in READER_TUNING if s[n] != self._defaults[n]]
-        if changed:
-            warnings.warn('{}: {} tune the Petastorm reader, which this build does not use (each process '
-                          'loads its Parquet shard into memory with pyarrow); they have no effect'.format(
-                              name_of_class, ', '.join(changed)))
         for name in self.REQUIRED:
             if s[name] is None:
                 raise ValueError('{} needs {}'.format(name_of_class, name))
+        self._readers()  # raises on bad reader parameters, before any process starts
         self._validate_own()
 
     def _validate_own(self):
@@ -117,6 +105,50 @@ class HorovodEstimator(ParamsMixin, Estimator):
                 raise ValueError('Give num_proc or backend, not both')
             return s['backend']
         return SparkBackend(num_proc=s['num_proc'], verbose=s['verbose'])
+
+    def _transform(self):
+        """The ``transformation_fn`` with its fields as the reader applies it, or None."""
+        s = self._settings
+        if s['transformation_fn'] is None:
+            if s['transformation_edit_fields'] or s['transformation_removed_fields']:
+                raise ValueError('transformation_edit_fields / transformation_removed_fields describe what '
+                                 'transformation_fn changes; they need transformation_fn')
+            return None
+        if not callable(s['transformation_fn']):
+            raise ValueError('transformation_fn must be a function of a pandas DataFrame, got {!r}'.format(
+                s['transformation_fn']))
+        for field in s['transformation_edit_fields'] or []:
+            if not isinstance(field, (tuple, list)) or len(field) != 4:
+                raise ValueError('transformation_edit_fields takes (name, numpy dtype, shape, is_nullable) tuples, '
+                                 'got {!r}'.format(field))
+        transform = Transform(s['transformation_fn'], s['transformation_edit_fields'],
+                              s['transformation_removed_fields'])
+        removed = [c for c in self._columns() if c not in transform.output_columns(self._columns())]
+        if removed:
+            raise ValueError('transformation_removed_fields removes {}, which training reads (feature_cols, '
+                             'label_cols, sample_weight_col)'.format(removed))
+        return transform
+
+    def _reader_options(self, train):
+        """ShardReader's keyword arguments for the training (``train``) or validation data."""
+        s = self._settings
+        workers = s['train_reader_num_workers' if train else 'val_reader_num_workers']
+        what = 'train_reader_num_workers' if train else 'val_reader_num_workers'
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ValueError('{} must be a positive integer, got {!r}'.format(what, workers))
+        if s['reader_pool_type'] not in POOL_TYPES:
+            raise ValueError('reader_pool_type must be one of {}, got {!r}'.format(
+                ', '.join(POOL_TYPES), s['reader_pool_type']))
+        size = s['shuffle_buffer_size']
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 0):
+            raise ValueError('shuffle_buffer_size must be a non-negative integer or None, got {!r}'.format(size))
+        return dict(shuffle=bool(s['shuffle']) if train else False, shuffle_buffer_size=size, num_workers=workers,
+                    pool_type=s['reader_pool_type'], inmemory_cache_all=bool(s['inmemory_cache_all']),
+                    mp_start_method=s['mp_start_method'], transform=self._transform())
+
+    def _readers(self):
+        """{'train': ..., 'val': ...}: the reader options the training processes use."""
+        return {'train': self._reader_options(train=True), 'val': self._reader_options(train=False)}
 
     def _columns(self):
         """The Parquet columns a training process reads: features, labels, sample weight."""

@@ -10,6 +10,7 @@ import itertools
 __all__ = ['prepare_data', 'check_columns', 'VALIDATION_SEED']
 
 VALIDATION_SEED = 1234
+ROW_GROUP_BYTES = 16 << 20
 _dataset_counter = itertools.count()
 
 
@@ -74,7 +75,10 @@ def prepare_data(num_processes, store, df, label_columns, feature_columns, valid
             if verbose:
                 print('horovod.spark: writing {} to {}'.format('training data' if path == train_path else
                                                                'validation data', path))
-            part.repartition(partitions).write.mode('overwrite').parquet(store.spark_path(path))
+            # Row groups of at most ROW_GROUP_BYTES: a training process's reader holds a row group's
+            # buffers while it decodes it (Parquet's default is 128 MiB).
+            part.repartition(partitions).write.mode('overwrite').option('parquet.block.size', ROW_GROUP_BYTES) \
+                .parquet(store.spark_path(path))
         yield idx
     finally:
         store.remove(train_path)

@@ -28,7 +28,8 @@ import random
 from horovod.data import AsyncDataLoaderMixin, BaseDataLoader
 
 __all__ = ['PytorchDataLoader', 'PytorchAsyncDataLoader', 'PytorchInfiniteDataLoader',
-           'PytorchInfiniteAsyncDataLoader', 'PytorchInmemDataLoader', 'PytorchInmemAsyncDataLoader']
+           'PytorchInfiniteAsyncDataLoader', 'PytorchInmemDataLoader', 'PytorchInmemAsyncDataLoader',
+           'PytorchShardLoader', 'PytorchShardAsyncLoader']
 
 
 def _rows(reader):
@@ -275,6 +276,38 @@ class PytorchInmemDataLoader(BaseDataLoader):
 
 class PytorchInmemAsyncDataLoader(AsyncDataLoaderMixin, PytorchInmemDataLoader):
     """PytorchInmemDataLoader whose batches are prefetched by a background thread."""
+
+    def __init__(self, async_loader_queue_size=64, *args, **kwargs):
+        super().__init__(async_loader_queue_size, *args, **kwargs)
+
+
+class PytorchShardLoader(BaseDataLoader):
+    """The estimators' loader: the batches of a ``horovod.spark.common.reader.BatchStream``
+    (numpy columns streamed from this rank's Parquet shard) as {column: tensor}, each column
+    reshaped to ``shapes[column]`` (rows x shape) when given."""
+
+    def __init__(self, stream, shapes=None):
+        self.stream, self.shapes = stream, dict(shapes or {})
+
+    def __len__(self):
+        return len(self.stream)
+
+    def _iterate(self):
+        return iter(self.stream)
+
+    def _process_batch(self, batch):
+        import torch
+        out = {}
+        for column, array in batch.items():
+            tensor = torch.from_numpy(array)
+            shape = self.shapes.get(column)
+            out[column] = tensor.view(-1, *shape) if shape else tensor
+        return out
+
+
+class PytorchShardAsyncLoader(AsyncDataLoaderMixin, PytorchShardLoader):
+    """PytorchShardLoader whose batches a background thread prepares ahead, up to
+    ``async_loader_queue_size`` of them (horovod.data.AsyncDataLoaderMixin)."""
 
     def __init__(self, async_loader_queue_size=64, *args, **kwargs):
         super().__init__(async_loader_queue_size, *args, **kwargs)

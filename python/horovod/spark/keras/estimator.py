@@ -20,15 +20,14 @@ TrainSpec = collections.namedtuple('TrainSpec', [
     'callbacks', 'checkpoint_callback', 'compression', 'feature_cols', 'label_cols', 'sample_weight_col', 'columns',
     'label_shapes', 'store', 'train_path', 'val_path', 'batch_size', 'val_batch_size', 'epochs',
     'train_steps_per_epoch', 'validation_steps_per_epoch', 'shuffle', 'random_seed', 'backward_passes_per_step',
-    'checkpoint_path', 'resume_checkpoint', 'verbose', 'use_gpu'])
+    'checkpoint_path', 'resume_checkpoint', 'verbose', 'use_gpu', 'readers', 'prefetch'])
 
 # EstimatorParams plus KerasEstimator's own.
 DEFAULTS = dict(COMMON_DEFAULTS, custom_objects=None, checkpoint_callback=None, backend_env=None,
                 tensorflow_dataset_prefetch_buffer_size=0)
 
 # Accepted only at their defaults: what each non-default value would need.
-NOT_AVAILABLE = dict(PETASTORM_ONLY, tensorflow_dataset_prefetch_buffer_size=(
-    'a tf.data pipeline (this build feeds model.fit from in-memory numpy batches)'))
+NOT_AVAILABLE = PETASTORM_ONLY
 
 
 def _names(values):
@@ -56,9 +55,10 @@ class KerasEstimator(HorovodEstimator):
     training processes' environment. Keras 3 runs on the driver's Keras backend
     (KERAS_BACKEND); a tf-keras model trains with TF_USE_LEGACY_KERAS=1.
 
-    Reader: as TorchEstimator (every process loads its Parquet shard into memory with pyarrow),
-    so the Petastorm-specific parameters have no effect and ``transformation_fn``,
-    ``data_module``, ``tensorflow_dataset_prefetch_buffer_size`` raise NotImplementedError.
+    Reader: as TorchEstimator (every process streams its Parquet shard, with the reader
+    parameters and ``transformation_fn``); ``tensorflow_dataset_prefetch_buffer_size`` > 0 feeds
+    ``model.fit`` through a tf.data pipeline that prefetches that many batches (TensorFlow backend
+    or tf-keras). ``data_module`` raises NotImplementedError.
     ``use_gpu=False`` hides the GPUs from the training processes (CUDA_VISIBLE_DEVICES=-1);
     with True each process uses the devices Keras finds."""
 
@@ -81,6 +81,13 @@ class KerasEstimator(HorovodEstimator):
             keras.losses.get(loss)  # ValueError naming an unknown loss, before any process starts
         if s['backward_passes_per_step'] is None or s['backward_passes_per_step'] <= 0:
             raise ValueError('backward_passes_per_step must be > 0')
+        prefetch = s['tensorflow_dataset_prefetch_buffer_size']
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+            raise ValueError('tensorflow_dataset_prefetch_buffer_size must be a non-negative integer, got {!r}'.format(
+                prefetch))
+        if prefetch and util.flavour_of(s['model']) != util.TF_KERAS and keras.backend.backend() != 'tensorflow':
+            raise ValueError('tensorflow_dataset_prefetch_buffer_size needs tf.data: the TensorFlow backend (this '
+                             'Keras runs on {})'.format(keras.backend.backend()))
         callback = s['checkpoint_callback']
         if callback is not None and not hasattr(callback, 'filepath'):
             raise ValueError('checkpoint_callback must be a ModelCheckpoint (it has no filepath), got {}'.format(
@@ -102,7 +109,7 @@ class KerasEstimator(HorovodEstimator):
         """ValueError when a feature column's values per row do not fit its model input (checked
         on the first row, on the driver, before any process starts)."""
         s = self._settings
-        row = read_first_row(s['store'], train_path, list(s['feature_cols']))
+        row = read_first_row(s['store'], train_path, self._columns(), self._transform())
         if row is None:
             return
         shapes = util.input_shapes(s['model'], len(s['feature_cols']))
@@ -130,4 +137,5 @@ class KerasEstimator(HorovodEstimator):
             epochs=s['epochs'], train_steps_per_epoch=s['train_steps_per_epoch'],
             validation_steps_per_epoch=s['validation_steps_per_epoch'], shuffle=s['shuffle'],
             random_seed=s['random_seed'], backward_passes_per_step=s['backward_passes_per_step'],
-            checkpoint_path=checkpoint_path, resume_checkpoint=resume, verbose=s['verbose'], use_gpu=s['use_gpu'])
+            checkpoint_path=checkpoint_path, resume_checkpoint=resume, verbose=s['verbose'], use_gpu=s['use_gpu'],
+            readers=self._readers(), prefetch=s['tensorflow_dataset_prefetch_buffer_size'])

@@ -16,7 +16,7 @@ def make_train_fn(spec):
     def train():
         import cloudpickle
         import numpy as np
-        from horovod.spark.common.reader import epoch_rows, read_shard
+        from horovod.spark.common.reader import BatchStream, ShardReader, epoch_rows
         from horovod.spark.keras import util
 
         if not spec.use_gpu:
@@ -32,26 +32,34 @@ def make_train_fn(spec):
         custom_objects = cloudpickle.loads(spec.custom_objects)
         model, start_epoch, history = _compiled_model(keras, hvd, spec, custom_objects)
 
-        def batches(path, batch_size, wanted_steps, shuffle, what):
-            arrays = read_shard(spec.store, path, spec.columns, hvd.rank(), hvd.size())
-            shapes = util.input_shapes(model, len(spec.feature_cols))
-            inputs = [util.reshape(arrays[c], shape, 'feature column {!r} (model input {})'.format(c, i))
+        shapes = util.input_shapes(model, len(spec.feature_cols))
+
+        def to_keras(batch):
+            inputs = [util.reshape(batch[c], shape, 'feature column {!r} (model input {})'.format(c, i))
                       for i, (c, shape) in enumerate(zip(spec.feature_cols, shapes))]
-            labels = [util.reshape(arrays[c], shape, 'label column {!r}'.format(c))
+            labels = [util.reshape(batch[c], shape, 'label column {!r}'.format(c))
                       for c, shape in zip(spec.label_cols, spec.label_shapes)]
-            weights = arrays[spec.sample_weight_col].astype(np.float32) if spec.sample_weight_col else None
+            x = inputs[0] if len(inputs) == 1 else tuple(inputs)
+            y = labels[0] if len(labels) == 1 else tuple(labels)
+            if not spec.sample_weight_col:
+                return x, y
+            return x, y, batch[spec.sample_weight_col].astype(np.float32)
+
+        def stream(path, batch_size, options, steps, what):
             # Every rank goes through as many rows per epoch as the largest shard has, so that
             # all ranks take the same number of steps and every row is used each epoch.
-            rows = np.asarray(hvd.allgather(np.array([len(inputs[0])], dtype=np.int64))).reshape(-1).tolist()
-            total = epoch_rows(rows, what)
-            steps = -(-total // batch_size)
-            steps = steps if wanted_steps is None else min(wanted_steps, steps)
-            seed = (spec.random_seed or 0) + 1000 * hvd.rank()
-            return _batch_dataset(keras, inputs, labels, weights, batch_size, steps, total, shuffle, seed)
+            reader = ShardReader(spec.store, path, spec.columns, hvd.rank(), hvd.size(),
+                                 seed=(spec.random_seed or 0) + 1000 * hvd.rank(), **options)
+            rows = np.asarray(hvd.allgather(np.array([reader.rows], dtype=np.int64))).reshape(-1).tolist()
+            return BatchStream(reader, epoch_rows(rows, what), batch_size, steps)
 
-        train_data = batches(spec.train_path, spec.batch_size, spec.train_steps_per_epoch, spec.shuffle, 'training')
-        val_data = (batches(spec.val_path, spec.val_batch_size, spec.validation_steps_per_epoch, False, 'validation')
-                    if spec.val_path else None)
+        streams = [stream(spec.train_path, spec.batch_size, spec.readers['train'], spec.train_steps_per_epoch,
+                          'training')]
+        if spec.val_path:
+            streams.append(stream(spec.val_path, spec.val_batch_size, spec.readers['val'],
+                                  spec.validation_steps_per_epoch, 'validation'))
+        feeds = [_keras_feed(keras, s, to_keras, spec.prefetch) for s in streams]
+        train_data, val_data = feeds[0], (feeds[1] if len(feeds) > 1 else None)
 
         callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0), hvd.callbacks.MetricAverageCallback()]
         callbacks += cloudpickle.loads(spec.callbacks)
@@ -65,6 +73,8 @@ def make_train_fn(spec):
                 callbacks.append(best)
             fitted = model.fit(train_data, validation_data=val_data, epochs=spec.epochs, initial_epoch=start_epoch,
                                verbose=spec.verbose if hvd.rank() == 0 else 0, callbacks=callbacks, shuffle=False)
+            for data in streams:
+                data.close()
             for key, values in fitted.history.items():
                 history.setdefault(key, []).extend(float(v) for v in values)
             if hvd.rank() != 0:
@@ -97,37 +107,50 @@ def _compiled_model(keras, hvd, spec, custom_objects):
     return model, checkpoint['epoch'] + 1, checkpoint['history']
 
 
-def _batch_dataset(keras, inputs, labels, weights, batch_size, steps, total, shuffle, seed):
-    """A Keras PyDataset (tf-keras: Sequence) of ``steps`` batches per epoch over an epoch of
-    ``total`` rows (reader.epoch_order: whole passes over this shard, wrapped), reshuffled every
-    epoch when ``shuffle``; batch ``i`` is rows ``[i*batch_size, (i+1)*batch_size)`` of the
-    epoch's order."""
-    import numpy as np
-    from horovod.spark.common.reader import epoch_order
-    base = getattr(keras.utils, 'PyDataset', None) or keras.utils.Sequence
-    rng = np.random.default_rng(seed)
-    rows = len(inputs[0])
+def _keras_feed(keras, stream, to_keras, prefetch):
+    """What ``model.fit`` takes for a reader.BatchStream: each epoch is one ``iter(stream)``
+    (``len(stream)`` batches, made model-ready by ``to_keras``). With ``prefetch`` > 0, a
+    tf.data pipeline that prefetches that many batches (Horovod's
+    ``tensorflow_dataset_prefetch_buffer_size``); else a Keras PyDataset (tf-keras: Sequence)."""
+    if prefetch:
+        import tensorflow as tf
+        first = to_keras(next(iter(stream.reader.epoch(1, 1))))
 
-    def order():
-        return epoch_order(rows, total, rng.permutation if shuffle else None)
+        def spec_of(value):
+            if isinstance(value, tuple):
+                return tuple(spec_of(v) for v in value)
+            return tf.TensorSpec((None,) + value.shape[1:], tf.as_dtype(value.dtype))
+        data = tf.data.Dataset.from_generator(lambda: (to_keras(b) for b in stream), output_signature=spec_of(first))
+        return data.prefetch(prefetch)
+    base = getattr(keras.utils, 'PyDataset', None) or keras.utils.Sequence
 
     class Batches(base):
+        """Batch ``i`` of the epoch, served in order from the stream. Keras may ask for a batch
+        again (to learn the data's structure) and starts each epoch at 0; other orders (workers
+        reading ahead) are refused."""
+
         def __init__(self):
             super().__init__()
-            self.order = order()
+            self.on_epoch_end()
 
         def __len__(self):
-            return steps
+            return len(stream)
 
         def __getitem__(self, i):
-            index = self.order[i * batch_size:(i + 1) * batch_size]
-            x = inputs[0][index] if len(inputs) == 1 else tuple(a[index] for a in inputs)
-            y = labels[0][index] if len(labels) == 1 else tuple(a[index] for a in labels)
-            return (x, y) if weights is None else (x, y, weights[index])
+            if i in self.served:
+                return self.served[i]
+            if i == 0:
+                self.on_epoch_end()
+            if i != self.next:
+                raise RuntimeError('horovod.spark: Keras asked for batch {} where batch {} of the epoch comes next; '
+                                   'the estimator streams its batches in order (no workers reading ahead)'.format(
+                                       i, self.next))
+            self.served = {i: to_keras(next(self.epoch))}
+            self.next += 1
+            return self.served[i]
 
         def on_epoch_end(self):
-            if shuffle:
-                self.order = order()
+            self.epoch, self.served, self.next = iter(stream), {}, 0
 
     return Batches()
 

@@ -20,7 +20,7 @@ __all__ = ['TorchEstimator']
 TrainSpec = collections.namedtuple('TrainSpec', [
     'model_bytes', 'callbacks_bytes', 'logger', 'compression', 'columns', 'shapes', 'store', 'train_path',
     'val_path', 'batch_size', 'val_batch_size', 'epochs', 'train_steps_per_epoch', 'validation_steps_per_epoch',
-    'shuffle', 'random_seed', 'backward_passes_per_step', 'run_path', 'checkpoint_path', 'logs_path',
+    'readers', 'random_seed', 'backward_passes_per_step', 'run_path', 'checkpoint_path', 'logs_path',
     'resume_checkpoint', 'verbose', 'use_gpu', 'log_every_n_steps', 'terminate_on_nan', 'profiler',
     'trainer_args', 'debug_data_loader', 'train_queue_size', 'val_queue_size'])
 
@@ -34,8 +34,7 @@ DEFAULTS = dict(COMMON_DEFAULTS, input_shapes=None, loss_constructors=None, trai
 NOT_AVAILABLE = dict(
     PETASTORM_ONLY,
     train_minibatch_fn='a custom minibatch function (implement LightningModule.training_step)',
-    loader_num_epochs="Petastorm's reader epochs (the in-memory loader serves one pass per epoch)",
-    mp_start_method='data loader worker processes (this build loads each shard in the training process)')
+    loader_num_epochs="Petastorm's reader epochs (the streaming reader serves one pass per epoch)")
 
 # Set by LightningModule methods instead: a non-None value is a ValueError saying so.
 MODULE_OWNED = dict(optimizer='LightningModule.configure_optimizers', loss='LightningModule.training_step',
@@ -138,7 +137,8 @@ class TorchEstimator(HorovodEstimator):
             val_batch_size=s['val_batch_size'] or s['batch_size'], epochs=s['epochs'],
             train_steps_per_epoch=s['train_steps_per_epoch'],
             validation_steps_per_epoch=s['validation_steps_per_epoch'],
-            shuffle=s['shuffle'], random_seed=s['random_seed'], backward_passes_per_step=s['backward_passes_per_step'],
+            readers=self._readers(), random_seed=s['random_seed'],
+            backward_passes_per_step=s['backward_passes_per_step'],
             run_path=store.get_run_path(run_id) if store.save_runs else None, checkpoint_path=checkpoint_path,
             logs_path=store.get_logs_path(run_id), resume_checkpoint=resume, verbose=s['verbose'],
             use_gpu=s['use_gpu'], log_every_n_steps=s['log_every_n_steps'], terminate_on_nan=s['terminate_on_nan'],

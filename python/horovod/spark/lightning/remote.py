@@ -76,7 +76,7 @@ def make_train_fn(spec):
             trainer = pl.Trainer(**kwargs)
             data = ShardDataModule(
                 spec.store, spec.train_path, spec.val_path, spec.columns, spec.shapes, spec.batch_size,
-                spec.val_batch_size, spec.shuffle, spec.random_seed, spec.train_steps_per_epoch,
+                spec.val_batch_size, spec.readers, spec.random_seed, spec.train_steps_per_epoch,
                 spec.validation_steps_per_epoch, spec.train_queue_size, spec.val_queue_size,
                 verbose=bool(spec.debug_data_loader))
             ckpt_path = None

@@ -19,7 +19,7 @@ TrainSpec = collections.namedtuple('TrainSpec', [
     'loss_weights', 'metrics', 'compression', 'feature_cols', 'label_cols', 'sample_weight_col', 'columns',
     'input_shapes', 'label_shapes', 'store', 'train_path', 'val_path', 'batch_size', 'val_batch_size', 'epochs',
     'train_steps_per_epoch', 'validation_steps_per_epoch', 'shuffle', 'random_seed', 'backward_passes_per_step',
-    'checkpoint_path', 'resume_checkpoint', 'verbose'])
+    'checkpoint_path', 'resume_checkpoint', 'verbose', 'readers'])
 
 # EstimatorParams plus TorchEstimator's own.
 DEFAULTS = dict(COMMON_DEFAULTS, loss_constructors=None, input_shapes=None, train_minibatch_fn=None)
@@ -35,10 +35,11 @@ class TorchEstimator(HorovodEstimator):
     feature_cols, label_cols. Each feature column is one positional input of the model
     (reshaped to ``input_shapes[i]`` when given); each label column pairs with one output.
 
-    Reader: every process loads its shard of the Parquet files into memory (see
-    horovod.spark.common.reader), so the Petastorm-specific parameters (reader pool, reader
-    workers, shuffle buffer, in-memory cache) have no effect; a non-default value is named in a
-    warning. ``use_gpu``: training runs on the CPU in this build. ``metrics``: callables
+    Reader: every process streams its shard of the Parquet files (horovod.spark.common.reader),
+    so the data need not fit in memory; the reader parameters (``train_reader_num_workers``,
+    ``val_reader_num_workers``, ``reader_pool_type``, ``shuffle_buffer_size``,
+    ``inmemory_cache_all``, ``transformation_fn`` and its fields) work as that module says.
+    ``use_gpu``: training runs on the CPU in this build. ``metrics``: callables
     ``metric(output, label) -> number``, averaged over the batches into the history (``<name>``
     and ``val_<name>``)."""
 
@@ -82,4 +83,4 @@ class TorchEstimator(HorovodEstimator):
             epochs=s['epochs'], train_steps_per_epoch=s['train_steps_per_epoch'],
             validation_steps_per_epoch=s['validation_steps_per_epoch'], shuffle=s['shuffle'],
             random_seed=s['random_seed'], backward_passes_per_step=s['backward_passes_per_step'],
-            checkpoint_path=checkpoint_path, resume_checkpoint=resume, verbose=s['verbose'])
+            checkpoint_path=checkpoint_path, resume_checkpoint=resume, verbose=s['verbose'], readers=self._readers())

@@ -14,8 +14,8 @@ def make_train_fn(spec):
         import cloudpickle
         import torch
         import horovod.torch as hvd
-        from horovod.spark.common.reader import epoch_order, epoch_rows, read_shard
-        from horovod.spark.data_loaders.pytorch_data_loaders import PytorchDataLoader
+        from horovod.spark.common.reader import BatchStream, ShardReader, epoch_rows
+        from horovod.spark.data_loaders.pytorch_data_loaders import PytorchShardLoader
 
         hvd.init()
         if spec.random_seed is not None:
@@ -36,34 +36,16 @@ def make_train_fn(spec):
                                              backward_passes_per_step=spec.backward_passes_per_step,
                                              compression=spec.compression or hvd.Compression.none)
 
-        class ShardEpoch(object):
-            """The rows of one epoch of this rank's shard: ``total`` rows over ``rows`` rows
-            (reader.epoch_order), reshuffled every epoch with ``generator``; in order without."""
-
-            def __init__(self, dataset, total, generator):
-                self.dataset, self.total, self.generator = dataset, total, generator
-
-            def __len__(self):
-                return self.total
-
-            def __iter__(self):
-                permute = (lambda n: torch.randperm(n, generator=self.generator).numpy()) if self.generator else None
-                for i in epoch_order(len(self.dataset), self.total, permute).tolist():
-                    yield self.dataset[i]
-
-        def loader(path, batch_size, shuffle, what, steps):
+        def loader(path, batch_size, options, what, steps):
             # Every rank goes through as many rows per epoch as the largest shard has, so that
             # all ranks take the same number of steps and every row is used each epoch.
-            arrays = read_shard(spec.store, path, spec.columns, hvd.rank(), hvd.size())
-            tensors = [torch.from_numpy(arrays[c]) for c in spec.columns]
-            rows = len(tensors[0])
-            total = epoch_rows(hvd.allgather(torch.tensor([rows]), name=what + '_rows').tolist(), what)
-            generator = torch.Generator().manual_seed((spec.random_seed or 0) + hvd.rank()) if shuffle else None
-            return PytorchDataLoader(ShardEpoch(torch.utils.data.TensorDataset(*tensors), total, generator),
-                                     batch_size=batch_size, shuffling_queue_capacity=0, name=what,
-                                     limit_step_per_epoch=-1 if steps is None else max(steps, 0))
+            reader = ShardReader(spec.store, path, spec.columns, hvd.rank(), hvd.size(),
+                                 seed=(spec.random_seed or 0) + hvd.rank(), **options)
+            total = epoch_rows(hvd.allgather(torch.tensor([reader.rows]), name=what + '_rows').tolist(), what)
+            return PytorchShardLoader(BatchStream(reader, total, batch_size, steps))
 
-        def loss_of(batch):
+        def loss_of(columns):
+            batch = [columns[c] for c in spec.columns]
             n_features = len(spec.feature_cols)
             inputs = [t.view(-1, *shape) if shape else t for t, shape in zip(batch[:n_features], spec.input_shapes)]
             labels = [t.view(-1, *shape) if shape else t
@@ -84,9 +66,10 @@ def make_train_fn(spec):
                 total = total + weight * value
             return total
 
-        train_data = loader(spec.train_path, spec.batch_size, spec.shuffle, 'training', spec.train_steps_per_epoch)
-        val_data = (loader(spec.val_path, spec.val_batch_size, False, 'validation', spec.validation_steps_per_epoch)
-                    if spec.val_path else None)
+        train_data = loader(spec.train_path, spec.batch_size, spec.readers['train'], 'training',
+                            spec.train_steps_per_epoch)
+        val_data = (loader(spec.val_path, spec.val_batch_size, spec.readers['val'], 'validation',
+                           spec.validation_steps_per_epoch) if spec.val_path else None)
         sums = {}
 
         def record(prefix, total, count):
@@ -124,6 +107,9 @@ def make_train_fn(spec):
                                 'history': history}, buffer)
                     with spec.store.open(spec.checkpoint_path, 'wb') as f:
                         f.write(buffer.getvalue())
+        for data in (train_data, val_data):
+            if data is not None:
+                data.stream.close()
         if hvd.rank() != 0:
             return None
         buffer = io.BytesIO()
