@@ -68,6 +68,23 @@ def test_two_processes_allreduce_in_rank_order(spark):
         assert re.search(line, out.getvalue()), out.getvalue()
 
 
+def work_dir_and_module():
+    import importlib
+    import os
+    return os.getcwd(), importlib.import_module('hvd_spark_probe_module').VALUE
+
+
+def test_spark_work_dir_and_pythonpath(spark, tmp_path):
+    # HOROVOD_SPARK_WORK_DIR / HOROVOD_SPARK_PYTHONPATH: the processes' working directory and
+    # what goes first on their PYTHONPATH, as in Horovod.
+    (tmp_path / 'hvd_spark_probe_module.py').write_text('VALUE = 42\n')
+    work = tmp_path / 'work'
+    work.mkdir()
+    results = horovod.spark.run(work_dir_and_module, num_proc=2,
+                                env={'HOROVOD_SPARK_WORK_DIR': str(work), 'HOROVOD_SPARK_PYTHONPATH': str(tmp_path)})
+    assert results == [(str(work), 42)] * 2
+
+
 def test_raising_process_cancels_the_job(spark, tmp_path):
     pid_dir = str(tmp_path)
 

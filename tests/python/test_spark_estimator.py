@@ -1,6 +1,7 @@
 """TorchEstimator / TorchModel on local[2] Spark with a LocalStore: fit on the digits data,
 transform, validation split, history, checkpoints and resume; stores and argument errors."""
 
+import os
 import sys
 import time
 
@@ -28,6 +29,48 @@ def test_store_create_picks_by_path(tmp_path):
     with store.open(store.get_checkpoint_path('r1'), 'wb') as f:
         f.write(b'x')
     assert store.exists(store.get_checkpoint_path('r1'))
+
+
+def test_store_api(tmp_path):
+    """Horovod's Store methods beyond the paths: run settings, protocol handling, file access,
+    Lightning-style checkpoint listing, and syncing a local run folder into the store."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from horovod.spark.common.store import AbstractFilesystemStore
+    store = LocalStore(str(tmp_path))
+    assert isinstance(store, AbstractFilesystemStore) and store.get_filesystem() is store.fs
+    assert store.saving_runs() and not LocalStore(str(tmp_path), save_runs=False).saving_runs()
+    assert store.get_checkpoint_filename() == 'checkpoint' and store.get_logs_subdir() == 'logs'
+    assert store.get_logs_path('r') == str(tmp_path / 'runs' / 'r' / 'logs')
+    inside = str(tmp_path / 'x')
+    assert store.get_full_path(inside) == 'file://' + inside == store.get_full_path_fn()(inside)
+    assert store.get_localized_path('file://' + inside) == inside
+    assert store.matches(inside) and store.matches('file://' + inside) and not store.matches('/elsewhere')
+    store.write_text(inside, 'hello')
+    assert store.read('file://' + inside) == b'hello' and store.exists('file://' + inside)
+
+    folder = tmp_path / 'runs' / 'lit' / 'checkpoint'
+    folder.mkdir(parents=True)
+    for name in ('b.ckpt', 'a.ckpt', 'notes.txt'):
+        (folder / name).write_text('.')
+    assert store.get_checkpoints('lit') == ['a.ckpt', 'b.ckpt']
+    assert store.get_checkpoints('lit', suffix='.txt') == ['notes.txt'] and store.get_checkpoints('none') == []
+
+    with store.get_local_output_dir_fn('r2')() as local:
+        os.makedirs(os.path.join(local, 'logs'))
+        with open(os.path.join(local, 'logs', 'events'), 'w') as f:
+            f.write('e')
+        with open(os.path.join(local, 'model.ckpt'), 'w') as f:
+            f.write('m')
+        store.sync_fn('r2')(local)
+    assert not os.path.exists(local)
+    assert (tmp_path / 'runs' / 'r2' / 'logs' / 'events').read_text() == 'e'
+    assert (tmp_path / 'runs' / 'r2' / 'model.ckpt').read_text() == 'm'
+
+    path = store.get_train_data_path(9)
+    os.makedirs(path)
+    pq.write_table(pa.table({'a': [1, 2, 3]}), os.path.join(path, 'part-0.parquet'))
+    assert store.is_parquet_dataset(path) and store.get_parquet_dataset(path).read().num_rows == 3
 
 
 def accuracy(output, label):
@@ -70,6 +113,9 @@ def test_fit_transform_history_and_checkpoint(spark, digits, store, capfd):
     estimator = make_estimator(store, run_id='digits')
     model = estimator.fit(digits)
     assert isinstance(model, TorchModel)
+    # Horovod's model parameter names work beside ours.
+    assert model.getFeatureColumns() == model.getFeatureCols() == ['features'] and model.getLabelColumns() == ['label']
+    assert TorchModel(model=model.getModel(), feature_columns=['f'], label_columns=['l']).getFeatureCols() == ['f']
     history = model.getHistory()
     assert len(history['loss']) == 4 and len(history['val_loss']) == 4
     assert history['loss'][-1] < history['loss'][0]
@@ -126,3 +172,30 @@ def test_reader_parameters_and_transformation_fn(spark, digits, store):
     rows = model.setOutputCols(['logits']).transform(digits).select('label', 'logits').collect()
     shifted = sum(int(int(np.argmax(r['logits'])) == (r['label'] + 1) % 10) for r in rows)
     assert shifted / len(rows) > 0.8
+
+
+def test_save_and_load_estimators_models_and_pipelines(spark, digits, store, tmp_path):
+    """Spark ML persistence: an estimator and a fitted model save and load (write().save, save,
+    overwrite, load) with their parameters, and so does a PipelineModel holding the model."""
+    from pyspark.ml import Pipeline, PipelineModel
+    estimator = make_estimator(store, epochs=1, run_id='persist', batch_size=64)
+    estimator.save(str(tmp_path / 'estimator'))
+    loaded = TorchEstimator.load(str(tmp_path / 'estimator'))
+    assert loaded.uid == estimator.uid and loaded.getBatchSize() == 64 and loaded.getRunId() == 'persist'
+    assert loaded.getStore().prefix_path == store.prefix_path
+    assert [p.shape for p in loaded.getModel().parameters()] == [p.shape for p in estimator.getModel().parameters()]
+    with pytest.raises(Exception):
+        estimator.save(str(tmp_path / 'estimator'))  # exists: overwrite() says so
+    estimator.setBatchSize(16).write().overwrite().save(str(tmp_path / 'estimator'))
+    assert TorchEstimator.load(str(tmp_path / 'estimator')).getBatchSize() == 16
+    with pytest.raises(TypeError, match='not a horovod.spark.torch.model.TorchModel'):
+        TorchModel.load(str(tmp_path / 'estimator'))
+
+    fitted = Pipeline(stages=[loaded]).fit(digits)
+    fitted.write().overwrite().save(str(tmp_path / 'pipeline'))
+    again = PipelineModel.load(str(tmp_path / 'pipeline'))
+    model = again.stages[0]
+    assert isinstance(model, TorchModel) and model.getHistory() == fitted.stages[0].getHistory()
+    before = fitted.transform(digits).select('label__output').collect()
+    after = again.transform(digits).select('label__output').collect()
+    assert [r[0] for r in before] == [r[0] for r in after]

@@ -2,6 +2,7 @@
 fit on the digits data, transform, validation split, averaged history, user callbacks,
 checkpoints and resume, checkpoint_callback, sample weights, tf-keras; argument errors."""
 
+import os
 import pickle
 import sys
 
@@ -101,6 +102,12 @@ def test_fit_transform_history_and_checkpoint(spark, digits, store):
     with store.open(store.get_checkpoint_path('digits'), 'rb') as f:
         checkpoint = pickle.loads(f.read())
     assert checkpoint['epoch'] == 3 and checkpoint['history']['val_loss'] == history['val_loss']
+    restored = store.read_serialized_keras_model(store.get_checkpoint_path('digits'), model.getModel())
+    model.save(os.path.join(store.prefix_path, 'saved_model'))  # Spark ML persistence
+    loaded = KerasModel.load(os.path.join(store.prefix_path, 'saved_model'))
+    assert loaded.getFeatureColumns() == ['features'] and loaded.getHistory() == history
+    assert all((a == b).all() for a, b in zip(loaded.getModel().get_weights(), model.getModel().get_weights()))
+    assert [w.shape for w in restored.get_weights()] == [w.shape for w in model.getModel().get_weights()]
     assert not store.exists(store.get_train_data_path(0))
     assert transformed_accuracy(model, digits) > 0.85
 

@@ -89,13 +89,18 @@ class _Pump(threading.Thread):
 def _run_process(job, env, rank):
     """Runs this task's Horovod process (``python -m horovod.runner.run_task``, which fetches the
     function from the driver and sends the result back) with ``env``, its output pumped to the
-    executor's streams tagged with ``rank``. Returns its TaskOutcome."""
+    executor's streams tagged with ``rank``. Returns its TaskOutcome. As in Horovod,
+    ``HOROVOD_SPARK_WORK_DIR`` is the process's working directory and ``HOROVOD_SPARK_PYTHONPATH``
+    goes before its PYTHONPATH (both from ``env``, e.g. ``horovod.spark.run(env=...)``)."""
     env = dict(env)
     env['PYTHONUNBUFFERED'] = '1'
+    if env.get('HOROVOD_SPARK_PYTHONPATH'):
+        env['PYTHONPATH'] = os.pathsep.join(p for p in (env['HOROVOD_SPARK_PYTHONPATH'], env.get('PYTHONPATH')) if p)
     command = [job.executable or sys.executable, '-m', 'horovod.runner.run_task', job.driver_addr,
                str(job.task_port)]
     child = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, preexec_fn=_die_with_parent)
+                             stderr=subprocess.PIPE, preexec_fn=_die_with_parent,
+                             cwd=env.get('HOROVOD_SPARK_WORK_DIR') or None)
     pumps = [_Pump(child.stdout, sys.stdout, '[{}]<stdout>:'.format(rank), job.timestamps),
              _Pump(child.stderr, sys.stderr, '[{}]<stderr>:'.format(rank), job.timestamps)]
     for pump in pumps:

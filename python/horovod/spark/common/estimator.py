@@ -14,6 +14,7 @@ from pyspark.ml import Estimator
 from horovod.spark.common.backend import SparkBackend
 from horovod.spark.common.params import ParamsMixin
 from horovod.spark.common.reader import POOL_TYPES, Transform
+from horovod.spark.common.serialization import PersistableMixin
 from horovod.spark.common.util import prepare_data
 
 __all__ = ['HorovodEstimator', 'COMMON_DEFAULTS', 'PETASTORM_ONLY']
@@ -38,7 +39,7 @@ PETASTORM_ONLY = dict(
     categorical_cols='categorical/continuous column handling (give feature_cols)')
 
 
-class HorovodEstimator(ParamsMixin, Estimator):
+class HorovodEstimator(ParamsMixin, PersistableMixin, Estimator):
     _defaults = COMMON_DEFAULTS
     NOT_AVAILABLE = PETASTORM_ONLY
     REQUIRED = ('store', 'model', 'optimizer', 'feature_cols', 'label_cols')

@@ -13,6 +13,7 @@ an executor (and once on the driver to learn the output types), loads the model 
 from pyspark.ml import Model
 
 from horovod.spark.common.params import ParamsMixin
+from horovod.spark.common.serialization import PersistableMixin
 
 __all__ = ['HorovodModel', 'feature_arrays']
 
@@ -30,8 +31,9 @@ def feature_arrays(rows, features):
     return arrays
 
 
-class HorovodModel(ParamsMixin, Model):
+class HorovodModel(ParamsMixin, PersistableMixin, Model):
     _defaults = dict(model=None, history=None, feature_cols=None, label_cols=None, output_cols=None, run_id=None)
+    _aliases = dict(feature_columns='feature_cols', label_columns='label_cols')  # Horovod's model param names
 
     def __init__(self, **kwargs):
         super().__init__()

@@ -14,8 +14,12 @@ def _snake(camel):
 
 class ParamsMixin:
     _defaults = {}
+    # Other names of a parameter (Horovod's models call feature_cols feature_columns): they work
+    # in the constructor, copy() and the accessors (getFeatureColumns()).
+    _aliases = {}
 
     def _init_settings(self, kwargs):
+        kwargs = {self._aliases.get(k, k): v for k, v in kwargs.items()}
         unknown = sorted(set(kwargs) - set(self._defaults))
         if unknown:
             raise TypeError('{}() got unexpected parameters: {}'.format(type(self).__name__, ', '.join(unknown)))
@@ -26,6 +30,7 @@ class ParamsMixin:
         # Only called for names not found normally: get<Param> / set<Param>.
         if name.startswith(('get', 'set')) and len(name) > 3 and name[3].isupper():
             key = _snake(name[3:])
+            key = type(self)._aliases.get(key, key)
             settings = self.__dict__.get('_settings', {})
             if key in settings:
                 if name.startswith('get'):
@@ -43,6 +48,7 @@ class ParamsMixin:
         that._settings = dict(self._settings)
         for key, value in (extra or {}).items():
             name = getattr(key, 'name', key)
+            name = self._aliases.get(name, name)
             if name not in that._settings:
                 raise ValueError('{} has no parameter {!r}'.format(type(self).__name__, name))
             that._settings[name] = value
