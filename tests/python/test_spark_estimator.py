@@ -199,3 +199,19 @@ def test_save_and_load_estimators_models_and_pipelines(spark, digits, store, tmp
     before = fitted.transform(digits).select('label__output').collect()
     after = again.transform(digits).select('label__output').collect()
     assert [r[0] for r in before] == [r[0] for r in after]
+
+
+def test_train_minibatch_fn_replaces_the_training_step(spark, digits, store):
+    """A train_minibatch_fn that computes the loss but never steps: the weights come back as
+    they went in, while the history still records its losses."""
+    def evaluate_only(model, optimizer, transform_outputs, loss_fn, inputs, labels, sample_weights):
+        outputs, labels = transform_outputs(model(*inputs), labels)
+        return outputs, loss_fn(outputs, labels, sample_weights).detach()
+    estimator = make_estimator(store, epochs=2, batch_size=256, train_minibatch_fn=evaluate_only)
+    before = {k: v.clone() for k, v in estimator.getModel().state_dict().items()}
+    model = estimator.fit(digits)
+    after = model.getModel().state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert len(model.getHistory()['loss']) == 2
+    with pytest.raises(ValueError, match='train_minibatch_fn must be a function'):
+        make_estimator(store, train_minibatch_fn=3)._validate()

@@ -19,14 +19,13 @@ TrainSpec = collections.namedtuple('TrainSpec', [
     'loss_weights', 'metrics', 'compression', 'feature_cols', 'label_cols', 'sample_weight_col', 'columns',
     'input_shapes', 'label_shapes', 'store', 'train_path', 'val_path', 'batch_size', 'val_batch_size', 'epochs',
     'train_steps_per_epoch', 'validation_steps_per_epoch', 'shuffle', 'random_seed', 'backward_passes_per_step',
-    'checkpoint_path', 'resume_checkpoint', 'verbose', 'readers'])
+    'checkpoint_path', 'resume_checkpoint', 'verbose', 'readers', 'train_minibatch_fn'])
 
 # EstimatorParams plus TorchEstimator's own.
 DEFAULTS = dict(COMMON_DEFAULTS, loss_constructors=None, input_shapes=None, train_minibatch_fn=None)
 
 # Accepted only at their defaults: what each non-default value would need.
-NOT_AVAILABLE = dict(PETASTORM_ONLY, callbacks='training callbacks (TorchEstimator has none in this build)',
-                     train_minibatch_fn='custom minibatch functions')
+NOT_AVAILABLE = dict(PETASTORM_ONLY, callbacks='training callbacks (TorchEstimator has none in this build)')
 
 
 class TorchEstimator(HorovodEstimator):
@@ -39,7 +38,10 @@ class TorchEstimator(HorovodEstimator):
     so the data need not fit in memory; the reader parameters (``train_reader_num_workers``,
     ``val_reader_num_workers``, ``reader_pool_type``, ``shuffle_buffer_size``,
     ``inmemory_cache_all``, ``transformation_fn`` and its fields) work as that module says.
-    ``use_gpu``: training runs on the CPU in this build. ``metrics``: callables
+    ``train_minibatch_fn``: one training step, Horovod's signature ``(model, optimizer,
+    transform_outputs, loss_fn, inputs, labels, sample_weights) -> (outputs, loss)`` (default:
+    zero_grad, forward, loss, backward, step). ``use_gpu``: training runs on the CPU in this build.
+    ``metrics``: callables
     ``metric(output, label) -> number``, averaged over the batches into the history (``<name>``
     and ``val_<name>``)."""
 
@@ -55,6 +57,9 @@ class TorchEstimator(HorovodEstimator):
             raise ValueError('backward_passes_per_step must be > 0')
         if s['loss'] is None and s['loss_constructors'] is None:
             raise ValueError('TorchEstimator needs loss or loss_constructors')
+        if s['train_minibatch_fn'] is not None and not callable(s['train_minibatch_fn']):
+            raise ValueError('train_minibatch_fn must be a function (model, optimizer, transform_outputs, loss_fn, '
+                             'inputs, labels, sample_weights) -> (outputs, loss)')
 
     def _train(self, train_path, val_path, run_id, checkpoint_path, resume):
         s = self._settings
@@ -83,4 +88,5 @@ class TorchEstimator(HorovodEstimator):
             epochs=s['epochs'], train_steps_per_epoch=s['train_steps_per_epoch'],
             validation_steps_per_epoch=s['validation_steps_per_epoch'], shuffle=s['shuffle'],
             random_seed=s['random_seed'], backward_passes_per_step=s['backward_passes_per_step'],
-            checkpoint_path=checkpoint_path, resume_checkpoint=resume, verbose=s['verbose'], readers=self._readers())
+            checkpoint_path=checkpoint_path, resume_checkpoint=resume, verbose=s['verbose'], readers=self._readers(),
+            train_minibatch_fn=s['train_minibatch_fn'])

@@ -44,27 +44,39 @@ def make_train_fn(spec):
             total = epoch_rows(hvd.allgather(torch.tensor([reader.rows]), name=what + '_rows').tolist(), what)
             return PytorchShardLoader(BatchStream(reader, total, batch_size, steps))
 
-        def loss_of(columns):
+        def split(columns):
+            """(inputs, labels, sample weights or None) of a batch, reshaped as configured."""
             batch = [columns[c] for c in spec.columns]
-            n_features = len(spec.feature_cols)
+            n_features, n_labels = len(spec.feature_cols), len(spec.label_cols)
             inputs = [t.view(-1, *shape) if shape else t for t, shape in zip(batch[:n_features], spec.input_shapes)]
             labels = [t.view(-1, *shape) if shape else t
-                      for t, shape in zip(batch[n_features:n_features + len(spec.label_cols)], spec.label_shapes)]
-            weights = batch[n_features + len(spec.label_cols)] if spec.sample_weight_col else None
-            outputs = model(*inputs)
+                      for t, shape in zip(batch[n_features:n_features + n_labels], spec.label_shapes)]
+            return inputs, labels, (batch[n_features + n_labels] if spec.sample_weight_col else None)
+
+        def transform_outputs(outputs, labels):
+            """The model's outputs as a list, and each float label shaped like its (N, 1) output."""
             outputs = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
+            labels = [label.view(-1, 1) if label.dtype.is_floating_point and output.dim() == 2 and
+                      output.shape[1] == 1 and label.dim() == 1 else label for output, label in zip(outputs, labels)]
+            return outputs, labels
+
+        def loss_fn(outputs, labels, sample_weights):
+            """The weighted sum of the losses, one per output (sample-weighted when given)."""
             total = 0.0
-            for metric in spec.metrics:
-                sums[metric.__name__] = sums.get(metric.__name__, 0.0) + float(metric(outputs[0], labels[0]))
-            for output, label, loss_fn, weight in zip(outputs, labels, losses, spec.loss_weights):
-                if label.dtype.is_floating_point and output.dim() == 2 and output.shape[1] == 1 and label.dim() == 1:
-                    label = label.view(-1, 1)
-                if weights is None:
-                    value = loss_fn(output, label)
+            for output, label, loss, weight in zip(outputs, labels, losses, spec.loss_weights):
+                if sample_weights is None:
+                    value = loss(output, label)
                 else:
-                    value = (loss_fn(output, label, reduction='none').view(len(label), -1).mean(1) * weights).mean()
+                    value = (loss(output, label, reduction='none').view(len(label), -1).mean(1) *
+                             sample_weights).mean()
                 total = total + weight * value
             return total
+
+        def measure(outputs, labels):
+            for metric in spec.metrics:
+                sums[metric.__name__] = sums.get(metric.__name__, 0.0) + float(metric(outputs[0], labels[0]))
+
+        train_minibatch = spec.train_minibatch_fn or _train_minibatch
 
         train_data = loader(spec.train_path, spec.batch_size, spec.readers['train'], 'training',
                             spec.train_steps_per_epoch)
@@ -84,18 +96,21 @@ def make_train_fn(spec):
             model.train()
             total, count = 0.0, 0
             for batch in train_data:
-                optimizer.zero_grad()
-                loss = loss_of(batch)
-                loss.backward()
-                optimizer.step()
-                total, count = total + loss.item(), count + 1
+                inputs, labels, sample_weights = split(batch)
+                outputs, loss = train_minibatch(model, optimizer, transform_outputs, loss_fn, inputs, labels,
+                                                sample_weights)
+                measure(*transform_outputs(outputs, labels))
+                total, count = total + float(loss), count + 1
             record('', total, count)
             if val_data is not None:
                 model.eval()
                 total, count = 0.0, 0
                 with torch.no_grad():
                     for batch in val_data:
-                        total, count = total + loss_of(batch).item(), count + 1
+                        inputs, labels, sample_weights = split(batch)
+                        outputs, labels = transform_outputs(model(*inputs), labels)
+                        measure(outputs, labels)
+                        total, count = total + float(loss_fn(outputs, labels, sample_weights)), count + 1
                 record('val_', total, count)
             if hvd.rank() == 0:
                 if spec.verbose:
@@ -117,3 +132,17 @@ def make_train_fn(spec):
         return {'history': history, 'state_dict': buffer.getvalue()}
 
     return train
+
+
+def _train_minibatch(model, optimizer, transform_outputs, loss_fn, inputs, labels, sample_weights):
+    """One training step, Horovod's default ``train_minibatch_fn`` (a custom one takes the same
+    arguments and returns the same (outputs, loss)): gradients zeroed, forward,
+    ``transform_outputs(outputs, labels)``, ``loss_fn(outputs, labels, sample_weights)``,
+    backward, ``optimizer.step()``."""
+    optimizer.zero_grad()
+    outputs = model(*inputs)
+    outputs, labels = transform_outputs(outputs, labels)
+    loss = loss_fn(outputs, labels, sample_weights)
+    loss.backward()
+    optimizer.step()
+    return outputs, loss
