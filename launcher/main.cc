@@ -77,6 +77,17 @@ int runMpiJob(const Options& o, const std::vector<HostSlots>& hosts, int signalF
   return runMpirun(command, job.environment, signalFd);
 }
 
+// Horovod's choice inside an LSF job: with no launcher chosen (no --gloo, --mpi, --jsrun), not
+// elastic, and jsrun on PATH, the job runs under jsrun (hosts and -np from the allocation).
+void chooseJsrunInsideLsf(Options& o) {
+  const char* job = std::getenv("LSB_JOBID");
+  if (o.controller != Controller::kDefault || o.elastic() || job == nullptr || *job == '\0') return;
+  if (o.help || o.version || o.checkBuild || resolveExecutable("jsrun", pathEnv()).empty()) return;
+  o.controller = Controller::kJsrun;
+  say(2, std::string("horovodrun: inside LSF job ") + job +
+             " with jsrun on PATH: launching with jsrun, as Horovod does (--gloo runs horovodrun's own launcher)\n");
+}
+
 int runLauncher(const std::vector<std::string>& args, int signalFd) {
   Options options = parseCommandLine(args);
   if (options.help) {
@@ -88,6 +99,7 @@ int runLauncher(const std::vector<std::string>& args, int signalFd) {
     return 0;
   }
   if (options.configFile.has_value()) applyConfigFile(*options.configFile, options);
+  chooseJsrunInsideLsf(options);
   validateOptions(options);
   if (options.checkBuild) {
     // Nothing to clean up here: let Ctrl-C end the (possibly slow) import probes directly.

@@ -106,3 +106,18 @@ def test_ranks_started_by_jsrun_form_a_job(run, lsf, check_program):
     assert len(lines) == 3, r.stdout
     for rank, line in enumerate(lines):
         assert line.startswith('allreduce ok rank={} size=3 local_rank={} sum=6 '.format(rank, rank)), line
+
+
+def test_jsrun_is_the_default_inside_lsf(run, lsf, tmp_path):
+    # As Horovod: no launcher flag, an LSF job and jsrun on PATH: jsrun (hosts and -np from the
+    # allocation). --gloo keeps horovodrun's own launcher; without jsrun on PATH, the default.
+    r = run('true', extra_env=lsf(LSB_MCPU_HOSTS='batch1 1 node1 2'))
+    assert r.returncode == 0, r.stderr
+    assert 'inside LSF job 4242 with jsrun on PATH: launching with jsrun' in r.stderr
+    assert len(lsf.log()['rankfile'].splitlines()) > 2
+    os.remove(str(tmp_path / 'jsrun.json'))
+    r = run('--gloo', '-np', '1', 'true', extra_env=lsf(LSB_MCPU_HOSTS='batch1 1 node1 2'))
+    assert r.returncode == 0, r.stderr
+    assert 'launching with jsrun' not in r.stderr and not os.path.exists(str(tmp_path / 'jsrun.json'))
+    r = run('-np', '1', 'true', extra_env={'LSB_JOBID': '7', 'PATH': os.path.dirname(shutil.which('true'))})
+    assert r.returncode == 0 and 'launching with jsrun' not in r.stderr, r.stderr
