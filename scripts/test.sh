@@ -130,7 +130,8 @@ fi
 ray_spark_tests=(tests/python/test_rendezvous_server.py tests/python/test_ray.py tests/python/test_ray_cluster.py
                  tests/python/test_ray_netns.py
                  tests/python/test_spark.py tests/python/test_spark_elastic.py tests/python/test_spark_estimator.py
-                 tests/python/test_spark_keras_estimator.py tests/python/test_spark_lightning.py)
+                 tests/python/test_spark_keras_estimator.py tests/python/test_spark_lightning.py
+                 tests/python/test_spark_memory.py)
 # Plain mpirun.openmpi / mpiexec.mpich / srun-style launches without horovodrun, both data planes
 # (HOROVOD_CPU_OPERATIONS=mpi too: Horovod's torch suite under each MPI) (3.3 min quiet, ~10 loaded).
 mpi_tests=(tests/python/test_mpi.py)

@@ -98,15 +98,18 @@ def test_training_data_several_times_the_memory_limit(cgroups, tmp_path):
              .config('spark.ui.enabled', 'false').config('spark.ui.showConsoleProgress', 'false').getOrCreate())
     spark.sparkContext.setLogLevel('ERROR')
     try:
+        # Each row repeats one random value: cheap for Spark to make and to store (Parquet
+        # encodes the runs), the full 1 KiB per row once decoded, which is what memory holds.
         df = spark.range(ROWS, numPartitions=8).select(
-            F.array(*[F.rand(seed=i).cast('float') for i in range(WIDTH)]).alias('features'))
+            F.array_repeat(F.rand(seed=1).cast('float'), WIDTH).alias('features'))
         df = df.withColumn('label', F.col('features')[0] * 2.0 + 1.0)
         model = Limited(cgroups)
         estimator = TorchEstimator(
             num_proc=2, store=LocalStore(str(tmp_path)), model=model,
-            optimizer=torch.optim.SGD(model.parameters(), lr=0.1), loss=torch.nn.functional.mse_loss,
+            optimizer=torch.optim.SGD(model.parameters(), lr=1e-4), loss=torch.nn.functional.mse_loss,
             feature_cols=['features'], label_cols=['label'], batch_size=4096, epochs=1, shuffle=False,
-            partitions_per_process=2, reader_pool_type='dummy', verbose=0)
+            partitions_per_process=2, reader_pool_type='dummy', verbose=0,
+            inmemory_cache_all=os.environ.get('HVD_TEST_CACHE_ALL') == '1')  # 1: the control that must fail
         fitted = estimator.fit(df)
         history = fitted.getHistory()
         assert len(history['loss']) == 1 and history['loss'][0] < 1.0, history

@@ -100,7 +100,7 @@ def make_train_fn(spec):
                 outputs, loss = train_minibatch(model, optimizer, transform_outputs, loss_fn, inputs, labels,
                                                 sample_weights)
                 measure(*transform_outputs(outputs, labels))
-                total, count = total + float(loss), count + 1
+                total, count = total + (loss.item() if torch.is_tensor(loss) else float(loss)), count + 1
             record('', total, count)
             if val_data is not None:
                 model.eval()
