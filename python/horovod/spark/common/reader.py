@@ -115,23 +115,19 @@ def _read_unit(fs, unit, columns, chunk_rows, transform):
     """The chunks ({column: array}) of ``unit``, in order."""
     with fs.open(unit.file, 'rb') as f:
         parquet = pq.ParquetFile(f, buffer_size=_READ_BUFFER)
-        read_columns = columns if transform is None else transform.read_columns(columns)
+        read_columns = columns if transform is None else None  # a transformation may use any stored column
         for batch in parquet.iter_batches(batch_size=chunk_rows, row_groups=[unit.row_group], columns=read_columns):
             yield transform.apply(batch) if transform is not None else to_arrays(batch, columns)
 
 
 class Transform:
-    """A ``transformation_fn`` with Petastorm's ``edit_fields`` / ``removed_fields``: what the
-    reader reads (``read_columns``: the stored columns the function may use) and what it yields
-    (``output_columns``)."""
+    """A ``transformation_fn`` with Petastorm's ``edit_fields`` / ``removed_fields``: it gets every
+    stored column of a chunk as a pandas DataFrame, and the reader yields ``output_columns``."""
 
     def __init__(self, fn, edit_fields=None, removed_fields=None):
         self.fn = fn
         self.edit_fields = list(edit_fields or [])
         self.removed_fields = list(removed_fields or [])
-
-    def read_columns(self, columns):
-        return None  # every stored column: the function may read any of them
 
     def output_columns(self, columns):
         out = [c for c in columns if c not in self.removed_fields]
@@ -210,12 +206,11 @@ class ShardReader:
         if shuffle_buffer_size is None:
             shuffle_buffer_size = int(SHUFFLE_BUFFER_BYTES / row_bytes) if shuffle else 0
         self.shuffle_buffer_size = shuffle_buffer_size if shuffle else 0
-        self.pool_type = pool_type if num_workers > 0 else 'dummy'
+        self.pool_type = pool_type
         self.num_workers = 1 if pool_type == 'dummy' else num_workers
         self.mp_start_method = mp_start_method
         self._cache = {}  # unit index -> its chunks (inmemory_cache_all)
         self._pool = None
-        self._generation = itertools.count()
         self._epochs = itertools.count()
 
     # -- the stream ----------------------------------------------------------------------------
@@ -228,7 +223,7 @@ class ShardReader:
         chunks = self._chunks(total, rng)
         if self.shuffle_buffer_size:
             chunks = _shuffled(chunks, self.shuffle_buffer_size, batch_size, rng)
-        yield from _batched(chunks, batch_size, total)
+        yield from _batched(chunks, batch_size)
 
     def _chunks(self, total, rng):
         """Chunks of whole passes over the shard (each in a new unit order when shuffling) until
@@ -458,7 +453,7 @@ def _shuffled(chunks, capacity, batch_size, rng):
         yield {c: a[:n][order] for c, a in buffer.items()}
 
 
-def _batched(chunks, batch_size, total):
+def _batched(chunks, batch_size):
     """Batches of ``batch_size`` rows (the last one possibly fewer) from chunks of any size."""
     pieces, held = [], 0
     for chunk in chunks:
