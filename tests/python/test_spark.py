@@ -4,6 +4,7 @@ child process, ``local-cluster[2,1,1024]`` (two executor JVMs). Bounded by pytes
 import io
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -39,11 +40,40 @@ def test_no_spark_context_is_the_spec_error():
         horovod.spark.run(allreduce_and_topology, num_proc=2)
 
 
-def test_mpi_says_what_is_missing():
-    with pytest.raises(ValueError, match='MPI is not available'):
-        horovod.spark.run(allreduce_and_topology, use_mpi=True)
+def test_mpi_arguments_are_checked():
+    with pytest.raises(ValueError, match='extra_mpi_args are mpirun arguments; they need use_mpi=True'):
+        horovod.spark.run(allreduce_and_topology, extra_mpi_args='-v')
     with pytest.raises(ValueError, match='only allow one'):
         horovod.spark.run(allreduce_and_topology, use_mpi=True, use_gloo=True)
+
+
+def mpi_engine_counts():
+    import torch
+    import horovod.torch as hvd
+    hvd.init()
+    total = hvd.allreduce(torch.tensor([hvd.rank() + 1.0]), op=hvd.Sum).item()
+    mpi = sum(n for (backend, _), n in hvd.engine_counters().items() if backend == 'mpi')
+    return total, hvd.rank(), hvd.local_rank(), os.environ.get('OMPI_COMM_WORLD_RANK'), mpi, os.environ.get('MY_FLAG')
+
+
+@pytest.mark.parametrize('data_plane', ['default', 'mpi'])
+def test_use_mpi_starts_the_processes_with_mpirun(spark, data_plane):
+    # The ranks are started by Open MPI's mpirun through the Spark tasks (its daemon runs in the
+    # first task of the host) and take their rank from it; with HOROVOD_CPU_OPERATIONS=mpi the
+    # collectives run through MPI too. extra_mpi_args reach mpirun.
+    if shutil.which('mpirun') is None or 'Open MPI' not in subprocess.run(
+            ['mpirun', '--version'], capture_output=True, text=True).stdout:
+        pytest.skip('Open MPI\'s mpirun is not the one on PATH')
+    env = {'MY_FLAG': 'on'}
+    if data_plane == 'mpi':
+        env['HOROVOD_CPU_OPERATIONS'] = 'mpi'
+    out, err = io.StringIO(), io.StringIO()
+    results = horovod.spark.run(mpi_engine_counts, num_proc=2, use_mpi=True, env=env, stdout=out, stderr=err,
+                                extra_mpi_args='--report-bindings')
+    assert [r[:4] for r in results] == [(3.0, 0, 0, '0'), (3.0, 1, 1, '1')], results
+    assert all(r[5] == 'on' for r in results)
+    assert all((r[4] > 0) == (data_plane == 'mpi') for r in results), results
+    assert 'MCW rank 0' in out.getvalue() + err.getvalue(), (out.getvalue(), err.getvalue())  # --report-bindings
 
 
 @pytest.fixture(scope='module')
@@ -154,3 +184,16 @@ def test_local_cluster_two_executors():
                           timeout=280)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert 'RESULT [(3.0, 2), (3.0, 2)]' in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def test_use_mpi_with_mpich(spark, tmp_path, monkeypatch):
+    # MPICH's mpiexec as the mpirun on PATH: its proxies start through the same relay.
+    mpich = shutil.which('mpiexec.mpich')
+    if mpich is None:
+        pytest.skip('MPICH is not installed')
+    (tmp_path / 'mpirun').symlink_to(mpich)
+    (tmp_path / 'hydra_pmi_proxy').symlink_to(os.path.join(os.path.dirname(mpich), 'hydra_pmi_proxy'))
+    monkeypatch.setenv('PATH', '{}:{}'.format(tmp_path, os.environ['PATH']))
+    results = horovod.spark.run(mpi_engine_counts, num_proc=2, use_mpi=True, env={'HOROVOD_CPU_OPERATIONS': 'mpi'})
+    assert [(r[0], r[1], r[2]) for r in results] == [(3.0, 0, 0), (3.0, 1, 1)], results
+    assert all(r[4] > 0 for r in results), results

@@ -101,6 +101,8 @@ class _Handler(socketserver.BaseRequestHandler):
             elif op == OP_RESULT:
                 service.put_result(rank, payload)
                 reply = b'OK'
+            elif op in service.handlers:
+                reply = service.handlers[op](rank, payload)
             else:
                 return
             sock.sendall(struct.pack('!Q', len(reply)) + reply)
@@ -168,11 +170,14 @@ class _Server(socketserver.ThreadingMixIn, socketserver.TCPServer):
 
 
 class TaskService:
-    """Driver side. Serves ``function_payload`` and stores results by rank. Thread-safe."""
+    """Driver side. Serves ``function_payload`` and stores results by rank. Thread-safe.
+    ``handlers`` ({op byte: fn(rank, payload) -> reply bytes}) serve further requests of the
+    same authenticated format (horovod.spark's MPI mode relays commands through them)."""
 
-    def __init__(self, key, function_payload, bind_host='0.0.0.0'):
+    def __init__(self, key, function_payload, bind_host='0.0.0.0', handlers=None):
         self.key = key.encode() if isinstance(key, str) else key
         self.function_payload = function_payload
+        self.handlers = dict(handlers or {})
         self.refused = 0
         self._results = {}
         self._lock = threading.Lock()
@@ -246,6 +251,10 @@ class TaskClient:
             sock.sendall(op + struct.pack('!IQ', self.rank, len(payload)) + payload)
             (length,) = struct.unpack('!Q', _recv_exact(sock, 8))
             return _recv_exact(sock, _check_length(length, 'the horovod.run driver\'s reply'))
+
+    def request(self, op, payload=b''):
+        """One request of a kind the service's ``handlers`` serve; returns the reply."""
+        return self._request(op, payload)
 
     def fetch_function(self):
         return self._request(OP_FETCH)

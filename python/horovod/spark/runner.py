@@ -17,6 +17,7 @@ import cloudpickle
 
 from horovod.runner.rendezvous import RendezvousServer
 from horovod.runner.task_service import TaskService
+from horovod.spark.mpi_run import CommandRelay, run_mpirun, serve_mpi_task
 from horovod.spark.task import TaskOutcome, run_horovod_process
 
 __all__ = ['run', 'run_elastic']
@@ -46,8 +47,9 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, use_mpi=None,
     num_proc: default ``spark.default.parallelism``; more than the cluster's task slots is a
         ValueError (a barrier stage needs all its tasks at once).
     start_timeout: seconds for all tasks to start (default $HOROVOD_SPARK_START_TIMEOUT or 600).
-    use_gloo: the built-in controller (the only one); use_mpi / extra_mpi_args: ValueError, MPI
-        is not available to Spark tasks in this build.
+    use_gloo: the built-in controller (the default). use_mpi: the processes are started by
+        ``mpirun`` (Open MPI or MPICH on PATH, on the driver and the executors) inside the Spark
+        tasks (mpi_run.py); extra_mpi_args: more mpirun arguments (needs use_mpi).
     env: variables added to each process's environment (on top of the executor's).
     stdout, stderr: streams that receive every process's output, tagged ``[rank]<stdout>:``,
         when the job ends; the output also goes live to the executors' stdout/stderr.
@@ -62,9 +64,8 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, use_mpi=None,
 
     if use_mpi and use_gloo:
         raise ValueError('Argument use_gloo and use_mpi only allow one set True.')
-    if use_mpi or extra_mpi_args:
-        raise ValueError('horovod.spark.run: MPI is not available in this build (Spark tasks run the built-in '
-                         'Gloo-compatible controller); leave use_mpi and extra_mpi_args unset.')
+    if extra_mpi_args and not use_mpi:
+        raise ValueError('horovod.spark.run: extra_mpi_args are mpirun arguments; they need use_mpi=True')
     context = SparkContext._active_spark_context
     if context is None:
         raise Exception(NO_CONTEXT_MESSAGE)
@@ -82,11 +83,20 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, use_mpi=None,
         if verbose >= 2:
             sys.stderr.write('horovod.spark.run: {}\n'.format(message))
 
-    secret, worker_env, driver_addr, rendezvous, service = _job_services(context, env, nics, fn, args, kwargs)
+    relay = CommandRelay() if use_mpi else None
+    secret, worker_env, driver_addr, rendezvous, service = _job_services(
+        context, env, nics, fn, args, kwargs, handlers=relay.handlers() if relay else None)
     spec = SparkJobSpec(driver_addr, rendezvous.port, service.port, secret, worker_env, executable,
                         prefix_output_with_timestamp)
     group = 'horovod.spark.run.{}.{}'.format(os.getpid(), next(_job_counter))
     log('job group {}: {} processes, rendezvous {}:{}'.format(group, num_proc, driver_addr, rendezvous.port))
+    if use_mpi:
+        try:
+            return _run_mpi(context, group, num_proc, spec, relay, service, start_timeout, extra_mpi_args,
+                            stdout, stderr, log)
+        finally:
+            service.shutdown()
+            rendezvous.shutdown()
     stage = _Stage(context, group, num_proc, spec)
     try:
         thread = InheritableThread(target=stage.run, name='horovod-spark-job', daemon=True)
@@ -104,28 +114,67 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, use_mpi=None,
 
 
 class _Stage:
-    """The barrier stage, collected in a thread of its own (the driver watches meanwhile)."""
+    """The barrier stage, collected in a thread of its own (the driver watches meanwhile). Each
+    task runs ``task_fn(spec)`` (default: one Horovod process)."""
 
-    def __init__(self, context, group, num_proc, spec):
+    def __init__(self, context, group, num_proc, spec, task_fn=run_horovod_process):
         self.context, self.group, self.num_proc, self.spec = context, group, num_proc, spec
+        self.task_fn = task_fn
         self.outcomes = None
         self.error = None
         self.cancelled = False
 
     def run(self):
-        spec = self.spec
+        spec, task_fn = self.spec, self.task_fn
         try:
             if self.cancelled:
                 return
             self.context.setJobGroup(self.group, 'Horovod job ({} processes)'.format(self.num_proc),
                                      interruptOnCancel=True)
             rdd = self.context.parallelize(range(self.num_proc), self.num_proc)
-            self.outcomes = rdd.barrier().mapPartitions(lambda _: [run_horovod_process(spec)]).collect()
+            self.outcomes = rdd.barrier().mapPartitions(lambda _: [task_fn(spec)]).collect()
         except BaseException as e:  # surfaced by _supervise
             self.error = e
 
 
-def _job_services(context, env, nics, fn, args, kwargs):
+def _run_mpi(context, group, num_proc, spec, relay, service, start_timeout, extra_mpi_args, stdout, stderr, log):
+    """use_mpi=True: the tasks wait for commands (mpi_run.serve_mpi_task) while the driver runs
+    mpirun through them; returns the results in rank order."""
+    from pyspark.util import InheritableThread
+    stage = _Stage(context, group, num_proc, spec, task_fn=serve_mpi_task)
+    thread = InheritableThread(target=stage.run, name='horovod-spark-job', daemon=True)
+    thread.start()
+    try:
+        try:
+            hosts = relay.wait_for_hosts(num_proc, start_timeout, thread.is_alive)
+        except TimeoutError:
+            if stage.error is not None:
+                raise RuntimeError('The Spark job of the Horovod processes failed: {}'.format(stage.error))
+            raise Exception(START_TIMEOUT_MESSAGE)
+        log('all {} tasks started on {} host(s)'.format(num_proc, len(set(hosts.values()))))
+        code, out, err = run_mpirun(relay, hosts, num_proc, spec, extra_mpi_args, log)
+        if stdout is not None:
+            stdout.write(out)
+        if stderr is not None:
+            stderr.write(err)
+    except BaseException:
+        relay.stop()
+        _cancel(context, group, thread, stage, wait_s=10)
+        raise
+    relay.stop()
+    thread.join(timeout=60)
+    if code != 0:
+        tail = '\n'.join((out + err).strip().splitlines()[-20:])
+        raise RuntimeError('mpirun exited with non-zero status {} (horovod.spark.run with use_mpi=True). Its last '
+                           'lines of output:\n{}'.format(code, tail))
+    payloads = service.results()
+    missing = [r for r in range(num_proc) if r not in payloads]
+    if missing:
+        raise RuntimeError('Horovod job finished but ranks {} returned no result'.format(missing))
+    return [cloudpickle.loads(payloads[r]) for r in range(num_proc)]
+
+
+def _job_services(context, env, nics, fn, args, kwargs, handlers=None):
     """What every Spark job of ours starts with: a fresh secret, the workers' environment, the
     driver's address, and the job's rendezvous server and task service (which ships the function
     and collects results). The caller shuts both servers down."""
@@ -136,7 +185,7 @@ def _job_services(context, env, nics, fn, args, kwargs):
         worker_env['HOROVOD_GLOO_IFACE'] = list(nics)[0]
     driver_addr = context.getConf().get('spark.driver.host')
     rendezvous = RendezvousServer(secret, '0.0.0.0')
-    service = TaskService(secret, cloudpickle.dumps((fn, args, kwargs)))
+    service = TaskService(secret, cloudpickle.dumps((fn, args, kwargs)), handlers=handlers)
     return secret, worker_env, driver_addr, rendezvous, service
 
 
