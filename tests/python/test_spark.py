@@ -197,3 +197,19 @@ def test_use_mpi_with_mpich(spark, tmp_path, monkeypatch):
     results = horovod.spark.run(mpi_engine_counts, num_proc=2, use_mpi=True, env={'HOROVOD_CPU_OPERATIONS': 'mpi'})
     assert [(r[0], r[1], r[2]) for r in results] == [(3.0, 0, 0), (3.0, 1, 1)], results
     assert all(r[4] > 0 for r in results), results
+
+
+def rank_one_fails():
+    import horovod.torch as hvd
+    hvd.init()
+    if hvd.rank() == 1:
+        raise ValueError('rank one gives up')
+    return hvd.rank()
+
+
+def test_use_mpi_failure_is_an_error_naming_mpirun(spark):
+    if shutil.which('mpirun') is None:
+        pytest.skip('mpirun is not installed')
+    with pytest.raises(RuntimeError, match=r'mpirun exited with non-zero status') as e:
+        horovod.spark.run(rank_one_fails, num_proc=2, use_mpi=True)
+    assert 'rank one gives up' in str(e.value), str(e.value)

@@ -111,7 +111,7 @@ def serve_mpi_task(job):
     from pyspark import BarrierTaskContext
 
     from horovod.runner.task_service import TaskClient
-    from horovod.spark.task import host_hash
+    from horovod.spark.task import _die_with_parent, host_hash
     host = host_hash()
     index = BarrierTaskContext.get().partitionId()
     client = TaskClient(job.driver_addr, job.task_port, job.secret, index)
@@ -125,7 +125,8 @@ def serve_mpi_task(job):
         if not reply:
             continue
         command, argv = cloudpickle.loads(reply)
-        status = subprocess.call(argv, env=env, stdin=subprocess.DEVNULL)
+        # The daemon dies with the task (a cancelled job kills the task's Python worker).
+        status = subprocess.call(argv, env=env, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
         client.request(OP_DONE, json.dumps([command, status]).encode())
 
 

@@ -162,7 +162,9 @@ def _run_mpi(context, group, num_proc, spec, relay, service, start_timeout, extr
         _cancel(context, group, thread, stage, wait_s=10)
         raise
     relay.stop()
-    thread.join(timeout=60)
+    thread.join(timeout=30)
+    if thread.is_alive():  # a daemon outlived mpirun: end its task
+        _cancel(context, group, thread, stage, wait_s=10)
     if code != 0:
         tail = '\n'.join((out + err).strip().splitlines()[-20:])
         raise RuntimeError('mpirun exited with non-zero status {} (horovod.spark.run with use_mpi=True). Its last '
