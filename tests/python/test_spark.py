@@ -213,3 +213,9 @@ def test_use_mpi_failure_is_an_error_naming_mpirun(spark):
     with pytest.raises(RuntimeError, match=r'mpirun exited with non-zero status') as e:
         horovod.spark.run(rank_one_fails, num_proc=2, use_mpi=True)
     assert 'rank one gives up' in str(e.value), str(e.value)
+
+
+def test_exit_codes_are_printed_as_horovodrun_prints_them():
+    from horovod.spark.runner import _exit_code_text
+    assert _exit_code_text(1) == '1'
+    assert _exit_code_text(-9) == '137 (killed by SIGKILL)'  # subprocess's -9: killed by signal 9

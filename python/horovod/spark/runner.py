@@ -10,6 +10,7 @@ import collections
 import itertools
 import os
 import secrets
+import signal
 import sys
 import time
 
@@ -256,10 +257,22 @@ def _failures(service):
     return [v for v in values if isinstance(v, TaskOutcome) and v.exit_code != 0]
 
 
+def _exit_code_text(code):
+    """A process's exit code as horovodrun prints it: a process killed by a signal exited with
+    128 + the signal's number (subprocess reports it negative), and the signal is named."""
+    if code >= 0:
+        return str(code)
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = 'signal {}'.format(-code)
+    return '{} (killed by {})'.format(128 - code, name)
+
+
 def _failure_message(outcome):
     message = ('Horovod detected that one or more processes exited with non-zero status, thus causing the job '
                'to be terminated. The first process to do so was:\nProcess name: {}\nExit code: {}\n'.format(
-                   outcome.rank, outcome.exit_code))
+                   outcome.rank, _exit_code_text(outcome.exit_code)))
     tail = outcome.stderr.strip().splitlines()[-20:]
     if tail:
         message += 'Its last lines of stderr:\n' + '\n'.join(tail) + '\n'
