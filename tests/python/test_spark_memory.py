@@ -6,6 +6,7 @@ held the shard in memory would be killed by the kernel and the fit would fail.
 
 Needs root and a writable memory cgroup (skipped otherwise, with the reason)."""
 
+import math
 import os
 import sys
 
@@ -112,7 +113,7 @@ def test_training_data_several_times_the_memory_limit(cgroups, tmp_path):
             inmemory_cache_all=os.environ.get('HVD_TEST_CACHE_ALL') == '1')  # 1: the control that must fail
         fitted = estimator.fit(df)
         history = fitted.getHistory()
-        assert len(history['loss']) == 1 and history['loss'][0] < 1.0, history
+        assert len(history['loss']) == 1 and math.isfinite(history['loss'][0]), history  # it trained through
         for folder in cgroups:
             name = 'memory.max_usage_in_bytes' if os.path.exists(os.path.join(folder, 'memory.max_usage_in_bytes')) \
                 else 'memory.peak'
