@@ -15,6 +15,7 @@ only the agent reads them, so mpirun never mistakes the driver's host for a task
 MPICH are supported (``mpirun --version`` tells them apart); ``extra_mpi_args`` go to mpirun.
 """
 
+import collections
 import json
 import os
 import shlex
@@ -136,10 +137,11 @@ def mpi_command(mpirun, hosts, num_proc, job, extra_mpi_args, python, agent):
     version = subprocess.run([mpirun, '--version'], capture_output=True, text=True).stdout
     host_list = ','.join('{}:{}'.format(name, slots) for name, slots in hosts)
     worker = [python, '-m', 'horovod.runner.run_task', job.driver_addr, str(job.task_port)]
+    forwarded = sorted(job.env) + ['HOROVOD_SECRET_KEY', 'HOROVOD_SPARK_RSH', 'PYTHONPATH', 'PATH']
     if 'Open MPI' in version or 'OpenRTE' in version:
         argv = [mpirun, '--allow-run-as-root', '--oversubscribe', '-np', str(num_proc), '-H', host_list,
                 '--mca', 'plm_rsh_agent', agent, '--mca', 'btl', '^openib']
-        for name in sorted(job.env) + ['HOROVOD_SECRET_KEY', 'HOROVOD_SPARK_RSH', 'PYTHONPATH', 'PATH']:
+        for name in forwarded:
             argv += ['-x', name]
         if job.timestamps:
             argv.append('--timestamp-output')
@@ -148,8 +150,7 @@ def mpi_command(mpirun, hosts, num_proc, job, extra_mpi_args, python, agent):
             raise ValueError('horovod.spark.run(use_mpi=True): prefix_output_with_timestamp needs Open MPI '
                              '(MPICH\'s mpiexec cannot time-stamp output)')
         argv = [mpirun, '-np', str(num_proc), '-hosts', host_list, '-launcher', 'ssh', '-launcher-exec', agent,
-                '-genvlist', ','.join(sorted(job.env) + ['HOROVOD_SECRET_KEY', 'HOROVOD_SPARK_RSH', 'PYTHONPATH',
-                                                         'PATH'])]
+                '-genvlist', ','.join(forwarded)]
     else:
         raise ValueError('horovod.spark.run(use_mpi=True): {} is neither Open MPI nor MPICH ({!r})'.format(
             mpirun, version.strip()[:200]))
@@ -163,13 +164,11 @@ def run_mpirun(relay, hosts_by_task, num_proc, job, extra_mpi_args, log):
     mpirun = shutil.which('mpirun')
     if mpirun is None:
         raise ValueError('horovod.spark.run(use_mpi=True) needs mpirun on PATH (Open MPI or MPICH)')
-    first_task = {}
+    # Each host by its first task, with as many slots as it has tasks.
+    first_task, slots = {}, collections.Counter(hosts_by_task.values())
     for index in sorted(hosts_by_task):
         first_task.setdefault(hosts_by_task[index], index)
-    slots = {}
-    for index, host in hosts_by_task.items():
-        slots[host] = slots.get(host, 0) + 1
-    hosts = [('{}{}'.format(HOST_PREFIX, first_task[h]), slots[h]) for h in sorted(first_task, key=first_task.get)]
+    hosts = [('{}{}'.format(HOST_PREFIX, index), slots[host]) for host, index in first_task.items()]
     python = job.executable or sys.executable
     env = dict(os.environ)
     env.update(job.env)
