@@ -170,11 +170,7 @@ def _run_mpi(context, group, num_proc, spec, relay, service, start_timeout, extr
         tail = '\n'.join((out + err).strip().splitlines()[-20:])
         raise RuntimeError('mpirun exited with non-zero status {} (horovod.spark.run with use_mpi=True). Its last '
                            'lines of output:\n{}'.format(code, tail))
-    payloads = service.results()
-    missing = [r for r in range(num_proc) if r not in payloads]
-    if missing:
-        raise RuntimeError('Horovod job finished but ranks {} returned no result'.format(missing))
-    return [cloudpickle.loads(payloads[r]) for r in range(num_proc)]
+    return _results_in_rank_order(service, num_proc)
 
 
 def _job_services(context, env, nics, fn, args, kwargs, handlers=None):
@@ -222,11 +218,16 @@ def _supervise(context, group, num_proc, start_timeout, thread, stage, service, 
     failed = [o for o in outcomes if o.exit_code != 0]
     if failed:
         raise RuntimeError(_failure_message(min(failed, key=lambda o: o.exit_time)))
+    return {'results': _results_in_rank_order(service, num_proc), 'outcomes': outcomes}
+
+
+def _results_in_rank_order(service, num_proc):
+    """Every rank's returned value, unpickled, in rank order; RuntimeError naming missing ranks."""
     payloads = service.results()
     missing = [r for r in range(num_proc) if r not in payloads]
     if missing:
         raise RuntimeError('Horovod job finished but ranks {} returned no result'.format(missing))
-    return {'results': [cloudpickle.loads(payloads[r]) for r in range(num_proc)], 'outcomes': outcomes}
+    return [cloudpickle.loads(payloads[r]) for r in range(num_proc)]
 
 
 def _cancel(context, group, thread, stage, wait_s=60):
