@@ -7,10 +7,10 @@
 
 #include "common/params.h"
 #include "discovery.h"
+#include "elastic/host_registry.h"
 #include "elastic_driver.h"
 #include "env.h"
 #include "gloo_launch.h"
-#include "host_registry.h"
 #include "network.h"
 #include "process.h"
 #include "rendezvous.h"

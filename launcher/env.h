@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/python_float.h"
 #include "hosts.h"
 #include "network.h"
 #include "options.h"
@@ -54,9 +55,6 @@ std::string generateSecret();
 
 // The job secret: $_HOROVOD_SECRET_KEY if horovod.run() passed one, else generateSecret().
 std::string jobSecret();
-
-// A double as Python's repr() writes it: 20.0, 0.5, 1e-05.
-std::string pythonFloat(double value);
 
 // Merges layers left to right and renders "K=V" strings for execve.
 std::vector<std::string> renderEnvironment(const std::vector<const EnvMap*>& layers);

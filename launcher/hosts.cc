@@ -152,30 +152,13 @@ std::vector<HostSlots> parseDiscoveredHosts(const std::string& output, int defau
   return hosts;
 }
 
-int totalSlots(const std::vector<HostSlots>& hosts) {
-  // Saturates: many hosts of up to kMaxHostSlots each can exceed an int.
-  int64_t total = 0;
-  for (const auto& h : hosts) total = std::min<int64_t>(total + h.slots, std::numeric_limits<int>::max());
-  return static_cast<int>(total);
-}
-
 std::vector<SlotInfo> assignSlots(const std::vector<HostSlots>& hosts, int np) {
   int available = totalSlots(hosts);
   if (np > available) {
     throw UsageError("Requested more processes (" + std::to_string(np) + ") than there are available slots (" +
                      std::to_string(available) + ")");
   }
-  std::vector<std::string> hostOf;
-  for (const auto& h : hosts) {
-    for (int i = 0; i < h.slots && static_cast<int>(hostOf.size()) < np; ++i) hostOf.push_back(h.host);
-  }
-  const std::vector<Placement> placements = placementsOnHosts(hostOf);
-  std::vector<SlotInfo> slots(placements.size());
-  for (size_t r = 0; r < slots.size(); ++r) {
-    static_cast<Placement&>(slots[r]) = placements[r];
-    slots[r].hostname = hostOf[r];
-  }
-  return slots;
+  return elastic::fillSlots(hosts, np);
 }
 
 }  // namespace hvd::launcher

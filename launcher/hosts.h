@@ -8,19 +8,14 @@
 #include <string>
 #include <vector>
 
-#include "common/placement.h"
+#include "elastic/slots.h"
 
 namespace hvd::launcher {
 
-struct HostSlots {
-  std::string host;  // as the user wrote it
-  int slots = 0;
-};
-
-// One process of the job and its place in the topology.
-struct SlotInfo : Placement {
-  std::string hostname;  // as given in -H (HOROVOD_HOSTNAME)
-};
+// A host as the user wrote it (-H, hostfile, discovery) with its slots; one process's place.
+using elastic::HostSlots;
+using elastic::SlotInfo;
+using elastic::totalSlots;
 
 // "h1:2,h2:4". Each item must match [A-Za-z0-9_.-]+:[0-9]+, else UsageError with Horovod's
 // message. A host listed twice gets the sum of its slots, at its first position.
@@ -35,8 +30,6 @@ std::vector<HostSlots> parseHostfileText(const std::string& text, const std::str
 // Discovery-script output: one "host" or "host:slots" per line; bare names get
 // `defaultSlots`; duplicates collapse (the last count wins).
 std::vector<HostSlots> parseDiscoveredHosts(const std::string& output, int defaultSlots);
-
-int totalSlots(const std::vector<HostSlots>& hosts);
 
 // Assigns ranks 0..np-1 to slots: hosts in order, each host's slots filled consecutively; the
 // placements follow hvd::placementsOnHosts (common/placement.h).

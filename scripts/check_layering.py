@@ -30,7 +30,7 @@ import sys
 # is the MPI library reached through run-time plugins (bootstrap over MPI), used by the API.
 # 'vocabulary' is the public headers every layer shares (error classes, data types) and 'public'
 # the rest of cpp/include/horovod/ (the C++ and C API), which sits at the level of 'api'.
-ORDER = ['vocabulary', 'common', 'store', 'transport', 'transport/*', 'mpi', 'collectives', 'engine',
+ORDER = ['vocabulary', 'common', 'store', 'elastic', 'transport', 'transport/*', 'mpi', 'collectives', 'engine',
          'backends', 'backends/*', 'autotune', 'timeline', ['api', 'public'], ['python', 'frameworks']]
 
 # Public headers (under cpp/include/) that count as 'vocabulary'; the others are 'public'.
@@ -77,9 +77,9 @@ RULES = [
     # by name.
     ('no concrete collective backend above backends', ['autotune', 'timeline', 'api'], 'forbid',
      ['backends/*']),
-    # horovodrun links only common and store (see launcher/CMakeLists.txt).
-    ('the launcher links only common and store', ['launcher'], 'only',
-     ['common', 'store', 'vocabulary']),
+    # horovodrun links only common, store and elastic (see launcher/CMakeLists.txt).
+    ('the launcher links only common, store and elastic', ['launcher'], 'only',
+     ['common', 'store', 'elastic', 'vocabulary']),
 ]
 
 LAYER_ORDER_RULE = 'layer order'

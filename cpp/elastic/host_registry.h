@@ -15,9 +15,9 @@
 #include <utility>
 #include <vector>
 
-#include "hosts.h"
+#include "elastic/slots.h"
 
-namespace hvd::launcher {
+namespace hvd::elastic {
 
 class HostRegistry {
  public:
@@ -52,4 +52,4 @@ class HostRegistry {
   std::map<std::string, Entry> hosts_;
 };
 
-}  // namespace hvd::launcher
+}  // namespace hvd::elastic

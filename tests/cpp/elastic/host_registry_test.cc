@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "host_registry.h"
+#include "elastic/host_registry.h"
 
-namespace hvd::launcher {
+namespace hvd::elastic {
 namespace {
 
 using namespace std::chrono_literals;
@@ -85,4 +85,4 @@ TEST(HostRegistry, AHostComesBackAfterItsCooldownIfDiscoveryStillReportsIt) {
 }
 
 }  // namespace
-}  // namespace hvd::launcher
+}  // namespace hvd::elastic

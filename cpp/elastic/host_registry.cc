@@ -1,9 +1,9 @@
-#include "host_registry.h"
+#include "elastic/host_registry.h"
 
 #include <algorithm>
 #include <cmath>
 
-namespace hvd::launcher {
+namespace hvd::elastic {
 
 HostRegistry::HostRegistry(std::optional<std::pair<int, int>> cooldownRange, uint64_t seed)
     : cooldown_(cooldownRange), random_(seed) {}
@@ -62,4 +62,4 @@ bool HostRegistry::allBlacklistedForGood() const {
   return any;
 }
 
-}  // namespace hvd::launcher
+}  // namespace hvd::elastic
