@@ -64,7 +64,38 @@ TcpStore& localStore(std::unique_ptr<TcpStore>& local) {
   if (!local) throw StoreError("the rendezvous server was shut down");
   return *local;
 }
+
+// The server's local client under the server's lock. get() and wait() hold the lock while they
+// wait: the elastic driver that uses this store never waits for a key.
+class LockedLocalStore : public Store {
+ public:
+  LockedLocalStore(std::mutex& mu, std::unique_ptr<TcpStore>& local) : mu_(mu), local_(local) {}
+  void set(const std::string& key, const Bytes& value, Deadline deadline) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    localStore(local_).set(key, value, deadline);
+  }
+  Bytes get(const std::string& key, Deadline deadline) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return localStore(local_).get(key, deadline);
+  }
+  int64_t add(const std::string& key, int64_t delta, Deadline deadline) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return localStore(local_).add(key, delta, deadline);
+  }
+  void wait(const std::vector<std::string>& keys, Deadline deadline) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    localStore(local_).wait(keys, deadline);
+  }
+
+ private:
+  std::mutex& mu_;
+  std::unique_ptr<TcpStore>& local_;
+};
 }  // namespace
+
+std::shared_ptr<Store> servedStore(RendezvousServer& server) {
+  return std::make_shared<LockedLocalStore>(server.impl_->mu, server.impl_->local);
+}
 
 void RendezvousServer::set(const std::string& key, const std::string& value) {
   std::lock_guard<std::mutex> lock(impl_->mu);

@@ -254,9 +254,11 @@ void RoundDriver::publishJoin(int id, const SlotInfo& slot, int64_t updatesSeen)
 }
 
 std::vector<int> RoundDriver::survivors() const {
+  // A worker that never joined a round is not one (kLanded: a launched worker may ask before
+  // the driver answered its first init).
   std::vector<int> ids;
   for (const auto& [id, w] : workers_) {
-    if (w.waiting()) ids.push_back(id);
+    if (w.waiting() && w.published > 0) ids.push_back(id);
   }
   std::stable_sort(ids.begin(), ids.end(),
                    [&](int a, int b) { return workers_.at(a).slot.rank < workers_.at(b).slot.rank; });
@@ -264,6 +266,7 @@ std::vector<int> RoundDriver::survivors() const {
 }
 
 void RoundDriver::launchRound(Clock::time_point now) {
+  if (!roomKnown_) return;  // the owner reports it before the next tick
   const bool first = round_ < 0;
   const int cap = settings_.maxNp.value_or(INT_MAX);
   const std::vector<int> waiting = survivors();
@@ -286,6 +289,7 @@ void RoundDriver::launchRound(Clock::time_point now) {
     return;
   }
   if (!first) resets_++;
+  roomKnown_ = false;
   launching_.clear();
   for (int i = 0; i < fresh; ++i) {
     int id = nextId_++;
@@ -308,9 +312,7 @@ void RoundDriver::formLandedRound() {
   // Survivors in their old rank order, then the new workers; a host's workers get consecutive
   // ranks, hosts in the order of their first worker (so the old rank 0 keeps rank 0).
   std::vector<int> ids = survivors();
-  for (const auto& [id, w] : workers_) {
-    if (w.waiting()) workers_[id].landedOn = w.slot.hostname;
-  }
+  for (int id : ids) workers_[id].landedOn = workers_[id].slot.hostname;
   size_t freshCount = 0;
   for (int id : launching_) {
     if (workers_.at(id).alive) {
@@ -375,8 +377,10 @@ void RoundDriver::announceIfHostsChanged(Clock::time_point now) {
   if (flags == 0) return;
   int64_t index = announceHostUpdate(*store_, flags, storeDeadline());
   log(std::string("hosts ") +
-      (flags == kHostsAdded ? "added" : flags == kHostsRemoved ? "removed" : "added and removed") + " (update " +
-      std::to_string(index) + "); workers re-form at their next commit");
+      (flags == kHostsAdded     ? "added"
+       : flags == kHostsRemoved ? "removed"
+                                : "added and removed") +
+      " (update " + std::to_string(index) + "); workers re-form at their next commit");
 }
 
 void RoundDriver::gather(Clock::time_point now, ExitProbe* probe) {
@@ -441,6 +445,7 @@ void RoundDriver::gather(Clock::time_point now, ExitProbe* probe) {
     }
   }
   phase_ = Phase::kWaitingForHosts;
+  roomKnown_ = false;
   waitStart_ = now;
   waitDeadline_ = now + settings_.elasticTimeout;
 }

@@ -112,8 +112,14 @@ class RoundDriver {
 
   // kChoose: discovery's latest answer (hosts in its order, with their slots).
   void hostsDiscovered(const std::vector<HostSlots>& hosts);
-  // kLanded: how many more workers could start now.
-  void capacity(int room) { room_ = room; }
+  // kLanded: how many more workers could start now. A round launches only after a report made
+  // while it waits for room (wantsRoom()): the room it uses is never from an earlier round.
+  void capacity(int room) {
+    room_ = room;
+    roomKnown_ = true;
+  }
+  // kLanded: whether the next round waits for a capacity() report.
+  bool wantsRoom() const { return landed() && phase_ == Phase::kWaitingForHosts; }
   // kLanded: launched worker `id` runs on `host` (workers with equal hosts share a host).
   void workerLanded(int id, const std::string& host);
   // Worker `id` ended: `success` when it exited 0; `how` describes the end ("exit code 1").
@@ -192,6 +198,7 @@ class RoundDriver {
   int64_t events_ = -1;    // last value of the events counter read
   int nextId_ = 0;
   int room_ = 0;                      // kLanded: room for new workers (capacity())
+  bool roomKnown_ = false;            // kLanded: room_ was reported since the round began waiting
   std::vector<int> launching_;        // kLanded: new workers of the round being formed
   std::map<int, Worker> workers_;
   std::set<int> roundMembers_;        // ids placed in the latest round

@@ -21,6 +21,7 @@
 
 #include "arrays.h"
 #include "common/package_dirs.h"
+#include "elastic_rounds.h"
 #include "errors.h"
 #include "handles.h"
 #include "horovod/api_table.h"
@@ -238,6 +239,7 @@ NB_MODULE(_core, m) {
   }
   registerErrorTranslator();
   registerRendezvous(m);
+  registerElasticRounds(m);
   // Adapters' handle spaces (and their bound methods) are reachable from framework objects that
   // Python's garbage collector cannot see into (e.g. hooks on torch's autograd graph), which
   // live until the process exits: nanobind would report them as leaks at interpreter exit.

@@ -1,7 +1,9 @@
-"""The elastic driver that Ray and Spark share (horovod/runner/elastic_driver.py), against a
-fake worker pool: the workers are ids whose init() calls the test makes by bumping their counters
-in the driver's real rendezvous store, so each protocol step is deterministic and fast. The real
-pools run in test_ray.py, test_ray_cluster.py, test_ray_netns.py and test_spark_elastic.py."""
+"""The elastic driver that Ray and Spark share (horovodrun's C++ policy, horovod._core.ElasticRounds,
+run over a worker pool by horovod/runner/elastic_driver.py), against a fake worker pool: the
+workers are ids whose init() calls the test makes by bumping their counters in the driver's real
+rendezvous store, so each protocol step is deterministic and fast. The policy's own unit tests
+are tests/cpp/elastic/round_driver_test.cc; the real pools run in test_ray.py,
+test_ray_cluster.py, test_ray_netns.py and test_spark_elastic.py."""
 
 import threading
 import time
@@ -126,21 +128,20 @@ def test_lost_worker_is_replaced_survivors_first():
     job.join()
     assert job.error is None and job.result == [10, 20, 30]
     assert [what for _, what in job.driver.log] == [
-        'round 0 with 3 workers (3 new)', 'worker 0 (rank 0) failed: it raised RuntimeError: boom',
+        'round 0 with 3 workers (3 new)', 'worker 0 (rank 0 of round 0) failed: it raised RuntimeError: boom',
         'round 1 with 3 workers (1 new)']
+    assert job.driver.next_id == 4
 
 
 def test_a_worker_still_waiting_when_the_others_completed_is_removed():
-    """As under horovodrun: removed (its init() exits quietly), not aborted."""
+    """As under horovodrun, with its message: removed (its init() exits quietly), not aborted."""
     pool = FakePool(room=2)
     job = Job(pool, max_workers=2).start()
     assert [a[:8] for a in job.init(0, 1)] == ['join 0 0', 'join 0 1']
     pool.outcomes[0] = ('ok', 'done')
-    assert job.init(1) == ('removed worker 1 has been removed from elastic job: other workers completed '
-                           'training')
+    assert job.init(1) == 'removed the elastic job is finishing: another worker completed training'
     job.join()
     assert job.error is None and job.result == ['done']
-    assert job.driver.log[-1][1] == 'worker 1 removed: other workers completed training'
 
 
 def test_reset_limit_and_a_round_without_survivors_are_errors():
@@ -148,7 +149,8 @@ def test_reset_limit_and_a_round_without_survivors_are_errors():
     job = Job(pool, max_workers=2, reset_limit=0).start()
     job.init(0, 1)
     pool.outcomes[1] = ('failed', 'its Ray actor died')
-    job.init(0)
+    # The survivor asking for the next round is told to abort, with the reason.
+    assert job.init(0) == 'abort Horovod was shutdown because number of resets during elastic job exceeded limit: 0'
     job.join()
     assert 'number of resets during elastic job exceeded limit: 0' in str(job.error)
 
@@ -157,7 +159,7 @@ def test_reset_limit_and_a_round_without_survivors_are_errors():
     job.init(0)
     pool.outcomes[0] = ('failed', 'it raised ValueError: x')
     job.join()
-    assert 'every Horovod worker of round 0 failed' in str(job.error)
+    assert 'every worker of round 0 failed; the elastic job cannot continue' in str(job.error)
 
 
 def test_min_workers_out_of_reach_is_an_error_within_elastic_timeout():

@@ -18,6 +18,8 @@
 
 namespace hvd {
 
+class Store;
+
 // A worker's place in an elastic round (what its hvd.init() returns as rank, size, ...).
 using ElasticSlot = Placement;
 
@@ -70,6 +72,10 @@ class RendezvousServer {
   void publishAbort(int64_t workerId, int64_t k, const std::string& message);
 
  private:
+  // The served store as the core's Store (for ElasticRounds, horovod/elastic_rounds.h); valid
+  // until shutdown(), StoreError afterwards. The server must outlive it.
+  friend std::shared_ptr<Store> servedStore(RendezvousServer& server);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

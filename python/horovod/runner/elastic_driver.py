@@ -1,36 +1,36 @@
-"""The driver side of Horovod's elastic rendezvous, for jobs whose workers a framework starts for
+"""The driver side of Horovod's elastic rendezvous for jobs whose workers a framework starts for
 us: ``RayExecutor(min_workers=...)`` (actors) and ``horovod.spark.run_elastic`` (Spark tasks).
-It answers the protocol that horovodrun's elastic driver speaks (docs/elastic.md) from the
-process that serves the job's rendezvous store, through horovodrun's own code for that protocol's
-keys and assignment text (``RendezvousServer.store.publish_join`` etc., bound from C++):
 
-* Every worker process has an id for its whole life (``HOROVOD_ELASTIC_WORKER_ID``). Each of
-  its ``init()`` calls bumps ``elastic/inits/<id>`` and ``elastic/events`` in the store and
-  waits for ``elastic/assign/<id>/<k>``: ``join <round> <rank> <size> <local_rank> <local_size>
-  <cross_rank> <cross_size> <updates>``, ``removed <message>`` (its init() prints the message
-  and the process exits quietly, status 0) or ``abort <message>`` (its init() raises that).
+The policy (which workers form each round, when a round ends, when the job is over) is
+horovodrun's own elastic driver, bound from C++ as ``horovod._core.ElasticRounds`` in its "landed"
+placement mode (docs/elastic.md): the framework puts each new worker where it has room, the
+pool reports the host, and the round is formed from those hosts. This module is only the loop
+that runs it over a framework's ``WorkerPool``: it reports the pool's room and its workers' ends,
+calls ``tick()``, and executes the actions: launch a worker, start it with its slot's
+environment, kill a straggler, fail the job. In short:
+
+* Every worker process has an id for its whole life (``HOROVOD_ELASTIC_WORKER_ID``); each of its
+  ``init()`` calls asks the driver (through the rendezvous store) for its place in the next round.
 * ``run()`` starts as many workers as the pool has room for (at least ``min_workers``, waiting up
   to ``elastic_timeout``; at most ``max_workers``). A worker whose function returns is done; one
   that fails (raises, its process or actor dies) is gone, and the others see
   ``HorovodInternalError``, roll back to their last commit and call ``init()`` again.
 * When every live worker of the round has asked again (or ``gather_timeout`` passed: the rest
   are killed), a new round forms: survivors first in their old rank order (so that rank 0 holds
-  the state to broadcast), then new workers for free capacity up to ``max_workers`` (waiting up
-  to 5 s for the room to replace the lost workers before forming a smaller round).
+  the state to broadcast), then new workers for free room up to ``max_workers`` (waiting up to
+  5 s for the room to replace the lost workers before forming a smaller round).
 * The job ends with the final round's results in rank order once its workers return; it fails
   with RuntimeError after ``reset_limit`` resets, when no worker survives a round, or when
   ``min_workers`` cannot be reached in time. Workers still waiting for a round when others
   completed training are removed (they exit quietly, as under horovodrun); when the job fails,
   they are told to abort.
-
-What differs between frameworks is how a worker is started, placed, watched and killed: that is
-the ``WorkerPool`` this driver is given.
 """
 
 import os
 import time
 
-from horovod.runner.topology import assign_slots, slot_environment
+from horovod import _core
+from horovod.runner.topology import Slot, slot_environment
 
 __all__ = ['ElasticDriver', 'WorkerPool', 'elastic_environment']
 
@@ -82,7 +82,7 @@ class WorkerPool:
     capacity_hint = ''
 
     def capacity(self):
-        """How many more workers could start now."""
+        """How many more workers could start now (asked while a round waits for room)."""
         raise NotImplementedError
 
     def launch(self, ids):
@@ -110,28 +110,14 @@ class WorkerPool:
         raise NotImplementedError
 
 
-class _Worker:
-    def __init__(self, wid):
-        self.id = wid
-        self.started = False
-        self.published = 0       # assignments written
-        self.rank = None         # in the latest round it joined
-        self.host = None         # (host_key, host_name)
-        self.alive = True
-        self.retired = False     # removed, told to stop, or killed as a straggler
-
-    def waiting(self, inits):
-        return self.alive and not self.retired and inits > self.published
-
-
 class ElasticDriver:
     """Runs one elastic job on ``pool`` against ``rendezvous`` (a RendezvousServer in this
     process). ``env``: every worker's variables (see elastic_environment); each also gets its
     slot's ``HOROVOD_*`` variables pointing at ``driver_addr``:``rendezvous.port``.
     ``max_workers`` None: as many as the pool has room for. ``reset_limit`` None: unlimited.
-    Worker ids start at ``first_id`` (a later job on the same store must not reuse ids).
-    ``start_workers``: the first round waits for this many (default ``min_workers``), as
-    horovodrun's ``-np``. ``say``: called with each line the driver logs."""
+    Worker ids start at ``first_id`` (a later job on the same store must not reuse ids; see
+    ``next_id`` after ``run()``). ``start_workers``: the first round waits for this many (default
+    ``min_workers``), as horovodrun's ``-np``. ``say``: called with each line the driver logs."""
 
     def __init__(self, pool, rendezvous, secret, driver_addr, env, min_workers, max_workers, reset_limit,
                  elastic_timeout, gather_timeout=None, log=None, first_id=0, start_workers=None,
@@ -148,156 +134,89 @@ class ElasticDriver:
         self.elastic_timeout = elastic_timeout
         self.gather_timeout = gather_timeout_seconds() if gather_timeout is None else gather_timeout
         self.replace_grace = REPLACE_GRACE_SECONDS
-        self.workers = {}        # id -> _Worker
-        self.members = []        # ids of the latest round, in rank order
-        self.round = -1
-        self.resets = 0
         self.next_id = first_id  # ids are never reused within one rendezvous store
         self.log = log if log is not None else []   # (time, what) for the caller and the tests
         self.say = say
+        self._hosts = {}         # id -> (host_key, host_name) where the pool placed it
 
     def _note(self, what):
         self.log.append((time.time(), what))
         if self.say is not None:
             self.say(what)
 
-    # -- the store: horovodrun's side of the protocol (keys and assignment text), bound in _core ---
-
-    def _publish_join(self, w, slot, host_updates_seen):
-        self.rendezvous.store.publish_join(w.id, w.published, self.round, slot.rank, slot.size, slot.local_rank,
-                                           slot.local_size, slot.cross_rank, slot.cross_size, host_updates_seen)
-        w.published += 1
-
-    def _publish_removed(self, w, message):
-        self.rendezvous.store.publish_removed(w.id, w.published, message)
-        w.published += 1
-
-    def _publish_abort(self, w, message):
-        self.rendezvous.store.publish_abort(w.id, w.published, message)
-        w.published += 1
-
-    def _inits(self, w):
-        return self.rendezvous.store.elastic_inits(w.id)
-
-    # -- rounds ----------------------------------------------------------------------------------
-
-    def _form_round(self, survivors):
-        """Places survivors (ids, old rank order) and new workers; publishes; starts the new."""
-        started = time.monotonic()
-        deadline = started + self.elastic_timeout
-        needed = self.start_workers if self.round < 0 else self.min_workers
-        # After a loss, the lost worker's resources take a moment to come free (a dead actor, a
-        # task that is ending): wait a little for enough room to replace it before going smaller.
-        target = min(self.max_workers or 1 << 30, max(needed, len(self.members)))
-        while True:
-            room = (self.max_workers or 1 << 30) - len(survivors)
-            new_count = max(0, min(room, self.pool.capacity()))
-            have = len(survivors) + new_count
-            if have >= target or (have >= needed and time.monotonic() - started >= self.replace_grace):
-                break
-            if time.monotonic() > deadline:
-                raise RuntimeError('Timed out after {:.1f} s waiting for {} Horovod workers {} ({} possible): {} or '
-                                   'lower {}'.format(self.elastic_timeout, needed, self.pool.where,
-                                                     len(survivors) + new_count, self.pool.capacity_hint,
-                                                     self.pool.min_name if needed == self.min_workers
-                                                     else self.pool.start_name))
-            time.sleep(_CAPACITY_POLL_SECONDS)
-        if self.round >= 0 and not survivors:
-            raise RuntimeError('No hosts from previous set remaining, unable to broadcast state.')
-        fresh = []
-        for _ in range(new_count):
-            w = _Worker(self.next_id)
-            self.next_id += 1
-            self.workers[w.id] = w
-            fresh.append(w)
-        if fresh:
-            self.pool.launch([w.id for w in fresh])
-            for wid, host in self.pool.locate([w.id for w in fresh]).items():
-                self.workers[wid].host = host
-        ids = list(survivors) + [w.id for w in fresh]
-        slots = assign_slots([self.workers[i].host[0] for i in ids])
-        self.round += 1
-        updates = self.rendezvous.store.elastic_host_updates()
-        for i, slot in zip(ids, slots):
-            w = self.workers[i]
-            w.rank = slot.rank
-            self._publish_join(w, slot, updates)
-        for w, slot in zip([self.workers[i] for i in ids], slots):
-            if not w.started:
-                env = dict(self.env)
-                env.update(slot_environment(slot, w.host[1], self.driver_addr, self.rendezvous.port, self.secret))
-                env['HOROVOD_ELASTIC_WORKER_ID'] = str(w.id)
-                self.pool.start(w.id, env)
-                w.started = True
-        self.members = sorted(ids, key=lambda i: self.workers[i].rank)
-        self._note('round {} with {} workers ({} new)'.format(self.round, len(ids), len(fresh)))
-
-    def _live(self):
-        return [self.workers[i] for i in self.members if self.workers[i].alive and not self.workers[i].retired]
-
     def run(self):
-        """Forms the first round and drives the job to its end: the final round's results in
-        rank order, or RuntimeError."""
+        """Drives the job to its end: the final round's results in rank order, or RuntimeError."""
+        rounds = _core.ElasticRounds(self.rendezvous.store, self.start_workers, self.min_workers, self.max_workers,
+                                     self.reset_limit, float(self.elastic_timeout), float(self.gather_timeout),
+                                     float(self.replace_grace), self.next_id)
         try:
-            self._form_round([])
-            return self._drive()
+            return self._drive(rounds)
         except BaseException as e:
-            self._abort_waiting('the elastic job ended: {}'.format(str(e).strip().splitlines()[0] if str(e).strip()
-                                                                   else type(e).__name__))
+            # Workers waiting for a round are told to abort with the reason (once: after a
+            # 'finish' action the driver has stopped and ignores this).
+            text = str(e).strip()
+            rounds.fail('the elastic job ended: {}'.format(text.splitlines()[0] if text else type(e).__name__))
             raise
+        finally:
+            self.next_id = rounds.next_id
 
-    def _drive(self):
-        results = {}
-        gather_start = None
+    def _drive(self, rounds):
+        results = {}   # id -> (rank, what its function returned)
         while True:
-            running = {w.id: w.rank for w in self._live() if w.id not in results}
-            for wid, (status, value) in self.pool.finished(running).items():
-                w = self.workers[wid]
+            ranks = dict(rounds.members())
+            for wid, (status, value) in self.pool.finished(ranks).items():
                 if status == 'ok':
-                    results[wid] = value
-                else:
-                    w.alive = False
-                    self._note('worker {} (rank {}) failed: {}'.format(wid, w.rank, value))
-            live = self._live()
+                    results[wid] = (ranks[wid], value)
+                rounds.worker_exited(wid, status == 'ok', value if status != 'ok' else 'its function returned')
             if results:
-                # Workers completed: no new round; those still waiting for one leave quietly.
-                for w in live:
-                    if w.id not in results and w.waiting(self._inits(w)):
-                        self._publish_removed(w, 'worker {} has been removed from elastic job: other workers '
-                                                 'completed training'.format(w.id))
-                        self._note('worker {} removed: other workers completed training'.format(w.id))
-                        w.retired = True
-                live = [w for w in live if not w.retired]
-                if all(w.id in results for w in live):
-                    return [results[w.id] for w in sorted(live, key=lambda w: w.rank)]
+                # Workers completed: no new round; the driver removes those still waiting for one.
+                self._execute(rounds, rounds.tick())
+                if not rounds.members():
+                    return [value for _, value in sorted(results.values(), key=lambda rv: rv[0])]
                 time.sleep(_POLL_SECONDS)
                 continue
-            failed = len(live) < len(self.members)
-            waiting = [w for w in live if w.waiting(self._inits(w))]
-            if not failed and not waiting:
-                gather_start = None
-                time.sleep(_POLL_SECONDS)
-                continue
-            if not live:
-                raise RuntimeError('every Horovod worker of round {} failed; the elastic job cannot continue'
-                                   .format(self.round))
-            gather_start = gather_start or time.monotonic()
-            pending = [w for w in live if w not in waiting]
-            if pending and time.monotonic() - gather_start < self.gather_timeout:
-                time.sleep(_POLL_SECONDS)
-                continue
-            for w in pending:
-                self._note('worker {} did not rejoin; killing it'.format(w.id))
-                w.retired = True
-                self.pool.kill(w.id)
-            if self.reset_limit is not None and self.resets >= self.reset_limit:
-                raise RuntimeError('Horovod was shutdown because number of resets during elastic job exceeded '
-                                   'limit: {}'.format(self.reset_limit))
-            self.resets += 1
-            gather_start = None
-            self._form_round([w.id for w in sorted(waiting, key=lambda w: w.rank)])
+            waiting_for_room = rounds.wants_room
+            if waiting_for_room:
+                rounds.capacity(self.pool.capacity())
+            if not self._execute(rounds, rounds.tick()):
+                time.sleep(_CAPACITY_POLL_SECONDS if waiting_for_room else _POLL_SECONDS)
 
-    def _abort_waiting(self, message):
-        for w in self.workers.values():
-            if w.alive and not w.retired and w.waiting(self._inits(w)):
-                self._publish_abort(w, message)
+    def _execute(self, rounds, actions):
+        """Executes the driver's actions; True when they formed (part of) a round."""
+        launch = []
+        busy = False
+        for action in actions:
+            if action.kind == 'log':
+                self._note(action.text)
+            elif action.kind == 'launch':
+                launch.append(action.id)
+            elif action.kind == 'start':
+                self._start(action)
+                busy = True
+            elif action.kind == 'kill':
+                self.pool.kill(action.id)
+            elif action.kind == 'finish':
+                raise RuntimeError(self._failure(action))
+        if launch:
+            self.pool.launch(launch)
+            for wid, host in self.pool.locate(launch).items():
+                self._hosts[wid] = host
+                rounds.worker_landed(wid, str(host[0]))
+            busy = True
+        return busy
+
+    def _start(self, action):
+        slot = Slot(action.rank, action.size, action.local_rank, action.local_size, action.cross_rank,
+                    action.cross_size, self._hosts[action.id][0])
+        env = dict(self.env)
+        env.update(slot_environment(slot, self._hosts[action.id][1], self.driver_addr, self.rendezvous.port,
+                                    self.secret))
+        env['HOROVOD_ELASTIC_WORKER_ID'] = str(action.id)
+        self.pool.start(action.id, env)
+
+    def _failure(self, action):
+        if action.reason != 'timed_out':
+            return action.text
+        return ('Timed out after {:.1f} s waiting for {} Horovod workers {} ({} possible): {} or lower {}'.format(
+            self.elastic_timeout, action.needed, self.pool.where, action.have, self.pool.capacity_hint,
+            self.pool.min_name if action.needed == self.min_workers else self.pool.start_name))

@@ -198,8 +198,7 @@ TEST_F(RoundDriverTest, AWorkerThatCompletedEndsTheRoundsAndTheWaitingOnesAreRem
   driver_->workerExited(0, /*success=*/true, "exit code 0", now_);
   EXPECT_FALSE(driver_->keepRunning());
   tick();  // reads worker 1's new init
-  EXPECT_EQ(assignment(1, k),
-            "removed the elastic job is finishing: another worker completed training");
+  EXPECT_EQ(assignment(1, k), "removed the elastic job is finishing: another worker completed training");
   driver_->workerExited(1, true, "exit code 0", now_);
   EXPECT_EQ(driver_->exitCode(), 0);
 }
@@ -233,8 +232,7 @@ TEST_F(RoundDriverTest, AHostChangeThatMovesThePlacementIsAnnouncedOnce) {
   tick();
   EXPECT_EQ(readUpdateCount(*store_, soon()), 0);
   driver_->hostsDiscovered({{"a", 1}, {"b", 1}});
-  EXPECT_EQ(lines(tick()),
-            (std::vector<std::string>{"hosts added (update 1); workers re-form at their next commit"}));
+  EXPECT_EQ(lines(tick()), (std::vector<std::string>{"hosts added (update 1); workers re-form at their next commit"}));
   EXPECT_TRUE(lines(tick()).empty());
   EXPECT_EQ(readHostUpdates(*store_, 0, soon()).flags, kHostsAdded);
   // The worker re-inits: the next round takes b.
@@ -265,6 +263,132 @@ TEST_F(RoundDriverTest, FailEndsTheJobWithTheOwnersMessage) {
   ASSERT_NE(finish, nullptr);
   EXPECT_EQ(finish->text, "host discovery script printed an invalid host: 'x y'");
   EXPECT_TRUE(tick().empty());  // stopped: nothing more
+}
+
+// ---- kLanded: the framework places the workers, the driver forms rounds from where they landed ----
+
+class LandedTest : public RoundDriverTest {
+ protected:
+  void makeLanded(DriverSettings s) {
+    s.placement = PlacementMode::kLanded;
+    make(s);
+  }
+  // A tick as the owner makes it: with a capacity report when the driver waits for room.
+  std::vector<Action> roomTick(int room, std::chrono::milliseconds advance = 0ms) {
+    if (driver_->wantsRoom()) driver_->capacity(room);
+    return tick(advance);
+  }
+  static std::vector<int> launched(const std::vector<Action>& actions) {
+    std::vector<int> ids;
+    for (const auto& a : actions) {
+      if (a.kind == Kind::kLaunch) ids.push_back(a.id);
+    }
+    return ids;
+  }
+};
+
+TEST_F(LandedTest, ALostWorkerIsReplacedAndTheSurvivorsComeFirst) {
+  DriverSettings s;
+  s.maxNp = 3;
+  s.firstId = 10;
+  makeLanded(s);
+  driver_->capacity(3);
+  auto actions = tick();
+  EXPECT_EQ(launched(actions), (std::vector<int>{10, 11, 12}));
+  EXPECT_TRUE(started(actions).empty());  // not before they landed
+  driver_->workerLanded(10, "h0");
+  driver_->workerLanded(11, "h1");
+  EXPECT_TRUE(tick().empty());
+  driver_->workerLanded(12, "h0");
+  actions = tick();
+  EXPECT_EQ(lines(actions), (std::vector<std::string>{"round 0 with 3 workers (3 new)"}));
+  // h0's workers get consecutive ranks: 10 -> 0, 12 -> 1, 11 -> 2.
+  EXPECT_EQ(started(actions), (std::vector<int>{10, 11, 12}));
+  EXPECT_EQ(assignment(12, ask(12)), "join 0 1 3 1 2 0 1 0");
+  EXPECT_EQ(assignment(11, ask(11)), "join 0 2 3 0 1 1 2 0");
+  ask(10);
+  driver_->capacity(0);
+  tick();
+  EXPECT_EQ(driver_->members(), (std::vector<std::pair<int, int>>{{10, 0}, {12, 1}, {11, 2}}));
+  driver_->workerExited(10, false, "it raised RuntimeError: boom", now_);
+  EXPECT_EQ(lines(driver_->takeActions()),
+            (std::vector<std::string>{"worker 10 (rank 0 of round 0) failed: it raised RuntimeError: boom"}));
+  int64_t k12 = ask(12), k11 = ask(11);
+  EXPECT_TRUE(launched(roomTick(1)).empty());  // the round gathered: now it waits for room
+  EXPECT_TRUE(driver_->wantsRoom());
+  actions = roomTick(1);  // the lost worker's room came free
+  EXPECT_EQ(launched(actions), std::vector<int>{13});
+  driver_->workerLanded(13, "h2");
+  actions = tick();
+  EXPECT_EQ(lines(actions), (std::vector<std::string>{"round 1 with 3 workers (1 new)"}));
+  EXPECT_EQ(assignment(12, k12), "join 1 0 3 0 1 0 3 0");
+  EXPECT_EQ(assignment(11, k11), "join 1 1 3 0 1 1 3 0");
+  EXPECT_EQ(started(actions), std::vector<int>{13});
+  EXPECT_EQ(driver_->members(), (std::vector<std::pair<int, int>>{{12, 0}, {11, 1}, {13, 2}}));
+  EXPECT_EQ(driver_->nextId(), 14);
+}
+
+TEST_F(LandedTest, WithoutRoomALaterRoundWaitsTheReplaceGraceThenFormsSmaller) {
+  DriverSettings s;
+  s.replaceGrace = 5s;
+  makeLanded(s);
+  driver_->capacity(2);
+  tick();
+  driver_->workerLanded(0, "h");
+  driver_->workerLanded(1, "h");
+  tick();
+  ask(0);
+  ask(1);
+  driver_->capacity(0);
+  tick();
+  driver_->workerExited(1, false, "its Ray actor died", now_);
+  driver_->takeActions();
+  int64_t k = ask(0);
+  EXPECT_TRUE(lines(roomTick(0)).empty());
+  EXPECT_TRUE(lines(roomTick(0, 4s)).empty());
+  EXPECT_EQ(lines(roomTick(0, 1s)), (std::vector<std::string>{"round 1 with 1 workers (0 new)"}));
+  EXPECT_EQ(assignment(0, k), "join 1 0 1 0 1 0 1 0");
+}
+
+TEST_F(LandedTest, TooLittleRoomPastTheElasticTimeoutEndsTheJobWithTheCounts) {
+  DriverSettings s;
+  s.startNp = 2;
+  s.elasticTimeout = 1s;
+  makeLanded(s);
+  driver_->capacity(1);
+  EXPECT_TRUE(tick().empty());
+  auto actions = tick(1s);
+  const Action* finish = find(actions, Kind::kFinish);
+  ASSERT_NE(finish, nullptr);
+  EXPECT_EQ(finish->reason, Action::Reason::kTimedOut);
+  EXPECT_EQ(finish->needed, 2);
+  EXPECT_EQ(finish->have, 1);
+}
+
+TEST_F(LandedTest, FailuresNeitherBlacklistNorKillTheOtherWorkersOfTheirHost) {
+  DriverSettings s;
+  s.startNp = 2;
+  makeLanded(s);
+  driver_->capacity(2);
+  tick();
+  driver_->workerLanded(0, "node");
+  driver_->workerLanded(1, "node");
+  tick();
+  ask(0);
+  ask(1);
+  driver_->capacity(0);
+  tick();
+  driver_->workerExited(0, false, "its Ray actor died", now_);
+  auto actions = driver_->takeActions();
+  EXPECT_EQ(lines(actions).size(), 1u);  // no blacklisting
+  EXPECT_EQ(find(tick(), Kind::kKill), nullptr);  // worker 1 on the same host gets its time
+  int64_t k = ask(1);
+  tick();
+  actions = roomTick(1);
+  EXPECT_EQ(launched(actions), std::vector<int>{2});
+  driver_->workerLanded(2, "node");
+  tick();
+  EXPECT_EQ(assignment(1, k), "join 1 0 2 0 2 0 1 0");
 }
 
 }  // namespace
