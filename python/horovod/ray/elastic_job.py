@@ -1,8 +1,9 @@
 """The elastic Horovod job on Ray (``RayExecutor(min_workers=...)``): actors that train inside
 ``hvd.elastic.run`` and survive the loss of some of them.
 
-The rounds are formed by the shared elastic driver (horovod/runner/elastic_driver.py, which
-``horovod.spark.run_elastic`` uses too); this module is its Ray side, ``RayWorkerPool``:
+The rounds are formed by horovodrun's elastic driver (bound from C++; horovod/runner/elastic_driver.py
+runs it over a worker pool, for ``horovod.spark.run_elastic`` too); this module is its Ray side,
+``RayWorkerPool``:
 
 * a worker is a ``BaseHorovodWorker`` actor (``cpus_per_worker``, GPUs with ``use_gpu``) that
   builds ``executable_cls`` (start()) and runs the job's function: ``run(fn)`` calls

@@ -1,7 +1,8 @@
 """``horovod.spark.run_elastic``: an elastic Horovod job whose workers run in Spark tasks.
 
-The rounds are formed by the shared elastic driver (horovod/runner/elastic_driver.py, which the
-elastic ``RayExecutor`` uses too); this module is its Spark side, ``SparkWorkerPool``:
+The rounds are formed by horovodrun's elastic driver (bound from C++; horovod/runner/elastic_driver.py
+runs it over a worker pool, for the elastic ``RayExecutor`` too); this module is its Spark side,
+``SparkWorkerPool``:
 
 * every worker is one task of a Spark job of its own (one partition, not a barrier stage), in a
   job group of its own, submitted from a driver thread. A barrier stage cannot replace a lost
