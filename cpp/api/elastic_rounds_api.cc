@@ -69,7 +69,7 @@ struct ElasticRounds::Impl {
 };
 
 ElasticRounds::ElasticRounds(RendezvousServer& server, const ElasticRoundSettings& settings)
-    : impl_(std::make_unique<Impl>(Impl{elastic::RoundDriver(driverSettings(settings), elastic::HostRegistry(std::nullopt),
+    : impl_(std::make_unique<Impl>(Impl{elastic::RoundDriver(driverSettings(settings), elastic::HostRegistry(settings.cooldownRange),
                                                               servedStore(server), Clock::now())})) {}
 
 ElasticRounds::~ElasticRounds() = default;
@@ -77,6 +77,8 @@ ElasticRounds::~ElasticRounds() = default;
 void ElasticRounds::capacity(int room) { impl_->driver.capacity(room); }
 
 bool ElasticRounds::wantsRoom() const { return impl_->driver.wantsRoom(); }
+
+bool ElasticRounds::blacklisted(const std::string& host) const { return impl_->driver.blacklisted(host, Clock::now()); }
 
 void ElasticRounds::workerLanded(int id, const std::string& host) { impl_->driver.workerLanded(id, host); }
 

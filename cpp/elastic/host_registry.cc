@@ -5,7 +5,7 @@
 
 namespace hvd::elastic {
 
-HostRegistry::HostRegistry(std::optional<std::pair<int, int>> cooldownRange, uint64_t seed)
+HostRegistry::HostRegistry(std::optional<std::pair<double, double>> cooldownRange, uint64_t seed)
     : cooldown_(cooldownRange), random_(seed) {}
 
 void HostRegistry::setDiscovered(const std::vector<HostSlots>& hosts) {

@@ -23,7 +23,11 @@ class HostRegistry {
  public:
   using Clock = std::chrono::steady_clock;
 
-  explicit HostRegistry(std::optional<std::pair<int, int>> cooldownRange, uint64_t seed = std::random_device{}());
+  // cooldownRange: (lo, hi) seconds; nullopt: blacklisting is for good.
+  explicit HostRegistry(std::optional<std::pair<double, double>> cooldownRange,
+                        uint64_t seed = std::random_device{}());
+
+  bool hasCooldown() const { return cooldown_.has_value(); }
 
   // Records discovery's latest answer.
   void setDiscovered(const std::vector<HostSlots>& hosts);
@@ -46,7 +50,7 @@ class HostRegistry {
     bool blacklisted = false;                 // for good (no cooldown range) or until `until`
     std::optional<Clock::time_point> until;   // cooldown end
   };
-  std::optional<std::pair<int, int>> cooldown_;
+  std::optional<std::pair<double, double>> cooldown_;
   std::mt19937_64 random_;
   std::vector<std::string> order_;  // first appearance
   std::map<std::string, Entry> hosts_;

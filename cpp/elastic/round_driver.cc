@@ -141,7 +141,9 @@ void RoundDriver::startFailed(int id, const std::string& why, Clock::time_point 
 }
 
 void RoundDriver::blacklistHost(const std::string& host, Clock::time_point now, const std::string& why) {
-  if (landed() || registry_.isBlacklisted(host, now)) return;  // kLanded: the owner places workers
+  // kLanded: only with a cooldown range (the owner places the workers; blacklisting for good
+  // would leave a one-node cluster nowhere to go).
+  if ((landed() && !registry_.hasCooldown()) || registry_.isBlacklisted(host, now)) return;
   auto cooldown = registry_.blacklist(host, now);
   log("blacklisting host " + host + " (" + why + ")" + (cooldown.has_value() ? " for " + seconds(*cooldown) : ""));
 }
@@ -410,14 +412,15 @@ void RoundDriver::gather(Clock::time_point now, ExitProbe* probe) {
   }
   if (!pending.empty()) {
     // A worker the others reported lost (silent: paused, hung, cut off) is not waited for.
-    // So is one on a host blacklisted meanwhile (a reported worker's host: cut off as a whole).
+    // kChoose: nor is one on a host blacklisted meanwhile (a reported worker's host: cut off as
+    // a whole). kLanded: the blacklisting keeps only new workers away.
     std::vector<int> suspects;
     for (int id : pending) {
       if (isSuspect(*store_, round_, workers_.at(id).slot.rank, storeDeadline())) suspects.push_back(id);
     }
     for (int id : suspects) blacklistHost(workers_.at(id).slot.hostname, now, "a worker there stopped answering");
     for (int id : pending) {
-      if (std::find(suspects.begin(), suspects.end(), id) == suspects.end() &&
+      if (!landed() && std::find(suspects.begin(), suspects.end(), id) == suspects.end() &&
           registry_.isBlacklisted(workers_.at(id).slot.hostname, now)) {
         suspects.push_back(id);
       }

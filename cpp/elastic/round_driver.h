@@ -21,11 +21,13 @@
 // * Start: waits up to the elastic timeout for startNp slots, then places min(available, maxNp)
 //   workers, hosts ordered by first appearance.
 // * A worker exiting non-zero blacklists its host (HostRegistry: for good, or for a cooldown;
-//   kChoose only: in kLanded the owner decides where workers go);
+//   in kLanded only with a cooldown range, and the owner keeps new workers off blacklisted
+//   hosts: blacklisted(host));
 //   the survivors see HorovodInternalError, roll back, and call init() again, which asks for
 //   their next round, reporting the rank their engine lost. A worker reported lost (silent:
 //   paused, hung, cut off) is killed at once, one that merely does not ask within the gather
 //   timeout too; either way its host is blacklisted.
+//   (kChoose: the workers of a blacklisted host that did not ask yet are cut off with it.)
 // * A new round keeps survivors on their slots (hosts that had survivors first, in their old
 //   rank order, so rank 0 holds the state to broadcast), starts new workers on new slots, and
 //   tells workers whose slots are gone that they were removed.
@@ -135,6 +137,8 @@ class RoundDriver {
   // The actions left by the calls so far, oldest first; the owner executes them in order.
   std::vector<Action> takeActions() { return std::exchange(actions_, {}); }
 
+  // Whether `host` is blacklisted now (kLanded: where the owner must not launch workers).
+  bool blacklisted(const std::string& host, Clock::time_point now) const { return registry_.isBlacklisted(host, now); }
   // The live workers of the latest round: (id, rank), by rank.
   std::vector<std::pair<int, int>> members() const;
   // The id the next new worker gets.

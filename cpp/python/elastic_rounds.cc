@@ -76,7 +76,8 @@ void registerElasticRounds(nb::module_& m) {
           "__init__",
           [](ElasticRounds* self, RendezvousServer& server, int startWorkers, int minWorkers,
              std::optional<int> maxWorkers, std::optional<int> resetLimit, double elasticTimeoutS,
-             double gatherTimeoutS, double replaceGraceS, int firstId) {
+             double gatherTimeoutS, double replaceGraceS, int firstId,
+             std::optional<std::pair<double, double>> cooldownRange) {
             if (minWorkers < 1) throw nb::value_error("min_workers must be at least 1");
             if (maxWorkers && *maxWorkers < minWorkers) throw nb::value_error("max_workers must not be below min_workers");
             if (resetLimit && *resetLimit < 0) throw nb::value_error("reset_limit must not be negative");
@@ -90,10 +91,15 @@ void registerElasticRounds(nb::module_& m) {
             s.gatherTimeout = millis(gatherTimeoutS, "gather_timeout_s");
             s.replaceGrace = std::chrono::milliseconds(static_cast<int64_t>(replaceGraceS * 1000.0));
             s.firstId = firstId;
+            if (cooldownRange && !(0 < cooldownRange->first && cooldownRange->first <= cooldownRange->second)) {
+              throw nb::value_error("cooldown_range must be (min, max) seconds with 0 < min <= max");
+            }
+            s.cooldownRange = cooldownRange;
             new (self) ElasticRounds(server, s);
           },
           "server"_a, "start_workers"_a, "min_workers"_a, "max_workers"_a, "reset_limit"_a, "elastic_timeout_s"_a,
-          "gather_timeout_s"_a, "replace_grace_s"_a, "first_id"_a, nb::keep_alive<1, 2>())
+          "gather_timeout_s"_a, "replace_grace_s"_a, "first_id"_a, "cooldown_range"_a = nb::none(),
+          nb::keep_alive<1, 2>())
       .def("capacity", &ElasticRounds::capacity, "room"_a)
       .def("worker_landed", &ElasticRounds::workerLanded, "worker_id"_a, "host"_a)
       .def(
@@ -108,6 +114,7 @@ void registerElasticRounds(nb::module_& m) {
       .def("tick", [](ElasticRounds& r) { return withoutGil([&] { return r.tick(); }); })
       .def("members", &ElasticRounds::members)
       .def_prop_ro("wants_room", &ElasticRounds::wantsRoom)
+      .def("blacklisted", &ElasticRounds::blacklisted, "host"_a)
       .def_prop_ro("keep_running", &ElasticRounds::keepRunning)
       .def_prop_ro("exit_code", &ElasticRounds::exitCode)
       .def_prop_ro("next_id", &ElasticRounds::nextId);

@@ -38,6 +38,8 @@ class FakePool(WorkerPool):
     def launch(self, ids):
         with self.lock:
             self.room -= len(ids)
+            # What the driver answers the pool (on the driver's thread, as a real pool asks).
+            self.blacklisted_at_launch = [h for h in ('h0', 'h1', 'h2') if self.blacklisted(h)]
 
     def locate(self, ids):
         return {i: ('h{}'.format(i % self.hosts), 'h{}'.format(i % self.hosts)) for i in ids}
@@ -160,6 +162,38 @@ def test_reset_limit_and_a_round_without_survivors_are_errors():
     pool.outcomes[0] = ('failed', 'it raised ValueError: x')
     job.join()
     assert 'every worker of round 0 failed; the elastic job cannot continue' in str(job.error)
+
+
+def test_with_a_cooldown_range_the_failed_workers_host_is_blacklisted_for_the_pool():
+    pool = FakePool(room=2, hosts=2)
+    job = Job(pool, max_workers=2, cooldown_range=(600, 600)).start()
+    job.init(0, 1)
+    assert pool.blacklisted_at_launch == []
+    pool.room += 1
+    pool.outcomes[1] = ('failed', 'its Ray actor died')
+    assert job.init(0).split()[:4] == ['join', '1', '0', '2']
+    assert pool.blacklisted_at_launch == ['h1']  # the pool keeps the replacement off h1
+    assert 'blacklisting host h1 (a worker failed there) for 600.0 s' in [what for _, what in job.driver.log]
+    job.init(2)
+    pool.outcomes[0] = ('ok', 'a')
+    pool.outcomes[2] = ('ok', 'b')
+    job.join()
+    assert job.error is None and job.result == ['a', 'b']
+    assert not pool.blacklisted('h1')  # the driver's answer only while it runs
+
+
+def test_without_a_cooldown_range_no_host_is_blacklisted():
+    pool = FakePool(room=2, hosts=1)
+    job = Job(pool, max_workers=2).start()
+    job.init(0, 1)
+    pool.room += 1
+    pool.outcomes[1] = ('failed', 'its Ray actor died')
+    assert job.init(0).split()[:4] == ['join', '1', '0', '2']  # replaced on the same host
+    assert pool.blacklisted_at_launch == []
+    job.init(2)
+    pool.outcomes[0] = pool.outcomes[2] = ('ok', None)
+    job.join()
+    assert job.error is None and not any('blacklisting' in what for _, what in job.driver.log)
 
 
 def test_min_workers_out_of_reach_is_an_error_within_elastic_timeout():

@@ -5,7 +5,9 @@
 // reports where each landed; the driver forms every round from those hosts (a host's workers
 // get consecutive ranks; survivors first, in their old rank order, so rank 0 holds the state),
 // publishes the assignments on the RendezvousServer's store and reads the workers' init()
-// counters there. docs/elastic.md describes the rounds.
+// counters there. docs/elastic.md describes the rounds. With a cooldown range, the host of a
+// failed worker is blacklisted for a cooldown (horovodrun's rule) and the owner keeps new
+// workers off it (blacklisted()); without one, no host is.
 //
 // The owner's loop: report events (capacity, workerLanded, workerExited), call tick(), execute
 // the actions it returns in order, repeat every few tens of milliseconds. One thread at a time.
@@ -32,6 +34,7 @@ struct ElasticRoundSettings {
   // How long a later round waits for the room to replace its lost workers before it forms smaller.
   std::chrono::milliseconds replaceGrace{5000};
   int firstId = 0;                 // worker ids start here (never reuse ids on one store)
+  std::optional<std::pair<double, double>> cooldownRange;  // (lo, hi) seconds
 };
 
 struct ElasticAction {
@@ -67,6 +70,8 @@ class ElasticRounds {
   void capacity(int room);
   // Whether the next round waits for room (a capacity() report).
   bool wantsRoom() const;
+  // Whether `host` is blacklisted now: launch no worker there.
+  bool blacklisted(const std::string& host) const;
   // Launched worker `id` runs on `host` (equal strings: the same host).
   void workerLanded(int id, const std::string& host);
   // Worker `id`'s function ended: returned (`success`) or failed, `how` says how.

@@ -11,19 +11,19 @@ runs it over a worker pool, for ``horovod.spark.run_elastic`` too); this module 
 * by default it goes wherever Ray has room, and the pool's capacity is what
   ``ray.available_resources()`` fits. With ``cooldown_range`` or a host discovery
   (``override_discovery=False``) each new actor is pinned to a node chosen by nodes.py: nodes
-  where a worker failed sit out their cooldown, and discovery bounds each node's workers;
-* its host is its Ray node; a worker whose actor dies or whose function raises is gone (its node
-  blacklisted when there is a cooldown range); a straggler is killed with ``ray.kill``;
+  the driver blacklisted sit out their cooldown, and discovery bounds each node's workers;
+* its host is its Ray node; a worker whose actor dies or whose function raises is gone (the
+  driver blacklists its node when there is a cooldown range, horovodrun's rule); a straggler is
+  killed with ``ray.kill``;
 * what rank 0 passes to ``horovod.ray.report`` reaches ``callbacks`` on the driver, through a
   Ray queue drained while the driver polls.
 """
 
 import secrets
-import time
 
 import ray
 
-from horovod.ray.nodes import NodeBlacklist, NodeRoom
+from horovod.ray.nodes import NodeRoom
 from horovod.ray.static import _drain, _host_names
 from horovod.ray.worker import BaseHorovodWorker
 from horovod.runner.elastic_driver import ElasticDriver, WorkerPool, elastic_environment
@@ -36,14 +36,14 @@ class RayWorkerPool(WorkerPool):
     """Elastic workers as Ray actors. ``call``: (worker method, its arguments), what each runs:
     ``('run', (fn, args, kwargs))`` or ``('execute', (fn,))``. ``executable``: (cls, args,
     kwargs) each actor builds first, or None. ``queue`` and ``callbacks``: rank 0's reports and
-    who gets them. ``blacklist`` and ``discovery``: see nodes.py (None: none)."""
+    who gets them. ``cooldown_range`` and ``discovery``: see nodes.py (None: none)."""
 
     where = 'on Ray'
     min_name = 'min_workers'
     capacity_hint = 'free Ray resources'
 
     def __init__(self, cpus_per_worker, gpus_per_worker, startup_timeout_s, call, executable=None, queue=None,
-                 callbacks=None, blacklist=None, discovery=None, note=None):
+                 callbacks=None, cooldown_range=None, discovery=None):
         self.cpus_per_worker = cpus_per_worker
         self.gpus_per_worker = gpus_per_worker
         self.startup_timeout_s = startup_timeout_s
@@ -51,14 +51,13 @@ class RayWorkerPool(WorkerPool):
         self.executable = executable
         self.queue = queue
         self.callbacks = callbacks or []
-        self.blacklist = blacklist if blacklist is not None else NodeBlacklist(None)
         self.node_room = None
-        if blacklist is not None and blacklist.cooldown_range is not None or discovery is not None:
-            self.node_room = NodeRoom(cpus_per_worker, gpus_per_worker, self.blacklist, discovery)
-            limits = (['not cooling down'] if self.blacklist.cooldown_range is not None else []) + (
+        if cooldown_range is not None or discovery is not None:
+            self.node_room = NodeRoom(cpus_per_worker, gpus_per_worker, lambda node_id: self.blacklisted(node_id),
+                                      discovery)
+            limits = (['not cooling down'] if cooldown_range is not None else []) + (
                 ['named by the host discovery'] if discovery is not None else [])
             self.capacity_hint = 'free Ray resources on nodes {}'.format(' and '.join(limits))
-        self.note = note or (lambda what: None)
         self.actors = {}     # id -> actor handle
         self.refs = {}       # id -> ObjectRef of its running function
         self.infos = {}      # id -> node_info() of its actor
@@ -145,16 +144,8 @@ class RayWorkerPool(WorkerPool):
                 cause = e.cause if getattr(e, 'cause', None) is not None else e
                 out[wid] = ('failed', 'it raised {}: {}'.format(type(cause).__name__, describe(cause)))
             if out[wid][0] == 'failed':
-                self._lost(wid)
+                self.nodes.pop(wid, None)
         return out
-
-    def _lost(self, wid):
-        node_id = self.nodes.pop(wid, None)
-        if node_id is None:
-            return
-        seconds = self.blacklist.add(node_id)
-        if seconds is not None:
-            self.note('node {} blacklisted for {:.1f} s: worker {} failed there'.format(node_id, seconds, wid))
 
     def kill(self, wid):
         self.nodes.pop(wid, None)
@@ -172,7 +163,8 @@ class RayWorkerPool(WorkerPool):
 class ElasticJob:
     """The executor's elastic job: ``start()`` opens the rendezvous server, ``run(fn)`` /
     ``execute(fn)`` drive rounds of actors to the end (results in the final round's rank order),
-    ``shutdown()`` kills every actor. ``cooldown_range``: see nodes.py; ``discovery``: a
+    ``shutdown()`` kills every actor. ``cooldown_range``: see nodes.py (each run() starts with
+    no node blacklisted); ``discovery``: a
     HostDiscovery that names the nodes and their slots (None: Ray's resources decide).
     ``log``: (time, what) lines of the driver, for callers and tests."""
 
@@ -186,7 +178,7 @@ class ElasticJob:
         self.reset_limit = reset_limit
         self.elastic_timeout = elastic_timeout
         self.gather_timeout = gather_timeout
-        self.blacklist = NodeBlacklist(cooldown_range)  # kept across run() calls, as the nodes are
+        self.cooldown_range = cooldown_range
         self.discovery = discovery
         self.rendezvous = None
         self.secret = None
@@ -236,11 +228,11 @@ class ElasticJob:
         self.pool = RayWorkerPool(self.cpus_per_worker, self.gpus_per_worker, max(60, self.settings.timeout_s), call,
                                   executable=self.executable, queue=queue,
                                   callbacks=callbacks if own_queue is not None else None,
-                                  blacklist=self.blacklist, discovery=self.discovery,
-                                  note=lambda what: self.log.append((time.time(), what)))
+                                  cooldown_range=self.cooldown_range, discovery=self.discovery)
         driver = ElasticDriver(self.pool, self.rendezvous, self.secret, ray.util.get_node_ip_address(), self.env,
                                self.min_workers, self.max_workers, self.reset_limit, self.elastic_timeout,
-                               self.gather_timeout, log=self.log, first_id=self.next_id)
+                               self.gather_timeout, log=self.log, first_id=self.next_id,
+                               cooldown_range=self.cooldown_range)
         try:
             results = driver.run()
             self.pool.drain()  # a worker's put() returns before its function does

@@ -4,9 +4,10 @@ By default (no discovery, no cooldown) a new worker goes wherever Ray has room. 
 make the placement per node, each new actor pinned to its node (NodeAffinitySchedulingStrategy,
 not soft):
 
-* ``cooldown_range=(lo, hi)``: a node where a worker failed is left out for a while. Its n-th
-  blacklisting (n from 0) lasts ``clamp(lo * 2**n + U(0, 1) * lo, lo, hi)`` seconds, the rule
-  horovodrun's ``--blacklist-cooldown-range`` follows; afterwards the node takes workers again.
+* ``cooldown_range=(lo, hi)``: a node where a worker failed is left out for a while. The elastic
+  driver (horovodrun's, bound from C++) blacklists it: its n-th blacklisting (n from 0) lasts
+  ``clamp(lo * 2**n + U(0, 1) * lo, lo, hi)`` seconds, as with horovodrun's
+  ``--blacklist-cooldown-range``; afterwards the node takes workers again.
 * a host discovery (``override_discovery=False``): ``find_available_hosts_and_slots()`` names the
   nodes (by IP address, host name or Ray node id) and the workers each may run; nodes it does
   not name get none.
@@ -14,43 +15,9 @@ not soft):
 A node also needs the free CPUs (and GPUs) of a worker for each of its workers.
 """
 
-import random
-import time
-
 import ray
 
-__all__ = ['NodeBlacklist', 'NodeRoom']
-
-
-class NodeBlacklist:
-    """Nodes whose workers failed, each until its cooldown ends. ``cooldown_range`` None: none
-    is ever blacklisted (Ray owns node health)."""
-
-    def __init__(self, cooldown_range, clock=time.monotonic, rng=random.random):
-        if cooldown_range is not None:
-            lo, hi = cooldown_range
-            if not (0 < lo <= hi):
-                raise ValueError('cooldown_range must be (min, max) seconds with 0 < min <= max, got {!r}'
-                                 .format(cooldown_range))
-        self.cooldown_range = cooldown_range
-        self.clock = clock
-        self.rng = rng
-        self.until = {}   # node id -> end of its cooldown (clock time)
-        self.count = {}   # node id -> times blacklisted
-
-    def add(self, node_id):
-        """Blacklists ``node_id`` from now; returns the cooldown in seconds (None: not blacklisted)."""
-        if self.cooldown_range is None:
-            return None
-        lo, hi = self.cooldown_range
-        n = self.count.get(node_id, 0)
-        seconds = min(hi, max(lo, lo * 2 ** n + self.rng() * lo))
-        self.count[node_id] = n + 1
-        self.until[node_id] = self.clock() + seconds
-        return seconds
-
-    def holds(self, node_id):
-        return self.clock() < self.until.get(node_id, float('-inf'))
+__all__ = ['NodeRoom']
 
 
 def _available_per_node():
@@ -62,10 +29,11 @@ def _available_per_node():
 class NodeRoom:
     """How many more workers (``cpus``, ``gpus`` each) each usable node can take now."""
 
-    def __init__(self, cpus, gpus, blacklist, discovery=None):
+    def __init__(self, cpus, gpus, blacklisted, discovery=None):
+        """``blacklisted(node_id)``: whether the node takes no new worker now."""
         self.cpus = cpus
         self.gpus = gpus
-        self.blacklist = blacklist
+        self.blacklisted = blacklisted
         self.discovery = discovery
 
     def _discovered(self, alive):
@@ -90,7 +58,7 @@ class NodeRoom:
         room = {}
         for node in alive:
             node_id = node['NodeID']
-            if self.blacklist.holds(node_id):
+            if self.blacklisted(node_id):
                 continue
             resources = free.get(node_id, {})
             fits = int(resources.get('CPU', 0) // self.cpus)

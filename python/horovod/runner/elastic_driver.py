@@ -85,6 +85,10 @@ class WorkerPool:
         """How many more workers could start now (asked while a round waits for room)."""
         raise NotImplementedError
 
+    def blacklisted(self, host_key):  # while a driver runs, it answers (ElasticDriver.run)
+        """Whether the driver blacklisted host ``host_key`` now (launch no worker there)."""
+        return False
+
     def launch(self, ids):
         """Starts a worker (an actor, a task) for each id; its function does not run yet."""
         raise NotImplementedError
@@ -117,11 +121,14 @@ class ElasticDriver:
     ``max_workers`` None: as many as the pool has room for. ``reset_limit`` None: unlimited.
     Worker ids start at ``first_id`` (a later job on the same store must not reuse ids; see
     ``next_id`` after ``run()``). ``start_workers``: the first round waits for this many (default
-    ``min_workers``), as horovodrun's ``-np``. ``say``: called with each line the driver logs."""
+    ``min_workers``), as horovodrun's ``-np``. ``say``: called with each line the driver logs.
+    ``cooldown_range``: (min, max) seconds: the host of a failed worker is blacklisted for a
+    cooldown growing from min to max (horovodrun's rule; the pool asks ``blacklisted``);
+    None: no host is."""
 
     def __init__(self, pool, rendezvous, secret, driver_addr, env, min_workers, max_workers, reset_limit,
                  elastic_timeout, gather_timeout=None, log=None, first_id=0, start_workers=None,
-                 say=None):
+                 say=None, cooldown_range=None):
         self.pool = pool
         self.rendezvous = rendezvous
         self.secret = secret
@@ -137,6 +144,7 @@ class ElasticDriver:
         self.next_id = first_id  # ids are never reused within one rendezvous store
         self.log = log if log is not None else []   # (time, what) for the caller and the tests
         self.say = say
+        self.cooldown_range = tuple(cooldown_range) if cooldown_range is not None else None
         self._hosts = {}         # id -> (host_key, host_name) where the pool placed it
 
     def _note(self, what):
@@ -148,7 +156,8 @@ class ElasticDriver:
         """Drives the job to its end: the final round's results in rank order, or RuntimeError."""
         rounds = _core.ElasticRounds(self.rendezvous.store, self.start_workers, self.min_workers, self.max_workers,
                                      self.reset_limit, float(self.elastic_timeout), float(self.gather_timeout),
-                                     float(self.replace_grace), self.next_id)
+                                     float(self.replace_grace), self.next_id, self.cooldown_range)
+        self.pool.blacklisted = lambda host_key: rounds.blacklisted(str(host_key))
         try:
             return self._drive(rounds)
         except BaseException as e:
@@ -159,6 +168,7 @@ class ElasticDriver:
             raise
         finally:
             self.next_id = rounds.next_id
+            del self.pool.blacklisted  # the class's again: nothing is blacklisted
 
     def _drive(self, rounds):
         results = {}   # id -> (rank, what its function returned)

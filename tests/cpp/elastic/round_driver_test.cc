@@ -391,5 +391,31 @@ TEST_F(LandedTest, FailuresNeitherBlacklistNorKillTheOtherWorkersOfTheirHost) {
   EXPECT_EQ(assignment(1, k), "join 1 0 2 0 2 0 1 0");
 }
 
+TEST_F(LandedTest, WithACooldownRangeAFailedWorkersHostIsBlacklistedForNewWorkersOnly) {
+  DriverSettings s;
+  s.startNp = 2;
+  s.placement = PlacementMode::kLanded;
+  make(s, std::make_pair(600, 600));
+  driver_->capacity(2);
+  tick();
+  driver_->workerLanded(0, "node");
+  driver_->workerLanded(1, "node");
+  tick();
+  ask(0);
+  ask(1);
+  tick();
+  driver_->workerExited(1, false, "its Ray actor died", now_);
+  EXPECT_EQ(lines(driver_->takeActions()),
+            (std::vector<std::string>{"worker 1 (rank 1 of round 0) failed: its Ray actor died",
+                                      "blacklisting host node (a worker failed there) for 600.0 s"}));
+  EXPECT_TRUE(driver_->blacklisted("node", now_));
+  EXPECT_EQ(find(tick(), Kind::kKill), nullptr);  // worker 0 there is not cut off with it
+  int64_t k = ask(0);
+  tick();
+  EXPECT_EQ(lines(roomTick(0, 5s)), (std::vector<std::string>{"round 1 with 1 workers (0 new)"}));
+  EXPECT_EQ(assignment(0, k), "join 1 0 1 0 1 0 1 0");
+  EXPECT_FALSE(driver_->blacklisted("node", now_ + 600s));
+}
+
 }  // namespace
 }  // namespace hvd::elastic
