@@ -69,8 +69,9 @@ struct ElasticRounds::Impl {
 };
 
 ElasticRounds::ElasticRounds(RendezvousServer& server, const ElasticRoundSettings& settings)
-    : impl_(std::make_unique<Impl>(Impl{elastic::RoundDriver(driverSettings(settings), elastic::HostRegistry(settings.cooldownRange),
-                                                              servedStore(server), Clock::now())})) {}
+    : impl_(std::make_unique<Impl>(
+          Impl{elastic::RoundDriver(driverSettings(settings), elastic::HostRegistry(settings.cooldownRange),
+                                    servedStore(server), Clock::now())})) {}
 
 ElasticRounds::~ElasticRounds() = default;
 

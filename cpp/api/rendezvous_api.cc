@@ -6,7 +6,6 @@
 #include <mutex>
 
 #include "common/deadline.h"
-#include "store/elastic_protocol.h"
 #include "store/tcp_store.h"
 #include "store/tcp_store_server.h"
 
@@ -114,49 +113,6 @@ std::optional<std::string> RendezvousServer::tryGet(const std::string& key) {
   } catch (const Timeout&) {
     return std::nullopt;
   }
-}
-
-int64_t RendezvousServer::elasticInits(int64_t workerId) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  return elastic::readInits(localStore(impl_->local), std::to_string(workerId), Deadline::never());
-}
-
-int64_t RendezvousServer::elasticHostUpdates() {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  return elastic::readUpdateCount(localStore(impl_->local), Deadline::never());
-}
-
-namespace {
-void publish(std::unique_ptr<TcpStore>& local, int64_t workerId, int64_t k, const elastic::Assignment& a) {
-  elastic::publishAssignment(localStore(local), std::to_string(workerId), k, a, Deadline::never());
-}
-}  // namespace
-
-void RendezvousServer::publishJoin(int64_t workerId, int64_t k, int64_t round, const ElasticSlot& slot,
-                                   int64_t hostUpdatesSeen) {
-  elastic::Assignment a;
-  a.kind = elastic::Assignment::Kind::kJoin;
-  a.round = round;
-  a.placement = slot;
-  a.updatesSeen = hostUpdatesSeen;
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  publish(impl_->local, workerId, k, a);
-}
-
-void RendezvousServer::publishRemoved(int64_t workerId, int64_t k, const std::string& message) {
-  elastic::Assignment a;
-  a.kind = elastic::Assignment::Kind::kRemoved;
-  a.message = message;
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  publish(impl_->local, workerId, k, a);
-}
-
-void RendezvousServer::publishAbort(int64_t workerId, int64_t k, const std::string& message) {
-  elastic::Assignment a;
-  a.kind = elastic::Assignment::Kind::kAbort;
-  a.message = message;
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  publish(impl_->local, workerId, k, a);
 }
 
 struct RendezvousClient::Impl {

@@ -24,8 +24,7 @@ class HostRegistry {
   using Clock = std::chrono::steady_clock;
 
   // cooldownRange: (lo, hi) seconds; nullopt: blacklisting is for good.
-  explicit HostRegistry(std::optional<std::pair<double, double>> cooldownRange,
-                        uint64_t seed = std::random_device{}());
+  explicit HostRegistry(std::optional<std::pair<double, double>> cooldownRange, uint64_t seed = std::random_device{}());
 
   bool hasCooldown() const { return cooldown_.has_value(); }
 

@@ -18,7 +18,8 @@ using namespace nb::literals;
 namespace {
 
 std::chrono::milliseconds millis(double seconds, const char* name) {
-  if (!(seconds > 0)) throw nb::value_error((std::string(name) + " must be a positive number of seconds").c_str());
+  if (!(seconds > 0))
+    throw nb::value_error((std::string(name) + " must be a positive number of seconds").c_str());
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
 }
 
@@ -67,8 +68,8 @@ void registerElasticRounds(nb::module_& m) {
       .def_prop_ro("cross_rank", [](const ElasticAction& a) { return a.slot.crossRank; })
       .def_prop_ro("cross_size", [](const ElasticAction& a) { return a.slot.crossSize; })
       .def("__repr__", [](const ElasticAction& a) {
-        return std::string("ElasticAction(") + kindName(a.kind) + ", id=" + std::to_string(a.id) + ", text=" + a.text +
-               ")";
+        return std::string("ElasticAction(") + kindName(a.kind) + ", id=" + std::to_string(a.id) +
+               ", text=" + a.text + ")";
       });
 
   nb::class_<ElasticRounds>(m, "ElasticRounds")
@@ -79,9 +80,12 @@ void registerElasticRounds(nb::module_& m) {
              double gatherTimeoutS, double replaceGraceS, int firstId,
              std::optional<std::pair<double, double>> cooldownRange) {
             if (minWorkers < 1) throw nb::value_error("min_workers must be at least 1");
-            if (maxWorkers && *maxWorkers < minWorkers) throw nb::value_error("max_workers must not be below min_workers");
-            if (resetLimit && *resetLimit < 0) throw nb::value_error("reset_limit must not be negative");
-            if (!(replaceGraceS >= 0)) throw nb::value_error("replace_grace_s must not be negative");
+            if (maxWorkers && *maxWorkers < minWorkers)
+              throw nb::value_error("max_workers must not be below min_workers");
+            if (resetLimit && *resetLimit < 0)
+              throw nb::value_error("reset_limit must not be negative");
+            if (!(replaceGraceS >= 0))
+              throw nb::value_error("replace_grace_s must not be negative");
             ElasticRoundSettings s;
             s.startWorkers = startWorkers;
             s.minWorkers = minWorkers;
@@ -89,17 +93,20 @@ void registerElasticRounds(nb::module_& m) {
             s.resetLimit = resetLimit;
             s.elasticTimeout = millis(elasticTimeoutS, "elastic_timeout_s");
             s.gatherTimeout = millis(gatherTimeoutS, "gather_timeout_s");
-            s.replaceGrace = std::chrono::milliseconds(static_cast<int64_t>(replaceGraceS * 1000.0));
+            s.replaceGrace =
+                std::chrono::milliseconds(static_cast<int64_t>(replaceGraceS * 1000.0));
             s.firstId = firstId;
-            if (cooldownRange && !(0 < cooldownRange->first && cooldownRange->first <= cooldownRange->second)) {
-              throw nb::value_error("cooldown_range must be (min, max) seconds with 0 < min <= max");
+            if (cooldownRange &&
+                !(0 < cooldownRange->first && cooldownRange->first <= cooldownRange->second)) {
+              throw nb::value_error(
+                  "cooldown_range must be (min, max) seconds with 0 < min <= max");
             }
             s.cooldownRange = cooldownRange;
             new (self) ElasticRounds(server, s);
           },
-          "server"_a, "start_workers"_a, "min_workers"_a, "max_workers"_a, "reset_limit"_a, "elastic_timeout_s"_a,
-          "gather_timeout_s"_a, "replace_grace_s"_a, "first_id"_a, "cooldown_range"_a = nb::none(),
-          nb::keep_alive<1, 2>())
+          "server"_a, "start_workers"_a, "min_workers"_a, "max_workers"_a, "reset_limit"_a,
+          "elastic_timeout_s"_a, "gather_timeout_s"_a, "replace_grace_s"_a, "first_id"_a,
+          "cooldown_range"_a = nb::none(), nb::keep_alive<1, 2>())
       .def("capacity", &ElasticRounds::capacity, "room"_a)
       .def("worker_landed", &ElasticRounds::workerLanded, "worker_id"_a, "host"_a)
       .def(
@@ -109,7 +116,10 @@ void registerElasticRounds(nb::module_& m) {
           },
           "worker_id"_a, "success"_a, "how"_a)
       .def(
-          "fail", [](ElasticRounds& r, const std::string& message) { withoutGil([&] { r.fail(message); }); },
+          "fail",
+          [](ElasticRounds& r, const std::string& message) {
+            withoutGil([&] { r.fail(message); });
+          },
           "message"_a)
       .def("tick", [](ElasticRounds& r) { return withoutGil([&] { return r.tick(); }); })
       .def("members", &ElasticRounds::members)

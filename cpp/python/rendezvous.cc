@@ -94,36 +94,7 @@ void registerRendezvous(nb::module_& m) {
           [](RendezvousServer& s, const std::string& key) {
             return toBytes(withoutGil([&] { return s.tryGet(key); }));
           },
-          "key"_a)
-      .def(
-          "elastic_inits",
-          [](RendezvousServer& s, int64_t workerId) {
-            return withoutGil([&] { return s.elasticInits(workerId); });
-          },
-          "worker_id"_a)
-      .def("elastic_host_updates",
-           [](RendezvousServer& s) { return withoutGil([&] { return s.elasticHostUpdates(); }); })
-      .def(
-          "publish_join",
-          [](RendezvousServer& s, int64_t workerId, int64_t k, int64_t round, int rank, int size,
-             int localRank, int localSize, int crossRank, int crossSize, int64_t hostUpdatesSeen) {
-            ElasticSlot slot{rank, size, localRank, localSize, crossRank, crossSize};
-            withoutGil([&] { s.publishJoin(workerId, k, round, slot, hostUpdatesSeen); });
-          },
-          "worker_id"_a, "k"_a, "round"_a, "rank"_a, "size"_a, "local_rank"_a, "local_size"_a,
-          "cross_rank"_a, "cross_size"_a, "host_updates_seen"_a)
-      .def(
-          "publish_removed",
-          [](RendezvousServer& s, int64_t workerId, int64_t k, const std::string& message) {
-            withoutGil([&] { s.publishRemoved(workerId, k, message); });
-          },
-          "worker_id"_a, "k"_a, "message"_a)
-      .def(
-          "publish_abort",
-          [](RendezvousServer& s, int64_t workerId, int64_t k, const std::string& message) {
-            withoutGil([&] { s.publishAbort(workerId, k, message); });
-          },
-          "worker_id"_a, "k"_a, "message"_a);
+          "key"_a);
 
   nb::class_<RendezvousClient>(m, "RendezvousClient")
       .def(

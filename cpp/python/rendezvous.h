@@ -2,10 +2,7 @@
 // horovod.ray and horovod.spark use to serve their jobs' stores:
 //   RendezvousServer(secret: bytes, bind_host: str, port: int)   .port .refused .shutdown()
 //       .set(key, value: bytes) .add(key, delta) -> int .try_get(key) -> bytes | None
-//       the driver's side of the elastic rendezvous: .elastic_inits(worker_id) -> int
-//       .elastic_host_updates() -> int  .publish_join(worker_id, k, round, rank, size, local_rank,
-//       local_size, cross_rank, cross_size, host_updates_seen)  .publish_removed(worker_id, k,
-//       message)  .publish_abort(worker_id, k, message)
+//       (the driver's side of the elastic rendezvous: ElasticRounds, elastic_rounds.h)
 //   RendezvousClient(host, port, secret: bytes, connect_timeout_s: float)
 //       .set(key, value) .add(key, delta) .get(key, timeout_s) -> bytes | None
 // Every call releases the GIL while it talks to the server. Errors: OSError when the server

@@ -56,20 +56,8 @@ class RendezvousServer {
   // The value of key, or nullopt when it is not set.
   std::optional<std::string> tryGet(const std::string& key);
 
-  // The driver's side of the elastic rendezvous (docs/elastic.md, "How it works") on this store,
-  // with horovodrun's keys and assignment text. A worker's k-th init() (k from 0) waits for its
-  // k-th assignment; an assignment is published once.
-  //
-  // How many times worker `workerId` has called init().
-  int64_t elasticInits(int64_t workerId);
-  // Host-set changes announced so far (a round reacts only to later ones).
-  int64_t elasticHostUpdates();
-  // Worker `workerId`'s k-th assignment: its place in round `round`, formed after
-  // `hostUpdatesSeen` host-set changes.
-  void publishJoin(int64_t workerId, int64_t k, int64_t round, const ElasticSlot& slot, int64_t hostUpdatesSeen);
-  // ... or the message its init() ends with: quietly (removed from the job) or raising (abort).
-  void publishRemoved(int64_t workerId, int64_t k, const std::string& message);
-  void publishAbort(int64_t workerId, int64_t k, const std::string& message);
+  // The driver's side of the elastic rendezvous on this store: ElasticRounds
+  // (horovod/elastic_rounds.h).
 
  private:
   // The served store as the core's Store (for ElasticRounds, horovod/elastic_rounds.h); valid

@@ -7,6 +7,7 @@
 #include <string>
 #include <thread>
 
+#include "horovod/elastic_rounds.h"
 #include "horovod/rendezvous.h"
 
 namespace hvd {
@@ -80,24 +81,43 @@ TEST(Rendezvous, ShutdownIsIdempotentAndEndsTheStore) {
 namespace hvd {
 namespace {
 
-// The driver's side of the elastic rendezvous speaks horovodrun's keys and assignment text: a
-// worker's init() (elastic::requestAssignment, here by hand) sees what the driver published.
-TEST(Rendezvous, ElasticDriverSideUsesHorovodrunsProtocol) {
+// The elastic driver for framework pools (horovod/elastic_rounds.h) speaks horovodrun's keys and
+// assignment text on the server's store: a worker's init() (elastic::requestAssignment, here by
+// hand through a client) sees what it published.
+TEST(Rendezvous, ElasticRoundsFormRoundsOnTheServersStore) {
   RendezvousServer server("127.0.0.1", 0, "secret");
   RendezvousClient worker("127.0.0.1", server.port(), "secret", milliseconds(5000));
-  EXPECT_EQ(server.elasticInits(7), 0);
-  EXPECT_EQ(server.elasticHostUpdates(), 0);
+  ElasticRoundSettings settings;
+  settings.firstId = 7;
+  settings.cooldownRange = std::make_pair(60.0, 60.0);
+  ElasticRounds rounds(server, settings);
+  EXPECT_TRUE(rounds.wantsRoom());
+  rounds.capacity(1);
+  std::vector<ElasticAction> actions = rounds.tick();
+  ASSERT_EQ(actions.size(), 1u);
+  EXPECT_EQ(actions[0].kind, ElasticAction::Kind::kLaunch);
+  EXPECT_EQ(actions[0].id, 7);
+  rounds.workerLanded(7, "node-a");
+  actions = rounds.tick();
+  ASSERT_EQ(actions.size(), 2u);
+  EXPECT_EQ(actions[0].text, "round 0 with 1 workers (1 new)");
+  EXPECT_EQ(actions[1].kind, ElasticAction::Kind::kStart);
+  EXPECT_EQ(actions[1].host, "node-a");
+  EXPECT_EQ(actions[1].slot.size, 1);
   worker.add("elastic/inits/7", 1);
   worker.add("elastic/events", 1);
-  EXPECT_EQ(server.elasticInits(7), 1);
-  server.publishJoin(7, 0, 2, ElasticSlot{1, 4, 0, 2, 1, 2}, 3);
-  EXPECT_EQ(worker.get("elastic/assign/7/0", milliseconds(1000)), "join 2 1 4 0 2 1 2 3");
-  server.publishRemoved(7, 1, "worker 7 has been removed");
-  EXPECT_EQ(worker.get("elastic/assign/7/1", milliseconds(1000)), "removed worker 7 has been removed");
-  server.publishAbort(7, 2, "the elastic job ended: boom");
-  EXPECT_EQ(worker.get("elastic/assign/7/2", milliseconds(1000)), "abort the elastic job ended: boom");
-  worker.add("elastic/updates", 1);
-  EXPECT_EQ(server.elasticHostUpdates(), 1);
+  EXPECT_EQ(worker.get("elastic/assign/7/0", milliseconds(1000)), "join 0 0 1 0 1 0 1 0");
+  EXPECT_EQ(rounds.members(), (std::vector<std::pair<int, int>>{{7, 0}}));
+  rounds.workerExited(7, false, "it raised ValueError: x");
+  EXPECT_TRUE(rounds.blacklisted("node-a"));
+  actions = rounds.tick();
+  ASSERT_FALSE(actions.empty());
+  EXPECT_EQ(actions.back().kind, ElasticAction::Kind::kFinish);
+  EXPECT_EQ(actions.back().reason, "round_failed");
+  EXPECT_EQ(actions.back().text, "every worker of round 0 failed; the elastic job cannot continue");
+  EXPECT_FALSE(rounds.keepRunning());
+  EXPECT_EQ(rounds.exitCode(), 1);
+  EXPECT_EQ(rounds.nextId(), 8);
 }
 
 }  // namespace
