@@ -2,7 +2,10 @@
 head in this machine's network namespace on a bridge address, the second node in another network
 namespace joined to the bridge by a veth pair. The driver joins the cluster directly (the GCS
 address, not Ray Client). One worker per node: the job spans two Horovod hosts over TCP, and
-each worker really runs in its node's namespace. Needs root and iproute2; skipped otherwise."""
+each worker really runs in its node's namespace. Then what only two nodes show: the executor's
+calls and the worker actors' methods on both nodes, an elastic job losing a worker, and node
+blacklisting (cooldown_range) moving a replacement to the other node. Needs root and iproute2;
+skipped otherwise."""
 
 import os
 import shutil
