@@ -129,7 +129,8 @@ def wait_for_free_cpus(seconds=30):
 
 def check_elastic_job_survives_a_lost_worker(marker_dir, cross_size):
     """Runs elastic_train on 1-2 workers and checks that the survivor trained every epoch, the
-    replacement joined at the rollback to epoch 3's commit, and both ended with rank 0's state.
+    replacement joined at the rollback to epoch 3's commit, both ended with rank 0's state, and
+    their resources were free once run() returned.
     The first round takes the CPUs free when it forms (at least 1): they must all be free."""
     from horovod.ray import RayExecutor
     assert wait_for_free_cpus()
@@ -140,8 +141,10 @@ def check_elastic_job_survives_a_lost_worker(marker_dir, cross_size):
     executor.start()
     try:
         results = executor.run(elastic_train, args=[str(marker_dir / 'died')])
+        freed = wait_for_free_cpus()  # run() ends its workers, before shutdown()
     finally:
         executor.shutdown()
+    assert freed
     assert (marker_dir / 'died').exists()
     assert [(rank, size) for rank, size, _, _ in results] == [(0, 2), (1, 2)]
     assert results[0][2] == [(e, 0, 2, cross_size) for e in range(5)]
