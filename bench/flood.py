@@ -1,21 +1,28 @@
 #!/usr/bin/env python3
-"""Training throughput and memory under a connection flood of the rendezvous port.
+"""Training throughput, memory and exit under a connection flood of the rendezvous port.
 
-    python3 bench/flood.py --reps 3 --seconds 20 --rates 0,2000,max --out bench/results/flood.md
+    python3 bench/flood.py --reps 5 --seconds 15 --rates 0,10000,max --out bench/results/flood.md
 
 Each run is one 2-rank job under horovodrun (bench/soak_worker.py: a small torch MLP, unpaced,
 no timeline or autotune) for --seconds, with the rendezvous server on a fixed port. For a flood
-rate, bench/flood_hammer.py floods that port from before the job starts until it ended (2
-processes, 100 idle holders each, each other connection reset at once; `max`: as fast as they
-can; 0: no flood). The runs alternate rates within each repetition.
+rate, the hammer floods that port from before the job starts until it ended (--procs processes,
+100 idle holders each, every other connection reset at once; `max`: as fast as they can; 0: no
+flood). The hammer is build/bench/flood_hammer (C++; 90,000+ connections a second on 2 cores)
+when built, else bench/flood_hammer.py (about 50,000); --hammer chooses.
+
+The control: on a small machine the hammer's processes and the kernel's work for each connection
+take CPU from the ranks whatever port they hit. So every flood rate also runs as a "decoy" run:
+the same hammer at the same rate against a standalone rendezvous server (build/bench/
+rendezvous_server: the same server code) that is not the job's. The flood's own cost to the job is
+then the ratio flood / decoy: what aiming it at the job's port adds (the ranks' store round
+trips, horovodrun's loop). The runs rotate rates and targets within each repetition.
 
 Per run: training steps a second (the slowest rank's steps over its training time), each
 process's peak resident memory and peak open descriptors (sampled every 0.1 s from /proc),
-horovodrun's CPU time (what serving the flood cost the rendezvous server), and the flood's
-achieved rate. Reported per rate: the medians, and the throughput and memory ratios
-to the no-flood runs (the goal: within 10 %). On a small machine the flood's own processes take
-CPU from the job: the hammer runs at nice 10 (--hammer-nice), and the table gives the load.
-Nothing is asserted; tests/launcher/test_flood.py checks the events.
+horovodrun's CPU time (what serving the flood cost the rendezvous server), how long horovodrun
+took to exit after the last rank finished, and the flood's achieved rate. Reported per rate: the
+medians, and the throughput and memory ratios to the no-flood and to the decoy runs (the goal:
+within 10 %). Nothing is asserted; tests/launcher/test_flood.py checks the events.
 """
 import argparse
 import json
@@ -28,6 +35,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+BUILD = os.path.join(HERE, '..', os.environ.get('BUILD_DIR', 'build'), 'bench')
 
 
 def free_port():
@@ -55,18 +63,42 @@ def sample(pid):
         return None
 
 
-def one_run(args, rate):
+def hammer_command(args, port, work, rate):
+    if args.hammer.endswith('.py'):
+        cmd = [sys.executable, args.hammer]
+    else:
+        cmd = [args.hammer]
+    cmd = ['nice', '-n', str(args.hammer_nice)] + cmd + [
+        '127.0.0.1', str(port), '--seconds', str(args.seconds + 120), '--procs', str(args.procs), '--holders', '100',
+        '--stop-file', os.path.join(work, 'stop'), '--started-file', os.path.join(work, 'started')]
+    if rate != 'max':
+        cmd += ['--rate', rate]
+    return cmd
+
+
+def start_decoy(work):
+    """A standalone rendezvous server (not the job's) for the decoy runs; returns (process, port)."""
+    server = subprocess.Popen([os.path.join(BUILD, 'rendezvous_server'), '--bind', '127.0.0.1', '--port', '0',
+                               '--seconds', '600'], env=dict(os.environ, HOROVOD_SECRET_KEY='ab' * 16),
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    line = server.stdout.readline().split()
+    if len(line) != 2 or line[0] != 'port':
+        server.kill()
+        raise RuntimeError('flood: bench/rendezvous_server did not start (build it: ninja -C build rendezvous_server)')
+    return server, int(line[1])
+
+
+def one_run(args, rate, target):
+    """One job; target 'job' floods its rendezvous port, 'decoy' a standalone server beside it."""
     work = tempfile.mkdtemp(prefix='hvd-flood-')
     port = free_port()
-    hammer = None
+    hammer = decoy = None
     if rate != '0':
-        cmd = ['nice', '-n', str(args.hammer_nice), sys.executable, os.path.join(HERE, 'flood_hammer.py'),
-               '127.0.0.1', str(port), '--seconds', str(args.seconds + 120), '--procs', '2', '--holders', '100',
-               '--stop-file', os.path.join(work, 'stop'), '--started-file', os.path.join(work, 'started')]
-        if rate != 'max':
-            cmd += ['--rate', rate]
-        # Its idle holders connect as soon as horovodrun's server listens, before any rank starts.
-        hammer = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        aim = port
+        if target == 'decoy':
+            decoy, aim = start_decoy(work)
+        # Its idle holders connect as soon as the server listens, before any rank starts.
+        hammer = subprocess.Popen(hammer_command(args, aim, work, rate), stdout=subprocess.PIPE, text=True)
     env = dict(os.environ, SOAK_DIR=work, SOAK_STEP_RATE='100000', HOROVOD_GLOO_RENDEZVOUS_PORT=str(port),
                SOAK_DEADLINE=str(time.time() + args.seconds))
     job = subprocess.Popen([args.horovodrun, '-np', '2', sys.executable, os.path.join(HERE, 'soak_worker.py')],
@@ -87,22 +119,32 @@ def one_run(args, rate):
                 old = peaks.get(name, (0, 0))
                 peaks[name] = (max(old[0], s[0]), max(old[1], s[1]))
         time.sleep(0.1)
+    exited = time.time()
     out = job.stdout.read().decode('utf-8', errors='replace')
     flood_line = ''
     if hammer:
         open(os.path.join(work, 'stop'), 'w').close()
         flood_line = hammer.communicate(timeout=120)[0].strip()
+    if decoy:
+        decoy.kill()
+        decoy.wait()
     if job.returncode != 0:
         print(out[-3000:])
         return None
     done = []
     for r in range(2):
-        with open(os.path.join(work, 'done{}.json'.format(r))) as f:
-            done.append(json.load(f))
+        path = os.path.join(work, 'done{}.json'.format(r))
+        with open(path) as f:
+            done.append(dict(json.load(f), finished=os.path.getmtime(path)))
     steps_per_s = min(d['steps'] / d['seconds'] for d in done)
     achieved = float(flood_line.split('(')[1].split('/s')[0]) if flood_line else 0.0
     return dict(steps_per_s=steps_per_s, peaks=peaks, achieved=achieved, load=os.getloadavg()[0],
-                launcher_cpu=launcher_cpu)
+                launcher_cpu=launcher_cpu, exit_after=max(0.0, exited - max(d['finished'] for d in done)))
+
+
+def default_hammer():
+    built = os.path.join(BUILD, 'flood_hammer')
+    return os.path.abspath(built) if os.access(built, os.X_OK) else os.path.join(HERE, 'flood_hammer.py')
 
 
 def main():
@@ -110,45 +152,57 @@ def main():
     ap.add_argument('--reps', type=int, default=3)
     ap.add_argument('--seconds', type=float, default=20)
     ap.add_argument('--rates', default='0,2000,max', help='flood rates (connections/s), 0 = none, max = unlimited')
+    ap.add_argument('--hammer', default=default_hammer(), help='flood_hammer binary or flood_hammer.py')
+    ap.add_argument('--procs', type=int, default=4, help="the hammer's processes")
+    ap.add_argument('--no-decoy', action='store_true', help='skip the decoy (control) runs')
     ap.add_argument('--hammer-nice', type=int, default=10)
     ap.add_argument('--horovodrun', default=os.environ.get('HOROVODRUN') or 'horovodrun')
     ap.add_argument('--out', default=None)
     args = ap.parse_args()
     rates = args.rates.split(',')
-    results = {r: [] for r in rates}
+    kinds = [(r, 'job') for r in rates] + ([] if args.no_decoy else [(r, 'decoy') for r in rates if r != '0'])
+    results = {k: [] for k in kinds}
+    started = time.strftime('%Y-%m-%d %H:%M', time.gmtime())
     for rep in range(args.reps):
-        for rate in rates:
-            res = one_run(args, rate)
-            print('rep {} rate {}: {}'.format(rep, rate, res), flush=True)
+        for kind in kinds[rep % len(kinds):] + kinds[:rep % len(kinds)]:  # rotate the order
+            res = one_run(args, *kind)
+            print('rep {} rate {} {}: {}'.format(rep, kind[0], kind[1], res), flush=True)
             if res:
-                results[rate].append(res)
-    base = results.get('0') or []
-    base_tput = statistics.median(r['steps_per_s'] for r in base) if base else None
+                results[kind].append(res)
+
+    def med(runs, key):
+        return statistics.median(r[key] for r in runs) if runs else None
 
     def med_peak(runs, name, i):
         vals = [r['peaks'][name][i] for r in runs if name in r['peaks']]
         return statistics.median(vals) if vals else 0
 
+    def ratio(a, b):
+        return '{:+.1f} %'.format(100 * (a / b - 1)) if a and b else '-'
+
+    base = results.get(('0', 'job')) or []
     lines = ['# Training under a rendezvous-port flood (2 ranks, torch MLP)', '',
-             '`python3 bench/flood.py --reps {} --seconds {:g} --rates {}` on {} CPUs; the hammer at nice {}.'.format(
-                 args.reps, args.seconds, args.rates, os.cpu_count(), args.hammer_nice), '',
-             '| flood (asked) | achieved conn/s | runs | steps/s | vs none | rank RSS peak (MiB) | vs none | '
-             'horovodrun RSS peak (MiB) | horovodrun fds peak | horovodrun CPU (s) | load |',
-             '|---|---|---|---|---|---|---|---|---|---|---|']
-    base_rss = med_peak(base, 'rank0', 0) if base else None
-    for rate in rates:
-        runs = results[rate]
+             '`python3 bench/flood.py --reps {} --seconds {:g} --rates {} --procs {}` on {} CPUs, {} UTC; the '
+             'hammer ({}) at nice {}.'.format(args.reps, args.seconds, args.rates, args.procs, os.cpu_count(), started,
+                                              os.path.basename(args.hammer), args.hammer_nice), '',
+             '| flood (asked) | aimed at | achieved conn/s | runs | steps/s | vs none | vs decoy | rank RSS peak (MiB) '
+             '| vs none | horovodrun RSS peak (MiB) | horovodrun fds peak | horovodrun CPU (s) | exit after last rank '
+             '(s) | load |',
+             '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|']
+    for rate, target in kinds:
+        runs = results[(rate, target)]
         if not runs:
-            lines.append('| {} | - | 0 (failed) | | | | | | | | |'.format(rate))
+            lines.append('| {} | {} | - | 0 (failed) | | | | | | | | | | |'.format(rate, target))
             continue
-        tput = statistics.median(r['steps_per_s'] for r in runs)
+        tput = med(runs, 'steps_per_s')
+        decoy = med(results.get((rate, 'decoy'), []), 'steps_per_s') if target == 'job' and rate != '0' else None
         rss = med_peak(runs, 'rank0', 0)
-        lines.append('| {} | {:.0f} | {} | {:.1f} | {} | {:.1f} | {} | {:.1f} | {:.0f} | {:.2f} | {:.1f} |'.format(
-            rate, statistics.median(r['achieved'] for r in runs), len(runs), tput,
-            '{:+.1f} %'.format(100 * (tput / base_tput - 1)) if base_tput else '-', rss / 1024,
-            '{:+.1f} %'.format(100 * (rss / base_rss - 1)) if base_rss else '-',
-            med_peak(runs, 'horovodrun', 0) / 1024, med_peak(runs, 'horovodrun', 1),
-            statistics.median(r['launcher_cpu'] for r in runs), statistics.median(r['load'] for r in runs)))
+        lines.append('| {} | {} | {:.0f} | {} | {:.1f} | {} | {} | {:.1f} | {} | {:.1f} | {:.0f} | {:.2f} | {:.2f} | '
+                     '{:.1f} |'.format(rate, 'the job' if target == 'job' else 'a decoy', med(runs, 'achieved'),
+                                       len(runs), tput, ratio(tput, med(base, 'steps_per_s')), ratio(tput, decoy),
+                                       rss / 1024, ratio(rss, med_peak(base, 'rank0', 0)),
+                                       med_peak(runs, 'horovodrun', 0) / 1024, med_peak(runs, 'horovodrun', 1),
+                                       med(runs, 'launcher_cpu'), med(runs, 'exit_after'), med(runs, 'load')))
     report = '\n'.join(lines) + '\n'
     print(report)
     if args.out:

@@ -4,6 +4,13 @@ for anything that grows.
 
     python3 bench/soak.py --minutes 60 --out bench/results/soak.md --png bench/results/soak.png
     python3 bench/soak.py --minutes 3 --interval 10 --out build/soak_ci.md     (CI's version)
+    python3 bench/soak.py --cluster netns --np 3 --minutes 60 --out bench/results/soak_netns.md
+
+`--cluster netns` runs the job across two hosts: two network namespaces with sshd each
+(tests/multiproc/launcher_ssh_netns.sh sets them up; needs root), ranks 0-1 on the first and rank 2
+on the second (for --np 3), started by horovodrun over ssh, so the TCP data plane between hosts and
+the ssh launch path are soaked too. Every process shares this machine's /proc, so sampling is the
+same as locally.
 
 The job: bench/soak_worker.py, a small torch MLP (64-128-128-10, batch 32 per rank) with
 DistributedOptimizer, paced to --step-rate steps a second, under
@@ -33,6 +40,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+NETNS_SCRIPT = os.path.join(HERE, '..', 'tests', 'multiproc', 'launcher_ssh_netns.sh')
 RESOURCES = ('rss_kib', 'fds', 'threads', 'shm')
 
 
@@ -104,6 +112,9 @@ def main():
     ap.add_argument('--warmup-minutes', type=float, default=None,
                     help='excluded from the verdict (default: a third of the run, at most 5)')
     ap.add_argument('--np', type=int, default=2)
+    ap.add_argument('--cluster', default='local', choices=['local', 'netns'],
+                    help='netns: two namespace hosts over ssh (root; ranks split as evenly as possible)')
+    ap.add_argument('--inside-netns', action='store_true', help=argparse.SUPPRESS)
     ap.add_argument('--step-rate', type=float, default=20.0, help='training steps a second, at most')
     ap.add_argument('--max-growth', type=float, default=0.05)
     ap.add_argument('--horovodrun', default=os.environ.get('HOROVODRUN') or shutil.which('horovodrun'))
@@ -118,6 +129,8 @@ def main():
     if seconds - warmup < 3 * interval:
         sys.exit('soak: --minutes leaves fewer than 3 samples after the warm-up; lengthen the run or '
                  'shorten --interval / --warmup-minutes')
+    if args.cluster == 'netns' and not args.inside_netns:
+        return run_inside_netns(args)
 
     work = tempfile.mkdtemp(prefix='hvd-soak-')
     timeline = os.path.join(work, 'timeline.json')
@@ -125,7 +138,9 @@ def main():
     shm_before = set(hvd_shm_entries())
     t0 = time.time()
     env['SOAK_DEADLINE'] = str(t0 + seconds)
-    cmd = [args.horovodrun, '-np', str(args.np), '--autotune', '--autotune-log-file',
+    cmd = [args.horovodrun, '-np', str(args.np)] + netns_hosts_args(args.np) if args.inside_netns else \
+        [args.horovodrun, '-np', str(args.np)]
+    cmd += ['--autotune', '--autotune-log-file',
            os.path.join(work, 'autotune.csv'), '--timeline-filename', timeline,
            sys.executable, os.path.join(HERE, 'soak_worker.py')]
     log_path = os.path.join(work, 'horovodrun.log')
@@ -200,9 +215,11 @@ def main():
             failures.append(timeline_note)
     steps_total = samples[-1][1] if samples else 0
 
-    lines = ['# Soak: {} ranks, {:g} minutes, timeline and autotune on'.format(args.np, args.minutes), '',
-             '`python3 bench/soak.py --minutes {:g}` (sample every {:.0f} s, warm-up {:.0f} s excluded, '
-             'growth limit {:.0f} %).'.format(args.minutes, interval, warmup, 100 * args.max_growth), '',
+    where = ' on two hosts (network namespaces, ssh; `{}`)'.format(' '.join(cmd[3:7])) if args.inside_netns else ''
+    lines = ['# Soak: {} ranks{}, {:g} minutes, timeline and autotune on'.format(args.np, where, args.minutes), '',
+             '`python3 bench/soak.py{} --np {} --minutes {:g}` (sample every {:.0f} s, warm-up {:.0f} s '
+             'excluded, growth limit {:.0f} %).'.format(' --cluster netns' if args.inside_netns else '', args.np,
+                                                        args.minutes, interval, warmup, 100 * args.max_growth), '',
              'Host: {} CPUs, load average at the end {}.'.format(os.cpu_count(),
                                                                  ' '.join('{:.1f}'.format(x) for x in os.getloadavg())),
              'Steps (slowest rank) at the last sample: {} ({:.1f}/s over the run).'.format(
@@ -236,6 +253,33 @@ def main():
         return 1
     shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def netns_hosts_args(np_):
+    """horovodrun's host arguments inside launcher_ssh_netns.sh: the first host gets the larger half."""
+    first = (np_ + 1) // 2
+    hosts = '{}:{}'.format(os.environ['HOST_A'], first)
+    if np_ > first:
+        hosts += ',{}:{}'.format(os.environ['HOST_B'], np_ - first)
+    return ['-H', hosts, '-i', os.path.join(os.environ['TMP'], 'id')]
+
+
+def run_inside_netns(args):
+    """Re-runs this script inside the two-namespace setup (which exits 77 when it cannot be made)."""
+    if os.geteuid() != 0 or not shutil.which('ip') or not os.path.exists('/usr/sbin/sshd'):
+        sys.exit('soak: --cluster netns needs root, ip and /usr/sbin/sshd')
+    argv, skip = [], False
+    for a in sys.argv[1:]:  # drop "--cluster netns" / "--cluster=netns"
+        if not skip and not a.startswith('--cluster'):
+            argv.append(a)
+        skip = a == '--cluster'
+    argv = [os.path.abspath(a) if a.endswith(('.md', '.png')) else a for a in argv]
+    inner = ' '.join([sys.executable, os.path.abspath(__file__), '--inside-netns', '--horovodrun', args.horovodrun]
+                     + argv)
+    r = subprocess.run([NETNS_SCRIPT, args.horovodrun], env=dict(os.environ, NETNS_SHELL=inner))
+    if r.returncode == 77:
+        sys.exit('soak: the network namespaces could not be set up (see above)')
+    return r.returncode
 
 
 def plot(samples, warmup, path):

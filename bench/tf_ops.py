@@ -9,6 +9,10 @@ drive the same core), so the ratios compare the adapters and nothing else:
   ``hvd.DistributedGradientTape`` against the same step in torch with
   ``hvd.DistributedOptimizer`` (goal: TF <= 1.2x torch), and each framework's step without any
   communication (what the framework itself costs);
+- small-op latency, 4 KiB to 1 MiB: an eager ``hvd.allreduce`` on a TensorFlow tensor against the
+  same on a torch tensor (goal: TF >= 0.9x torch) and against TensorFlow's own eager dispatch
+  floor: an eager ``tf.identity`` of the same tensor, timed in the same loop. TF's allreduce
+  cannot cost less than torch's allreduce plus what TensorFlow takes to dispatch any eager op;
 - how TensorFlow ops reach the core: the same measurements with
   ``HOROVOD_TENSORFLOW_OPS=kernels`` (Horovod's kernel library, whose kernels return their
   thread while the collective runs), ``kernels-sync`` (the same library with
@@ -17,6 +21,7 @@ drive the same core), so the ratios compare the adapters and nothing else:
 
     python3 bench/tf_ops.py --np 2 --reps 5          # prints a markdown table
     python3 bench/tf_ops.py --smoke                  # one short pass, no table
+    python3 bench/tf_ops.py --latency-only --reps 5  # only the small-op latency table (kernels)
 
 Medians over repetitions; systems interleave within each repetition, and the three ways run
 one after the other ``--rounds`` times (medians over rounds), so slow phases of a noisy machine
@@ -33,6 +38,7 @@ import sys
 import time
 
 SIZES = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
+SMALL_SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20]
 
 
 # ---- worker (runs on every rank) -------------------------------------------------------------------
@@ -45,7 +51,7 @@ def _timeit(fn, iters):
     return (time.perf_counter() - t) / iters
 
 
-def worker(reps, smoke):
+def worker(reps, smoke, latency_only=False):
     os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
     import tensorflow as tf
     import torch
@@ -58,7 +64,7 @@ def worker(reps, smoke):
     hvd_tf.init()
     n = hvd_tf.size()
     results = {'backend': _execute.backend_name, 'allreduce': {}, 'step': {}}
-    sizes = SIZES[:2] if smoke else SIZES
+    sizes = [] if latency_only else SIZES[:2] if smoke else SIZES
 
     for nbytes in sizes:
         elems = nbytes // 4
@@ -84,6 +90,26 @@ def worker(reps, smoke):
         results['allreduce'][nbytes] = (factor / statistics.median(tf_times),
                                         factor / statistics.median(graph_times),
                                         factor / statistics.median(torch_times))
+
+    # Small-op latency: each repetition times the four calls one after the other, per size.
+    results['latency'] = {}
+    for nbytes in SMALL_SIZES[:2] if smoke else SMALL_SIZES:
+        xt = tf.random.normal([nbytes // 4])
+        xp = torch.randn(nbytes // 4)
+        iters = 5 if smoke else max(50, min(2000, (16 << 20) // nbytes))
+        calls = {'tf': lambda: hvd_tf.allreduce(xt, op=hvd_tf.Sum, name='tfs'),
+                 'torch': lambda: hvd_torch.allreduce(xp, op=hvd_torch.Sum, name='pts'),
+                 'identity': lambda: tf.identity(xt)}
+        times = {k: [] for k in calls}
+        for _ in range(1 if smoke else 3 * reps):
+            for k, fn in calls.items():
+                times[k].append(_timeit(fn, iters))
+        results['latency'][nbytes] = {k: statistics.median(v) for k, v in times.items()}
+
+    if latency_only:
+        if hvd_tf.rank() == 0:
+            print('RESULT ' + json.dumps(results), flush=True)
+        return
 
     # A 100-gradient step: 100 weight tensors of 4096 floats, a loss touching each.
     count, width = 100, 4096
@@ -137,13 +163,13 @@ def worker(reps, smoke):
 BACKENDS = ('kernels', 'kernels-sync', 'py_function')
 
 
-def run(np_, reps, smoke, backend, horovodrun):
+def run(np_, reps, smoke, backend, horovodrun, latency_only=False):
     env = dict(os.environ, HOROVOD_TENSORFLOW_OPS=backend.replace('-sync', ''),
                TF_CPP_MIN_LOG_LEVEL='3')
     if backend == 'kernels-sync':
         env['HOROVOD_TF_SYNC_KERNELS'] = '1'
     cmd = [horovodrun, '-np', str(np_), sys.executable, os.path.abspath(__file__), '--worker',
-           '--reps', str(reps)] + (['--smoke'] if smoke else [])
+           '--reps', str(reps)] + (['--smoke'] if smoke else []) + (['--latency-only'] if latency_only else [])
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
     for line in out.stdout.splitlines():
         if 'RESULT ' in line:
@@ -168,6 +194,27 @@ def table(np_, by_backend):
     for key in ('tf', 'tf-nocomm', 'torch', 'torch-nocomm'):
         lines.append('| {} | {:.3f} | {:.3f} | {:.3f} |'.format(
             key, *(by_backend[b]['step'][key] * 1e3 for b in BACKENDS)))
+    return '\n'.join(lines) + step_summary(by_backend) + '\n\n' + '\n'.join(latency_table(kern))
+
+
+def latency_table(kern):
+    lines = ['| eager allreduce latency (us) | TF | torch | TF / torch (time) | torch / TF (goal >= 0.9) | '
+             'tf.identity | floor: torch + tf.identity | TF / floor |', '|---|---|---|---|---|---|---|---|']
+    for nbytes, t in sorted(kern['latency'].items(), key=lambda kv: int(kv[0])):
+        size = int(nbytes)
+        label = '%d KiB' % (size >> 10) if size < (1 << 20) else '%d MiB' % (size >> 20)
+        # The floor: torch's whole allreduce plus TensorFlow's dispatch of one eager op (an eager
+        # tf.identity on CPU forwards its input's buffer: dispatch, no copy).
+        floor = t['torch'] + t['identity']
+        lines.append('| {} | {:.1f} | {:.1f} | {:.2f} | {:.2f} | {:.1f} | {:.1f} | {:.2f} |'.format(
+            label, t['tf'] * 1e6, t['torch'] * 1e6, t['tf'] / t['torch'], t['torch'] / t['tf'], t['identity'] * 1e6,
+            floor * 1e6, t['tf'] / floor))
+    return lines
+
+
+def step_summary(by_backend):
+    kern = by_backend['kernels']
+    lines = []
     s = kern['step']
     lines += ['', 'TF step / torch step (kernels): {:.2f}; communication cost per step: TF {:.3f} '
               'ms, torch {:.3f} ms; kernels-sync step / kernels step: {:.2f}; py_function step / '
@@ -185,6 +232,8 @@ def _median_result(results):
     out['allreduce'] = {k: tuple(statistics.median(r['allreduce'][k][i] for r in results)
                                  for i in range(3)) for k in results[0]['allreduce']}
     out['step'] = {k: statistics.median(r['step'][k] for r in results) for k in results[0]['step']}
+    out['latency'] = {n: {k: statistics.median(r['latency'][n][k] for r in results) for k in results[0]['latency'][n]}
+                      for n in results[0]['latency']}
     return out
 
 
@@ -195,11 +244,17 @@ def main():
     ap.add_argument('--rounds', type=int, default=1,
                     help='run the three ways one after the other this many times (medians)')
     ap.add_argument('--smoke', action='store_true')
+    ap.add_argument('--latency-only', action='store_true', help='only the small-op latency table (kernels)')
     ap.add_argument('--worker', action='store_true', help=argparse.SUPPRESS)
     ap.add_argument('--horovodrun', default=shutil.which('horovodrun') or 'horovodrun')
     args = ap.parse_args()
     if args.worker:
-        worker(args.reps, args.smoke)
+        worker(args.reps, args.smoke, args.latency_only)
+        return
+    if args.latency_only:
+        kern = _median_result([run(args.np, args.reps, args.smoke, 'kernels', args.horovodrun, True)
+                               for _ in range(args.rounds)])
+        print('\n'.join(latency_table(kern)))
         return
     rounds = [{b: run(args.np, args.reps, args.smoke, b, args.horovodrun) for b in BACKENDS}
               for _ in range(1 if args.smoke else args.rounds)]

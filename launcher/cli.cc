@@ -189,6 +189,10 @@ const std::vector<OptionSpec>& optionTable() {
         {{"-p", "--ssh-port"}, 1, "SSH_PORT", kSsh, "ssh port on all the hosts", setInt(&Options::sshPort)},
         {{"-i", "--ssh-identity-file"}, 1, "SSH_IDENTITY_FILE", kSsh, "ssh private key file (identity)",
          setString(&Options::sshIdentityFile)},
+        {{"--remote-launcher"}, 1, "{ssh,blaunch}", kSsh,
+         "how to start workers on remote hosts (default: blaunch inside an LSF job with blaunch on PATH and no "
+         "--ssh-port/--ssh-identity-file, else ssh)",
+         setString(&Options::remoteLauncher)},
     });
 
     // Tunables.
@@ -491,6 +495,10 @@ void validateOptions(const Options& o) {
   requireNonNegative("start_timeout", o.startTimeout);
   requireNonNegative("elastic_timeout", o.elasticTimeout);
   requireNonNegative("ssh_port", o.sshPort);
+  if (o.remoteLauncher.has_value() && *o.remoteLauncher != "ssh" && *o.remoteLauncher != "blaunch") {
+    throw UsageError("argument --remote-launcher: invalid choice: '" + *o.remoteLauncher +
+                     "' (choose from 'ssh', 'blaunch')");
+  }
   requireNonNegative("reset_limit", o.resetLimit);
   if (o.sshPort.has_value() && *o.sshPort > 65535) {
     throw UsageError("ssh_port=" + std::to_string(*o.sshPort) + " must be a port number (1 to 65535)");

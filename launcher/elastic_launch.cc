@@ -13,6 +13,7 @@
 #include "gloo_launch.h"
 #include "network.h"
 #include "process.h"
+#include "remote_launcher.h"
 #include "rendezvous.h"
 #include "spawn_local.h"
 #include "spawn_ssh.h"
@@ -96,7 +97,8 @@ int runElasticJob(const Options& options, int signalFd) {
   for (const auto& [host, isLocal] : local) {
     if (!isLocal) remoteHosts.push_back(host);
   }
-  // ssh is resolved now for remote hosts known at start, else when the first one appears (spawn).
+  // The remote launcher (ssh or blaunch) is chosen now for remote hosts known at start, else when
+  // the first one appears (spawn).
   JobContext job = makeJobContext(options, /*anyLocal=*/true, /*anyRemote=*/!remoteHosts.empty());
   NetworkChoice network = chooseNetwork(options.networkInterfaces, remoteHosts);
   job.remoteInterfaceFromRoute = network.detected;
@@ -128,18 +130,20 @@ int runElasticJob(const Options& options, int signalFd) {
     JobContext j = job;
     j.environment["HOROVOD_ELASTIC_WORKER_ID"] = std::to_string(id);
     if (it->second) return spawnLocalWorker(j, slot);
-    if (j.sshPath.empty()) {
-      const char* path = std::getenv("PATH");
-      j.sshPath = resolveExecutable("ssh", path != nullptr ? path : "/usr/bin:/bin");
-      if (j.sshPath.empty())
-        throw LaunchError("ssh not found on PATH; it is needed to start workers on " + slot.hostname);
-      job.sshPath = j.sshPath;
+    if (j.sshPath.empty() && j.blaunchPath.empty()) {
+      try {
+        setRemoteLauncher(job, options);
+      } catch (const UsageError& e) {
+        throw LaunchError(std::string(e.what()) + " (starting a worker on " + slot.hostname + ")");
+      }
+      j.sshPath = job.sshPath;
+      j.blaunchPath = job.blaunchPath;
     }
-    if (sshChecked.insert(slot.hostname).second) {
+    if (j.blaunchPath.empty() && sshChecked.insert(slot.hostname).second) {
       Deadline deadline = Deadline::after(std::chrono::milliseconds(static_cast<int64_t>(startTimeout * 1000)));
       checkSshHosts({slot.hostname}, sshBaseArgs(j), deadline, !options.disableCache, options.verbose, signalFd);
     }
-    return spawnSshWorker(j, slot);
+    return spawnRemoteWorker(j, slot);
   };
 
   HostRegistry registry(options.blacklistCooldownRange);

@@ -15,6 +15,7 @@
 #include "env.h"
 #include "network.h"
 #include "process.h"
+#include "remote_launcher.h"
 #include "rendezvous.h"
 #include "spawn_local.h"
 #include "spawn_ssh.h"
@@ -109,10 +110,7 @@ JobContext makeJobContext(const Options& options, bool anyLocal, bool anyRemote)
                                   : "command not found: " + options.command[0] + " (" + why.reason + ")");
     }
   }
-  if (anyRemote) {
-    job.sshPath = resolveExecutable("ssh", pathText);
-    if (job.sshPath.empty()) throw UsageError("ssh not found on PATH; it is needed to start workers on remote hosts");
-  }
+  if (anyRemote) setRemoteLauncher(job, options);
   if (job.outputDir.has_value()) prepareOutputDirectory(*job.outputDir);
   EnvMap knobs = knobEnvironment(options);
   for (const EnvMap* layer : {&inherited, &malloc, &knobs}) {
@@ -145,7 +143,7 @@ int runGlooJob(const Options& options, const std::vector<HostSlots>& hosts, int 
     say("horovodrun: rendezvous address " + network.driverAddress + ", interfaces " + nics + "\n");
   }
 
-  if (!remoteHosts.empty()) {
+  if (!remoteHosts.empty() && job.blaunchPath.empty()) {
     checkSshHosts(remoteHosts, sshBaseArgs(job), startDeadline, !options.disableCache, options.verbose, signalFd);
   }
 
@@ -164,7 +162,7 @@ int runGlooJob(const Options& options, const std::vector<HostSlots>& hosts, int 
   Supervisor supervisor(signalFd, options.statusFile.value_or(""), options.verbose);
   for (const auto& slot : slots) {
     try {
-      supervisor.add(local[slot.hostname] ? spawnLocalWorker(job, slot) : spawnSshWorker(job, slot));
+      supervisor.add(local[slot.hostname] ? spawnLocalWorker(job, slot) : spawnRemoteWorker(job, slot));
     } catch (const Error& e) {
       supervisor.abort("cannot start process " + std::to_string(slot.rank) + " on " + slot.hostname + ": " + e.what());
       return 1;

@@ -58,6 +58,7 @@ struct Options {
   // SSH.
   std::optional<int> sshPort;
   std::optional<std::string> sshIdentityFile;
+  std::optional<std::string> remoteLauncher;  // "ssh" or "blaunch" (remote_launcher.h); unset: chosen
 
   // Tunables.
   std::optional<int64_t> fusionThresholdMb;

@@ -82,14 +82,15 @@ std::string remoteCommand(const JobContext& job, const SlotInfo& slot) {
   return cmd;
 }
 
-WorkerProcess spawnSshWorker(const JobContext& job, const SlotInfo& slot) {
+WorkerProcess spawnRemoteWorker(const JobContext& job, const SlotInfo& slot) {
   SpawnRequest request;
-  request.path = job.sshPath;
-  request.argv = sshBaseArgs(job);
+  const bool blaunch = !job.blaunchPath.empty();
+  request.path = blaunch ? job.blaunchPath : job.sshPath;
+  request.argv = blaunch ? std::vector<std::string>{job.blaunchPath} : sshBaseArgs(job);
   request.argv.push_back(slot.hostname);
   std::string remote = remoteCommand(job, slot);
   request.argv.push_back(remote);
-  // The ssh client itself runs with the launcher's environment (SSH_AUTH_SOCK etc.).
+  // The client itself runs with the launcher's environment (SSH_AUTH_SOCK, LSF's LSB_*).
   EnvMap own = inheritedEnvironment();
   request.env = renderEnvironment({&own});
   request.stdinPipe = true;

@@ -30,7 +30,9 @@ std::vector<std::string> sshBaseArgs(const JobContext& job);
 // The command string ssh runs on the remote host for one slot (contains no secret).
 std::string remoteCommand(const JobContext& job, const SlotInfo& slot);
 
-// Throws hvd::Error if the ssh client cannot be started.
-WorkerProcess spawnSshWorker(const JobContext& job, const SlotInfo& slot);
+// Starts remoteCommand() on slot.hostname with ssh, or with `blaunch <host> <command>` when
+// job.blaunchPath is set (remote_launcher.h): the wrapper and the secret on stdin are the same.
+// Throws hvd::Error if the client cannot be started.
+WorkerProcess spawnRemoteWorker(const JobContext& job, const SlotInfo& slot);
 
 }  // namespace hvd::launcher

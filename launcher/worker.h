@@ -48,7 +48,8 @@ struct JobContext {
   bool timestampOutput = false;
   bool verbose = false;
   int np = 0;
-  // ssh settings for remote workers.
+  // How remote workers start (remote_launcher.h): blaunch when blaunchPath is set, else ssh.
+  std::string blaunchPath;           // resolved LSF blaunch
   std::string sshPath;               // resolved ssh client
   std::optional<int> sshPort;
   std::optional<std::string> sshIdentityFile;

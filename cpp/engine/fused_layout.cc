@@ -47,14 +47,14 @@ AllgatherLayout::AllgatherLayout(const Response& r, int ranks)
 
 std::vector<OwnedTensor*> allocateAllgatherOutputs(const Response& r, const std::vector<Entry*>& entries,
                                                    OutputPool& pool, bool shared) {
-  return allocateAllgatherOutputs(r, entries, [&](DataType dtype, std::vector<int64_t> shape) {
+  return allocateAllgatherOutputs(r, entries, [&](const Entry&, DataType dtype, std::vector<int64_t> shape) {
     return allocateTensor(pool, dtype, std::move(shape), shared);
   });
 }
 
 std::vector<OwnedTensor*> allocateAllgatherOutputs(
     const Response& r, const std::vector<Entry*>& entries,
-    const std::function<OwnedTensor(DataType, std::vector<int64_t>)>& allocate) {
+    const std::function<OwnedTensor(const Entry&, DataType, std::vector<int64_t>)>& allocate) {
   std::vector<OwnedTensor*> outputs(r.tensors.size(), nullptr);
   for (size_t i = 0; i < r.tensors.size(); ++i) {
     Entry* e = entries[i];
@@ -65,7 +65,7 @@ std::vector<OwnedTensor*> allocateAllgatherOutputs(
     for (auto d : t.firstDims) rows += d;
     shape[0] = rows;
     OwnedTensor& out = e->work->output(e->member);
-    out = allocate(r.params.dtype, std::move(shape));
+    out = allocate(*e, r.params.dtype, std::move(shape));
     outputs[i] = &out;
   }
   return outputs;

@@ -57,10 +57,11 @@ struct AllgatherLayout {
 // (`shared`: OutputPool's shared blocks); null for tensors without an entry.
 std::vector<OwnedTensor*> allocateAllgatherOutputs(const Response& r, const std::vector<Entry*>& entries,
                                                    OutputPool& pool, bool shared);
-// The same with `allocate(dtype, shape)` making each output (a device backend's memory).
+// The same with `allocate(entry, dtype, shape)` making each entry's output (a device backend's
+// memory).
 std::vector<OwnedTensor*> allocateAllgatherOutputs(
     const Response& r, const std::vector<Entry*>& entries,
-    const std::function<OwnedTensor(DataType, std::vector<int64_t>)>& allocate);
+    const std::function<OwnedTensor(const Entry&, DataType, std::vector<int64_t>)>& allocate);
 // Copies this rank's (`me`) rows of every tensor to their place in `buf`.
 void packAllgather(const AllgatherLayout& layout, const Response& r, int me, const std::vector<Entry*>& entries,
                    uint8_t* buf);

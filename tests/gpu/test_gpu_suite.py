@@ -56,6 +56,18 @@ def _tail(path, limit=12000):
 @pytest.mark.parametrize('np_', SIZES, ids=lambda n: 'np%d' % n)
 @pytest.mark.parametrize('test_file', DISTRIBUTED_FILES)
 def test_under_launcher(test_file, np_, path, tmp_path):
+    _run_under_launcher(test_file, np_, path, tmp_path)
+
+
+@pytest.mark.parametrize('path', PATHS)
+def test_outputs_on_a_device_without_memory_pools(path, tmp_path):
+    # Allgather and alltoall outputs come from a stream-ordered pool; a device that has none
+    # (cudaDevAttrMemoryPoolsSupported = 0) gets cudaMalloc/cudaFree outputs instead.
+    _run_under_launcher('test_collectives.py', 2, path, tmp_path, {'HVD_STANDIN_NO_MEMPOOLS': '1'},
+                        'allgather or alltoall')
+
+
+def _run_under_launcher(test_file, np_, path, tmp_path, extra_env=None, select=None):
     horovodrun = shutil.which('horovodrun')
     assert horovodrun, 'horovodrun is not on PATH'
     # NCCL: a GPU per rank (NCCL needs one); host-staged: every rank on one GPU (the case it
@@ -63,10 +75,10 @@ def test_under_launcher(test_file, np_, path, tmp_path):
     devices = np_ if path == 'nccl' else 1
     env = dict(os.environ, PYTHONUNBUFFERED='1', HOROVOD_CUDA_LIBRARY=STANDIN,
                HOROVOD_NCCL_LIBRARY=STANDIN, HOROVOD_GPU_OPERATIONS=path,
-               HVD_STANDIN_DEVICES=str(devices), HOROVOD_TEST_GPU_BACKEND=BACKENDS[path])
+               HVD_STANDIN_DEVICES=str(devices), HOROVOD_TEST_GPU_BACKEND=BACKENDS[path], **(extra_env or {}))
     env.setdefault('HOROVOD_GLOO_TIMEOUT_SECONDS', '60')
     cmd = [horovodrun, '-np', str(np_), sys.executable, '-m', 'pytest', '-x', '-q', '-p',
-           'no:cacheprovider', os.path.join(HERE, test_file)]
+           'no:cacheprovider', os.path.join(HERE, test_file)] + (['-k', select] if select else [])
     log_path = tmp_path / 'output.log'
     with open(log_path, 'w') as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,

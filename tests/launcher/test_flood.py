@@ -1,10 +1,11 @@
 """Connection floods on every listening socket of a job, during the job.
 
-bench/flood_hammer.py (two processes opening connections as fast as they can, each reset at
-once, plus 150 idle holders each) floods a listener from before the job starts until after the
-process serving it exited. Per listener the test checks the events: the job finishes with every
-rank done, the serving process exits while the flood still runs (shutdown is not held up by it),
-and its open file descriptors (sampled from /proc/PID/fd) stay bounded. Throughput and memory
+The hammer (two processes opening connections as fast as they can, each reset at once, plus 150
+idle holders each: build/bench/flood_hammer, the C++ one, when it is built beside horovodrun, else
+bench/flood_hammer.py) floods a listener from before the job starts until after the process
+serving it exited. Per listener the test checks the events: the job finishes with every rank
+done, the serving process exits while the flood still runs (shutdown is not held up by it), and
+its open file descriptors (sampled from /proc/PID/fd) stay bounded. Throughput and memory
 under a flood are measured by bench/flood.py, not asserted here.
 
 Listeners: horovodrun's rendezvous server in a static and in an elastic job (the elastic driver
@@ -27,7 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 TRAIN = os.path.join(HERE, 'flood', 'train.py')
 RUN_API_DRIVER = os.path.join(HERE, 'flood', 'run_api_driver.py')
-HAMMER = os.path.join(ROOT, 'bench', 'flood_hammer.py')
+HAMMER_PY = os.path.join(ROOT, 'bench', 'flood_hammer.py')
 # The rendezvous server holds at most 256 handshakes, the task service 64 (and as many dropped
 # ones whose thread is ending); the rest is the job's own connections, pipes and files. The flood
 # holds 300 idle connections, more than either bound.
@@ -43,15 +44,22 @@ def free_port():
         return s.getsockname()[1]
 
 
+def hammer_command(hvdrun):
+    """The C++ hammer of horovodrun's build tree (build/launcher/horovodrun -> build/bench/), else
+    the Python one."""
+    built = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(hvdrun))), 'bench', 'flood_hammer')
+    return [built] if os.access(built, os.X_OK) else [sys.executable, HAMMER_PY]
+
+
 class Flood:
     """The hammer against 127.0.0.1:port until stop(); started() once it runs."""
 
-    def __init__(self, port, tmp_path):
+    def __init__(self, hvdrun, port, tmp_path):
         self.stop_file = str(tmp_path / 'flood.stop')
         self.started_file = str(tmp_path / 'flood.started')
-        self.proc = subprocess.Popen([sys.executable, HAMMER, '127.0.0.1', str(port), '--seconds', '300', '--procs',
-                                      '2', '--holders', '150', '--stop-file', self.stop_file, '--started-file',
-                                      self.started_file], stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(hammer_command(hvdrun) + [
+            '127.0.0.1', str(port), '--seconds', '300', '--procs', '2', '--holders', '150', '--stop-file',
+            self.stop_file, '--started-file', self.started_file], stdout=subprocess.PIPE, text=True)
 
     def wait_started(self):
         assert wait_until(lambda: os.path.exists(self.started_file + '.0') or self.proc.poll() is not None, 60)
@@ -81,11 +89,11 @@ class FdWatch(threading.Thread):
             threading.Event().wait(0.02)
 
 
-def run_under_flood(command, port, tmp_path, env, listener):
+def run_under_flood(hvdrun, command, port, tmp_path, env, listener):
     """Runs `command` (which serves `port`) under a flood that is aimed at the port before the
     job starts; the job's ranks train until the flood is on (the file `go`), then a few steps more.
     Returns its output and the flood's statistics."""
-    flood = Flood(port, tmp_path)
+    flood = Flood(hvdrun, port, tmp_path)
     try:
         job = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         fds = FdWatch(job.pid)
@@ -128,7 +136,7 @@ def test_job_finishes_and_horovodrun_exits_during_a_rendezvous_flood(hvdrun, tmp
         script.write_text('#!/bin/sh\necho localhost:2\n')
         script.chmod(0o755)
         args += ['--min-np', '2', '--host-discovery-script', str(script)]
-    out, stats = run_under_flood(args + [sys.executable, TRAIN], port, tmp_path, flood_env(tmp_path, port),
+    out, stats = run_under_flood(hvdrun, args + [sys.executable, TRAIN], port, tmp_path, flood_env(tmp_path, port),
                                  'rendezvous')
     assert_ranks_done(tmp_path, 2)
     assert 'refused authentication' not in out, out[-4000:]
@@ -144,7 +152,7 @@ def test_horovod_run_finishes_during_a_task_service_flood(hvdrun, tmp_path):
                               stderr=subprocess.STDOUT, text=True)
     try:
         port = int(driver.stdout.readline().split()[-1])
-        flood = Flood(port, tmp_path)
+        flood = Flood(hvdrun, port, tmp_path)
         try:
             flood.wait_started()
             fds = FdWatch(driver.pid)

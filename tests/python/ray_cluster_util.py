@@ -78,10 +78,11 @@ def stop_nodes(nodes):
             os.killpg(node.pid, 9)
 
 
-def elastic_train(marker):
-    """Trains 5 epochs inside hvd.elastic.run; rank 1 of the first round dies in epoch 2 (the
-    marker file, on the file system every node shares, says it already did). Returns rank, size,
-    (epoch, rank, size, cross_size) per step, and the weights' sum."""
+def elastic_train(marker, dies_on_host=None):
+    """Trains 5 epochs inside hvd.elastic.run; rank 1 of the first round (with ``dies_on_host``:
+    the worker whose HOROVOD_HOSTNAME it is) dies in epoch 2 (the marker file, on the file system
+    every node shares, says it already did; it holds the host the worker died on). Returns rank,
+    size, (epoch, rank, size, cross_size) per step, and the weights' sum."""
     import os
     import torch
     import horovod.torch as hvd
@@ -101,8 +102,11 @@ def elastic_train(marker):
             loss.backward()
             optimizer.step()
             seen.append((state.epoch, hvd.rank(), hvd.size(), hvd.cross_size()))
-            if state.epoch == 2 and hvd.rank() == 1 and not os.path.exists(marker):
-                open(marker, 'w').close()
+            host = os.environ['HOROVOD_HOSTNAME']
+            dies = hvd.rank() == 1 if dies_on_host is None else host == dies_on_host
+            if state.epoch == 2 and dies and not os.path.exists(marker):
+                with open(marker, 'w') as f:
+                    f.write(host)
                 os._exit(1)
             state.epoch += 1
             state.commit()
@@ -125,7 +129,8 @@ def wait_for_free_cpus(seconds=30):
 
 def check_elastic_job_survives_a_lost_worker(marker_dir, cross_size):
     """Runs elastic_train on 1-2 workers and checks that the survivor trained every epoch, the
-    replacement joined at the rollback to epoch 3's commit, and both ended with rank 0's state.
+    replacement joined at the rollback to epoch 3's commit, both ended with rank 0's state, and
+    their resources were free once run() returned.
     The first round takes the CPUs free when it forms (at least 1): they must all be free."""
     from horovod.ray import RayExecutor
     assert wait_for_free_cpus()
@@ -136,8 +141,10 @@ def check_elastic_job_survives_a_lost_worker(marker_dir, cross_size):
     executor.start()
     try:
         results = executor.run(elastic_train, args=[str(marker_dir / 'died')])
+        freed = wait_for_free_cpus()  # run() ends its workers, before shutdown()
     finally:
         executor.shutdown()
+    assert freed
     assert (marker_dir / 'died').exists()
     assert [(rank, size) for rank, size, _, _ in results] == [(0, 2), (1, 2)]
     assert results[0][2] == [(e, 0, 2, cross_size) for e in range(5)]

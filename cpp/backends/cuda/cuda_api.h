@@ -66,6 +66,15 @@ struct RuntimeApi {
   decltype(&::cudaEventRecord) eventRecord;
   decltype(&::cudaEventQuery) eventQuery;
   decltype(&::cudaEventSynchronize) eventSynchronize;
+  // Stream-ordered allocation (CUDA 11.2+): the outputs whose size negotiation decides
+  // (device_util.h's DeviceOutputs).
+  decltype(&::cudaDeviceGetAttribute) deviceGetAttribute;
+  decltype(&::cudaMemPoolCreate) memPoolCreate;
+  decltype(&::cudaMemPoolDestroy) memPoolDestroy;
+  decltype(&::cudaMemPoolSetAttribute) memPoolSetAttribute;
+  cudaError_t (*mallocFromPoolAsync)(void** ptr, size_t size, cudaMemPool_t pool,
+                                     cudaStream_t stream);  // cudaMallocFromPoolAsync (overloaded in C++)
+  decltype(&::cudaFreeAsync) freeAsync;
 };
 
 // Entry points of NCCL (libnccl.so.2) the backend uses.

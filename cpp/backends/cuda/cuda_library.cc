@@ -161,7 +161,13 @@ std::vector<std::string> resolveRuntime(void* handle, RuntimeApi* rt) {
                           {slot(&rt->eventDestroy), "cudaEventDestroy"},
                           {slot(&rt->eventRecord), "cudaEventRecord"},
                           {slot(&rt->eventQuery), "cudaEventQuery"},
-                          {slot(&rt->eventSynchronize), "cudaEventSynchronize"}});
+                          {slot(&rt->eventSynchronize), "cudaEventSynchronize"},
+                          {slot(&rt->deviceGetAttribute), "cudaDeviceGetAttribute"},
+                          {slot(&rt->memPoolCreate), "cudaMemPoolCreate"},
+                          {slot(&rt->memPoolDestroy), "cudaMemPoolDestroy"},
+                          {slot(&rt->memPoolSetAttribute), "cudaMemPoolSetAttribute"},
+                          {slot(&rt->mallocFromPoolAsync), "cudaMallocFromPoolAsync"},
+                          {slot(&rt->freeAsync), "cudaFreeAsync"}});
 }
 
 std::vector<std::string> resolveNccl(void* handle, NcclApi* nccl) {

@@ -168,23 +168,75 @@ bool PinnedBuffer::reserve(size_t bytes) {
   return true;
 }
 
-OwnedTensor deviceTensor(const CudaApi& api, int device, DataType dtype, std::vector<int64_t> shape) {
+namespace {
+
+OwnedTensor emptyTensor(int device, DataType dtype, std::vector<int64_t> shape) {
   OwnedTensor t;
   t.view.dtype = dtype;
   t.view.shape = std::move(shape);
   t.view.device.kind = DeviceKind::kCuda;
   t.view.device.index = device;
-  const size_t bytes = t.view.bytes();
+  return t;
+}
+
+}  // namespace
+
+DeviceOutputs::DeviceOutputs(const CudaApi& api, int device, size_t keepBytes) : api_(api), device_(device) {
+  DeviceGuard guard(api_, device_);
+  int supported = 0;
+  HVD_CUDA_CHECK(api_, device_, api_.rt.deviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, device_));
+  if (supported == 0) {
+    HVD_LOG(Info) << "GPU " << device_ << " has no stream-ordered memory pools: allgather and alltoall outputs use "
+                  << "cudaMalloc/cudaFree, which wait for the device";
+    return;
+  }
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.handleTypes = cudaMemHandleTypeNone;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = device_;
+  HVD_CUDA_CHECK(api_, device_, api_.rt.memPoolCreate(&pool_, &props));
+  uint64_t threshold = keepBytes;
+  const cudaError_t status = api_.rt.memPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &threshold);
+  if (status != cudaSuccess) {
+    logCuda(api_, api_.rt.memPoolDestroy(pool_), "cudaMemPoolDestroy", device_);
+    pool_ = nullptr;
+    checkCuda(api_, status, "cudaMemPoolSetAttribute(cudaMemPoolAttrReleaseThreshold)", device_);
+  }
+}
+
+DeviceOutputs::~DeviceOutputs() {
+  if (pool_ != nullptr) logCuda(api_, api_.rt.memPoolDestroy(pool_), "cudaMemPoolDestroy", device_);
+}
+
+OwnedTensor DeviceOutputs::allocate(DataType dtype, std::vector<int64_t> shape, cudaStream_t writer,
+                                    cudaStream_t consumer) {
+  OwnedTensor t = emptyTensor(device_, dtype, std::move(shape));
+  const size_t bytes = std::max<size_t>(t.view.bytes(), 1);
   void* data = nullptr;
-  const std::string call = "cudaMalloc(" + std::to_string(bytes) + " bytes) for an output";
-  checkCuda(api, api.rt.malloc(&data, std::max<size_t>(bytes, 1)), call.c_str(), device);
-  const CudaApi* table = &api;  // process-wide: outlives every tensor
-  t.storage = std::shared_ptr<void>(data, [table, device](void* p) {
-    const cudaError_t status = table->rt.free(p);
-    if (status != cudaSuccess) {
-      HVD_LOG(Warning) << "cudaFree of an output on GPU " << device << ": " << table->rt.getErrorString(status);
-    }
-  });
+  const CudaApi* table = &api_;  // process-wide: outlives every tensor
+  const int device = device_;
+  if (pool_ == nullptr) {
+    const std::string call = "cudaMalloc(" + std::to_string(bytes) + " bytes) for an output";
+    checkCuda(api_, api_.rt.malloc(&data, bytes), call.c_str(), device_);
+    t.storage = std::shared_ptr<void>(
+        data, [table, device](void* p) { logCuda(*table, table->rt.free(p), "cudaFree", device); });
+  } else {
+    const std::string call = "cudaMallocFromPoolAsync(" + std::to_string(bytes) + " bytes) for an output";
+    checkCuda(api_, api_.rt.mallocFromPoolAsync(&data, bytes, pool_, writer), call.c_str(), device_);
+    t.storage = std::shared_ptr<void>(data, [table, device, consumer](void* p) {
+      // The framework dropped the tensor: its work on it is queued on `consumer` by now. (A
+      // null consumer is the legacy default stream of the current device: make it this GPU.)
+      try {
+        DeviceGuard guard(*table, device);
+        if (table->rt.freeAsync(p, consumer) == cudaSuccess) return;
+        table->rt.getLastError();  // the failed call's error, not the context's
+        logCuda(*table, table->rt.free(p), "cudaFree (after cudaFreeAsync failed)", device);
+      } catch (const std::exception& e) {
+        HVD_LOG(Warning) << "An output on GPU " << device << " could not be released: " << e.what();
+      }
+    });
+  }
   t.view.data = data;
   return t;
 }

@@ -147,9 +147,36 @@ class PinnedBuffer {
   size_t capacity_ = 0;
 };
 
-// A tensor of `dtype` and `shape` in fresh device memory of GPU `device` (an allgather or
-// alltoall output): cudaMalloc'd, cudaFree'd when its last copy goes (a failed free is logged).
-// Throws like checkCuda when the allocation fails.
-OwnedTensor deviceTensor(const CudaApi& api, int device, DataType dtype, std::vector<int64_t> shape);
+// The outputs whose size only negotiation decides (allgather, alltoall) on one GPU, from a
+// stream-ordered memory pool of the backend's own: a tensor is allocated on the stream that
+// writes it (cudaMallocFromPoolAsync) and released, when the framework drops its last reference,
+// on the stream the framework consumes it on (cudaFreeAsync on the entry's Device::stream, which
+// the framework's later work on the tensor is ordered on). Neither call waits for the device,
+// where cudaMalloc/cudaFree would (cudaFree synchronizes the whole device), and a released block
+// is reused only once the consumer stream has passed the release. Up to `keepBytes` of released
+// memory stays reserved for reuse (HOROVOD_OUTPUT_POOL_BYTES); the rest goes back to the driver.
+// As with the framework's own caching allocator, a tensor used on another stream than the one it
+// was produced for must be recorded there by the user (torch: Tensor.record_stream).
+//
+// A device without memory-pool support (cudaDevAttrMemoryPoolsSupported = 0) gets cudaMalloc /
+// cudaFree instead, said once in the log. Destroying the pool while tensors live is safe: CUDA
+// releases it when the last allocation is freed.
+class DeviceOutputs {
+ public:
+  DeviceOutputs(const CudaApi& api, int device, size_t keepBytes);
+  ~DeviceOutputs();
+  DeviceOutputs(const DeviceOutputs&) = delete;
+  DeviceOutputs& operator=(const DeviceOutputs&) = delete;
+
+  // A tensor of `dtype` and `shape` on this GPU, valid on `writer` from now on, released on
+  // `consumer` (null: the legacy default stream). Throws like checkCuda when allocation fails.
+  OwnedTensor allocate(DataType dtype, std::vector<int64_t> shape, cudaStream_t writer, cudaStream_t consumer);
+  bool pooled() const { return pool_ != nullptr; }
+
+ private:
+  const CudaApi& api_;
+  int device_;
+  cudaMemPool_t pool_ = nullptr;
+};
 
 }  // namespace hvd::cuda

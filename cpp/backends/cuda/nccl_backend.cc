@@ -8,6 +8,7 @@
 #include "common/logging.h"
 #include "engine/fused_layout.h"
 #include "engine/negotiation.h"
+#include "engine/output_pool.h"
 #include "engine/work.h"
 
 namespace hvd::cuda {
@@ -58,6 +59,8 @@ NcclBackend::NcclBackend(const CudaApi& api, const BackendContext& context, int 
       device_(context.device.index),
       hostComm_(context.transport, context.set.ranks, context.config.timeout),
       producerDone_(api, context.device.index),
+      outputs_(api, context.device.index,
+               static_cast<size_t>(std::max<int64_t>(0, engine::outputPoolBytesParam().get()))),
       batchCopies_(context.config.gpuBatchD2DMemcopies) {
   DeviceGuard guard(api_, device_);
   for (int i = 0; i < std::max(streams, 1); ++i) lanes_.push_back(std::make_unique<Lane>(api_, device_));
@@ -302,9 +305,10 @@ void NcclBackend::allgather(const Response& r, ProcessSet& set, const std::vecto
   cudaStream_t stream = lane.stream.get();
   // Outputs: [sum of every rank's first dims, rest of the shape], on this GPU.
   std::vector<void*> outputs(r.tensors.size(), nullptr);
-  const std::vector<OwnedTensor*> owned = engine::allocateAllgatherOutputs(
-      r, entries,
-      [&](DataType dtype, std::vector<int64_t> shape) { return deviceTensor(api_, device_, dtype, std::move(shape)); });
+  const std::vector<OwnedTensor*> owned =
+      engine::allocateAllgatherOutputs(r, entries, [&](const Entry& e, DataType dtype, std::vector<int64_t> shape) {
+        return outputs_.allocate(dtype, std::move(shape), stream, static_cast<cudaStream_t>(e.stream));
+      });
   for (size_t i = 0; i < owned.size(); ++i) {
     if (owned[i] != nullptr) outputs[i] = owned[i]->view.data;
   }
@@ -397,7 +401,9 @@ void NcclBackend::alltoall(const Response& r, ProcessSet& set, const std::vector
   cudaStream_t stream = lane.stream.get();
   std::vector<int64_t> shape = t.shape;
   shape[0] = rows;
-  OwnedTensor out = deviceTensor(api_, device_, r.params.dtype, std::move(shape));
+  // A rank without the tensor (joined) only relays: its output is never handed out.
+  OwnedTensor out = outputs_.allocate(r.params.dtype, std::move(shape), stream,
+                                      static_cast<cudaStream_t>(entries[0] != nullptr ? entries[0]->stream : nullptr));
   const void* in = entries[0] != nullptr ? entries[0]->input : reserve(lane, lane.scratch, std::max<size_t>(sent, 1));
   started(r, static_cast<int64_t>(sent), "nccl_alltoall");
   // This rank's own rows are a device copy; the rest one grouped send/recv per peer.

@@ -108,6 +108,7 @@ class NcclBackend : public backends::HostBackendBase {
   std::vector<std::unique_ptr<Lane>> lanes_;
   size_t nextLane_ = 0;
   Event producerDone_;  // recorded on a producer stream, waited for by the lane
+  DeviceOutputs outputs_;  // allgather and alltoall outputs
   ncclComm_t comm_ = nullptr;
   std::optional<NcclHierarchy> hierarchy_;  // HOROVOD_HIERARCHICAL_ALLREDUCE, where possible
   const bool batchCopies_;  // HOROVOD_BATCH_D2D_MEMCOPIES

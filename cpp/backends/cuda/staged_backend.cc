@@ -10,6 +10,7 @@
 #include "common/logging.h"
 #include "engine/fused_layout.h"
 #include "engine/negotiation.h"
+#include "engine/output_pool.h"
 #include "engine/work.h"
 
 namespace hvd::backends {
@@ -60,7 +61,9 @@ StagedBackend::StagedBackend(const BackendContext& context, const cuda::CudaApi&
       chunkBytes_(static_cast<size_t>(std::max<int64_t>(0, context.config.gpuStagedChunkBytes))),
       comm_(context.transport, context.set.ranks, context.config.timeout),
       pipeline_(api, context.device.index),
-      staging_(api) {
+      staging_(api),
+      outputs_(api, context.device.index,
+               static_cast<size_t>(std::max<int64_t>(0, engine::outputPoolBytesParam().get()))) {
   applyKnobs(context.knobs);
 }
 
@@ -140,8 +143,9 @@ void StagedBackend::allgather(const Response& r, ProcessSet&, const std::vector<
   const int me = comm_.rank();
   const engine::AllgatherLayout layout(r, comm_.size());
   const std::vector<OwnedTensor*> outputs =
-      engine::allocateAllgatherOutputs(r, entries, [&](DataType dtype, std::vector<int64_t> shape) {
-        return cuda::deviceTensor(api_, device_.index, dtype, std::move(shape));
+      engine::allocateAllgatherOutputs(r, entries, [&](const Entry& e, DataType dtype, std::vector<int64_t> shape) {
+        return outputs_.allocate(dtype, std::move(shape), pipeline_.deviceStream(),
+                                 static_cast<cudaStream_t>(e.stream));
       });
   in_.clear();
   out_.clear();
@@ -203,7 +207,10 @@ void StagedBackend::alltoall(const Response& r, ProcessSet&, const std::vector<E
   shape[0] = rows;
   Entry* e = entries[0];
   OwnedTensor out;
-  if (e != nullptr) out = cuda::deviceTensor(api_, device_.index, r.params.dtype, std::move(shape));
+  if (e != nullptr) {
+    out = outputs_.allocate(r.params.dtype, std::move(shape), pipeline_.deviceStream(),
+                            static_cast<cudaStream_t>(e->stream));
+  }
   in_.clear();
   out_.clear();
   if (e != nullptr) {

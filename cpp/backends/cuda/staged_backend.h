@@ -64,6 +64,7 @@ class StagedBackend : public HostBackend<StagedBackend> {
   Communicator comm_;
   cuda::StagingPipeline pipeline_;
   cuda::PinnedBuffer staging_;
+  cuda::DeviceOutputs outputs_;  // allgather and alltoall outputs
   std::vector<cuda::DevicePiece> in_, out_;  // scratch
   std::vector<void*> streams_;              // scratch
 };

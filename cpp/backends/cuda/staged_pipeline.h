@@ -51,6 +51,8 @@ class StagingPipeline {
   void run(uint8_t* host, size_t total, size_t chunk, const std::vector<DevicePiece>& in,
            const std::vector<DevicePiece>& out, const std::function<void(size_t, size_t)>& collective,
            const std::function<void(Phase)>& phase = {});
+  // The stream the copies back to the device run on (what writes the `out` pieces).
+  cudaStream_t deviceStream() const { return toDevice_.get(); }
 
  private:
   // Queues the part of `pieces` inside [begin, end) on the to-host or to-device stream.

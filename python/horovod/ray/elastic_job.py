@@ -218,8 +218,6 @@ class ElasticJob:
         here, or into ``report_queue`` (Ray Client: the caller drains it)."""
         if self.rendezvous is None:
             raise RuntimeError('RayExecutor has no workers: call start() first')
-        if self.pool is not None:
-            self.pool.shutdown()
         queue = report_queue
         own_queue = None
         if queue is None and callbacks:
@@ -239,6 +237,10 @@ class ElasticJob:
             return results
         finally:
             self.next_id = driver.next_id
+            # The workers are done: free their resources now, for the next run's first round
+            # (which takes what is free when it forms) and for other jobs.
+            self.pool.shutdown()
+            self.pool = None
             if own_queue is not None:
                 own_queue.shutdown()
 

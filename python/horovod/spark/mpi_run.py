@@ -112,7 +112,7 @@ def serve_mpi_task(job):
     from pyspark import BarrierTaskContext
 
     from horovod.runner.task_service import TaskClient
-    from horovod.spark.task import _die_with_parent, host_hash
+    from horovod.spark.task import die_with_parent, host_hash
     host = host_hash()
     index = BarrierTaskContext.get().partitionId()
     client = TaskClient(job.driver_addr, job.task_port, job.secret, index)
@@ -127,7 +127,7 @@ def serve_mpi_task(job):
             continue
         command, argv = cloudpickle.loads(reply)
         # The daemon dies with the task (a cancelled job kills the task's Python worker).
-        status = subprocess.call(argv, env=env, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+        status = subprocess.call(argv, env=env, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
         client.request(OP_DONE, json.dumps([command, status]).encode())
 
 

@@ -46,7 +46,7 @@ def get_available_devices():
     return list(gpus.addresses) if gpus is not None else []
 
 
-def _die_with_parent():
+def die_with_parent():
     """In the child before exec: receive SIGKILL when the task's Python worker dies (a cancelled
     Spark task), so that no Horovod process outlives its task."""
     try:
@@ -99,7 +99,7 @@ def _run_process(job, env, rank):
     command = [job.executable or sys.executable, '-m', 'horovod.runner.run_task', job.driver_addr,
                str(job.task_port)]
     child = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, preexec_fn=_die_with_parent,
+                             stderr=subprocess.PIPE, preexec_fn=die_with_parent,
                              cwd=env.get('HOROVOD_SPARK_WORK_DIR') or None)
     pumps = [_Pump(child.stdout, sys.stdout, '[{}]<stdout>:'.format(rank), job.timestamps),
              _Pump(child.stderr, sys.stderr, '[{}]<stderr>:'.format(rank), job.timestamps)]

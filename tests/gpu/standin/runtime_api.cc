@@ -84,6 +84,9 @@ cudaError_t release(void* ptr, bool pinned, const char* call) {
                 std::string(call) + "(" + hex(ptr) + "): the pointer is " +
                     (pinned ? "device memory (use cudaFree)" : "pinned host memory (use cudaFreeHost)"));
   if (cudaError_t sticky = stickyError(s, it->second.device)) return sticky;
+  if (!it->second.freeQueued.empty())
+    return fail(cudaErrorInvalidValue, std::string(call) + "(" + hex(ptr) + "): double free (its " +
+                                           it->second.freeQueued + " is already queued)");
   for (const auto& r : it->second.records) {
     if (clockGet(s.host, r.stream) >= r.seq) continue;
     return fail(cudaErrorIllegalState, std::string(call) + "(" + hex(ptr) + "): the allocation is still in use by " +
@@ -96,12 +99,13 @@ cudaError_t release(void* ptr, bool pinned, const char* call) {
   return cudaSuccess;
 }
 
-cudaError_t allocate(void** out, size_t size, bool pinned, const char* call) {
+// `device` < 0: the current device.
+cudaError_t allocate(void** out, size_t size, bool pinned, const char* call, int device = -1) {
   if (out == nullptr) return fail(cudaErrorInvalidValue, std::string(call) + ": null output pointer");
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
   if (cudaError_t e = checkDevices(s)) return e;
-  int device = t_device;
+  if (device < 0) device = t_device;
   if (cudaError_t sticky = stickyError(s, device)) return sticky;
   *out = nullptr;
   if (size == 0) return cudaSuccess;
@@ -268,6 +272,124 @@ HVD_STANDIN_EXPORT cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned
 }
 
 HVD_STANDIN_EXPORT cudaError_t cudaFreeHost(void* ptr) { return standin::release(ptr, true, "cudaFreeHost"); }
+
+HVD_STANDIN_EXPORT cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  if (value == nullptr) return fail(cudaErrorInvalidValue, "cudaDeviceGetAttribute: null output pointer");
+  State& s = state();
+  if (cudaError_t e = standin::checkDevices(s)) return e;
+  if (device < 0 || device >= s.devices)
+    return fail(cudaErrorInvalidDevice, "cudaDeviceGetAttribute: no device " + std::to_string(device));
+  if (attr != cudaDevAttrMemoryPoolsSupported)
+    return fail(cudaErrorInvalidValue, "cudaDeviceGetAttribute: attribute " + std::to_string(attr) +
+                                           " is not modelled by the stand-in (only cudaDevAttrMemoryPoolsSupported)");
+  // HVD_STANDIN_NO_MEMPOOLS=1: a device without stream-ordered allocation (the fallback path).
+  const char* off = std::getenv("HVD_STANDIN_NO_MEMPOOLS");
+  *value = off != nullptr && off[0] == '1' ? 0 : 1;
+  return cudaSuccess;
+}
+
+HVD_STANDIN_EXPORT cudaError_t cudaMemPoolCreate(cudaMemPool_t* pool, const cudaMemPoolProps* props) {
+  if (pool == nullptr || props == nullptr) return fail(cudaErrorInvalidValue, "cudaMemPoolCreate: null pointer");
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (cudaError_t e = standin::checkDevices(s)) return e;
+  if (props->allocType != cudaMemAllocationTypePinned || props->location.type != cudaMemLocationTypeDevice ||
+      props->location.id < 0 || props->location.id >= s.devices)
+    return fail(cudaErrorInvalidValue,
+                "cudaMemPoolCreate: the stand-in models pinned pools of a device only "
+                "(cudaMemAllocationTypePinned, cudaMemLocationTypeDevice, a valid id)");
+  // Handles are never freed, so a destroyed pool's handle never names a new pool.
+  auto handle = reinterpret_cast<cudaMemPool_t>(new char);
+  s.pools[handle] = standin::Pool{props->location.id, 0};
+  *pool = handle;
+  return cudaSuccess;
+}
+
+HVD_STANDIN_EXPORT cudaError_t cudaMemPoolDestroy(cudaMemPool_t pool) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.pools.erase(pool) == 0)
+    return fail(cudaErrorInvalidValue, "cudaMemPoolDestroy: " + standin::hex(pool) + " is not a live pool");
+  return cudaSuccess;  // as in CUDA, allocations still out are released when freed
+}
+
+HVD_STANDIN_EXPORT cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = s.pools.find(pool);
+  if (it == s.pools.end())
+    return fail(cudaErrorInvalidValue, "cudaMemPoolSetAttribute: " + standin::hex(pool) + " is not a live pool");
+  if (attr != cudaMemPoolAttrReleaseThreshold || value == nullptr)
+    return fail(cudaErrorInvalidValue,
+                "cudaMemPoolSetAttribute: only cudaMemPoolAttrReleaseThreshold (a uint64_t) "
+                "is modelled");
+  it->second.releaseThreshold = *static_cast<const uint64_t*>(value);
+  return cudaSuccess;
+}
+
+// Stream-ordered allocation: the memory is valid from this point of `stream` on. The stand-in
+// hands out fresh (poisoned) memory and queues a marker that "writes" all of it, so that the
+// ordering checker reports any use from a stream not ordered after the allocation.
+HVD_STANDIN_EXPORT cudaError_t cudaMallocFromPoolAsync(void** ptr, size_t size, cudaMemPool_t pool,
+                                                       cudaStream_t stream) {
+  int device = -1;
+  {
+    State& s = state();
+    std::lock_guard<std::mutex> lock(s.mu);
+    auto it = s.pools.find(pool);
+    if (it == s.pools.end())
+      return fail(cudaErrorInvalidValue, "cudaMallocFromPoolAsync: " + standin::hex(pool) + " is not a live pool");
+    device = it->second.device;
+  }
+  if (size == 0) return fail(cudaErrorInvalidValue, "cudaMallocFromPoolAsync: size 0");
+  if (cudaError_t e = standin::allocate(ptr, size, false, "cudaMallocFromPoolAsync", device)) return e;
+  {
+    State& s = state();
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.allocations[reinterpret_cast<uintptr_t>(*ptr)].pooled = true;
+  }
+  const std::string what = "cudaMallocFromPoolAsync(" + std::to_string(size) + " bytes)";
+  if (cudaError_t e = standin::enqueue(stream, what, {{*ptr, size, true}}, nullptr, device)) {
+    standin::release(*ptr, false, "cudaMallocFromPoolAsync (undoing a failed allocation)");
+    *ptr = nullptr;
+    return e;
+  }
+  return cudaSuccess;
+}
+
+// Stream-ordered free: queued on `stream` as an op that "writes" the whole allocation, so every
+// earlier use on another stream must be ordered before it (cudaStreamWaitEvent chain or host
+// observation), else it is an ordering error; any use queued after it is a use after free. The
+// memory goes back when the stream reaches the op.
+HVD_STANDIN_EXPORT cudaError_t cudaFreeAsync(void* devPtr, cudaStream_t stream) {
+  if (devPtr == nullptr) return cudaSuccess;
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = s.allocations.find(reinterpret_cast<uintptr_t>(devPtr));
+  if (it == s.allocations.end() || it->second.pinned || !it->second.pooled)
+    return fail(cudaErrorInvalidValue, "cudaFreeAsync(" + standin::hex(devPtr) +
+                                           "): not the start of a live cudaMallocFromPoolAsync allocation");
+  if (!it->second.freeQueued.empty())
+    return fail(cudaErrorInvalidValue, "cudaFreeAsync(" + standin::hex(devPtr) + "): double free (its " +
+                                           it->second.freeQueued + " is queued)");
+  cudaError_t error = cudaSuccess;
+  auto target = standin::resolveStream(s, stream, &error);
+  if (!target) return error;
+  const size_t size = it->second.size;
+  const std::string what = "cudaFreeAsync(" + std::to_string(size) + " bytes)";
+  if (cudaError_t e = standin::enqueueLocked(s, target, what, {{devPtr, size, true}}, [devPtr] {
+        State& st = state();
+        std::lock_guard<std::mutex> inner(st.mu);
+        auto a = st.allocations.find(reinterpret_cast<uintptr_t>(devPtr));
+        if (a == st.allocations.end()) return;
+        const size_t bytes = a->second.size;
+        st.allocations.erase(a);
+        standin::quarantine(devPtr, bytes);
+      }))
+    return e;
+  it->second.freeQueued = what + " on " + target->name;
+  return cudaSuccess;
+}
 
 HVD_STANDIN_EXPORT cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
                                                cudaStream_t stream) {

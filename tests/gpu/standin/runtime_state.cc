@@ -258,6 +258,16 @@ cudaError_t enqueueLocked(State& s, const std::shared_ptr<Stream>& stream, std::
 
   for (const Access& a : accesses) {
     if (a.bytes == 0) continue;
+    auto freed = s.allocations.upper_bound(reinterpret_cast<uintptr_t>(a.ptr));
+    if (freed != s.allocations.begin() && !(--freed)->second.freeQueued.empty() &&
+        reinterpret_cast<uintptr_t>(a.ptr) < freed->first + freed->second.size) {
+      s.sticky[static_cast<size_t>(stream->device)] = cudaErrorLaunchFailure;
+      return fail(cudaErrorLaunchFailure, "use after free: " + what + " (op " + std::to_string(seq) + " of " +
+                                              stream->name + ") " + (a.write ? "writes " : "reads ") +
+                                              describe(a.ptr, a.bytes) + ", whose " + freed->second.freeQueued +
+                                              " is already queued. The device's context is now in error (sticky "
+                                              "cudaErrorLaunchFailure).");
+    }
     for (const Record& r : recordsFor(s, a.ptr)) {
       if (!overlaps(r, a) || !(a.write || r.write) || r.stream == stream->id) continue;
       if (clockGet(clock, r.stream) >= r.seq) continue;

@@ -76,7 +76,15 @@ struct Allocation {
   size_t size = 0;
   int device = 0;
   bool pinned = false;
+  bool pooled = false;       // cudaMallocFromPoolAsync: stream-ordered
+  std::string freeQueued;    // pooled: the cudaFreeAsync queued for it (its stream), "" if none
   std::vector<Record> records;
+};
+
+// A memory pool of cudaMemPoolCreate (allocations are tracked in the table like any other).
+struct Pool {
+  int device = 0;
+  uint64_t releaseThreshold = 0;
 };
 
 struct Event {
@@ -99,6 +107,7 @@ struct State {
   std::vector<std::shared_ptr<Stream>> running;  // streams whose thread runs, legacy ones included
   std::vector<std::shared_ptr<Stream>> legacy;   // per device, created on first use
   std::unordered_map<cudaEvent_t, std::shared_ptr<Event>> events;
+  std::unordered_map<cudaMemPool_t, Pool> pools;  // live pools
   std::vector<cudaError_t> sticky;  // per device: the context's sticky error
   Clock host;                       // what the host has observed complete
   uint64_t nextId = 1;

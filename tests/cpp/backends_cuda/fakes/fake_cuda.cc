@@ -44,6 +44,12 @@ HVD_FAKE(cudaEventCreateWithFlags)
 HVD_FAKE(cudaEventDestroy)
 HVD_FAKE(cudaEventRecord)
 HVD_FAKE(cudaEventQuery)
+HVD_FAKE(cudaDeviceGetAttribute)
+HVD_FAKE(cudaMemPoolCreate)
+HVD_FAKE(cudaMemPoolDestroy)
+HVD_FAKE(cudaMemPoolSetAttribute)
+HVD_FAKE(cudaMallocFromPoolAsync)
+HVD_FAKE(cudaFreeAsync)
 #ifndef HVD_FAKE_OMIT_EVENT_SYNC
 HVD_FAKE(cudaEventSynchronize)
 #endif

@@ -76,7 +76,13 @@ TEST_F(StandinRuntime, ImplementsEveryEntryOfTheTables) {
                            cudaEventDestroy,
                            cudaEventRecord,
                            cudaEventQuery,
-                           cudaEventSynchronize};
+                           cudaEventSynchronize,
+                           cudaDeviceGetAttribute,
+                           cudaMemPoolCreate,
+                           cudaMemPoolDestroy,
+                           cudaMemPoolSetAttribute,
+                           ::cudaMallocFromPoolAsync,
+                           cudaFreeAsync};
   hvd::cuda::NcclApi nccl{ncclGetVersion,   ncclGetErrorString, ncclGetLastError, ncclGetUniqueId,
                           ncclCommInitRank, ncclCommDestroy,    ncclCommAbort,    ncclCommGetAsyncError,
                           ncclAllReduce,    ncclAllGather,      ncclBroadcast,    ncclReduceScatter,
@@ -110,6 +116,12 @@ TEST_F(StandinRuntime, ImplementsEveryEntryOfTheTables) {
                            "cudaEventRecord",
                            "cudaEventQuery",
                            "cudaEventSynchronize",
+                           "cudaDeviceGetAttribute",
+                           "cudaMemPoolCreate",
+                           "cudaMemPoolDestroy",
+                           "cudaMemPoolSetAttribute",
+                           "cudaMallocFromPoolAsync",
+                           "cudaFreeAsync",
                            "ncclGetVersion",
                            "ncclGetErrorString",
                            "ncclGetLastError",
@@ -323,6 +335,88 @@ TEST_F(StandinRuntime, FreeWhileQueuedWorkUsesTheBufferFails) {
   hvd_standin_open_gate(gate);
   ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
   EXPECT_EQ(cudaFree(d), cudaSuccess);
+}
+
+cudaMemPool_t newPool(int device) {
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = device;
+  cudaMemPool_t pool = nullptr;
+  EXPECT_EQ(cudaMemPoolCreate(&pool, &props), cudaSuccess);
+  uint64_t keep = 1 << 20;
+  EXPECT_EQ(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), cudaSuccess);
+  return pool;
+}
+
+TEST_F(StandinRuntime, StreamOrderedMemoryIsValidFromItsStreamOn) {
+  int supported = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, 0), cudaSuccess);
+  EXPECT_EQ(supported, 1);
+  cudaMemPool_t pool = newPool(0);
+  cudaStream_t writer = newStream(), consumer = newStream();
+  cudaEvent_t written = newEvent();
+  void* d = nullptr;
+  ASSERT_EQ(cudaMallocFromPoolAsync(&d, 64, pool, writer), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(d, 7, 64, writer), cudaSuccess);
+  // The consumer is ordered after the writer; it reads, then frees on its own stream.
+  ASSERT_EQ(cudaEventRecord(written, writer), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(consumer, written, 0), cudaSuccess);
+  static char out[64];  // the copy may still run after the test body
+  ASSERT_EQ(cudaMemcpyAsync(out, d, 64, cudaMemcpyDeviceToHost, consumer), cudaSuccess);
+  ASSERT_EQ(cudaFreeAsync(d, consumer), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(consumer), cudaSuccess);
+  EXPECT_EQ(out[63], 7);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(cudaMemPoolDestroy(pool), cudaSuccess);
+}
+
+TEST_F(StandinRuntime, StreamOrderedMemoryUsedBeforeItsAllocationIsAnOrderingError) {
+  cudaMemPool_t pool = newPool(0);
+  cudaStream_t writer = newStream(), other = newStream();
+  void* d = nullptr;
+  ASSERT_EQ(cudaMallocFromPoolAsync(&d, 64, pool, writer), cudaSuccess);
+  EXPECT_EQ(cudaMemsetAsync(d, 0, 64, other), cudaErrorLaunchFailure);  // not ordered after the allocation
+  hvd_standin_clear_errors();
+  ASSERT_EQ(cudaStreamSynchronize(writer), cudaSuccess);
+  EXPECT_EQ(cudaFreeAsync(d, writer), cudaSuccess);
+  EXPECT_EQ(cudaMemPoolDestroy(pool), cudaSuccess);
+}
+
+TEST_F(StandinRuntime, FreeAsyncOnAStreamNotOrderedAfterTheLastUseIsAnOrderingError) {
+  cudaMemPool_t pool = newPool(0);
+  cudaStream_t writer = newStream(), consumer = newStream();
+  void* d = nullptr;
+  ASSERT_EQ(cudaMallocFromPoolAsync(&d, 64, pool, writer), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(d, 0, 64, writer), cudaSuccess);
+  // Freed on a stream that never waited for the writer: the block could be reused under it.
+  EXPECT_EQ(cudaFreeAsync(d, consumer), cudaErrorLaunchFailure);
+  hvd_standin_clear_errors();
+  ASSERT_EQ(cudaStreamSynchronize(writer), cudaSuccess);
+  EXPECT_EQ(cudaFreeAsync(d, consumer), cudaSuccess);  // the host observed the writer: ordered now
+  ASSERT_EQ(cudaStreamSynchronize(consumer), cudaSuccess);
+  EXPECT_EQ(cudaMemPoolDestroy(pool), cudaSuccess);
+}
+
+TEST_F(StandinRuntime, UseAfterFreeAsyncAndDoubleFreesFail) {
+  cudaMemPool_t pool = newPool(0);
+  cudaStream_t s = newStream();
+  void* d = nullptr;
+  ASSERT_EQ(cudaMallocFromPoolAsync(&d, 64, pool, s), cudaSuccess);
+  HvdStandinGate* gate = hvd_standin_gate(s);  // keeps the free queued
+  ASSERT_EQ(cudaFreeAsync(d, s), cudaSuccess);
+  EXPECT_EQ(cudaFreeAsync(d, s), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaFree(d), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaMemsetAsync(d, 0, 64, s), cudaErrorLaunchFailure);  // after its free, on the same stream
+  hvd_standin_clear_errors();
+  hvd_standin_open_gate(gate);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  void* plain = deviceBuffer(16);
+  EXPECT_EQ(cudaFreeAsync(plain, s), cudaErrorInvalidValue);  // cudaMalloc'd: cudaFree it
+  EXPECT_EQ(cudaFree(plain), cudaSuccess);
+  EXPECT_EQ(cudaMemPoolDestroy(pool), cudaSuccess);
+  EXPECT_EQ(cudaMemPoolDestroy(pool), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaMallocFromPoolAsync(&d, 64, pool, s), cudaErrorInvalidValue);
 }
 
 TEST_F(StandinRuntime, DestroyedHandlesAreInvalid) {
