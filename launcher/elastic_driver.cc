@@ -56,7 +56,8 @@ ElasticDriver::ElasticDriver(ElasticSettings settings, std::unique_ptr<Discovery
                              std::shared_ptr<Store> store, SpawnFn spawn)
     : statusFile_(settings.statusFile),
       discovery_(std::move(discovery)),
-      driver_(settings, std::move(registry), std::move(store), std::chrono::steady_clock::now()),
+      driver_(settings, std::make_shared<HostRegistry>(std::move(registry)), std::move(store),
+              std::chrono::steady_clock::now()),
       spawn_(std::move(spawn)) {}
 
 void ElasticDriver::workerExited(const WorkerProcess& process) {

@@ -64,14 +64,32 @@ ElasticAction publicAction(const elastic::Action& a) {
 
 }  // namespace
 
-struct ElasticRounds::Impl {
-  elastic::RoundDriver driver;
+struct ElasticBlacklist::Impl {
+  std::shared_ptr<elastic::HostRegistry> registry;
+  Clock::duration skew{0};  // advanceClock()
+  Clock::time_point now() const { return Clock::now() + skew; }
 };
 
-ElasticRounds::ElasticRounds(RendezvousServer& server, const ElasticRoundSettings& settings)
+ElasticBlacklist::ElasticBlacklist(std::optional<std::pair<double, double>> cooldownRange)
+    : impl_(std::make_shared<Impl>(Impl{std::make_shared<elastic::HostRegistry>(cooldownRange)})) {}
+
+bool ElasticBlacklist::blacklisted(const std::string& host) const {
+  return impl_->registry->isBlacklisted(host, impl_->now());
+}
+
+void ElasticBlacklist::advanceClock(std::chrono::milliseconds by) { impl_->skew += by; }
+
+struct ElasticRounds::Impl {
+  std::shared_ptr<ElasticBlacklist::Impl> blacklist;
+  elastic::RoundDriver driver;
+  Clock::time_point now() const { return blacklist->now(); }
+};
+
+ElasticRounds::ElasticRounds(RendezvousServer& server, const ElasticRoundSettings& settings,
+                             const ElasticBlacklist& blacklist)
     : impl_(std::make_unique<Impl>(
-          Impl{elastic::RoundDriver(driverSettings(settings), elastic::HostRegistry(settings.cooldownRange),
-                                    servedStore(server), Clock::now())})) {}
+          Impl{blacklist.impl_, elastic::RoundDriver(driverSettings(settings), blacklist.impl_->registry,
+                                                     servedStore(server), blacklist.impl_->now())})) {}
 
 ElasticRounds::~ElasticRounds() = default;
 
@@ -79,18 +97,16 @@ void ElasticRounds::capacity(int room) { impl_->driver.capacity(room); }
 
 bool ElasticRounds::wantsRoom() const { return impl_->driver.wantsRoom(); }
 
-bool ElasticRounds::blacklisted(const std::string& host) const { return impl_->driver.blacklisted(host, Clock::now()); }
-
 void ElasticRounds::workerLanded(int id, const std::string& host) { impl_->driver.workerLanded(id, host); }
 
 void ElasticRounds::workerExited(int id, bool success, const std::string& how) {
-  impl_->driver.workerExited(id, success, how, Clock::now());
+  impl_->driver.workerExited(id, success, how, impl_->now());
 }
 
 void ElasticRounds::fail(const std::string& message) { impl_->driver.fail(message); }
 
 std::vector<ElasticAction> ElasticRounds::tick() {
-  impl_->driver.tick(Clock::now());
+  impl_->driver.tick(impl_->now());
   std::vector<ElasticAction> out;
   for (const elastic::Action& a : impl_->driver.takeActions()) out.push_back(publicAction(a));
   return out;

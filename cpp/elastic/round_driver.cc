@@ -22,7 +22,7 @@ std::string seconds(std::chrono::milliseconds ms) {
 
 }  // namespace
 
-RoundDriver::RoundDriver(DriverSettings settings, HostRegistry registry, std::shared_ptr<Store> store,
+RoundDriver::RoundDriver(DriverSettings settings, std::shared_ptr<HostRegistry> registry, std::shared_ptr<Store> store,
                          Clock::time_point now)
     : settings_(std::move(settings)), registry_(std::move(registry)), store_(std::move(store)) {
   nextId_ = settings_.firstId;
@@ -60,7 +60,7 @@ void RoundDriver::log(std::string text) {
   actions_.push_back(std::move(a));
 }
 
-void RoundDriver::hostsDiscovered(const std::vector<HostSlots>& hosts) { registry_.setDiscovered(hosts); }
+void RoundDriver::hostsDiscovered(const std::vector<HostSlots>& hosts) { registry_->setDiscovered(hosts); }
 
 void RoundDriver::refreshInits() {
   int64_t events = readEvents(*store_, storeDeadline());
@@ -74,7 +74,7 @@ void RoundDriver::refreshInits() {
 std::vector<HostSlots> RoundDriver::orderedHosts(Clock::time_point now) const {
   // Hosts with a worker of the latest round first, in that round's rank order (rank 0 must hold
   // the state the next round is synced from); then the others, oldest first.
-  std::vector<HostSlots> available = registry_.available(now);
+  std::vector<HostSlots> available = registry_->available(now);
   std::map<std::string, int> firstRank;
   for (int id : roundMembers_) {
     const Worker& w = workers_.at(id);
@@ -143,8 +143,8 @@ void RoundDriver::startFailed(int id, const std::string& why, Clock::time_point 
 void RoundDriver::blacklistHost(const std::string& host, Clock::time_point now, const std::string& why) {
   // kLanded: only with a cooldown range (the owner places the workers; blacklisting for good
   // would leave a one-node cluster nowhere to go).
-  if ((landed() && !registry_.hasCooldown()) || registry_.isBlacklisted(host, now)) return;
-  auto cooldown = registry_.blacklist(host, now);
+  if ((landed() && !registry_->hasCooldown()) || registry_->isBlacklisted(host, now)) return;
+  auto cooldown = registry_->blacklist(host, now);
   log("blacklisting host " + host + " (" + why + ")" + (cooldown.has_value() ? " for " + seconds(*cooldown) : ""));
 }
 
@@ -404,7 +404,7 @@ void RoundDriver::gather(Clock::time_point now, ExitProbe* probe) {
     bool anyWaiting = std::any_of(workers_.begin(), workers_.end(), [](const auto& kv) { return kv.second.waiting(); });
     if (!anyWaiting) {
       stop("every worker of round " + std::to_string(round_) + " failed" +
-               (registry_.allBlacklistedForGood() ? " and every host is blacklisted" : "") +
+               (registry_->allBlacklistedForGood() ? " and every host is blacklisted" : "") +
                "; the elastic job cannot continue",
            Action::Reason::kRoundFailed);
       return;
@@ -421,7 +421,7 @@ void RoundDriver::gather(Clock::time_point now, ExitProbe* probe) {
     for (int id : suspects) blacklistHost(workers_.at(id).slot.hostname, now, "a worker there stopped answering");
     for (int id : pending) {
       if (!landed() && std::find(suspects.begin(), suspects.end(), id) == suspects.end() &&
-          registry_.isBlacklisted(workers_.at(id).slot.hostname, now)) {
+          registry_->isBlacklisted(workers_.at(id).slot.hostname, now)) {
         suspects.push_back(id);
       }
     }
@@ -519,11 +519,11 @@ void RoundDriver::step(Clock::time_point now, ExitProbe* probe) {
     return;
   }
   int needed = first ? settings_.startNp : settings_.minNp;
-  int have = totalSlots(registry_.available(now));
+  int have = totalSlots(registry_->available(now));
   if (have >= needed) {
     if (!first) resets_++;
     formRound(now);
-  } else if (!first && registry_.allBlacklistedForGood()) {
+  } else if (!first && registry_->allBlacklistedForGood()) {
     stop("every host of the elastic job is blacklisted; the job cannot continue", Action::Reason::kAllBlacklisted);
   } else if (now >= waitDeadline_) {
     stop("Timed out after " + seconds(settings_.elasticTimeout) + " waiting for " + std::to_string(needed) +

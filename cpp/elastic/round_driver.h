@@ -109,8 +109,10 @@ class RoundDriver {
  public:
   using Clock = std::chrono::steady_clock;
 
+  // `registry`: the hosts and their blacklisting (shared: a later job may go on with it);
   // `store`: the job's rendezvous store; `now`: the start of the wait for the first round.
-  RoundDriver(DriverSettings settings, HostRegistry registry, std::shared_ptr<Store> store, Clock::time_point now);
+  RoundDriver(DriverSettings settings, std::shared_ptr<HostRegistry> registry, std::shared_ptr<Store> store,
+              Clock::time_point now);
 
   // kChoose: discovery's latest answer (hosts in its order, with their slots).
   void hostsDiscovered(const std::vector<HostSlots>& hosts);
@@ -138,7 +140,7 @@ class RoundDriver {
   std::vector<Action> takeActions() { return std::exchange(actions_, {}); }
 
   // Whether `host` is blacklisted now (kLanded: where the owner must not launch workers).
-  bool blacklisted(const std::string& host, Clock::time_point now) const { return registry_.isBlacklisted(host, now); }
+  bool blacklisted(const std::string& host, Clock::time_point now) const { return registry_->isBlacklisted(host, now); }
   // The live workers of the latest round: (id, rank), by rank.
   std::vector<std::pair<int, int>> members() const;
   // The id the next new worker gets.
@@ -189,7 +191,7 @@ class RoundDriver {
   void log(std::string text);
 
   DriverSettings settings_;
-  HostRegistry registry_;
+  std::shared_ptr<HostRegistry> registry_;  // may outlive this driver (the next job's blacklist)
   std::shared_ptr<Store> store_;
   std::vector<Action> actions_;
 

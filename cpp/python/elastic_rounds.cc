@@ -72,13 +72,35 @@ void registerElasticRounds(nb::module_& m) {
                ", text=" + a.text + ")";
       });
 
+  nb::class_<ElasticBlacklist>(m, "ElasticBlacklist")
+      .def(
+          "__init__",
+          [](ElasticBlacklist* self, std::optional<std::pair<double, double>> cooldownRange) {
+            if (cooldownRange &&
+                !(0 < cooldownRange->first && cooldownRange->first <= cooldownRange->second)) {
+              throw nb::value_error(
+                  "cooldown_range must be (min, max) seconds with 0 < min <= max");
+            }
+            new (self) ElasticBlacklist(cooldownRange);
+          },
+          "cooldown_range"_a = nb::none())
+      .def("blacklisted", &ElasticBlacklist::blacklisted, "host"_a)
+      .def(
+          "advance_clock",
+          [](ElasticBlacklist& b, double seconds) {
+            if (!(seconds >= 0))
+              throw nb::value_error("advance_clock: seconds must not be negative");
+            b.advanceClock(std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0)));
+          },
+          "seconds"_a);
+
   nb::class_<ElasticRounds>(m, "ElasticRounds")
       .def(
           "__init__",
-          [](ElasticRounds* self, RendezvousServer& server, int startWorkers, int minWorkers,
-             std::optional<int> maxWorkers, std::optional<int> resetLimit, double elasticTimeoutS,
-             double gatherTimeoutS, double replaceGraceS, int firstId,
-             std::optional<std::pair<double, double>> cooldownRange) {
+          [](ElasticRounds* self, RendezvousServer& server, const ElasticBlacklist& blacklist,
+             int startWorkers, int minWorkers, std::optional<int> maxWorkers,
+             std::optional<int> resetLimit, double elasticTimeoutS, double gatherTimeoutS,
+             double replaceGraceS, int firstId) {
             if (minWorkers < 1) throw nb::value_error("min_workers must be at least 1");
             if (maxWorkers && *maxWorkers < minWorkers)
               throw nb::value_error("max_workers must not be below min_workers");
@@ -96,17 +118,11 @@ void registerElasticRounds(nb::module_& m) {
             s.replaceGrace =
                 std::chrono::milliseconds(static_cast<int64_t>(replaceGraceS * 1000.0));
             s.firstId = firstId;
-            if (cooldownRange &&
-                !(0 < cooldownRange->first && cooldownRange->first <= cooldownRange->second)) {
-              throw nb::value_error(
-                  "cooldown_range must be (min, max) seconds with 0 < min <= max");
-            }
-            s.cooldownRange = cooldownRange;
-            new (self) ElasticRounds(server, s);
+            new (self) ElasticRounds(server, s, blacklist);
           },
-          "server"_a, "start_workers"_a, "min_workers"_a, "max_workers"_a, "reset_limit"_a,
-          "elastic_timeout_s"_a, "gather_timeout_s"_a, "replace_grace_s"_a, "first_id"_a,
-          "cooldown_range"_a = nb::none(), nb::keep_alive<1, 2>())
+          "server"_a, "blacklist"_a, "start_workers"_a, "min_workers"_a, "max_workers"_a,
+          "reset_limit"_a, "elastic_timeout_s"_a, "gather_timeout_s"_a, "replace_grace_s"_a,
+          "first_id"_a, nb::keep_alive<1, 2>())
       .def("capacity", &ElasticRounds::capacity, "room"_a)
       .def("worker_landed", &ElasticRounds::workerLanded, "worker_id"_a, "host"_a)
       .def(
@@ -124,7 +140,6 @@ void registerElasticRounds(nb::module_& m) {
       .def("tick", [](ElasticRounds& r) { return withoutGil([&] { return r.tick(); }); })
       .def("members", &ElasticRounds::members)
       .def_prop_ro("wants_room", &ElasticRounds::wantsRoom)
-      .def("blacklisted", &ElasticRounds::blacklisted, "host"_a)
       .def_prop_ro("keep_running", &ElasticRounds::keepRunning)
       .def_prop_ro("exit_code", &ElasticRounds::exitCode)
       .def_prop_ro("next_id", &ElasticRounds::nextId);

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from horovod import _core
 from horovod.runner.elastic_driver import ElasticDriver, WorkerPool
 from horovod.runner.rendezvous import RendezvousServer, StoreClient, StoreTimeout
 
@@ -28,6 +29,7 @@ class FakePool(WorkerPool):
         self.started = {}     # id -> env
         self.outcomes = {}    # id -> ('ok', value) | ('failed', why), reported once
         self.killed = []
+        self.blacklist = _core.ElasticBlacklist()  # the driver's (Job passes it)
         self.lock = threading.Lock()
         self.started_cv = threading.Condition(self.lock)
 
@@ -38,8 +40,8 @@ class FakePool(WorkerPool):
     def launch(self, ids):
         with self.lock:
             self.room -= len(ids)
-            # What the driver answers the pool (on the driver's thread, as a real pool asks).
-            self.blacklisted_at_launch = [h for h in ('h0', 'h1', 'h2') if self.blacklisted(h)]
+            # What the driver blacklisted, as the pool sees it when it places new workers.
+            self.blacklisted_at_launch = [h for h in ('h0', 'h1', 'h2') if self.blacklist.blacklisted(h)]
 
     def locate(self, ids):
         return {i: ('h{}'.format(i % self.hosts), 'h{}'.format(i % self.hosts)) for i in ids}
@@ -72,7 +74,8 @@ class Job:
         self.rendezvous = RendezvousServer('secret', '127.0.0.1')
         options = dict(min_workers=1, max_workers=None, reset_limit=None, elastic_timeout=10)
         options.update(kwargs)
-        self.driver = ElasticDriver(pool, self.rendezvous, 'secret', '127.0.0.1', {}, **options)
+        self.driver = ElasticDriver(pool, self.rendezvous, 'secret', '127.0.0.1', {}, blacklist=pool.blacklist,
+                                    **options)
         self.driver.replace_grace = 0
         self.result = self.error = None
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -166,7 +169,8 @@ def test_reset_limit_and_a_round_without_survivors_are_errors():
 
 def test_with_a_cooldown_range_the_failed_workers_host_is_blacklisted_for_the_pool():
     pool = FakePool(room=2, hosts=2)
-    job = Job(pool, max_workers=2, cooldown_range=(600, 600)).start()
+    pool.blacklist = _core.ElasticBlacklist((600, 600))
+    job = Job(pool, max_workers=2).start()
     job.init(0, 1)
     assert pool.blacklisted_at_launch == []
     pool.room += 1
@@ -179,7 +183,9 @@ def test_with_a_cooldown_range_the_failed_workers_host_is_blacklisted_for_the_po
     pool.outcomes[2] = ('ok', 'b')
     job.join()
     assert job.error is None and job.result == ['a', 'b']
-    assert not pool.blacklisted('h1')  # the driver's answer only while it runs
+    assert pool.blacklist.blacklisted('h1')  # for the next job too, until the cooldown ends
+    pool.blacklist.advance_clock(600)
+    assert not pool.blacklist.blacklisted('h1')
 
 
 def test_without_a_cooldown_range_no_host_is_blacklisted():

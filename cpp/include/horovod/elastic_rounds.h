@@ -5,9 +5,9 @@
 // reports where each landed; the driver forms every round from those hosts (a host's workers
 // get consecutive ranks; survivors first, in their old rank order, so rank 0 holds the state),
 // publishes the assignments on the RendezvousServer's store and reads the workers' init()
-// counters there. docs/elastic.md describes the rounds. With a cooldown range, the host of a
-// failed worker is blacklisted for a cooldown (horovodrun's rule) and the owner keeps new
-// workers off it (blacklisted()); without one, no host is.
+// counters there. docs/elastic.md describes the rounds. With a cooldown range (ElasticBlacklist),
+// the host of a failed worker is blacklisted for a cooldown (horovodrun's rule) and the owner
+// keeps new workers off it (ElasticBlacklist::blacklisted); without one, no host is.
 //
 // The owner's loop: report events (capacity, workerLanded, workerExited), call tick(), execute
 // the actions it returns in order, repeat every few tens of milliseconds. One thread at a time.
@@ -34,7 +34,25 @@ struct ElasticRoundSettings {
   // How long a later round waits for the room to replace its lost workers before it forms smaller.
   std::chrono::milliseconds replaceGrace{5000};
   int firstId = 0;                 // worker ids start here (never reuse ids on one store)
-  std::optional<std::pair<double, double>> cooldownRange;  // (lo, hi) seconds
+};
+
+// The hosts an owner's elastic jobs blacklisted, kept from one job (ElasticRounds) to the next,
+// as the hosts are. Copies share one blacklist.
+class ElasticBlacklist {
+ public:
+  // cooldownRange: (lo, hi) seconds, the n-th blacklisting of a host (n from 0) lasting
+  // clamp(lo * 2^n + U(0,1) * lo, lo, hi) s; nullopt: no host is ever blacklisted.
+  explicit ElasticBlacklist(std::optional<std::pair<double, double>> cooldownRange);
+  // Whether `host` is blacklisted now: launch no worker there.
+  bool blacklisted(const std::string& host) const;
+  // Moves this blacklist's clock (and its jobs' from then on) forward: a cooldown ends without
+  // waiting for it (tests).
+  void advanceClock(std::chrono::milliseconds by);
+
+ private:
+  friend class ElasticRounds;
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
 };
 
 struct ElasticAction {
@@ -59,8 +77,8 @@ struct ElasticAction {
 
 class ElasticRounds {
  public:
-  // `server` serves the job's store and must outlive this object.
-  ElasticRounds(RendezvousServer& server, const ElasticRoundSettings& settings);
+  // `server` serves the job's store and must outlive this object; `blacklist` is shared.
+  ElasticRounds(RendezvousServer& server, const ElasticRoundSettings& settings, const ElasticBlacklist& blacklist);
   ~ElasticRounds();
   ElasticRounds(const ElasticRounds&) = delete;
   ElasticRounds& operator=(const ElasticRounds&) = delete;
@@ -70,8 +88,6 @@ class ElasticRounds {
   void capacity(int room);
   // Whether the next round waits for room (a capacity() report).
   bool wantsRoom() const;
-  // Whether `host` is blacklisted now: launch no worker there.
-  bool blacklisted(const std::string& host) const;
   // Launched worker `id` runs on `host` (equal strings: the same host).
   void workerLanded(int id, const std::string& host);
   // Worker `id`'s function ended: returned (`success`) or failed, `how` says how.

@@ -23,6 +23,7 @@ import secrets
 
 import ray
 
+from horovod import _core
 from horovod.ray.nodes import NodeRoom
 from horovod.ray.static import _drain, _host_names
 from horovod.ray.worker import BaseHorovodWorker
@@ -36,14 +37,15 @@ class RayWorkerPool(WorkerPool):
     """Elastic workers as Ray actors. ``call``: (worker method, its arguments), what each runs:
     ``('run', (fn, args, kwargs))`` or ``('execute', (fn,))``. ``executable``: (cls, args,
     kwargs) each actor builds first, or None. ``queue`` and ``callbacks``: rank 0's reports and
-    who gets them. ``cooldown_range`` and ``discovery``: see nodes.py (None: none)."""
+    who gets them. ``blacklist`` (a ``horovod._core.ElasticBlacklist`` with a cooldown range,
+    which the driver fills) and ``discovery``: see nodes.py (None: none)."""
 
     where = 'on Ray'
     min_name = 'min_workers'
     capacity_hint = 'free Ray resources'
 
     def __init__(self, cpus_per_worker, gpus_per_worker, startup_timeout_s, call, executable=None, queue=None,
-                 callbacks=None, cooldown_range=None, discovery=None):
+                 callbacks=None, blacklist=None, discovery=None):
         self.cpus_per_worker = cpus_per_worker
         self.gpus_per_worker = gpus_per_worker
         self.startup_timeout_s = startup_timeout_s
@@ -52,10 +54,11 @@ class RayWorkerPool(WorkerPool):
         self.queue = queue
         self.callbacks = callbacks or []
         self.node_room = None
-        if cooldown_range is not None or discovery is not None:
-            self.node_room = NodeRoom(cpus_per_worker, gpus_per_worker, lambda node_id: self.blacklisted(node_id),
+        if blacklist is not None or discovery is not None:
+            self.node_room = NodeRoom(cpus_per_worker, gpus_per_worker,
+                                      lambda node_id: blacklist is not None and blacklist.blacklisted(str(node_id)),
                                       discovery)
-            limits = (['not cooling down'] if cooldown_range is not None else []) + (
+            limits = (['not cooling down'] if blacklist is not None else []) + (
                 ['named by the host discovery'] if discovery is not None else [])
             self.capacity_hint = 'free Ray resources on nodes {}'.format(' and '.join(limits))
         self.actors = {}     # id -> actor handle
@@ -163,8 +166,7 @@ class RayWorkerPool(WorkerPool):
 class ElasticJob:
     """The executor's elastic job: ``start()`` opens the rendezvous server, ``run(fn)`` /
     ``execute(fn)`` drive rounds of actors to the end (results in the final round's rank order),
-    ``shutdown()`` kills every actor. ``cooldown_range``: see nodes.py (each run() starts with
-    no node blacklisted); ``discovery``: a
+    ``shutdown()`` kills every actor. ``cooldown_range``: see nodes.py; ``discovery``: a
     HostDiscovery that names the nodes and their slots (None: Ray's resources decide).
     ``log``: (time, what) lines of the driver, for callers and tests."""
 
@@ -178,7 +180,8 @@ class ElasticJob:
         self.reset_limit = reset_limit
         self.elastic_timeout = elastic_timeout
         self.gather_timeout = gather_timeout
-        self.cooldown_range = cooldown_range
+        # Kept across run() calls, as the nodes are; filled by the driver (None: no cooldown range).
+        self.blacklist = _core.ElasticBlacklist(tuple(cooldown_range)) if cooldown_range is not None else None
         self.discovery = discovery
         self.rendezvous = None
         self.secret = None
@@ -226,11 +229,11 @@ class ElasticJob:
         self.pool = RayWorkerPool(self.cpus_per_worker, self.gpus_per_worker, max(60, self.settings.timeout_s), call,
                                   executable=self.executable, queue=queue,
                                   callbacks=callbacks if own_queue is not None else None,
-                                  cooldown_range=self.cooldown_range, discovery=self.discovery)
+                                  blacklist=self.blacklist, discovery=self.discovery)
         driver = ElasticDriver(self.pool, self.rendezvous, self.secret, ray.util.get_node_ip_address(), self.env,
                                self.min_workers, self.max_workers, self.reset_limit, self.elastic_timeout,
                                self.gather_timeout, log=self.log, first_id=self.next_id,
-                               cooldown_range=self.cooldown_range)
+                               blacklist=self.blacklist)
         try:
             results = driver.run()
             self.pool.drain()  # a worker's put() returns before its function does

@@ -85,10 +85,6 @@ class WorkerPool:
         """How many more workers could start now (asked while a round waits for room)."""
         raise NotImplementedError
 
-    def blacklisted(self, host_key):  # while a driver runs, it answers (ElasticDriver.run)
-        """Whether the driver blacklisted host ``host_key`` now (launch no worker there)."""
-        return False
-
     def launch(self, ids):
         """Starts a worker (an actor, a task) for each id; its function does not run yet."""
         raise NotImplementedError
@@ -122,13 +118,13 @@ class ElasticDriver:
     Worker ids start at ``first_id`` (a later job on the same store must not reuse ids; see
     ``next_id`` after ``run()``). ``start_workers``: the first round waits for this many (default
     ``min_workers``), as horovodrun's ``-np``. ``say``: called with each line the driver logs.
-    ``cooldown_range``: (min, max) seconds: the host of a failed worker is blacklisted for a
-    cooldown growing from min to max (horovodrun's rule; the pool asks ``blacklisted``);
-    None: no host is."""
+    ``blacklist``: a ``horovod._core.ElasticBlacklist`` (kept across jobs, as the hosts are): with
+    a cooldown range the driver blacklists the host of a failed worker (horovodrun's rule) and the
+    pool keeps new workers off it (``blacklist.blacklisted(host_key)``); None: no host is."""
 
     def __init__(self, pool, rendezvous, secret, driver_addr, env, min_workers, max_workers, reset_limit,
                  elastic_timeout, gather_timeout=None, log=None, first_id=0, start_workers=None,
-                 say=None, cooldown_range=None):
+                 say=None, blacklist=None):
         self.pool = pool
         self.rendezvous = rendezvous
         self.secret = secret
@@ -144,7 +140,7 @@ class ElasticDriver:
         self.next_id = first_id  # ids are never reused within one rendezvous store
         self.log = log if log is not None else []   # (time, what) for the caller and the tests
         self.say = say
-        self.cooldown_range = tuple(cooldown_range) if cooldown_range is not None else None
+        self.blacklist = blacklist if blacklist is not None else _core.ElasticBlacklist()
         self._hosts = {}         # id -> (host_key, host_name) where the pool placed it
 
     def _note(self, what):
@@ -154,10 +150,9 @@ class ElasticDriver:
 
     def run(self):
         """Drives the job to its end: the final round's results in rank order, or RuntimeError."""
-        rounds = _core.ElasticRounds(self.rendezvous.store, self.start_workers, self.min_workers, self.max_workers,
-                                     self.reset_limit, float(self.elastic_timeout), float(self.gather_timeout),
-                                     float(self.replace_grace), self.next_id, self.cooldown_range)
-        self.pool.blacklisted = lambda host_key: rounds.blacklisted(str(host_key))
+        rounds = _core.ElasticRounds(self.rendezvous.store, self.blacklist, self.start_workers, self.min_workers,
+                                     self.max_workers, self.reset_limit, float(self.elastic_timeout),
+                                     float(self.gather_timeout), float(self.replace_grace), self.next_id)
         try:
             return self._drive(rounds)
         except BaseException as e:
@@ -168,7 +163,6 @@ class ElasticDriver:
             raise
         finally:
             self.next_id = rounds.next_id
-            del self.pool.blacklisted  # the class's again: nothing is blacklisted
 
     def _drive(self, rounds):
         results = {}   # id -> (rank, what its function returned)

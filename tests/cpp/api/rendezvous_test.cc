@@ -89,8 +89,8 @@ TEST(Rendezvous, ElasticRoundsFormRoundsOnTheServersStore) {
   RendezvousClient worker("127.0.0.1", server.port(), "secret", milliseconds(5000));
   ElasticRoundSettings settings;
   settings.firstId = 7;
-  settings.cooldownRange = std::make_pair(60.0, 60.0);
-  ElasticRounds rounds(server, settings);
+  ElasticBlacklist blacklist(std::make_pair(60.0, 60.0));
+  ElasticRounds rounds(server, settings, blacklist);
   EXPECT_TRUE(rounds.wantsRoom());
   rounds.capacity(1);
   std::vector<ElasticAction> actions = rounds.tick();
@@ -109,7 +109,9 @@ TEST(Rendezvous, ElasticRoundsFormRoundsOnTheServersStore) {
   EXPECT_EQ(worker.get("elastic/assign/7/0", milliseconds(1000)), "join 0 0 1 0 1 0 1 0");
   EXPECT_EQ(rounds.members(), (std::vector<std::pair<int, int>>{{7, 0}}));
   rounds.workerExited(7, false, "it raised ValueError: x");
-  EXPECT_TRUE(rounds.blacklisted("node-a"));
+  EXPECT_TRUE(blacklist.blacklisted("node-a"));
+  blacklist.advanceClock(std::chrono::seconds(60));
+  EXPECT_FALSE(blacklist.blacklisted("node-a"));  // its cooldown is over
   actions = rounds.tick();
   ASSERT_FALSE(actions.empty());
   EXPECT_EQ(actions.back().kind, ElasticAction::Kind::kFinish);

@@ -24,7 +24,8 @@ Deadline soon() { return Deadline::after(2s); }
 class RoundDriverTest : public ::testing::Test {
  protected:
   void make(DriverSettings settings, std::optional<std::pair<int, int>> cooldown = std::nullopt) {
-    driver_ = std::make_unique<RoundDriver>(settings, HostRegistry(cooldown, /*seed=*/7), store_, now_);
+    driver_ =
+        std::make_unique<RoundDriver>(settings, std::make_shared<HostRegistry>(cooldown, /*seed=*/7), store_, now_);
   }
   // Worker `id` calls init(); returns the index of the assignment it waits for.
   int64_t ask(int id) {
