@@ -6,6 +6,7 @@
 // on a slot, kill a worker, finish the job. horovodrun's Supervisor is its owner
 // (launcher/elastic_driver.h); so are the worker pools of horovod.ray and horovod.spark, through
 // horovod/elastic_rounds.h.
+// Not thread-safe: its owner calls it from one thread (and so uses the shared HostRegistry).
 //
 // Two placement modes. kChoose (horovodrun): the driver places workers on the slots of the
 // discovered hosts (hostsDiscovered). kLanded (Ray, Spark: the framework puts a worker where it
