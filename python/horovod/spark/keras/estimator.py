@@ -7,7 +7,8 @@ import collections
 
 import cloudpickle
 
-from horovod.spark.common.estimator import COMMON_DEFAULTS, PETASTORM_ONLY, HorovodEstimator
+from horovod.spark.common.datamodule import tabular_types
+from horovod.spark.common.estimator import COMMON_DEFAULTS, HorovodEstimator
 from horovod.spark.common.reader import read_first_row
 from horovod.spark.keras import util
 from horovod.spark.keras.model import KerasModel
@@ -20,14 +21,17 @@ TrainSpec = collections.namedtuple('TrainSpec', [
     'callbacks', 'checkpoint_callback', 'compression', 'feature_cols', 'label_cols', 'sample_weight_col', 'columns',
     'label_shapes', 'store', 'train_path', 'val_path', 'batch_size', 'val_batch_size', 'epochs',
     'train_steps_per_epoch', 'validation_steps_per_epoch', 'shuffle', 'random_seed', 'backward_passes_per_step',
-    'checkpoint_path', 'resume_checkpoint', 'verbose', 'use_gpu', 'readers', 'prefetch'])
+    'checkpoint_path', 'resume_checkpoint', 'verbose', 'use_gpu', 'readers', 'prefetch', 'continuous_cols',
+    'categorical_cols'])
 
 # EstimatorParams plus KerasEstimator's own.
 DEFAULTS = dict(COMMON_DEFAULTS, custom_objects=None, checkpoint_callback=None, backend_env=None,
                 tensorflow_dataset_prefetch_buffer_size=0)
 
 # Accepted only at their defaults: what each non-default value would need.
-NOT_AVAILABLE = PETASTORM_ONLY
+NOT_AVAILABLE = dict(
+    data_module='custom Keras data modules, which this build does not have yet (the default reader streams the '
+                'Parquet shards; its parameters are the reader_* / shuffle_buffer_size / inmemory_cache_all ones)')
 
 
 def _names(values):
@@ -112,6 +116,7 @@ class KerasEstimator(HorovodEstimator):
         row = read_first_row(s['store'], train_path, self._columns(), self._transform())
         if row is None:
             return
+        row = tabular_types(row, s['categorical_cols'] or [], s['continuous_cols'] or [])
         shapes = util.input_shapes(s['model'], len(s['feature_cols']))
         for i, (column, shape) in enumerate(zip(s['feature_cols'], shapes)):
             util.reshape(row[column], shape, 'feature column {!r} (model input {})'.format(column, i))
@@ -138,4 +143,5 @@ class KerasEstimator(HorovodEstimator):
             validation_steps_per_epoch=s['validation_steps_per_epoch'], shuffle=s['shuffle'],
             random_seed=s['random_seed'], backward_passes_per_step=s['backward_passes_per_step'],
             checkpoint_path=checkpoint_path, resume_checkpoint=resume, verbose=s['verbose'], use_gpu=s['use_gpu'],
-            readers=self._readers(), prefetch=s['tensorflow_dataset_prefetch_buffer_size'])
+            readers=self._readers(), prefetch=s['tensorflow_dataset_prefetch_buffer_size'],
+            continuous_cols=list(s['continuous_cols'] or []), categorical_cols=list(s['categorical_cols'] or []))

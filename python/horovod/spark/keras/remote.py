@@ -16,6 +16,7 @@ def make_train_fn(spec):
     def train():
         import cloudpickle
         import numpy as np
+        from horovod.spark.common.datamodule import tabular_types
         from horovod.spark.common.reader import BatchStream, ShardReader, epoch_rows
         from horovod.spark.keras import util
 
@@ -35,6 +36,7 @@ def make_train_fn(spec):
         shapes = util.input_shapes(model, len(spec.feature_cols))
 
         def to_keras(batch):
+            batch = tabular_types(batch, spec.categorical_cols, spec.continuous_cols)
             inputs = [util.reshape(batch[c], shape, 'feature column {!r} (model input {})'.format(c, i))
                       for i, (c, shape) in enumerate(zip(spec.feature_cols, shapes))]
             labels = [util.reshape(batch[c], shape, 'label column {!r}'.format(c))

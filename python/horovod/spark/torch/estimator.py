@@ -4,11 +4,12 @@ training on ``num_proc`` Horovod processes through the backend (horovod.spark.ru
 a ``TorchModel`` whose ``transform(df)`` adds the model's outputs as columns."""
 
 import collections
+import inspect
 import io
 
 import cloudpickle
 
-from horovod.spark.common.estimator import COMMON_DEFAULTS, PETASTORM_ONLY, HorovodEstimator
+from horovod.spark.common.estimator import COMMON_DEFAULTS, HorovodEstimator
 from horovod.spark.torch.model import TorchModel
 from horovod.spark.torch.remote import make_train_fn
 
@@ -19,13 +20,14 @@ TrainSpec = collections.namedtuple('TrainSpec', [
     'loss_weights', 'metrics', 'compression', 'feature_cols', 'label_cols', 'sample_weight_col', 'columns',
     'input_shapes', 'label_shapes', 'store', 'train_path', 'val_path', 'batch_size', 'val_batch_size', 'epochs',
     'train_steps_per_epoch', 'validation_steps_per_epoch', 'shuffle', 'random_seed', 'backward_passes_per_step',
-    'checkpoint_path', 'resume_checkpoint', 'verbose', 'readers', 'train_minibatch_fn'])
+    'checkpoint_path', 'resume_checkpoint', 'verbose', 'readers', 'train_minibatch_fn', 'data_module',
+    'continuous_cols', 'categorical_cols', 'transformation_fn', 'callbacks'])
 
 # EstimatorParams plus TorchEstimator's own.
 DEFAULTS = dict(COMMON_DEFAULTS, loss_constructors=None, input_shapes=None, train_minibatch_fn=None)
 
-# Accepted only at their defaults: what each non-default value would need.
-NOT_AVAILABLE = dict(PETASTORM_ONLY, callbacks='training callbacks (TorchEstimator has none in this build)')
+# The hooks a TorchEstimator callback may define (remote._Hooks calls them).
+CALLBACK_HOOKS = ('set_model', 'on_train_begin', 'on_epoch_begin', 'on_epoch_end', 'on_train_end')
 
 
 class TorchEstimator(HorovodEstimator):
@@ -46,7 +48,6 @@ class TorchEstimator(HorovodEstimator):
     and ``val_<name>``)."""
 
     _defaults = DEFAULTS
-    NOT_AVAILABLE = NOT_AVAILABLE
     RUN_PREFIX = 'torch'
 
     def _validate_own(self):
@@ -60,6 +61,18 @@ class TorchEstimator(HorovodEstimator):
         if s['train_minibatch_fn'] is not None and not callable(s['train_minibatch_fn']):
             raise ValueError('train_minibatch_fn must be a function (model, optimizer, transform_outputs, loss_fn, '
                              'inputs, labels, sample_weights) -> (outputs, loss)')
+        module = s['data_module']
+        if module is not None and not (inspect.isclass(module) and callable(getattr(module, 'train_data', None)) and
+                                       callable(getattr(module, 'val_data', None))):
+            raise ValueError('TorchEstimator(data_module=...) must be a class with train_data() and val_data() (a '
+                             'subclass of horovod.spark.common.datamodule.DataModule), got {!r}'.format(module))
+        callbacks = s['callbacks'] or []
+        if not isinstance(callbacks, (list, tuple)):
+            raise ValueError('TorchEstimator(callbacks=...) must be a list, got {!r}'.format(callbacks))
+        for callback in callbacks:
+            if not any(callable(getattr(callback, hook, None)) for hook in CALLBACK_HOOKS):
+                raise ValueError('TorchEstimator(callbacks=...): {!r} defines none of the hooks {}'.format(
+                    callback, ', '.join(CALLBACK_HOOKS)))
 
     def _train(self, train_path, val_path, run_id, checkpoint_path, resume):
         s = self._settings
@@ -89,4 +102,6 @@ class TorchEstimator(HorovodEstimator):
             validation_steps_per_epoch=s['validation_steps_per_epoch'], shuffle=s['shuffle'],
             random_seed=s['random_seed'], backward_passes_per_step=s['backward_passes_per_step'],
             checkpoint_path=checkpoint_path, resume_checkpoint=resume, verbose=s['verbose'], readers=self._readers(),
-            train_minibatch_fn=s['train_minibatch_fn'])
+            train_minibatch_fn=s['train_minibatch_fn'], data_module=s['data_module'],
+            continuous_cols=list(s['continuous_cols'] or []), categorical_cols=list(s['categorical_cols'] or []),
+            transformation_fn=s['transformation_fn'], callbacks=cloudpickle.dumps(list(s['callbacks'] or [])))
