@@ -350,3 +350,7 @@ def test_categorical_and_continuous_columns(spark, store):
                            label_cols=['label'], categorical_cols=['city'], continuous_cols=['rooms'],
                            validation=0.2, batch_size=16, epochs=3, random_seed=1, verbose=0).fit(df)
     assert model.getHistory()['val_accuracy'][-1] > 0.9, model.getHistory()
+    assert model.getCategoricalCols() == ['city']  # transform() gives the Embedding int64 ids too
+    predicted = model.setOutputCols(['scores']).transform(df).select('label', 'scores').collect()
+    correct = sum(int(max(range(3), key=lambda k: r['scores'][k]) == r['label']) for r in predicted)
+    assert correct / len(predicted) > 0.9

@@ -158,6 +158,7 @@ class TorchEstimator(HorovodEstimator):
         model.load_state_dict(torch.load(io.BytesIO(trained['state_dict'])))
         return TorchModel(model=model, history=trained['history'], feature_cols=list(s['feature_cols']),
                           label_cols=list(s['label_cols']), input_shapes=s['input_shapes'], run_id=run_id,
+                          categorical_cols=list(s['categorical_cols'] or []) or None,
                           best_model_path=trained['best_model_path'])
 
     def _shapes(self):

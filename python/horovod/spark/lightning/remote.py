@@ -120,7 +120,7 @@ def _data_module(spec, hvd):
     arguments = dict(
         train_dir=spec.train_path, val_dir=spec.val_path, num_train_epochs=spec.epochs,
         has_val=spec.val_path is not None, train_batch_size=spec.batch_size, val_batch_size=spec.val_batch_size,
-        shuffle=spec.shuffle, num_reader_epochs=None, reader_pool_type=train['pool_type'],
+        shuffle=train['shuffle'], num_reader_epochs=None, reader_pool_type=train['pool_type'],
         reader_worker_count=train['num_workers'], transformation=transform.fn if transform else None,
         transformation_edit_fields=transform.edit_fields if transform else None,
         transformation_removed_fields=transform.removed_fields if transform else None,

@@ -82,7 +82,8 @@ class TorchEstimator(HorovodEstimator):
         model = cloudpickle.loads(spec.model_bytes)
         model.load_state_dict(torch.load(io.BytesIO(trained['state_dict'])))
         return TorchModel(model=model, history=trained['history'], feature_cols=list(s['feature_cols']),
-                          label_cols=list(s['label_cols']), input_shapes=s['input_shapes'], run_id=run_id)
+                          label_cols=list(s['label_cols']), input_shapes=s['input_shapes'], run_id=run_id,
+                          categorical_cols=list(s['categorical_cols'] or []) or None)
 
     def _train_spec(self, store, train_path, val_path, checkpoint_path, resume):
         s = self._settings
