@@ -4,6 +4,7 @@ Estimator. ``fit(df)`` materializes the DataFrame as Parquet in the store (prepa
 returns a ``KerasModel`` whose ``transform(df)`` adds the model's outputs as columns."""
 
 import collections
+import inspect
 
 import cloudpickle
 
@@ -22,16 +23,11 @@ TrainSpec = collections.namedtuple('TrainSpec', [
     'label_shapes', 'store', 'train_path', 'val_path', 'batch_size', 'val_batch_size', 'epochs',
     'train_steps_per_epoch', 'validation_steps_per_epoch', 'shuffle', 'random_seed', 'backward_passes_per_step',
     'checkpoint_path', 'resume_checkpoint', 'verbose', 'use_gpu', 'readers', 'prefetch', 'continuous_cols',
-    'categorical_cols'])
+    'categorical_cols', 'data_module'])
 
 # EstimatorParams plus KerasEstimator's own.
 DEFAULTS = dict(COMMON_DEFAULTS, custom_objects=None, checkpoint_callback=None, backend_env=None,
                 tensorflow_dataset_prefetch_buffer_size=0)
-
-# Accepted only at their defaults: what each non-default value would need.
-NOT_AVAILABLE = dict(
-    data_module='custom Keras data modules, which this build does not have yet (the default reader streams the '
-                'Parquet shards; its parameters are the reader_* / shuffle_buffer_size / inmemory_cache_all ones)')
 
 
 def _names(values):
@@ -67,7 +63,6 @@ class KerasEstimator(HorovodEstimator):
     with True each process uses the devices Keras finds."""
 
     _defaults = DEFAULTS
-    NOT_AVAILABLE = NOT_AVAILABLE
     REQUIRED = HorovodEstimator.REQUIRED + ('loss',)
     RUN_PREFIX = 'keras'
 
@@ -92,6 +87,11 @@ class KerasEstimator(HorovodEstimator):
         if prefetch and util.flavour_of(s['model']) != util.TF_KERAS and keras.backend.backend() != 'tensorflow':
             raise ValueError('tensorflow_dataset_prefetch_buffer_size needs tf.data: the TensorFlow backend (this '
                              'Keras runs on {})'.format(keras.backend.backend()))
+        module = s['data_module']
+        if module is not None and not (inspect.isclass(module) and callable(getattr(module, 'train_data', None)) and
+                                       callable(getattr(module, 'val_data', None))):
+            raise ValueError('KerasEstimator(data_module=...) must be a class with train_data() and val_data() (a '
+                             'subclass of horovod.spark.common.datamodule.DataModule), got {!r}'.format(module))
         callback = s['checkpoint_callback']
         if callback is not None and not hasattr(callback, 'filepath'):
             raise ValueError('checkpoint_callback must be a ModelCheckpoint (it has no filepath), got {}'.format(
@@ -99,7 +99,8 @@ class KerasEstimator(HorovodEstimator):
 
     def _train(self, train_path, val_path, run_id, checkpoint_path, resume):
         s = self._settings
-        self._check_data(train_path)
+        if s['data_module'] is None:  # a data module makes the model's inputs its own way
+            self._check_data(train_path)
         spec = self._train_spec(train_path, val_path, checkpoint_path, resume)
         env = dict(spec.env)
         env.update(s['backend_env'] or {})
@@ -144,4 +145,5 @@ class KerasEstimator(HorovodEstimator):
             random_seed=s['random_seed'], backward_passes_per_step=s['backward_passes_per_step'],
             checkpoint_path=checkpoint_path, resume_checkpoint=resume, verbose=s['verbose'], use_gpu=s['use_gpu'],
             readers=self._readers(), prefetch=s['tensorflow_dataset_prefetch_buffer_size'],
-            continuous_cols=list(s['continuous_cols'] or []), categorical_cols=list(s['categorical_cols'] or []))
+            continuous_cols=list(s['continuous_cols'] or []), categorical_cols=list(s['categorical_cols'] or []),
+            data_module=s['data_module'])
