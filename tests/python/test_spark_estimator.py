@@ -252,6 +252,9 @@ def test_tabular_types_and_data_module_arguments():
     module = construct(HorovodOnly, dict(train_dir='t', val_dir='v', label_cols=['y']), dict(store='s'))
     assert module.store == 's' and module.train_dir == 't'  # **kwargs: the extras arrive
     assert construct(Plain, dict(train_dir='t', val_dir='v'), dict(store='s')).dirs == ('t', 'v')
+    from horovod.spark.torch.datamodule import NVTabularDataModule
+    with pytest.raises(NotImplementedError, match='NVTabularDataModule needs NVTabular, which needs a CUDA GPU'):
+        NVTabularDataModule(train_dir='t', val_dir='v')
 
 
 def test_custom_data_module_and_callbacks(spark, digits, store, tmp_path):

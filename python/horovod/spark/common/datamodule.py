@@ -26,7 +26,8 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
-__all__ = ['DataModule', 'TypedStream', 'construct', 'tabular_types', 'check_tabular_columns', 'steps_per_epoch']
+__all__ = ['DataModule', 'NVTabularDataModule', 'TypedStream', 'construct', 'tabular_types',
+           'check_tabular_columns', 'steps_per_epoch']
 
 
 class DataModule(ABC):
@@ -80,6 +81,25 @@ class DataModule(ABC):
         seed = (self.random_seed or 0) + 1000 * self.cur_shard
         return ShardReader(self.store, self.train_dir if train else self.val_dir, self.schema_fields, self.cur_shard,
                            self.shard_count, seed=seed, **options)
+
+
+class NVTabularDataModule(DataModule):
+    """Horovod's NVTabular data module (GPU-accelerated tabular loading). Refused: NVTabular
+    needs a CUDA GPU and RAPIDS (cudf), which this build does not use. The default data module
+    types ``categorical_cols`` / ``continuous_cols`` as NVTabular's loaders did."""
+    short_name = 'nvtabular'
+
+    def __init__(self, *args, **kwargs):
+        raise NotImplementedError(
+            'NVTabularDataModule needs NVTabular, which needs a CUDA GPU and RAPIDS (cudf): not available in this '
+            'build. Leave data_module unset and give categorical_cols / continuous_cols: the default data module '
+            'gives those columns as int64 / float32, as NVTabular did')
+
+    def train_data(self):
+        raise NotImplementedError
+
+    def val_data(self):
+        raise NotImplementedError
 
 
 def tabular_types(batch, categorical_cols, continuous_cols):

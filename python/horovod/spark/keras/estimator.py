@@ -58,7 +58,9 @@ class KerasEstimator(HorovodEstimator):
     Reader: as TorchEstimator (every process streams its Parquet shard, with the reader
     parameters and ``transformation_fn``); ``tensorflow_dataset_prefetch_buffer_size`` > 0 feeds
     ``model.fit`` through a tf.data pipeline that prefetches that many batches (TensorFlow backend
-    or tf-keras). ``data_module`` raises NotImplementedError.
+    or tf-keras). ``data_module``: a DataModule class (horovod.spark.common.datamodule) whose
+    ``train_data()`` / ``val_data()`` ``model.fit`` trains on instead. ``categorical_cols`` /
+    ``continuous_cols`` reach the model as int64 / float32.
     ``use_gpu=False`` hides the GPUs from the training processes (CUDA_VISIBLE_DEVICES=-1);
     with True each process uses the devices Keras finds."""
 

@@ -67,7 +67,9 @@ class TorchEstimator(HorovodEstimator):
     ModelCheckpoint among them decides which checkpoint is "best"), ``logger`` (a Lightning
     logger, ``False`` for none; default: a CSVLogger whose files go to the run's ``logs`` in the
     store), ``log_every_n_steps``, ``profiler``, ``terminate_on_nan``, ``trainer_args`` (more
-    Trainer arguments; those the estimator sets are refused, naming the parameter to use).
+    Trainer arguments; those the estimator sets are refused, naming the parameter to use),
+    ``data_module`` (a LightningDataModule class constructed with Horovod's arguments in every
+    process; default horovod.spark.lightning.datamodule.ShardDataModule).
     See docs/spark.md."""
 
     _defaults = DEFAULTS

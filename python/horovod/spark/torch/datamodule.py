@@ -3,7 +3,8 @@
 its shard of the store's Parquet files with horovod.spark.common.reader (the estimator's reader
 parameters), ``categorical_cols`` as int64 and ``continuous_cols`` as float32 columns.
 ``PetastormDataModule`` is Horovod's name for the default, kept so that code subclassing it
-works (this build reads with pyarrow, not Petastorm).
+works (this build reads with pyarrow, not Petastorm). ``NVTabularDataModule`` raises
+NotImplementedError (NVTabular needs a CUDA GPU and RAPIDS).
 
 What the estimator takes from a data module's ``train_data()`` / ``val_data()``: an iterable of
 batches; it takes ``steps_per_epoch_train`` (``steps_per_epoch_val``) batches per epoch from one
@@ -12,9 +13,9 @@ iterator, starting a new pass (``iter()`` again) when the iterable ends. A batch
 column), or a ``(features, labels)`` pair: a dict of feature columns and a dict of label columns,
 a list of tensors (one per label column) or one tensor (one label column)."""
 
-from horovod.spark.common.datamodule import DataModule, TypedStream
+from horovod.spark.common.datamodule import DataModule, NVTabularDataModule, TypedStream
 
-__all__ = ['ShardDataModule', 'PetastormDataModule']
+__all__ = ['ShardDataModule', 'PetastormDataModule', 'NVTabularDataModule']
 
 
 class ShardDataModule(DataModule):

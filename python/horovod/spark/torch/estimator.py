@@ -43,6 +43,13 @@ class TorchEstimator(HorovodEstimator):
     ``train_minibatch_fn``: one training step, Horovod's signature ``(model, optimizer,
     transform_outputs, loss_fn, inputs, labels, sample_weights) -> (outputs, loss)`` (default:
     zero_grad, forward, loss, backward, step). ``use_gpu``: training runs on the CPU in this build.
+    ``data_module``: a DataModule class (horovod.spark.common.datamodule; default
+    horovod.spark.torch.datamodule.ShardDataModule) whose ``train_data()`` / ``val_data()``
+    batches the loop takes. ``categorical_cols`` / ``continuous_cols``: those feature columns
+    reach the model as int64 / float32. ``callbacks``: objects with any of the hooks
+    ``set_model(model)``, ``on_train_begin(logs)``, ``on_epoch_begin(epoch, logs)``,
+    ``on_epoch_end(epoch, logs)``, ``on_train_end(logs)``, called in every process; one whose
+    ``stop_training`` is True ends training after that epoch on every rank (docs/spark.md).
     ``metrics``: callables
     ``metric(output, label) -> number``, averaged over the batches into the history (``<name>``
     and ``val_<name>``)."""
