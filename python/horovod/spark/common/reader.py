@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-__all__ = ['ShardReader', 'BatchStream', 'Transform', 'read_first_row', 'epoch_rows', 'POOL_TYPES']
+__all__ = ['ShardReader', 'BatchStream', 'Transform', 'read_first_row', 'shard_rows', 'epoch_rows', 'POOL_TYPES']
 
 POOL_TYPES = ('thread', 'process', 'dummy')
 CHUNK_BYTES = 4 << 20  # decoded bytes per chunk, about
@@ -66,6 +66,16 @@ def shard_files(store, path, rank, size):
     if not files:
         raise ValueError('No Parquet files under {}: was the data prepared (prepare_data / fit)?'.format(path))
     return files[rank::size] or files[:1]
+
+
+def shard_rows(store, path, rank, size):
+    """The number of rows in rank ``rank``'s shard of the dataset at ``path`` (from the Parquet
+    footers; what ``ShardReader(...).rows`` counts)."""
+    rows = 0
+    for f in shard_files(store, path, rank, size):
+        with store.fs.open(f, 'rb') as handle:
+            rows += pq.ParquetFile(handle).metadata.num_rows
+    return rows
 
 
 def read_first_row(store, path, columns, transform=None):
