@@ -357,3 +357,37 @@ def test_categorical_and_continuous_columns(spark, store):
     predicted = model.setOutputCols(['scores']).transform(df).select('label', 'scores').collect()
     correct = sum(int(max(range(3), key=lambda k: r['scores'][k]) == r['label']) for r in predicted)
     assert correct / len(predicted) > 0.9
+
+
+def test_compress_sparse_cols_stores_sparse_vectors_and_reads_them_dense(spark, digits, store):
+    """compress_sparse: Spark's vector struct on disk (a SparseVector's indices and values only),
+    the same dense rows out of the reader, in a transformation_fn and in a fit."""
+    import numpy as np
+    from pyspark.ml.linalg import Vectors
+    from horovod.spark.common.reader import ShardReader, Transform
+    rows = digits.collect()
+    # Half the rows sparse (digits are about half zeros), half dense; the label says which.
+    mixed = [((Vectors.sparse(64, {i: v for i, v in enumerate(r['features']) if v}) if n % 2 else r['features']),
+              int(r['label']), n) for n, r in enumerate(rows)]
+    df = spark.createDataFrame(mixed, ['features', 'label', 'n'])
+    with prepare_data(1, store, df, label_columns=['label', 'n'], feature_columns=['features'],
+                      compress_sparse=True, partitions_per_process=2) as idx:
+        path = store.get_train_data_path(idx)
+        stored = store.get_parquet_dataset(path).schema.field('features').type
+        assert stored.num_fields == 4  # struct<type, size, indices, values>
+        with ShardReader(store, path, ['features', 'n'], 0, 1) as reader:
+            got = {int(n): f for chunk in reader.epoch(len(rows), len(rows))
+                   for n, f in zip(chunk['n'], chunk['features'])}
+        assert len(got) == len(rows)
+        for n, r in enumerate(rows):
+            np.testing.assert_array_equal(got[n], np.asarray(r['features'], np.float32))
+
+        def double(frame):
+            frame['features'] = frame['features'].map(lambda v: v * 2)
+            return frame
+        with ShardReader(store, path, ['features', 'n'], 0, 1, transform=Transform(double)) as reader:
+            chunk = next(iter(reader.epoch(8, 8)))
+        for f, n in zip(chunk['features'], chunk['n']):
+            np.testing.assert_array_equal(f, 2 * np.asarray(rows[int(n)]['features'], np.float32))
+    model = make_estimator(store, epochs=1, compress_sparse_cols=True, validation=None).fit(df.drop('n'))
+    assert np.isfinite(model.getHistory()['loss'][-1])
