@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
       return 3;
     }
     std::vector<float> data(1024, static_cast<float>(hvd::rank() + 1));
-    hvd::TensorView view{data.data(), hvd::DataType::kFloat32, {static_cast<int64_t>(data.size())}};
+    hvd::TensorView view{data.data(), hvd::DataType::kFloat32, {static_cast<int64_t>(data.size())}, {}};
     hvd::Options options;
     options.name = "launcher_check";
     hvd::allreduce(view, view, options);

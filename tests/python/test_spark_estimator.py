@@ -90,8 +90,14 @@ def test_bad_arguments(tmp_path):
     store = LocalStore(str(tmp_path))
     with pytest.raises(ValueError, match='mutually exclusive'):
         make_estimator(store, loss_constructors=[lambda: torch.nn.CrossEntropyLoss()])._validate()
-    with pytest.raises(NotImplementedError, match='data_module=.... needs custom data modules'):
+    with pytest.raises(ValueError, match=r'data_module=...\) must be a class with train_data\(\) and val_data\(\)'):
         make_estimator(store, data_module=object)._validate()
+    with pytest.raises(ValueError, match=r"callbacks=...\): 3 defines none of the hooks set_model, on_train_begin"):
+        make_estimator(store, callbacks=[3])._validate()
+    with pytest.raises(ValueError, match=r"categorical_cols names \['age'\], which are not in feature_cols"):
+        make_estimator(store, categorical_cols=['age'])._validate()
+    with pytest.raises(ValueError, match="column 'features' is in both continuous_cols and categorical_cols"):
+        make_estimator(store, continuous_cols=['features'], categorical_cols=['features'])._validate()
     with pytest.raises(ValueError, match='reader_pool_type must be one of thread, process, dummy'):
         make_estimator(store, reader_pool_type='greenlet')._validate()
     with pytest.raises(ValueError, match='val_reader_num_workers must be a positive integer'):
@@ -215,3 +221,173 @@ def test_train_minibatch_fn_replaces_the_training_step(spark, digits, store):
     assert len(model.getHistory()['loss']) == 2
     with pytest.raises(ValueError, match='train_minibatch_fn must be a function'):
         make_estimator(store, train_minibatch_fn=3)._validate()
+
+
+def test_tabular_types_and_data_module_arguments():
+    """categorical_cols become int64 category ids (whole numbers, else a ValueError naming the
+    column), continuous_cols float32; a data module written for Horovod's arguments alone is
+    constructed without this build's extras."""
+    import numpy as np
+    from horovod.spark.common.datamodule import DataModule, construct, tabular_types
+    batch = {'city': np.array([1.0, 3.0]), 'age': np.array([30, 41]), 'other': np.array([0.5, 1.5])}
+    typed = tabular_types(batch, ['city'], ['age'])
+    assert typed['city'].dtype == np.int64 and typed['city'].tolist() == [1, 3]
+    assert typed['age'].dtype == np.float32 and typed['other'] is batch['other']
+    with pytest.raises(ValueError, match=r"categorical_cols: column 'other' holds values that are not category ids"):
+        tabular_types(batch, ['other'], [])
+
+    class HorovodOnly(DataModule):
+        def __init__(self, label_cols=None, **kwargs):
+            super().__init__(**kwargs)
+
+        def train_data(self):
+            return []
+
+        def val_data(self):
+            return []
+
+    class Plain:
+        def __init__(self, train_dir, val_dir):
+            self.dirs = train_dir, val_dir
+    module = construct(HorovodOnly, dict(train_dir='t', val_dir='v', label_cols=['y']), dict(store='s'))
+    assert module.store == 's' and module.train_dir == 't'  # **kwargs: the extras arrive
+    assert construct(Plain, dict(train_dir='t', val_dir='v'), dict(store='s')).dirs == ('t', 'v')
+    from horovod.spark.torch.datamodule import NVTabularDataModule
+    with pytest.raises(NotImplementedError, match='NVTabularDataModule needs NVTabular, which needs a CUDA GPU'):
+        NVTabularDataModule(train_dir='t', val_dir='v')
+
+
+def test_custom_data_module_and_callbacks(spark, digits, store, tmp_path):
+    """A DataModule subclass feeds the torch loop (batches as (features, labels) pairs with every
+    label shifted by one: the model learns the shifted digit), constructed in every process with
+    Horovod's arguments. Callbacks run on every rank in order; rank 1 alone asks to stop after
+    epoch 1, and every rank stops there."""
+    import json
+
+    import numpy as np
+    from horovod.spark.common.datamodule import DataModule
+    folder = str(tmp_path)
+
+    class ShiftedLabels(DataModule):
+        def __enter__(self):
+            with open(os.path.join(folder, 'dm%d' % self.cur_shard), 'w') as f:
+                json.dump(dict(shard_count=self.shard_count, schema_fields=self.schema_fields, has_val=self.has_val,
+                               steps=self.steps_per_epoch_train, label_cols=self.label_cols), f)
+            self.readers = [self.shard_reader(train=True), self.shard_reader(train=False)]
+            return self
+
+        def __exit__(self, *exc):
+            for reader in self.readers:
+                reader.close()
+
+        def _batches(self, reader, batch_size):
+            while True:
+                for batch in reader.epoch(reader.rows, batch_size):
+                    yield ({'features': torch.from_numpy(batch['features'])},
+                           torch.from_numpy((batch['label'] + 1) % 10))
+
+        def train_data(self):
+            return self._batches(self.readers[0], self.train_batch_size)
+
+        def val_data(self):
+            return self._batches(self.readers[1], self.val_batch_size)
+
+    class Recorder:
+        def __init__(self):
+            self.stop_training = False
+
+        def _write(self, line):
+            import horovod.torch as hvd
+            with open(os.path.join(folder, 'events%d' % hvd.rank()), 'a') as f:
+                f.write(line + '\n')
+
+        def set_model(self, model):
+            self._write('set_model ' + type(model).__name__)
+
+        def on_train_begin(self, logs):
+            self._write('train_begin')
+
+        def on_epoch_end(self, epoch, logs):
+            import horovod.torch as hvd
+            self._write('epoch_end {} {}'.format(epoch, ','.join(sorted(logs))))
+            self.stop_training = epoch == 1 and hvd.rank() == 1
+
+        def on_train_end(self, logs):
+            self._write('train_end')
+
+    model = make_estimator(store, epochs=4, data_module=ShiftedLabels, callbacks=[Recorder()]).fit(digits)
+    history = model.getHistory()
+    assert len(history['loss']) == 2 and history['val_accuracy'][-1] > 0.8, history
+    expected = ['set_model Sequential', 'train_begin', 'epoch_end 0 accuracy,loss,val_accuracy,val_loss',
+                'epoch_end 1 accuracy,loss,val_accuracy,val_loss', 'train_end']
+    for rank in (0, 1):
+        assert (tmp_path / 'events{}'.format(rank)).read_text().split('\n')[:-1] == expected
+        arguments = json.loads((tmp_path / 'dm{}'.format(rank)).read_text())
+        assert arguments['shard_count'] == 2 and arguments['schema_fields'] == ['features', 'label']
+        assert arguments['has_val'] and arguments['label_cols'] == ['label'] and arguments['steps'] > 0
+    rows = model.setOutputCols(['logits']).transform(digits).select('label', 'logits').collect()
+    shifted = sum(int(int(np.argmax(r['logits'])) == (r['label'] + 1) % 10) for r in rows)
+    assert shifted / len(rows) > 0.8
+
+
+def test_categorical_and_continuous_columns(spark, store):
+    """categorical_cols reach the model as int64 (an Embedding takes them) and continuous_cols
+    as float32 (a Linear takes an integer column so typed), through the default data module."""
+    import random
+    rng = random.Random(0)
+    rows = [(float(c), rng.randint(0, 3), c % 3) for c in (rng.randrange(9) for _ in range(600))]
+    df = spark.createDataFrame(rows, 'city double, rooms int, label long')
+
+    class Tabular(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed, self.linear = torch.nn.Embedding(9, 8), torch.nn.Linear(9, 3)
+
+        def forward(self, city, rooms):
+            assert city.dtype == torch.int64 and rooms.dtype == torch.float32, (city.dtype, rooms.dtype)
+            return self.linear(torch.cat([self.embed(city), rooms.view(-1, 1) / 3], 1))
+
+    module = Tabular()
+    model = TorchEstimator(num_proc=2, store=store, model=module, optimizer=torch.optim.Adam(module.parameters(), 0.05),
+                           loss=torch.nn.functional.cross_entropy, metrics=[accuracy], feature_cols=['city', 'rooms'],
+                           label_cols=['label'], categorical_cols=['city'], continuous_cols=['rooms'],
+                           validation=0.2, batch_size=16, epochs=3, random_seed=1, verbose=0).fit(df)
+    assert model.getHistory()['val_accuracy'][-1] > 0.9, model.getHistory()
+    assert model.getCategoricalCols() == ['city']  # transform() gives the Embedding int64 ids too
+    predicted = model.setOutputCols(['scores']).transform(df).select('label', 'scores').collect()
+    correct = sum(int(max(range(3), key=lambda k: r['scores'][k]) == r['label']) for r in predicted)
+    assert correct / len(predicted) > 0.9
+
+
+def test_compress_sparse_cols_stores_sparse_vectors_and_reads_them_dense(spark, digits, store):
+    """compress_sparse: Spark's vector struct on disk (a SparseVector's indices and values only),
+    the same dense rows out of the reader, in a transformation_fn and in a fit."""
+    import numpy as np
+    from pyspark.ml.linalg import Vectors
+    from horovod.spark.common.reader import ShardReader, Transform
+    rows = digits.collect()
+    # Half the rows sparse (digits are about half zeros), half dense; the label says which.
+    mixed = [((Vectors.sparse(64, {i: v for i, v in enumerate(r['features']) if v}) if n % 2 else r['features']),
+              int(r['label']), n) for n, r in enumerate(rows)]
+    df = spark.createDataFrame(mixed, ['features', 'label', 'n'])
+    with prepare_data(1, store, df, label_columns=['label', 'n'], feature_columns=['features'],
+                      compress_sparse=True, partitions_per_process=2) as idx:
+        path = store.get_train_data_path(idx)
+        stored = store.get_parquet_dataset(path).schema.field('features').type
+        assert stored.num_fields == 4  # struct<type, size, indices, values>
+        with ShardReader(store, path, ['features', 'n'], 0, 1) as reader:
+            got = {int(n): f for chunk in reader.epoch(len(rows), len(rows))
+                   for n, f in zip(chunk['n'], chunk['features'])}
+        assert len(got) == len(rows)
+        for n, r in enumerate(rows):
+            np.testing.assert_array_equal(got[n], np.asarray(r['features'], np.float32))
+
+        def double(frame):
+            frame['features'] = frame['features'].map(lambda v: v * 2)
+            return frame
+        with ShardReader(store, path, ['features', 'n'], 0, 1, transform=Transform(double)) as reader:
+            chunk = next(iter(reader.epoch(8, 8)))
+        for f, n in zip(chunk['features'], chunk['n']):
+            np.testing.assert_array_equal(f, 2 * np.asarray(rows[int(n)]['features'], np.float32))
+    model = make_estimator(store, epochs=1, compress_sparse_cols=True, validation=None).fit(df.drop('n'))
+    assert np.isfinite(model.getHistory()['loss'][-1])

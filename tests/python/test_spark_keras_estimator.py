@@ -69,6 +69,8 @@ def test_bad_arguments(tmp_path):
         make_estimator(store, feature_cols=['features', 'other'])._validate()
     with pytest.raises(ValueError, match='label_shapes has 2 entries for 1 label columns'):
         make_estimator(store, label_shapes=[[1], [1]])._validate()
+    with pytest.raises(ValueError, match=r'data_module=...\) must be a class with train_data\(\) and val_data\(\)'):
+        make_estimator(store, data_module=3)._validate()
     assert make_estimator(store).setEpochs(7).getEpochs() == 7
 
 
@@ -150,3 +152,46 @@ def test_tf_keras_model_with_image_input(spark, digits, tmp_path):
     assert isinstance(model.getModel(), tf_keras.Model)
     assert model.getHistory()['accuracy'][-1] > 0.85
     assert driver_accuracy(model) > 0.85
+
+
+def test_custom_data_module(spark, digits, tmp_path):
+    """data_module: a DataModule subclass whose train_data() / val_data() generators feed
+    model.fit (every label shifted by one: the model learns the shifted digit), constructed in
+    every process with Horovod's arguments."""
+    import json
+
+    import numpy as np
+    from horovod.spark.common.datamodule import DataModule
+    folder = str(tmp_path)
+
+    class ShiftedLabels(DataModule):
+        def __enter__(self):
+            with open(os.path.join(folder, 'dm{}'.format(self.cur_shard)), 'w') as f:
+                json.dump(dict(shard_count=self.shard_count, steps=self.steps_per_epoch_train,
+                               label_cols=self.label_cols), f)
+            self.readers = [self.shard_reader(train=True), self.shard_reader(train=False)]
+            return self
+
+        def __exit__(self, *exc):
+            for reader in self.readers:
+                reader.close()
+
+        def _batches(self, reader, batch_size):
+            while True:
+                for batch in reader.epoch(reader.rows, batch_size):
+                    yield batch['features'], (batch['label'] + 1) % 10
+
+        def train_data(self):
+            return self._batches(self.readers[0], self.train_batch_size)
+
+        def val_data(self):
+            return self._batches(self.readers[1], self.val_batch_size)
+
+    model = make_estimator(LocalStore(str(tmp_path / 'store')), data_module=ShiftedLabels, epochs=3).fit(digits)
+    history = model.getHistory()
+    assert len(history['loss']) == 3 and history['val_accuracy'][-1] > 0.8, history
+    for rank in (0, 1):
+        arguments = json.loads((tmp_path / 'dm{}'.format(rank)).read_text())
+        assert arguments['shard_count'] == 2 and arguments['steps'] > 0 and arguments['label_cols'] == ['label']
+    rows = model.setOutputCols(['p']).transform(digits).select('label', 'p').collect()
+    assert sum(int(int(np.argmax(r['p'])) == (r['label'] + 1) % 10) for r in rows) / len(rows) > 0.8

@@ -194,3 +194,46 @@ def test_strategy_collectives_are_horovod(spark):
         assert result['gathered'] == [[0, 10], [1, 11]]
         assert result['broadcast'] == {'from': 1}
         assert result['all_'] is False and result['any_'] is True
+
+
+def test_custom_data_module(spark, regression, tmp_path):
+    """data_module: a ShardDataModule subclass, constructed in every process with Horovod's
+    arguments, whose dataloaders add 5 to every target: the module learns a bias 5 higher."""
+    import json
+    from horovod.spark.lightning.datamodule import ShardDataModule
+    folder = str(tmp_path)
+
+    class Shifted:
+        def __init__(self, loader):
+            self.loader = loader
+
+        def __len__(self):
+            return len(self.loader)
+
+        def __iter__(self):
+            for batch in self.loader:
+                yield dict(batch, y=batch['y'] + 5)
+
+    class ShiftedTargets(ShardDataModule):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            with open(os.path.join(folder, 'dm{}'.format(kwargs['cur_shard'])), 'w') as f:
+                json.dump({k: kwargs[k] for k in ('shard_count', 'schema_fields', 'steps_per_epoch_train',
+                                                  'has_val', 'train_batch_size')}, f)
+
+        def train_dataloader(self):
+            return Shifted(super().train_dataloader())
+
+        def val_dataloader(self):
+            return Shifted(super().val_dataloader())
+
+    with pytest.raises(ValueError, match='must be a pytorch_lightning.LightningDataModule subclass'):
+        make_estimator(LocalStore(folder), data_module=SaveWeights)._validate()
+    model = make_estimator(LocalStore(str(tmp_path / 'store')), data_module=ShiftedTargets).fit(regression)
+    bias = model.getModel().state_dict()['linear.bias'].item()
+    assert abs(bias - (BIAS + 5)) < 0.1, bias
+    assert model.getHistory()['val_loss'][-1] < 0.01, model.getHistory()
+    for rank in (0, 1):
+        arguments = json.loads((tmp_path / 'dm{}'.format(rank)).read_text())
+        assert arguments['shard_count'] == 2 and arguments['schema_fields'] == ['features', 'y']
+        assert arguments['has_val'] and arguments['train_batch_size'] == 16 and arguments['steps_per_epoch_train'] > 0

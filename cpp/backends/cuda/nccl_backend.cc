@@ -401,9 +401,10 @@ void NcclBackend::alltoall(const Response& r, ProcessSet& set, const std::vector
   cudaStream_t stream = lane.stream.get();
   std::vector<int64_t> shape = t.shape;
   shape[0] = rows;
-  // A rank without the tensor (joined) only relays: its output is never handed out.
+  // Released on the stream of the framework that gets it; a rank without the tensor (joined)
+  // only relays and drops its output here, so it is released on the lane, after the lane's writes.
   OwnedTensor out = outputs_.allocate(r.params.dtype, std::move(shape), stream,
-                                      static_cast<cudaStream_t>(entries[0] != nullptr ? entries[0]->stream : nullptr));
+                                      entries[0] != nullptr ? static_cast<cudaStream_t>(entries[0]->stream) : stream);
   const void* in = entries[0] != nullptr ? entries[0]->input : reserve(lane, lane.scratch, std::max<size_t>(sent, 1));
   started(r, static_cast<int64_t>(sent), "nccl_alltoall");
   // This rank's own rows are a device copy; the rest one grouped send/recv per peer.

@@ -12,12 +12,13 @@ import time
 from pyspark.ml import Estimator
 
 from horovod.spark.common.backend import SparkBackend
+from horovod.spark.common.datamodule import check_tabular_columns
 from horovod.spark.common.params import ParamsMixin
 from horovod.spark.common.reader import POOL_TYPES, Transform
 from horovod.spark.common.serialization import PersistableMixin
 from horovod.spark.common.util import prepare_data
 
-__all__ = ['HorovodEstimator', 'COMMON_DEFAULTS', 'PETASTORM_ONLY']
+__all__ = ['HorovodEstimator', 'COMMON_DEFAULTS']
 
 # Horovod's EstimatorParams: parameter -> default.
 COMMON_DEFAULTS = dict(
@@ -31,17 +32,9 @@ COMMON_DEFAULTS = dict(
     reader_pool_type='thread', label_shapes=None, inmemory_cache_all=False, use_gpu=True, mp_start_method=None,
     backward_passes_per_step=1, data_module=None)
 
-# Parameters accepted only at their defaults: what a non-default value would need.
-PETASTORM_ONLY = dict(
-    data_module='custom data modules (this build has one reader: horovod.spark.common.reader streams the '
-                'Parquet shards; its parameters are the reader_* / shuffle_buffer_size / inmemory_cache_all ones)',
-    continuous_cols='categorical/continuous column handling (give feature_cols)',
-    categorical_cols='categorical/continuous column handling (give feature_cols)')
-
-
 class HorovodEstimator(ParamsMixin, PersistableMixin, Estimator):
     _defaults = COMMON_DEFAULTS
-    NOT_AVAILABLE = PETASTORM_ONLY
+    NOT_AVAILABLE = {}  # {param: what a non-default value would need}: refused with NotImplementedError
     REQUIRED = ('store', 'model', 'optimizer', 'feature_cols', 'label_cols')
 
     def __init__(self, **kwargs):
@@ -57,6 +50,7 @@ class HorovodEstimator(ParamsMixin, PersistableMixin, Estimator):
         for name in self.REQUIRED:
             if s[name] is None:
                 raise ValueError('{} needs {}'.format(name_of_class, name))
+        check_tabular_columns(s)
         self._readers()  # raises on bad reader parameters, before any process starts
         self._validate_own()
 

@@ -22,8 +22,9 @@ see ``epoch_rows``). What the estimators' reader parameters do:
   yields the columns the function leaves (``columns`` minus ``removed_fields`` plus the
   ``edit_fields``' names).
 
-Array columns become 2-D arrays (rows x elements); integral columns stay integral (labels), the
-rest float32.
+Array columns become 2-D arrays (rows x elements); so do ml vector columns stored as Spark's
+vector struct (``compress_sparse_cols``: a sparse vector's indices and values, made dense here).
+Integral columns stay integral (labels), the rest float32.
 
 Why not Petastorm (what Horovod used): it is barely maintained and pins old pyarrow; a plain
 pyarrow reader needs nothing beyond what Spark's Parquet output already is."""
@@ -37,7 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-__all__ = ['ShardReader', 'BatchStream', 'Transform', 'read_first_row', 'epoch_rows', 'POOL_TYPES']
+__all__ = ['ShardReader', 'BatchStream', 'Transform', 'read_first_row', 'shard_rows', 'epoch_rows', 'POOL_TYPES']
 
 POOL_TYPES = ('thread', 'process', 'dummy')
 CHUNK_BYTES = 4 << 20  # decoded bytes per chunk, about
@@ -68,6 +69,16 @@ def shard_files(store, path, rank, size):
     return files[rank::size] or files[:1]
 
 
+def shard_rows(store, path, rank, size):
+    """The number of rows in rank ``rank``'s shard of the dataset at ``path`` (from the Parquet
+    footers; what ``ShardReader(...).rows`` counts)."""
+    rows = 0
+    for f in shard_files(store, path, rank, size):
+        with store.fs.open(f, 'rb') as handle:
+            rows += pq.ParquetFile(handle).metadata.num_rows
+    return rows
+
+
 def read_first_row(store, path, columns, transform=None):
     """{column: numpy array of one row} of the dataset at ``path`` (the first row of its first
     non-empty file), as the reader converts (and ``transform`` changes) them; None when the
@@ -89,6 +100,8 @@ def _column_array(column):
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
     kind = column.type
+    if _is_vector_struct(kind):
+        return _dense_vectors(column)
     if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
         lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False)
         if len(lengths) and column.null_count == 0 and (lengths == lengths[0]).all():
@@ -96,6 +109,38 @@ def _column_array(column):
             return values.reshape(len(column), int(lengths[0]))
         return _as_numbers(np.asarray(column.to_pylist()))  # ragged: as before, numpy decides
     return _as_numbers(column.to_numpy(zero_copy_only=False))
+
+
+_VECTOR_FIELDS = {'type', 'size', 'indices', 'values'}
+
+
+def _is_vector_struct(kind):
+    """Spark's storage of a pyspark.ml vector: struct<type, size, indices, values> (type 0:
+    sparse, with size and indices; 1: dense, values only)."""
+    return pa.types.is_struct(kind) and {kind.field(i).name for i in range(kind.num_fields)} == _VECTOR_FIELDS
+
+
+def _dense_vectors(column):
+    """A column of Spark's vector structs as a rows x size float32 array."""
+    rows = len(column)
+    if column.null_count:
+        raise ValueError('a vector column has null rows')
+    sparse = column.field('type').to_numpy(zero_copy_only=False) == 0
+    values = column.field('values')
+    counts = pc.list_value_length(values).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    sizes = np.where(sparse, column.field('size').fill_null(0).to_numpy(zero_copy_only=False), counts)
+    if rows and (sizes != sizes[0]).any():
+        raise ValueError('a vector column holds vectors of different sizes ({} and {})'.format(
+            int(sizes.min()), int(sizes.max())))
+    out = np.zeros((rows, int(sizes[0]) if rows else 0), np.float32)
+    flat = values.flatten().to_numpy(zero_copy_only=False)
+    row_of = np.repeat(np.arange(rows), counts)
+    starts = np.cumsum(counts) - counts
+    col_of = np.arange(len(flat)) - np.repeat(starts, counts)  # position within the row: dense rows
+    sparse_elements = np.repeat(sparse, counts)
+    col_of[sparse_elements] = column.field('indices').flatten().to_numpy(zero_copy_only=False)
+    out[row_of, col_of] = flat
+    return out
 
 
 def _as_numbers(array):
@@ -135,7 +180,11 @@ class Transform:
         return out
 
     def apply(self, batch):
-        frame = self.fn(batch.to_pandas())
+        frame = batch.to_pandas()
+        for name in batch.schema.names:  # ml vectors reach the function as arrays, stored either way
+            if _is_vector_struct(batch.schema.field(name).type):
+                frame[name] = list(_dense_vectors(batch.column(name)))
+        frame = self.fn(frame)
         if frame is None:
             raise ValueError('transformation_fn returned None; it must return the (changed) pandas DataFrame')
         return {name: _as_numbers(_stack(frame[name].to_numpy())) for name in frame.columns}

@@ -1,8 +1,10 @@
 """Turning a DataFrame into the Parquet datasets that training reads (``prepare_data``).
 
 Columns: numeric scalars, ``array<numeric>`` and ``pyspark.ml.linalg`` vectors (stored as
-``array<double>``). The validation split is a float fraction (a seeded random split) or the name
-of a column whose true/non-zero rows are validation rows."""
+``array<double>``; with ``compress_sparse``, as Spark's own vector struct, in which a
+``SparseVector`` keeps only its indices and values: the reader makes them dense again). The
+validation split is a float fraction (a seeded random split) or the name of a column whose
+true/non-zero rows are validation rows."""
 
 import contextlib
 import itertools
@@ -46,7 +48,9 @@ def prepare_data(num_processes, store, df, label_columns, feature_columns, valid
     """Writes ``df``'s feature, label (and sample weight) columns as Parquet under
     ``store.get_train_data_path(idx)`` / ``get_val_data_path(idx)`` and yields ``idx`` (for
     ``fit_on_parquet(dataset_idx=idx)``); the files are removed when the block ends.
-    ``compress_sparse`` is accepted for compatibility: vectors are always stored dense."""
+    ``compress_sparse``: vector columns are written as Spark stores ml vectors (a sparse vector as
+    its size, indices and values), which saves disk for sparse data and costs the readers a
+    densifying step; otherwise every vector is written as a dense ``array<double>``."""
     label_columns = list(label_columns)
     feature_columns = list(feature_columns)
     columns = feature_columns + label_columns + ([sample_weight_col] if sample_weight_col else [])
@@ -71,7 +75,9 @@ def prepare_data(num_processes, store, df, label_columns, feature_columns, valid
         for part, path in ((train, train_path), (val, val_path)):
             if part is None:
                 continue
-            part = _vectors_to_arrays(part.select(*columns), columns)
+            part = part.select(*columns)
+            if not compress_sparse:
+                part = _vectors_to_arrays(part, columns)
             if verbose:
                 print('horovod.spark: writing {} to {}'.format('training data' if path == train_path else
                                                                'validation data', path))

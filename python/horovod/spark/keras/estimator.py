@@ -4,10 +4,12 @@ Estimator. ``fit(df)`` materializes the DataFrame as Parquet in the store (prepa
 returns a ``KerasModel`` whose ``transform(df)`` adds the model's outputs as columns."""
 
 import collections
+import inspect
 
 import cloudpickle
 
-from horovod.spark.common.estimator import COMMON_DEFAULTS, PETASTORM_ONLY, HorovodEstimator
+from horovod.spark.common.datamodule import tabular_types
+from horovod.spark.common.estimator import COMMON_DEFAULTS, HorovodEstimator
 from horovod.spark.common.reader import read_first_row
 from horovod.spark.keras import util
 from horovod.spark.keras.model import KerasModel
@@ -20,14 +22,12 @@ TrainSpec = collections.namedtuple('TrainSpec', [
     'callbacks', 'checkpoint_callback', 'compression', 'feature_cols', 'label_cols', 'sample_weight_col', 'columns',
     'label_shapes', 'store', 'train_path', 'val_path', 'batch_size', 'val_batch_size', 'epochs',
     'train_steps_per_epoch', 'validation_steps_per_epoch', 'shuffle', 'random_seed', 'backward_passes_per_step',
-    'checkpoint_path', 'resume_checkpoint', 'verbose', 'use_gpu', 'readers', 'prefetch'])
+    'checkpoint_path', 'resume_checkpoint', 'verbose', 'use_gpu', 'readers', 'prefetch', 'continuous_cols',
+    'categorical_cols', 'data_module'])
 
 # EstimatorParams plus KerasEstimator's own.
 DEFAULTS = dict(COMMON_DEFAULTS, custom_objects=None, checkpoint_callback=None, backend_env=None,
                 tensorflow_dataset_prefetch_buffer_size=0)
-
-# Accepted only at their defaults: what each non-default value would need.
-NOT_AVAILABLE = PETASTORM_ONLY
 
 
 def _names(values):
@@ -58,12 +58,13 @@ class KerasEstimator(HorovodEstimator):
     Reader: as TorchEstimator (every process streams its Parquet shard, with the reader
     parameters and ``transformation_fn``); ``tensorflow_dataset_prefetch_buffer_size`` > 0 feeds
     ``model.fit`` through a tf.data pipeline that prefetches that many batches (TensorFlow backend
-    or tf-keras). ``data_module`` raises NotImplementedError.
+    or tf-keras). ``data_module``: a DataModule class (horovod.spark.common.datamodule) whose
+    ``train_data()`` / ``val_data()`` ``model.fit`` trains on instead. ``categorical_cols`` /
+    ``continuous_cols`` reach the model as int64 / float32.
     ``use_gpu=False`` hides the GPUs from the training processes (CUDA_VISIBLE_DEVICES=-1);
     with True each process uses the devices Keras finds."""
 
     _defaults = DEFAULTS
-    NOT_AVAILABLE = NOT_AVAILABLE
     REQUIRED = HorovodEstimator.REQUIRED + ('loss',)
     RUN_PREFIX = 'keras'
 
@@ -88,6 +89,11 @@ class KerasEstimator(HorovodEstimator):
         if prefetch and util.flavour_of(s['model']) != util.TF_KERAS and keras.backend.backend() != 'tensorflow':
             raise ValueError('tensorflow_dataset_prefetch_buffer_size needs tf.data: the TensorFlow backend (this '
                              'Keras runs on {})'.format(keras.backend.backend()))
+        module = s['data_module']
+        if module is not None and not (inspect.isclass(module) and callable(getattr(module, 'train_data', None)) and
+                                       callable(getattr(module, 'val_data', None))):
+            raise ValueError('KerasEstimator(data_module=...) must be a class with train_data() and val_data() (a '
+                             'subclass of horovod.spark.common.datamodule.DataModule), got {!r}'.format(module))
         callback = s['checkpoint_callback']
         if callback is not None and not hasattr(callback, 'filepath'):
             raise ValueError('checkpoint_callback must be a ModelCheckpoint (it has no filepath), got {}'.format(
@@ -95,7 +101,8 @@ class KerasEstimator(HorovodEstimator):
 
     def _train(self, train_path, val_path, run_id, checkpoint_path, resume):
         s = self._settings
-        self._check_data(train_path)
+        if s['data_module'] is None:  # a data module makes the model's inputs its own way
+            self._check_data(train_path)
         spec = self._train_spec(train_path, val_path, checkpoint_path, resume)
         env = dict(spec.env)
         env.update(s['backend_env'] or {})
@@ -112,6 +119,7 @@ class KerasEstimator(HorovodEstimator):
         row = read_first_row(s['store'], train_path, self._columns(), self._transform())
         if row is None:
             return
+        row = tabular_types(row, s['categorical_cols'] or [], s['continuous_cols'] or [])
         shapes = util.input_shapes(s['model'], len(s['feature_cols']))
         for i, (column, shape) in enumerate(zip(s['feature_cols'], shapes)):
             util.reshape(row[column], shape, 'feature column {!r} (model input {})'.format(column, i))
@@ -138,4 +146,6 @@ class KerasEstimator(HorovodEstimator):
             validation_steps_per_epoch=s['validation_steps_per_epoch'], shuffle=s['shuffle'],
             random_seed=s['random_seed'], backward_passes_per_step=s['backward_passes_per_step'],
             checkpoint_path=checkpoint_path, resume_checkpoint=resume, verbose=s['verbose'], use_gpu=s['use_gpu'],
-            readers=self._readers(), prefetch=s['tensorflow_dataset_prefetch_buffer_size'])
+            readers=self._readers(), prefetch=s['tensorflow_dataset_prefetch_buffer_size'],
+            continuous_cols=list(s['continuous_cols'] or []), categorical_cols=list(s['categorical_cols'] or []),
+            data_module=s['data_module'])

@@ -16,6 +16,7 @@ def make_train_fn(spec):
     def train():
         import cloudpickle
         import numpy as np
+        from horovod.spark.common.datamodule import tabular_types
         from horovod.spark.common.reader import BatchStream, ShardReader, epoch_rows
         from horovod.spark.keras import util
 
@@ -35,6 +36,7 @@ def make_train_fn(spec):
         shapes = util.input_shapes(model, len(spec.feature_cols))
 
         def to_keras(batch):
+            batch = tabular_types(batch, spec.categorical_cols, spec.continuous_cols)
             inputs = [util.reshape(batch[c], shape, 'feature column {!r} (model input {})'.format(c, i))
                       for i, (c, shape) in enumerate(zip(spec.feature_cols, shapes))]
             labels = [util.reshape(batch[c], shape, 'label column {!r}'.format(c))
@@ -53,13 +55,17 @@ def make_train_fn(spec):
             rows = np.asarray(hvd.allgather(np.array([reader.rows], dtype=np.int64))).reshape(-1).tolist()
             return BatchStream(reader, epoch_rows(rows, what), batch_size, steps)
 
-        streams = [stream(spec.train_path, spec.batch_size, spec.readers['train'], spec.train_steps_per_epoch,
-                          'training')]
-        if spec.val_path:
-            streams.append(stream(spec.val_path, spec.val_batch_size, spec.readers['val'],
-                                  spec.validation_steps_per_epoch, 'validation'))
-        feeds = [_keras_feed(keras, s, to_keras, spec.prefetch) for s in streams]
-        train_data, val_data = feeds[0], (feeds[1] if len(feeds) > 1 else None)
+        if spec.data_module is None:
+            streams = [stream(spec.train_path, spec.batch_size, spec.readers['train'], spec.train_steps_per_epoch,
+                              'training')]
+            if spec.val_path:
+                streams.append(stream(spec.val_path, spec.val_batch_size, spec.readers['val'],
+                                      spec.validation_steps_per_epoch, 'validation'))
+            feeds = [_keras_feed(keras, s, to_keras, spec.prefetch) for s in streams]
+            data = _DefaultData(feeds[0], feeds[1] if len(feeds) > 1 else None, streams)
+            steps = {}
+        else:
+            data, steps = _data_module(spec, hvd)
 
         callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0), hvd.callbacks.MetricAverageCallback()]
         callbacks += cloudpickle.loads(spec.callbacks)
@@ -71,10 +77,11 @@ def make_train_fn(spec):
                 best = cloudpickle.loads(spec.checkpoint_callback)
                 best.filepath = os.path.join(tmp, 'best.weights.h5' if best.save_weights_only else 'best.keras')
                 callbacks.append(best)
-            fitted = model.fit(train_data, validation_data=val_data, epochs=spec.epochs, initial_epoch=start_epoch,
-                               verbose=spec.verbose if hvd.rank() == 0 else 0, callbacks=callbacks, shuffle=False)
-            for data in streams:
-                data.close()
+            with data as dm:
+                fitted = model.fit(dm.train_data(), validation_data=dm.val_data() if spec.val_path else None,
+                                   epochs=spec.epochs, initial_epoch=start_epoch,
+                                   verbose=spec.verbose if hvd.rank() == 0 else 0, callbacks=callbacks, shuffle=False,
+                                   **steps)
             for key, values in fitted.history.items():
                 history.setdefault(key, []).extend(float(v) for v in values)
             if hvd.rank() != 0:
@@ -88,6 +95,58 @@ def make_train_fn(spec):
             return {'history': history, 'model': util.model_to_bytes(model)}
 
     return train
+
+
+class _DefaultData:
+    """The default data of ``model.fit``, shaped as a data module: the streamed feeds, whose
+    streams close on exit."""
+
+    def __init__(self, train, val, streams):
+        self.train, self.val, self.streams = train, val, streams
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for stream in self.streams:
+            stream.close()
+
+    def train_data(self):
+        return self.train
+
+    def val_data(self):
+        return self.val
+
+
+def _data_module(spec, hvd):
+    """(the data module, ``model.fit``'s steps arguments): the spec's ``data_module`` class
+    constructed with Horovod's arguments for this rank (horovod.spark.common.datamodule), and the
+    steps per epoch every rank takes from its ``train_data()`` / ``val_data()``."""
+    import numpy as np
+    from horovod.spark.common.datamodule import construct, steps_per_epoch
+    from horovod.spark.common.reader import shard_rows
+
+    def rows(path):
+        mine = np.array([shard_rows(spec.store, path, hvd.rank(), hvd.size())], dtype=np.int64)
+        return np.asarray(hvd.allgather(mine)).reshape(-1).tolist()
+    steps = steps_per_epoch(rows(spec.train_path), spec.batch_size, spec.train_steps_per_epoch, 'training')
+    val_steps = (steps_per_epoch(rows(spec.val_path), spec.val_batch_size, spec.validation_steps_per_epoch,
+                                 'validation') if spec.val_path else None)
+    train = spec.readers['train']
+    transform = train['transform']
+    arguments = dict(
+        train_dir=spec.train_path, val_dir=spec.val_path, num_train_epochs=spec.epochs,
+        has_val=spec.val_path is not None, train_batch_size=spec.batch_size, val_batch_size=spec.val_batch_size,
+        shuffle=train['shuffle'], transform_fn=transform.fn if transform else None,
+        inmemory_cache_all=train['inmemory_cache_all'], cur_shard=hvd.rank(), shard_count=hvd.size(),
+        schema_fields=list(spec.columns), storage_options=spec.store.storage_options, steps_per_epoch_train=steps,
+        steps_per_epoch_val=val_steps, verbose=spec.verbose, random_seed=spec.random_seed,
+        reader_pool_type=train['pool_type'], train_reader_worker_count=train['num_workers'],
+        val_reader_worker_count=spec.readers['val']['num_workers'], categorical_cols=spec.categorical_cols,
+        continuous_cols=spec.continuous_cols, label_cols=list(spec.label_cols))
+    extras = dict(store=spec.store, reader_options=spec.readers)
+    module = construct(spec.data_module, arguments, extras)
+    return module, dict(steps_per_epoch=steps, **({'validation_steps': val_steps} if val_steps else {}))
 
 
 def _compiled_model(keras, hvd, spec, custom_objects):

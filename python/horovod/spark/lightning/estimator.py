@@ -11,7 +11,7 @@ import io
 import cloudpickle
 import pytorch_lightning as pl
 
-from horovod.spark.common.estimator import COMMON_DEFAULTS, PETASTORM_ONLY, HorovodEstimator
+from horovod.spark.common.estimator import COMMON_DEFAULTS, HorovodEstimator
 from horovod.spark.lightning.model import TorchModel
 from horovod.spark.lightning.remote import make_train_fn
 
@@ -22,7 +22,8 @@ TrainSpec = collections.namedtuple('TrainSpec', [
     'val_path', 'batch_size', 'val_batch_size', 'epochs', 'train_steps_per_epoch', 'validation_steps_per_epoch',
     'readers', 'random_seed', 'backward_passes_per_step', 'run_path', 'checkpoint_path', 'logs_path',
     'resume_checkpoint', 'verbose', 'use_gpu', 'log_every_n_steps', 'terminate_on_nan', 'profiler',
-    'trainer_args', 'debug_data_loader', 'train_queue_size', 'val_queue_size'])
+    'trainer_args', 'debug_data_loader', 'train_queue_size', 'val_queue_size', 'data_module', 'label_cols',
+    'continuous_cols', 'categorical_cols'])
 
 # EstimatorParams plus the Lightning estimator's own (Horovod 0.28.1's names and defaults).
 DEFAULTS = dict(COMMON_DEFAULTS, input_shapes=None, loss_constructors=None, train_minibatch_fn=None, num_gpus=None,
@@ -32,7 +33,6 @@ DEFAULTS = dict(COMMON_DEFAULTS, input_shapes=None, loss_constructors=None, trai
 
 # Accepted only at their defaults: what each non-default value would need.
 NOT_AVAILABLE = dict(
-    PETASTORM_ONLY,
     train_minibatch_fn='a custom minibatch function (implement LightningModule.training_step)',
     loader_num_epochs="Petastorm's reader epochs (the streaming reader serves one pass per epoch)")
 
@@ -67,7 +67,9 @@ class TorchEstimator(HorovodEstimator):
     ModelCheckpoint among them decides which checkpoint is "best"), ``logger`` (a Lightning
     logger, ``False`` for none; default: a CSVLogger whose files go to the run's ``logs`` in the
     store), ``log_every_n_steps``, ``profiler``, ``terminate_on_nan``, ``trainer_args`` (more
-    Trainer arguments; those the estimator sets are refused, naming the parameter to use).
+    Trainer arguments; those the estimator sets are refused, naming the parameter to use),
+    ``data_module`` (a LightningDataModule class constructed with Horovod's arguments in every
+    process; default horovod.spark.lightning.datamodule.ShardDataModule).
     See docs/spark.md."""
 
     _defaults = DEFAULTS
@@ -98,6 +100,11 @@ class TorchEstimator(HorovodEstimator):
         for name in ('train_steps_per_epoch', 'validation_steps_per_epoch'):
             if s[name] is not None and not _positive_int(s[name]):
                 raise ValueError('TorchEstimator({}={!r}) must be None or a positive integer'.format(name, s[name]))
+        module = s['data_module']
+        if module is not None and not (inspect.isclass(module) and issubclass(module, pl.LightningDataModule)):
+            raise ValueError('TorchEstimator(data_module=...) must be a pytorch_lightning.LightningDataModule '
+                             'subclass (e.g. of horovod.spark.lightning.datamodule.ShardDataModule), got {!r}'.format(
+                                 module))
         callbacks = s['callbacks'] or []
         if not isinstance(callbacks, (list, tuple)):
             raise ValueError('TorchEstimator(callbacks=...) must be a list of Lightning callbacks')
@@ -144,13 +151,16 @@ class TorchEstimator(HorovodEstimator):
             use_gpu=s['use_gpu'], log_every_n_steps=s['log_every_n_steps'], terminate_on_nan=s['terminate_on_nan'],
             profiler=s['profiler'], trainer_args=dict(s['trainer_args'] or {}),
             debug_data_loader=s['debug_data_loader'], train_queue_size=s['train_async_data_loader_queue_size'],
-            val_queue_size=s['val_async_data_loader_queue_size'])
+            val_queue_size=s['val_async_data_loader_queue_size'], data_module=s['data_module'],
+            label_cols=list(s['label_cols']), continuous_cols=list(s['continuous_cols'] or []),
+            categorical_cols=list(s['categorical_cols'] or []))
         trained = self._backend().run(make_train_fn(spec), env={})[0]
         import torch
         model = cloudpickle.loads(spec.model_bytes)
         model.load_state_dict(torch.load(io.BytesIO(trained['state_dict'])))
         return TorchModel(model=model, history=trained['history'], feature_cols=list(s['feature_cols']),
                           label_cols=list(s['label_cols']), input_shapes=s['input_shapes'], run_id=run_id,
+                          categorical_cols=list(s['categorical_cols'] or []) or None,
                           best_model_path=trained['best_model_path'])
 
     def _shapes(self):

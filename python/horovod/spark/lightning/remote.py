@@ -28,7 +28,6 @@ def make_train_fn(spec):
         from pytorch_lightning.loggers import CSVLogger
 
         import horovod.torch as hvd
-        from horovod.spark.lightning.datamodule import ShardDataModule
         from horovod.spark.lightning.strategy import HorovodStrategy
 
         hvd.init()
@@ -74,11 +73,7 @@ def make_train_fn(spec):
                 kwargs['limit_val_batches'] = 0
             kwargs.update(spec.trainer_args or {})
             trainer = pl.Trainer(**kwargs)
-            data = ShardDataModule(
-                spec.store, spec.train_path, spec.val_path, spec.columns, spec.shapes, spec.batch_size,
-                spec.val_batch_size, spec.readers, spec.random_seed, spec.train_steps_per_epoch,
-                spec.validation_steps_per_epoch, spec.train_queue_size, spec.val_queue_size,
-                verbose=bool(spec.debug_data_loader))
+            data = _data_module(spec, hvd)
             ckpt_path = None
             if spec.resume_checkpoint is not None:
                 ckpt_path = os.path.join(work, 'resume.ckpt')
@@ -105,6 +100,43 @@ def make_train_fn(spec):
             shutil.rmtree(work, ignore_errors=True)
 
     return train
+
+
+def _data_module(spec, hvd):
+    """The spec's ``data_module`` class (default ShardDataModule) constructed with Horovod's
+    arguments for this rank (datamodule.py), with the steps per epoch every rank takes."""
+    import torch
+    from horovod.spark.common.datamodule import construct, steps_per_epoch
+    from horovod.spark.common.reader import epoch_rows, shard_rows
+    from horovod.spark.lightning.datamodule import ShardDataModule
+
+    def rows(path, what):
+        mine = shard_rows(spec.store, path, hvd.rank(), hvd.size())
+        return hvd.allgather(torch.tensor([mine]), name='lightning_' + what + '_rows').tolist()
+    train_rows = rows(spec.train_path, 'training')
+    val_rows = rows(spec.val_path, 'validation') if spec.val_path else None
+    train = spec.readers['train']
+    transform = train['transform']
+    arguments = dict(
+        train_dir=spec.train_path, val_dir=spec.val_path, num_train_epochs=spec.epochs,
+        has_val=spec.val_path is not None, train_batch_size=spec.batch_size, val_batch_size=spec.val_batch_size,
+        shuffle=train['shuffle'], num_reader_epochs=None, reader_pool_type=train['pool_type'],
+        reader_worker_count=train['num_workers'], transformation=transform.fn if transform else None,
+        transformation_edit_fields=transform.edit_fields if transform else None,
+        transformation_removed_fields=transform.removed_fields if transform else None,
+        inmemory_cache_all=train['inmemory_cache_all'], cur_shard=hvd.rank(), shard_count=hvd.size(),
+        schema_fields=list(spec.columns), storage_options=spec.store.storage_options,
+        steps_per_epoch_train=steps_per_epoch(train_rows, spec.batch_size, spec.train_steps_per_epoch, 'training'),
+        steps_per_epoch_val=(steps_per_epoch(val_rows, spec.val_batch_size, spec.validation_steps_per_epoch,
+                                             'validation') if val_rows else 0),
+        verbose=bool(spec.verbose), debug_data_loader=spec.debug_data_loader,
+        train_async_data_loader_queue_size=spec.train_queue_size,
+        val_async_data_loader_queue_size=spec.val_queue_size, seed=spec.random_seed)
+    extras = dict(store=spec.store, reader_options=spec.readers, shapes=spec.shapes, label_cols=spec.label_cols,
+                  continuous_cols=spec.continuous_cols, categorical_cols=spec.categorical_cols,
+                  train_epoch_rows=epoch_rows(train_rows, 'training'),
+                  val_epoch_rows=epoch_rows(val_rows, 'validation') if val_rows else None)
+    return construct(spec.data_module or ShardDataModule, arguments, extras)
 
 
 class _History(Callback):

@@ -4,11 +4,12 @@ training on ``num_proc`` Horovod processes through the backend (horovod.spark.ru
 a ``TorchModel`` whose ``transform(df)`` adds the model's outputs as columns."""
 
 import collections
+import inspect
 import io
 
 import cloudpickle
 
-from horovod.spark.common.estimator import COMMON_DEFAULTS, PETASTORM_ONLY, HorovodEstimator
+from horovod.spark.common.estimator import COMMON_DEFAULTS, HorovodEstimator
 from horovod.spark.torch.model import TorchModel
 from horovod.spark.torch.remote import make_train_fn
 
@@ -19,13 +20,14 @@ TrainSpec = collections.namedtuple('TrainSpec', [
     'loss_weights', 'metrics', 'compression', 'feature_cols', 'label_cols', 'sample_weight_col', 'columns',
     'input_shapes', 'label_shapes', 'store', 'train_path', 'val_path', 'batch_size', 'val_batch_size', 'epochs',
     'train_steps_per_epoch', 'validation_steps_per_epoch', 'shuffle', 'random_seed', 'backward_passes_per_step',
-    'checkpoint_path', 'resume_checkpoint', 'verbose', 'readers', 'train_minibatch_fn'])
+    'checkpoint_path', 'resume_checkpoint', 'verbose', 'readers', 'train_minibatch_fn', 'data_module',
+    'continuous_cols', 'categorical_cols', 'transformation_fn', 'callbacks'])
 
 # EstimatorParams plus TorchEstimator's own.
 DEFAULTS = dict(COMMON_DEFAULTS, loss_constructors=None, input_shapes=None, train_minibatch_fn=None)
 
-# Accepted only at their defaults: what each non-default value would need.
-NOT_AVAILABLE = dict(PETASTORM_ONLY, callbacks='training callbacks (TorchEstimator has none in this build)')
+# The hooks a TorchEstimator callback may define (remote._Hooks calls them).
+CALLBACK_HOOKS = ('set_model', 'on_train_begin', 'on_epoch_begin', 'on_epoch_end', 'on_train_end')
 
 
 class TorchEstimator(HorovodEstimator):
@@ -41,12 +43,18 @@ class TorchEstimator(HorovodEstimator):
     ``train_minibatch_fn``: one training step, Horovod's signature ``(model, optimizer,
     transform_outputs, loss_fn, inputs, labels, sample_weights) -> (outputs, loss)`` (default:
     zero_grad, forward, loss, backward, step). ``use_gpu``: training runs on the CPU in this build.
+    ``data_module``: a DataModule class (horovod.spark.common.datamodule; default
+    horovod.spark.torch.datamodule.ShardDataModule) whose ``train_data()`` / ``val_data()``
+    batches the loop takes. ``categorical_cols`` / ``continuous_cols``: those feature columns
+    reach the model as int64 / float32. ``callbacks``: objects with any of the hooks
+    ``set_model(model)``, ``on_train_begin(logs)``, ``on_epoch_begin(epoch, logs)``,
+    ``on_epoch_end(epoch, logs)``, ``on_train_end(logs)``, called in every process; one whose
+    ``stop_training`` is True ends training after that epoch on every rank (docs/spark.md).
     ``metrics``: callables
     ``metric(output, label) -> number``, averaged over the batches into the history (``<name>``
     and ``val_<name>``)."""
 
     _defaults = DEFAULTS
-    NOT_AVAILABLE = NOT_AVAILABLE
     RUN_PREFIX = 'torch'
 
     def _validate_own(self):
@@ -60,6 +68,18 @@ class TorchEstimator(HorovodEstimator):
         if s['train_minibatch_fn'] is not None and not callable(s['train_minibatch_fn']):
             raise ValueError('train_minibatch_fn must be a function (model, optimizer, transform_outputs, loss_fn, '
                              'inputs, labels, sample_weights) -> (outputs, loss)')
+        module = s['data_module']
+        if module is not None and not (inspect.isclass(module) and callable(getattr(module, 'train_data', None)) and
+                                       callable(getattr(module, 'val_data', None))):
+            raise ValueError('TorchEstimator(data_module=...) must be a class with train_data() and val_data() (a '
+                             'subclass of horovod.spark.common.datamodule.DataModule), got {!r}'.format(module))
+        callbacks = s['callbacks'] or []
+        if not isinstance(callbacks, (list, tuple)):
+            raise ValueError('TorchEstimator(callbacks=...) must be a list, got {!r}'.format(callbacks))
+        for callback in callbacks:
+            if not any(callable(getattr(callback, hook, None)) for hook in CALLBACK_HOOKS):
+                raise ValueError('TorchEstimator(callbacks=...): {!r} defines none of the hooks {}'.format(
+                    callback, ', '.join(CALLBACK_HOOKS)))
 
     def _train(self, train_path, val_path, run_id, checkpoint_path, resume):
         s = self._settings
@@ -69,7 +89,8 @@ class TorchEstimator(HorovodEstimator):
         model = cloudpickle.loads(spec.model_bytes)
         model.load_state_dict(torch.load(io.BytesIO(trained['state_dict'])))
         return TorchModel(model=model, history=trained['history'], feature_cols=list(s['feature_cols']),
-                          label_cols=list(s['label_cols']), input_shapes=s['input_shapes'], run_id=run_id)
+                          label_cols=list(s['label_cols']), input_shapes=s['input_shapes'], run_id=run_id,
+                          categorical_cols=list(s['categorical_cols'] or []) or None)
 
     def _train_spec(self, store, train_path, val_path, checkpoint_path, resume):
         s = self._settings
@@ -89,4 +110,6 @@ class TorchEstimator(HorovodEstimator):
             validation_steps_per_epoch=s['validation_steps_per_epoch'], shuffle=s['shuffle'],
             random_seed=s['random_seed'], backward_passes_per_step=s['backward_passes_per_step'],
             checkpoint_path=checkpoint_path, resume_checkpoint=resume, verbose=s['verbose'], readers=self._readers(),
-            train_minibatch_fn=s['train_minibatch_fn'])
+            train_minibatch_fn=s['train_minibatch_fn'], data_module=s['data_module'],
+            continuous_cols=list(s['continuous_cols'] or []), categorical_cols=list(s['categorical_cols'] or []),
+            transformation_fn=s['transformation_fn'], callbacks=cloudpickle.dumps(list(s['callbacks'] or [])))

@@ -11,25 +11,30 @@ __all__ = ['TorchModel']
 
 class TorchModel(HorovodModel):
     """``transform(df)`` (see horovod.spark.common.model) with one model input per feature
-    column, reshaped to ``input_shapes[i]`` when given. ``getModel()`` is the torch module."""
+    column, reshaped to ``input_shapes[i]`` when given; the ``categorical_cols`` the estimator
+    was given are int64 inputs, as in training. ``getModel()`` is the torch module."""
 
-    _defaults = dict(HorovodModel._defaults, input_shapes=None)
+    _defaults = dict(HorovodModel._defaults, input_shapes=None, categorical_cols=None)
 
     def _predictor(self):
         s = self._settings
         shapes = s['input_shapes'] or [None] * len(s['feature_cols'])
-        return functools.partial(_load_predictor, cloudpickle.dumps(s['model']), list(s['feature_cols']), shapes)
+        return functools.partial(_load_predictor, cloudpickle.dumps(s['model']), list(s['feature_cols']), shapes,
+                                 list(s['categorical_cols'] or []))
 
 
-def _load_predictor(model_bytes, features, shapes):
-    return functools.partial(_predict, cloudpickle.loads(model_bytes), features=features, shapes=shapes)
+def _load_predictor(model_bytes, features, shapes, categorical_cols=()):
+    return functools.partial(_predict, cloudpickle.loads(model_bytes), features=features, shapes=shapes,
+                             categorical_cols=categorical_cols)
 
 
-def _predict(model, rows, features, shapes):
+def _predict(model, rows, features, shapes, categorical_cols=()):
     """For each row, a list (one per model output) of lists of floats."""
     import torch
+    from horovod.spark.common.datamodule import tabular_types
+    arrays = tabular_types(dict(zip(features, feature_arrays(rows, features))), categorical_cols, [])
     inputs = []
-    for array, shape in zip(feature_arrays(rows, features), shapes):
+    for array, shape in zip((arrays[c] for c in features), shapes):
         tensor = torch.as_tensor(array)
         inputs.append(tensor.view(-1, *shape) if shape else tensor)
     model.eval()

@@ -14,8 +14,6 @@ def make_train_fn(spec):
         import cloudpickle
         import torch
         import horovod.torch as hvd
-        from horovod.spark.common.reader import BatchStream, ShardReader, epoch_rows
-        from horovod.spark.data_loaders.pytorch_data_loaders import PytorchShardLoader
 
         hvd.init()
         if spec.random_seed is not None:
@@ -36,13 +34,8 @@ def make_train_fn(spec):
                                              backward_passes_per_step=spec.backward_passes_per_step,
                                              compression=spec.compression or hvd.Compression.none)
 
-        def loader(path, batch_size, options, what, steps):
-            # Every rank goes through as many rows per epoch as the largest shard has, so that
-            # all ranks take the same number of steps and every row is used each epoch.
-            reader = ShardReader(spec.store, path, spec.columns, hvd.rank(), hvd.size(),
-                                 seed=(spec.random_seed or 0) + hvd.rank(), **options)
-            total = epoch_rows(hvd.allgather(torch.tensor([reader.rows]), name=what + '_rows').tolist(), what)
-            return PytorchShardLoader(BatchStream(reader, total, batch_size, steps))
+        dm, (steps, val_steps) = _data_module(spec, hvd)
+        batch_columns = _batch_columns_fn(spec, type(dm).__name__)
 
         def split(columns):
             """(inputs, labels, sample weights or None) of a batch, reshaped as configured."""
@@ -77,11 +70,6 @@ def make_train_fn(spec):
                 sums[metric.__name__] = sums.get(metric.__name__, 0.0) + float(metric(outputs[0], labels[0]))
 
         train_minibatch = spec.train_minibatch_fn or _train_minibatch
-
-        train_data = loader(spec.train_path, spec.batch_size, spec.readers['train'], 'training',
-                            spec.train_steps_per_epoch)
-        val_data = (loader(spec.val_path, spec.val_batch_size, spec.readers['val'], 'validation',
-                           spec.validation_steps_per_epoch) if spec.val_path else None)
         sums = {}
 
         def record(prefix, total, count):
@@ -92,39 +80,51 @@ def make_train_fn(spec):
                     hvd.allreduce(torch.tensor(value / max(count, 1)), name=prefix + name).item())
             sums.clear()
 
-        for epoch in range(start_epoch, spec.epochs):
-            model.train()
-            total, count = 0.0, 0
-            for batch in train_data:
-                inputs, labels, sample_weights = split(batch)
-                outputs, loss = train_minibatch(model, optimizer, transform_outputs, loss_fn, inputs, labels,
-                                                sample_weights)
-                measure(*transform_outputs(outputs, labels))
-                total, count = total + (loss.item() if torch.is_tensor(loss) else float(loss)), count + 1
-            record('', total, count)
-            if val_data is not None:
-                model.eval()
+        callbacks = cloudpickle.loads(spec.callbacks)
+        hooks = _Hooks(callbacks, model)
+        logs = {}
+        with dm:
+            train_data = _Batches(dm.train_data(), type(dm).__name__ + '.train_data()')
+            val_data = _Batches(dm.val_data(), type(dm).__name__ + '.val_data()') if spec.val_path else None
+            hooks('on_train_begin', logs)
+            for epoch in range(start_epoch, spec.epochs):
+                hooks('on_epoch_begin', epoch, {})
+                model.train()
                 total, count = 0.0, 0
-                with torch.no_grad():
-                    for batch in val_data:
-                        inputs, labels, sample_weights = split(batch)
-                        outputs, labels = transform_outputs(model(*inputs), labels)
-                        measure(outputs, labels)
-                        total, count = total + float(loss_fn(outputs, labels, sample_weights)), count + 1
-                record('val_', total, count)
-            if hvd.rank() == 0:
-                if spec.verbose:
-                    print('epoch {}: {}'.format(epoch, ', '.join('{} {:.4f}'.format(k, v[-1])
-                                                                 for k, v in history.items() if v)), flush=True)
-                if spec.checkpoint_path:
-                    buffer = io.BytesIO()
-                    torch.save({'model': model.state_dict(), 'optimizer': optimizer.state_dict(), 'epoch': epoch,
-                                'history': history}, buffer)
-                    with spec.store.open(spec.checkpoint_path, 'wb') as f:
-                        f.write(buffer.getvalue())
-        for data in (train_data, val_data):
-            if data is not None:
-                data.stream.close()
+                for _ in range(steps):
+                    inputs, labels, sample_weights = split(batch_columns(train_data.next()))
+                    outputs, loss = train_minibatch(model, optimizer, transform_outputs, loss_fn, inputs, labels,
+                                                    sample_weights)
+                    measure(*transform_outputs(outputs, labels))
+                    total, count = total + (loss.item() if torch.is_tensor(loss) else float(loss)), count + 1
+                record('', total, count)
+                if val_data is not None:
+                    model.eval()
+                    total, count = 0.0, 0
+                    with torch.no_grad():
+                        for _ in range(val_steps):
+                            inputs, labels, sample_weights = split(batch_columns(val_data.next()))
+                            outputs, labels = transform_outputs(model(*inputs), labels)
+                            measure(outputs, labels)
+                            total, count = total + float(loss_fn(outputs, labels, sample_weights)), count + 1
+                    record('val_', total, count)
+                if hvd.rank() == 0:
+                    if spec.verbose:
+                        print('epoch {}: {}'.format(epoch, ', '.join('{} {:.4f}'.format(k, v[-1])
+                                                                     for k, v in history.items() if v)), flush=True)
+                    if spec.checkpoint_path:
+                        buffer = io.BytesIO()
+                        torch.save({'model': model.state_dict(), 'optimizer': optimizer.state_dict(),
+                                    'epoch': epoch, 'history': history}, buffer)
+                        with spec.store.open(spec.checkpoint_path, 'wb') as f:
+                            f.write(buffer.getvalue())
+                logs = {k: v[-1] for k, v in history.items() if v}
+                hooks('on_epoch_end', epoch, logs)
+                # Every rank stops together when a callback on any rank asked to.
+                asked = any(getattr(c, 'stop_training', False) for c in callbacks)
+                if hvd.allreduce(torch.tensor(int(asked)), op=hvd.Max, name='callbacks.stop_training').item():
+                    break
+            hooks('on_train_end', logs)
         if hvd.rank() != 0:
             return None
         buffer = io.BytesIO()
@@ -146,3 +146,108 @@ def _train_minibatch(model, optimizer, transform_outputs, loss_fn, inputs, label
     loss.backward()
     optimizer.step()
     return outputs, loss
+
+
+def _data_module(spec, hvd):
+    """(the data module, (training steps, validation steps) per epoch): the spec's
+    ``data_module`` class (default ShardDataModule) constructed with Horovod's arguments
+    (horovod.spark.common.datamodule) for this rank."""
+    import torch
+    from horovod.spark.common.datamodule import construct, steps_per_epoch
+    from horovod.spark.common.reader import epoch_rows, shard_rows
+    from horovod.spark.torch.datamodule import ShardDataModule
+
+    def rows(path, what):
+        mine = shard_rows(spec.store, path, hvd.rank(), hvd.size())
+        return hvd.allgather(torch.tensor([mine]), name=what + '_rows').tolist()
+    train_rows = rows(spec.train_path, 'training')
+    val_rows = rows(spec.val_path, 'validation') if spec.val_path else None
+    steps = steps_per_epoch(train_rows, spec.batch_size, spec.train_steps_per_epoch, 'training')
+    val_steps = (steps_per_epoch(val_rows, spec.val_batch_size, spec.validation_steps_per_epoch, 'validation')
+                 if val_rows else 0)
+    arguments = dict(
+        label_cols=spec.label_cols, continuous_cols=spec.continuous_cols, categorical_cols=spec.categorical_cols,
+        random_seed=spec.random_seed, train_dir=spec.train_path, val_dir=spec.val_path,
+        num_train_epochs=spec.epochs, has_val=spec.val_path is not None, train_batch_size=spec.batch_size,
+        val_batch_size=spec.val_batch_size, shuffle=spec.shuffle, reader_pool_type=spec.readers['train']['pool_type'],
+        train_reader_worker_count=spec.readers['train']['num_workers'],
+        val_reader_worker_count=spec.readers['val']['num_workers'], transform_fn=spec.transformation_fn,
+        inmemory_cache_all=spec.readers['train']['inmemory_cache_all'], cur_shard=hvd.rank(),
+        shard_count=hvd.size(), schema_fields=list(spec.columns), storage_options=spec.store.storage_options,
+        steps_per_epoch_train=steps, steps_per_epoch_val=val_steps, verbose=spec.verbose)
+    extras = dict(store=spec.store, reader_options=spec.readers, train_epoch_rows=epoch_rows(train_rows, 'training'),
+                  val_epoch_rows=epoch_rows(val_rows, 'validation') if val_rows else None)
+    return construct(spec.data_module or ShardDataModule, arguments, extras), (steps, val_steps)
+
+class _Batches:
+    """Batches taken one at a time from a data module's ``train_data()`` / ``val_data()``
+    (``what``): a new pass (``iter()`` again) when the iterable ends; a pass with no batch at
+    all is an error naming it."""
+
+    def __init__(self, data, what):
+        if data is None or not hasattr(data, '__iter__'):
+            raise ValueError('{} must return an iterable of batches, got {!r}'.format(what, data))
+        self.data, self.what, self.iterator = data, what, iter(data)
+
+    def next(self):
+        try:
+            return next(self.iterator)
+        except StopIteration:
+            self.iterator = iter(self.data)
+            try:
+                return next(self.iterator)
+            except StopIteration:
+                raise ValueError('{} gave no batches'.format(self.what)) from None
+
+
+def _batch_columns_fn(spec, module_name):
+    """A function of a data module's batch -> {column: tensor} over ``spec.columns``: a batch is
+    a dict of columns or a (features, labels) pair (torch/datamodule.py)."""
+    import torch
+
+    def batch_columns(batch):
+        if isinstance(batch, (tuple, list)) and len(batch) == 2 and isinstance(batch[0], dict):
+            features, labels = batch
+            columns = dict(features)
+            if isinstance(labels, dict):
+                columns.update(labels)
+            elif isinstance(labels, (tuple, list)):
+                if len(labels) != len(spec.label_cols):
+                    raise ValueError('{}: a batch has {} labels for the label columns {}'.format(
+                        module_name, len(labels), spec.label_cols))
+                columns.update(zip(spec.label_cols, labels))
+            elif len(spec.label_cols) == 1:
+                columns[spec.label_cols[0]] = labels
+            else:
+                raise ValueError('{}: a batch\'s labels are one value for the label columns {}: give a list or '
+                                 'a dict'.format(module_name, spec.label_cols))
+        elif isinstance(batch, dict):
+            columns = batch
+        else:
+            raise ValueError('{}: a batch must be a dict {{column: tensor}} or a (features, labels) pair, got '
+                             '{}'.format(module_name, type(batch).__name__))
+        missing = [c for c in spec.columns if c not in columns]
+        if missing:
+            raise ValueError('{}: a batch lacks the columns {} (it has {})'.format(
+                module_name, missing, sorted(columns)))
+        return {c: torch.as_tensor(columns[c]) for c in spec.columns}
+
+    return batch_columns
+
+
+class _Hooks:
+    """Calls a hook on every callback that defines it (TorchEstimator's callback protocol:
+    optional ``set_model(model)``, ``on_train_begin(logs)``, ``on_epoch_begin(epoch, logs)``,
+    ``on_epoch_end(epoch, logs)``, ``on_train_end(logs)``; see docs/spark.md)."""
+
+    def __init__(self, callbacks, model):
+        self.callbacks = callbacks
+        for callback in callbacks:
+            if hasattr(callback, 'set_model'):
+                callback.set_model(model)
+
+    def __call__(self, name, *args):
+        for callback in self.callbacks:
+            hook = getattr(callback, name, None)
+            if hook is not None:
+                hook(*args)
