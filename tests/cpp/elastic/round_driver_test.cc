@@ -418,5 +418,19 @@ TEST_F(LandedTest, WithACooldownRangeAFailedWorkersHostIsBlacklistedForNewWorker
   EXPECT_FALSE(driver_->blacklisted("node", now_ + 600s));
 }
 
+TEST_F(LandedTest, ALaunchedWorkerThatAsksBeforeItsFirstJoinIsANewWorkerNotASurvivor) {
+  DriverSettings s;
+  s.maxNp = 2;
+  makeLanded(s);
+  driver_->capacity(2);
+  tick();
+  int64_t k0 = ask(0), k1 = ask(1);  // before the round formed
+  driver_->workerLanded(0, "h");
+  driver_->workerLanded(1, "h");
+  EXPECT_EQ(lines(tick()), (std::vector<std::string>{"round 0 with 2 workers (2 new)"}));
+  EXPECT_EQ(assignment(0, k0), "join 0 0 2 0 2 0 1 0");
+  EXPECT_EQ(assignment(1, k1), "join 0 1 2 1 2 0 1 0");
+}
+
 }  // namespace
 }  // namespace hvd::elastic
