@@ -5,6 +5,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <stdexcept>
+
 #include "process.h"
 
 namespace hvd::launcher {
@@ -99,6 +101,8 @@ void ElasticDriver::execute() {
           }
           break;
         case elastic::Action::Kind::kKill: kill(supervisor, a.id); break;
+        case elastic::Action::Kind::kLaunch:  // landed placement only (Ray, Spark): horovodrun chooses slots
+          throw std::logic_error("horovodrun's elastic driver was asked to launch a worker without a slot");
         case elastic::Action::Kind::kFinish:
           say("horovodrun: error: " + a.text + "\n");
           writeStatusFile(statusFile_, a.text);

@@ -157,6 +157,8 @@ class RoundDriver {
   using SlotKey = std::pair<std::string, int>;  // (host, local rank)
 
   struct Worker {
+    Worker() = default;
+    Worker(int id_, SlotInfo slot_) : id(id_), slot(std::move(slot_)) {}
     int id = 0;
     SlotInfo slot;           // its place in the latest round it joined
     int64_t published = 0;   // assignments written for it
