@@ -195,3 +195,16 @@ def test_custom_data_module(spark, digits, tmp_path):
         assert arguments['shard_count'] == 2 and arguments['steps'] > 0 and arguments['label_cols'] == ['label']
     rows = model.setOutputCols(['p']).transform(digits).select('label', 'p').collect()
     assert sum(int(int(np.argmax(r['p'])) == (r['label'] + 1) % 10) for r in rows) / len(rows) > 0.8
+
+
+def test_petastorm_data_module_by_name_is_the_default_feed():
+    """Horovod's default Keras data module, passed by name, is the estimator's own feed; a
+    subclass that reads nothing of its own says what to do."""
+    from horovod.spark.keras.datamodule import PetastormDataModule, custom_module
+
+    class Mine(PetastormDataModule):
+        pass
+    assert custom_module(None) is None and custom_module(PetastormDataModule) is None
+    assert custom_module(Mine) is Mine
+    with pytest.raises(NotImplementedError, match='subclass DataModule'):
+        Mine(train_dir='t', val_dir=None).train_data()

@@ -12,6 +12,7 @@ from horovod.spark.common.datamodule import tabular_types
 from horovod.spark.common.estimator import COMMON_DEFAULTS, HorovodEstimator
 from horovod.spark.common.reader import read_first_row
 from horovod.spark.keras import util
+from horovod.spark.keras.datamodule import custom_module
 from horovod.spark.keras.model import KerasModel
 from horovod.spark.keras.remote import make_train_fn
 
@@ -101,7 +102,7 @@ class KerasEstimator(HorovodEstimator):
 
     def _train(self, train_path, val_path, run_id, checkpoint_path, resume):
         s = self._settings
-        if s['data_module'] is None:  # a data module makes the model's inputs its own way
+        if custom_module(s['data_module']) is None:  # a data module makes the model's inputs its own way
             self._check_data(train_path)
         spec = self._train_spec(train_path, val_path, checkpoint_path, resume)
         env = dict(spec.env)
@@ -148,4 +149,4 @@ class KerasEstimator(HorovodEstimator):
             checkpoint_path=checkpoint_path, resume_checkpoint=resume, verbose=s['verbose'], use_gpu=s['use_gpu'],
             readers=self._readers(), prefetch=s['tensorflow_dataset_prefetch_buffer_size'],
             continuous_cols=list(s['continuous_cols'] or []), categorical_cols=list(s['categorical_cols'] or []),
-            data_module=s['data_module'])
+            data_module=custom_module(s['data_module']))
