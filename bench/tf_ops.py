@@ -203,7 +203,8 @@ def table(np_, by_backend):
 
 def latency_table(kern):
     lines = ['| eager allreduce latency (us) | TF | torch | TF / torch (time) | torch / TF (goal >= 0.9) | '
-             'tf.identity | floor: tf.identity then torch, one loop | TF / floor |', '|---|---|---|---|---|---|---|---|']
+             'tf.identity | floor: tf.identity then torch, one loop | TF / floor |',
+             '|---|---|---|---|---|---|---|---|']
     for nbytes, t in sorted(kern['latency'].items(), key=lambda kv: int(kv[0])):
         size = int(nbytes)
         label = '%d KiB' % (size >> 10) if size < (1 << 20) else '%d MiB' % (size >> 20)
