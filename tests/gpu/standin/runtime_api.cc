@@ -35,6 +35,7 @@ auto& g_freed = *new std::set<uintptr_t>();
 // Handles are never freed (a stale handle must never name a new object); kept reachable here.
 auto& g_retiredStreams = *new std::vector<cudaStream_t>();
 auto& g_retiredEvents = *new std::vector<cudaEvent_t>();
+auto& g_retiredPools = *new std::vector<cudaMemPool_t>();
 
 std::string hex(const void* p) {
   std::ostringstream out;
@@ -310,6 +311,7 @@ HVD_STANDIN_EXPORT cudaError_t cudaMemPoolDestroy(cudaMemPool_t pool) {
   std::lock_guard<std::mutex> lock(s.mu);
   if (s.pools.erase(pool) == 0)
     return fail(cudaErrorInvalidValue, "cudaMemPoolDestroy: " + standin::hex(pool) + " is not a live pool");
+  standin::g_retiredPools.push_back(pool);
   return cudaSuccess;  // as in CUDA, allocations still out are released when freed
 }
 
