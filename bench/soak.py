@@ -215,7 +215,7 @@ def main():
             failures.append(timeline_note)
     steps_total = samples[-1][1] if samples else 0
 
-    where = ' on two hosts (network namespaces, ssh; `{}`)'.format(' '.join(cmd[3:7])) if args.inside_netns else ''
+    where = ' on two hosts (network namespaces, ssh; `{}`)'.format(' '.join(cmd[3:5])) if args.inside_netns else ''
     lines = ['# Soak: {} ranks{}, {:g} minutes, timeline and autotune on'.format(args.np, where, args.minutes), '',
              '`python3 bench/soak.py{} --np {} --minutes {:g}` (sample every {:.0f} s, warm-up {:.0f} s '
              'excluded, growth limit {:.0f} %).'.format(' --cluster netns' if args.inside_netns else '', args.np,
