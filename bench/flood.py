@@ -99,7 +99,7 @@ def one_run(args, rate, target):
             decoy, aim = start_decoy(work)
         # Its idle holders connect as soon as the server listens, before any rank starts.
         hammer = subprocess.Popen(hammer_command(args, aim, work, rate), stdout=subprocess.PIPE, text=True)
-    env = dict(os.environ, SOAK_DIR=work, SOAK_STEP_RATE='100000', HOROVOD_GLOO_RENDEZVOUS_PORT=str(port),
+    env = dict(os.environ, SOAK_DIR=work, SOAK_STEP_RATE=str(args.step_rate), HOROVOD_GLOO_RENDEZVOUS_PORT=str(port),
                SOAK_DEADLINE=str(time.time() + args.seconds))
     job = subprocess.Popen([args.horovodrun, '-np', '2', sys.executable, os.path.join(HERE, 'soak_worker.py')],
                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -156,6 +156,9 @@ def main():
     ap.add_argument('--procs', type=int, default=4, help="the hammer's processes")
     ap.add_argument('--no-decoy', action='store_true', help='skip the decoy (control) runs')
     ap.add_argument('--hammer-nice', type=int, default=10)
+    ap.add_argument('--step-rate', type=float, default=100000,
+                    help='training steps a second, at most (default: unpaced); a paced job leaves the hammer CPU '
+                         'for higher rates on a small machine')
     ap.add_argument('--horovodrun', default=os.environ.get('HOROVODRUN') or 'horovodrun')
     ap.add_argument('--out', default=None)
     args = ap.parse_args()
@@ -182,9 +185,10 @@ def main():
 
     base = results.get(('0', 'job')) or []
     lines = ['# Training under a rendezvous-port flood (2 ranks, torch MLP)', '',
-             '`python3 bench/flood.py --reps {} --seconds {:g} --rates {} --procs {}` on {} CPUs, {} UTC; the '
-             'hammer ({}) at nice {}.'.format(args.reps, args.seconds, args.rates, args.procs, os.cpu_count(), started,
-                                              os.path.basename(args.hammer), args.hammer_nice), '',
+             '`python3 bench/flood.py --reps {} --seconds {:g} --rates {} --procs {} --hammer-nice {} '
+             '--step-rate {:g}` on {} CPUs, {} UTC; the hammer: {}.'.format(
+                 args.reps, args.seconds, args.rates, args.procs, args.hammer_nice, args.step_rate, os.cpu_count(),
+                 started, os.path.basename(args.hammer)), '',
              '| flood (asked) | aimed at | achieved conn/s | runs | steps/s | vs none | vs decoy | rank RSS peak (MiB) '
              '| vs none | horovodrun RSS peak (MiB) | horovodrun fds peak | horovodrun CPU (s) | exit after last rank '
              '(s) | load |',
