@@ -31,6 +31,9 @@ import sys
 import time
 
 SIZES = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
+# --sizes (bytes, comma-separated) reaches the workers through the environment.
+if os.environ.get('HVD_BENCH_SIZES'):
+    SIZES = [int(v) for v in os.environ['HVD_BENCH_SIZES'].split(',')]
 
 
 def loop_count(nbytes):
@@ -180,12 +183,17 @@ def main():
     parser.add_argument('--launch-np', type=int, default=4)
     parser.add_argument('--out', default=None)
     parser.add_argument('--worker', choices=['hvd', 'mpi4py', 'first', 'paired'])
+    parser.add_argument('--sizes', default=None, help='comma-separated byte counts (default: 64 KiB-256 MiB)')
     parser.add_argument('--paired-only', action='store_true',
                         help='only the paired MPI data plane / MPI_Allreduce job (its table is printed)')
     args = parser.parse_args()
     if args.worker:
         worker(args.worker, args.reps)
         return
+    if args.sizes:
+        os.environ['HVD_BENCH_SIZES'] = args.sizes
+        global SIZES
+        SIZES = [int(v) for v in args.sizes.split(',')]
     me = [sys.executable, os.path.abspath(__file__), '--reps', str(args.reps), '--worker']
     hvdrun = os.environ.get('HOROVODRUN') or shutil.which('horovodrun')
     jobs = {
