@@ -195,13 +195,21 @@ DeviceOutputs::DeviceOutputs(const CudaApi& api, int device, size_t keepBytes) :
   props.handleTypes = cudaMemHandleTypeNone;
   props.location.type = cudaMemLocationTypeDevice;
   props.location.id = device_;
-  HVD_CUDA_CHECK(api_, device_, api_.rt.memPoolCreate(&pool_, &props));
-  uint64_t threshold = keepBytes;
-  const cudaError_t status = api_.rt.memPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &threshold);
+  // A pool the driver will not make or configure is not fatal: the outputs then take the
+  // cudaMalloc path, said in the log.
+  cudaError_t status = api_.rt.memPoolCreate(&pool_, &props);
+  const char* call = "cudaMemPoolCreate";
+  if (status == cudaSuccess) {
+    uint64_t threshold = keepBytes;
+    status = api_.rt.memPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &threshold);
+    call = "cudaMemPoolSetAttribute(cudaMemPoolAttrReleaseThreshold)";
+    if (status != cudaSuccess) logCuda(api_, api_.rt.memPoolDestroy(pool_), "cudaMemPoolDestroy", device_);
+  }
   if (status != cudaSuccess) {
-    logCuda(api_, api_.rt.memPoolDestroy(pool_), "cudaMemPoolDestroy", device_);
     pool_ = nullptr;
-    checkCuda(api_, status, "cudaMemPoolSetAttribute(cudaMemPoolAttrReleaseThreshold)", device_);
+    api_.rt.getLastError();  // this call's error, not the context's
+    HVD_LOG(Warning) << call << " failed on GPU " << device_ << " (" << api_.rt.getErrorString(status)
+                     << "): allgather and alltoall outputs use cudaMalloc/cudaFree, which wait for the device";
   }
 }
 

@@ -158,8 +158,8 @@ class PinnedBuffer {
 // As with the framework's own caching allocator, a tensor used on another stream than the one it
 // was produced for must be recorded there by the user (torch: Tensor.record_stream).
 //
-// A device without memory-pool support (cudaDevAttrMemoryPoolsSupported = 0) gets cudaMalloc /
-// cudaFree instead, said once in the log. Destroying the pool while tensors live is safe: CUDA
+// A device without memory-pool support (cudaDevAttrMemoryPoolsSupported = 0), or whose driver
+// refuses to make or configure the pool, gets cudaMalloc / cudaFree instead, said in the log. Destroying the pool while tensors live is safe: CUDA
 // releases it when the last allocation is freed.
 class DeviceOutputs {
  public:
