@@ -149,6 +149,7 @@ int main(int argc, char** argv) try {
 
   std::vector<hvd::WorkPtr> work(counts.size());
   auto engine = hvd::api::runtimeForOps();
+  engine->setLatencyProbes(true);
   struct Probe {
     double requestsSent = 0, listBuilt = 0, listStart = 0, dataStart = 0;
   };

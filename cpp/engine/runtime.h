@@ -86,9 +86,9 @@ struct RuntimeStats {
   uint64_t callerDrives = 0;  // waits that ran the engine on the waiting thread
   size_t fusionBufferBytes = 0;
   size_t outputBlocksMapped = 0;  // blocks the output pool mapped (reused ones count once)
-  // Latency probes: std::chrono::steady_clock times in ns since its epoch (CLOCK_MONOTONIC, so
-  // comparable between the processes of one host), of the latest such event on this rank's
-  // engine's thread; 0 = never.
+  // Latency probes (only while Runtime::setLatencyProbes(true), else 0): std::chrono::steady_clock
+  // times in ns since its epoch (CLOCK_MONOTONIC, so comparable between the processes of one
+  // host), of the latest such event on this rank's engine's thread; 0 = never.
   int64_t lastRequestsSentNs = 0;  // requests/hits handed to the coordinator (rank 0: ingested)
   int64_t lastListBuiltNs = 0;  // rank 0: a response list built and posted to the others
   int64_t lastListStartNs = 0;  // began processing a response list
@@ -146,6 +146,9 @@ class Runtime {
   WorkPtr join();
 
   RuntimeStats stats() const;
+  // Records RuntimeStats' latency probes from now on (a clock read at each of four points of
+  // every operation, so off by default: benchmarks turn it on). Any thread.
+  void setLatencyProbes(bool on) { latencyProbes_.store(on, std::memory_order_relaxed); }
   // The collectives this Runtime's backends ran since init, by (backend, algorithm)
   // (collective_counters.h). Any thread.
   std::vector<CollectiveCount> collectiveCounts() const { return counters_.snapshot(); }
@@ -359,8 +362,21 @@ class Runtime {
   Tuner::Decision tunerDecision_;  // engine thread: the tuner's reason for the knobs on their way
 
   // Stats (written by the engine's thread).
-  mutable std::mutex statsMu_;
-  RuntimeStats stats_;
+  // What stats() reports, kept as relaxed atomics: written by the engine's token holder, read by
+  // any thread without a lock on the engine's path (approximate while the loop runs).
+  struct LiveStats {
+    std::atomic<uint64_t> controlMessagesSent{0}, controlBytesSent{0}, responseLists{0}, responses{0}, tensors{0},
+        cachedTensors{0}, hitsSent{0}, fullRequestsSent{0}, parks{0}, callerDrives{0};
+    std::atomic<size_t> fusionBufferBytes{0};
+    std::atomic<int64_t> lastRequestsSentNs{0}, lastListBuiltNs{0}, lastListStartNs{0}, lastDataStartNs{0};
+  };
+  static void bump(std::atomic<uint64_t>& counter, uint64_t n = 1) { counter.fetch_add(n, std::memory_order_relaxed); }
+  void probe(std::atomic<int64_t>& at) {
+    if (latencyProbes_.load(std::memory_order_relaxed)) [[unlikely]]
+      at.store(ObserverHub::nowNs(), std::memory_order_relaxed);
+  }
+  LiveStats stats_;
+  std::atomic<bool> latencyProbes_{false};
 };
 
 }  // namespace hvd::engine

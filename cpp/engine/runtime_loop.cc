@@ -152,10 +152,7 @@ bool Runtime::leaveToCallers() const {
 }
 
 bool Runtime::parkForCallers(std::unique_lock<std::mutex>& token) {
-  {
-    std::lock_guard<std::mutex> lock(statsMu_);
-    stats_.parks++;
-  }
+  bump(stats_.parks);
   const uint64_t drivesBefore = drives_;
   const auto window = std::chrono::microseconds(callerProgressUs_.load(std::memory_order_relaxed));
   auto wait = std::max(parkWait_, window);  // nextPark never goes below the window
@@ -179,10 +176,7 @@ bool Runtime::drive(const WorkImpl& work, Deadline deadline) {
   // This thread only waits for its peers now: it polls longer before it sleeps (poll_patience.h).
   PollPatience::Scope patience(std::chrono::microseconds(callerSpinUs_.load(std::memory_order_relaxed)));
   ++drives_;
-  {
-    std::lock_guard<std::mutex> lock(statsMu_);
-    stats_.callerDrives++;
-  }
+  bump(stats_.callerDrives);
   callerDriving_ = true;
   try {
     while (!work.isCompleted()) {
@@ -230,10 +224,7 @@ bool Runtime::step() {
   if (!callerDriving_) gatherBurst(mine, pushesSeen);
   if (coordinator_) {
     // Rank 0: its own requests first, then the others' in rank order (Horovod's ready order).
-    if (!mine.empty()) {
-      std::lock_guard<std::mutex> lock(statsMu_);
-      stats_.lastRequestsSentNs = ObserverHub::nowNs();
-    }
+    if (!mine.empty()) probe(stats_.lastRequestsSentNs);
     mine.lastSeq = lastSeq_;
     coordinator_->ingest(0, mine);
     mine.clear();
@@ -256,12 +247,9 @@ bool Runtime::step() {
     if (list.items.empty() && list.hits.empty() && !list.shutdown && !list.knobs) return false;
     encode(list, sendBuffer_);
     for (int r = 1; r < topology_.size; ++r) transport_->post(r, sendBuffer_.data(), sendBuffer_.size());
-    {
-      std::lock_guard<std::mutex> lock(statsMu_);
-      stats_.lastListBuiltNs = ObserverHub::nowNs();
-      stats_.controlMessagesSent += static_cast<uint64_t>(topology_.size - 1);
-      stats_.controlBytesSent += sendBuffer_.size() * static_cast<uint64_t>(topology_.size - 1);
-    }
+    probe(stats_.lastListBuiltNs);
+    bump(stats_.controlMessagesSent, static_cast<uint64_t>(topology_.size - 1));
+    bump(stats_.controlBytesSent, sendBuffer_.size() * static_cast<uint64_t>(topology_.size - 1));
     return processList(list);
   }
 
@@ -330,11 +318,8 @@ void Runtime::collectRequests(RequestList& out) {
     out.shutdown = true;
     shutdownSent_ = true;
   }
-  if (hits + full > 0) {
-    std::lock_guard<std::mutex> lock(statsMu_);
-    stats_.hitsSent += hits;
-    stats_.fullRequestsSent += full;
-  }
+  if (hits > 0) bump(stats_.hitsSent, hits);
+  if (full > 0) bump(stats_.fullRequestsSent, full);
 }
 
 void Runtime::gatherBurst(RequestList& out, uint64_t pushesSeen) {
@@ -369,10 +354,9 @@ void Runtime::postRequests(RequestList& list) {
   encode(list, sendBuffer_);
   list.clear();
   transport_->post(0, sendBuffer_.data(), sendBuffer_.size());
-  std::lock_guard<std::mutex> lock(statsMu_);
-  stats_.lastRequestsSentNs = ObserverHub::nowNs();
-  stats_.controlMessagesSent++;
-  stats_.controlBytesSent += sendBuffer_.size();
+  probe(stats_.lastRequestsSentNs);
+  bump(stats_.controlMessagesSent);
+  bump(stats_.controlBytesSent, sendBuffer_.size());
 }
 
 }  // namespace hvd::engine

@@ -32,11 +32,8 @@ bool Runtime::processList(ResponseList& list) {
     throw Error("Horovod control plane out of sync on rank " + std::to_string(topology_.rank) +
                 ": expected response list " + std::to_string(lastSeq_ + 1) + ", got " + std::to_string(list.seq));
   }
-  {
-    std::lock_guard<std::mutex> lock(statsMu_);
-    stats_.lastListStartNs = ObserverHub::nowNs();
-    stats_.responseLists++;
-  }
+  probe(stats_.lastListStartNs);
+  bump(stats_.responseLists);
   if (observers_.wants(EngineEventKind::kCycleStart)) [[unlikely]] {
     EngineEvent e;
     e.kind = EngineEventKind::kCycleStart;
@@ -178,14 +175,11 @@ void Runtime::runData(Response& r) {
     if (e != nullptr && t.cacheId != kNoCacheId && e->sentCacheId != t.cacheId) e->slot->cacheId = t.cacheId;
     entriesScratch_.push_back(e);
   }
-  {
-    std::lock_guard<std::mutex> lock(statsMu_);
-    stats_.responses++;
-    stats_.tensors += r.tensors.size();
-    if (r.cachedForm) stats_.cachedTensors += r.tensors.size();
-    stats_.fusionBufferBytes = host_.fusion.capacity();
-    stats_.lastDataStartNs = ObserverHub::nowNs();
-  }
+  bump(stats_.responses);
+  bump(stats_.tensors, r.tensors.size());
+  if (r.cachedForm) bump(stats_.cachedTensors, r.tensors.size());
+  stats_.fusionBufferBytes.store(host_.fusion.capacity(), std::memory_order_relaxed);
+  probe(stats_.lastDataStartNs);
   std::exception_ptr error;
   CollectiveBackend* backend = nullptr;
   try {
@@ -229,9 +223,24 @@ void Runtime::runData(Response& r) {
 }
 
 RuntimeStats Runtime::stats() const {
-  std::lock_guard<std::mutex> lock(statsMu_);
-  RuntimeStats s = stats_;
+  constexpr auto relaxed = std::memory_order_relaxed;
+  RuntimeStats s;
+  s.controlMessagesSent = stats_.controlMessagesSent.load(relaxed);
+  s.controlBytesSent = stats_.controlBytesSent.load(relaxed);
+  s.responseLists = stats_.responseLists.load(relaxed);
+  s.responses = stats_.responses.load(relaxed);
+  s.tensors = stats_.tensors.load(relaxed);
+  s.cachedTensors = stats_.cachedTensors.load(relaxed);
+  s.hitsSent = stats_.hitsSent.load(relaxed);
+  s.fullRequestsSent = stats_.fullRequestsSent.load(relaxed);
+  s.parks = stats_.parks.load(relaxed);
+  s.callerDrives = stats_.callerDrives.load(relaxed);
+  s.fusionBufferBytes = stats_.fusionBufferBytes.load(relaxed);
   s.outputBlocksMapped = host_.outputs->blocksMapped();
+  s.lastRequestsSentNs = stats_.lastRequestsSentNs.load(relaxed);
+  s.lastListBuiltNs = stats_.lastListBuiltNs.load(relaxed);
+  s.lastListStartNs = stats_.lastListStartNs.load(relaxed);
+  s.lastDataStartNs = stats_.lastDataStartNs.load(relaxed);
   return s;
 }
 
