@@ -249,6 +249,11 @@ TEST(DeferredCompletion, CompletionRunsOnTheFinalizer) {
     });
     awaitHeldRuns(2);
     EXPECT_FALSE(w->isCompleted());
+    // The engine holds the work until it retired the entries after run() (runtime_responses.cc),
+    // and whoever completes last runs the callback: released before that, the engine's thread
+    // could. A later operation completes only once this rank's engine is past the held response.
+    std::vector<float> later(1, 1.0f);
+    rt.allreduce(view(later, DataType::kFloat32), view(later, DataType::kFloat32), named("after.cb"))->wait();
     checked.arriveAndWait();
     if (r == 0) releaseHeld();
     w->wait();
