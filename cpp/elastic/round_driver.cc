@@ -411,20 +411,7 @@ void RoundDriver::gather(Clock::time_point now, ExitProbe* probe) {
     }
   }
   if (!pending.empty()) {
-    // A worker the others reported lost (silent: paused, hung, cut off) is not waited for.
-    // kChoose: nor is one on a host blacklisted meanwhile (a reported worker's host: cut off as
-    // a whole). kLanded: the blacklisting keeps only new workers away.
-    std::vector<int> suspects;
-    for (int id : pending) {
-      if (isSuspect(*store_, round_, workers_.at(id).slot.rank, storeDeadline())) suspects.push_back(id);
-    }
-    for (int id : suspects) blacklistHost(workers_.at(id).slot.hostname, now, "a worker there stopped answering");
-    for (int id : pending) {
-      if (!landed() && std::find(suspects.begin(), suspects.end(), id) == suspects.end() &&
-          registry_->isBlacklisted(workers_.at(id).slot.hostname, now)) {
-        suspects.push_back(id);
-      }
-    }
+    std::vector<int> suspects = suspectsAmong(pending, now);
     const bool timedOut = now - gatherStart_ >= settings_.gatherTimeout;
     if (!timedOut && suspects.size() < pending.size()) {
       if (suspects.empty()) return;
@@ -451,6 +438,24 @@ void RoundDriver::gather(Clock::time_point now, ExitProbe* probe) {
   roomKnown_ = false;
   waitStart_ = now;
   waitDeadline_ = now + settings_.elasticTimeout;
+}
+
+std::vector<int> RoundDriver::suspectsAmong(const std::vector<int>& pending, Clock::time_point now) {
+  // A worker the others reported lost (silent: paused, hung, cut off) is not waited for; its
+  // host is blacklisted. kChoose: nor is one on a host blacklisted meanwhile (a reported
+  // worker's host: cut off as a whole). kLanded: the blacklisting keeps only new workers away.
+  std::vector<int> suspects;
+  for (int id : pending) {
+    if (isSuspect(*store_, round_, workers_.at(id).slot.rank, storeDeadline())) suspects.push_back(id);
+  }
+  for (int id : suspects) blacklistHost(workers_.at(id).slot.hostname, now, "a worker there stopped answering");
+  for (int id : pending) {
+    if (!landed() && std::find(suspects.begin(), suspects.end(), id) == suspects.end() &&
+        registry_->isBlacklisted(workers_.at(id).slot.hostname, now)) {
+      suspects.push_back(id);
+    }
+  }
+  return suspects;
 }
 
 void RoundDriver::killStragglers(const std::vector<int>& pending, const std::vector<int>& suspects,

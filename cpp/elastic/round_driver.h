@@ -183,6 +183,9 @@ class RoundDriver {
   void announceIfHostsChanged(Clock::time_point now);
   void gather(Clock::time_point now, ExitProbe* probe);
   // Kills `pending` (not rejoined; `suspects`: reported lost or on a blacklisted host).
+  // The pending workers not to wait for: reported lost (their hosts blacklisted), or (kChoose)
+  // on a host blacklisted meanwhile.
+  std::vector<int> suspectsAmong(const std::vector<int>& pending, Clock::time_point now);
   void killStragglers(const std::vector<int>& pending, const std::vector<int>& suspects, Clock::time_point now);
   void stop(const std::string& message, Action::Reason reason = Action::Reason::kOther, int needed = 0, int have = 0);
   void blacklistHost(const std::string& host, Clock::time_point now, const std::string& why);
