@@ -96,14 +96,12 @@ void NcclBackend::adasum(const Response& r, ProcessSet& set, const std::vector<E
   if (hosts.count > 1 && shard > 0) {
     const size_t bytes = shard * esize;
     adasumHost_.reserve(bytes);
-    HVD_CUDA_CHECK(api_, device_,
-                   api_.rt.memcpyAsync(adasumHost_.data(), mine, bytes, cudaMemcpyDeviceToHost, stream));
+    HVD_CUDA_CHECK(api_, device_, api_.rt.memcpyAsync(adasumHost_.data(), mine, bytes, cudaMemcpyDeviceToHost, stream));
     lane.stream.synchronize();
     collectives::adasumAcrossHosts(hostComm_, adasumHost_.data(),
                                    collectives::adasumShardCounts(counts, shard, hosts.localRank), dtype,
                                    adasumPairScratch_);
-    HVD_CUDA_CHECK(api_, device_,
-                   api_.rt.memcpyAsync(mine, adasumHost_.data(), bytes, cudaMemcpyHostToDevice, stream));
+    HVD_CUDA_CHECK(api_, device_, api_.rt.memcpyAsync(mine, adasumHost_.data(), bytes, cudaMemcpyHostToDevice, stream));
     lane.stream.synchronize();  // the pinned buffer is free for the next response, on any lane
   }
   if (local != nullptr && shard > 0) {
