@@ -50,7 +50,7 @@ void NcclBackend::adasum(const Response& r, ProcessSet& set, const std::vector<E
   const size_t esize = dataTypeSize(dtype);
   const Communicator::HostLayout& hosts = hostComm_.hosts();
   // Equal on every member (the host layout is): the response fails alike everywhere.
-  if (std::string why = collectives::gpuAdasumUnsupported(hosts, set.id); !why.empty()) throw InvalidArgument(why);
+  if (std::string why = collectives::gpuAdasumUnsupported(hosts, set.id); !why.empty()) throw MismatchError(why);
   const ncclDataType_t type = adasumType(dtype);
   const int localSize = hosts.localSize();
   std::vector<size_t> counts;

@@ -25,7 +25,8 @@
 // shard copied to pinned host memory, Adasum across hosts over the set's host transport, copied
 // back, ncclAllGather inside the host, postscale / local size. Sets whose hosts differ in size or
 // whose host count is not a power of two fail the response on every member before anything is
-// sent (InvalidArgument, Horovod's words). The engine thread waits for the shard's copies.
+// sent (MismatchError, as negotiation's Adasum refusals; Horovod's words). The engine thread
+// waits for the shard's copies.
 //
 // Semantics: allreduce sum/min/max/product/average natively (ncclAvg), prescale/postscale with the
 // scale kernel; float16 and bfloat16 native; int16/uint16 reductions are refused (NCCL has no such

@@ -140,7 +140,7 @@ void StagedBackend::adasum(const Response& r, ProcessSet& set, const std::vector
   cuda::DeviceGuard guard(api_, device_.index);
   const Communicator::HostLayout& hosts = comm_.hosts();
   // Equal on every member (the host layout is): the response fails alike everywhere.
-  if (std::string why = collectives::gpuAdasumUnsupported(hosts, set.id); !why.empty()) throw InvalidArgument(why);
+  if (std::string why = collectives::gpuAdasumUnsupported(hosts, set.id); !why.empty()) throw MismatchError(why);
   const DataType dtype = r.params.dtype;
   const size_t esize = dataTypeSize(dtype);
   const int localSize = hosts.localSize();

@@ -46,7 +46,7 @@ class StagedBackend : public HostBackend<StagedBackend> {
   void barrier(const Response& r, ProcessSet& set);
   // Horovod's GPU Adasum (collectives/adasum_hosts.h) on the staged copy: reduce-scatter among
   // the set's members on each host, Adasum across hosts, allgather inside the host, all over the
-  // host collectives; InvalidArgument (before anything is sent) where the hosts do not allow it.
+  // host collectives; MismatchError (before anything is sent) where the hosts do not allow it.
   void adasum(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries);
 
   // Orders the pipeline after the producer streams of `entries` (each distinct stream once).
