@@ -1,7 +1,9 @@
 // NcclBackend's Adasum (nccl_backend.h, collectives/adasum_hosts.h): inside each host on the
 // device through NCCL, across hosts on the host through the set's transport.
 #include <algorithm>
+#include <chrono>
 #include <string>
+#include <thread>
 
 #include "backends/cuda/nccl_backend.h"
 #include "collectives/adasum_hosts.h"
@@ -43,6 +45,24 @@ ncclComm_t NcclBackend::hostLocalComm() {
     finalizer_->addComms({adasumHierarchy_->local, adasumHierarchy_->cross});
   }
   return adasumHierarchy_->local;
+}
+
+void NcclBackend::awaitLane(Lane& lane, ncclComm_t comm) {
+  adasumCopied_.record(lane.stream.get());
+  const Deadline deadline = hostComm_.deadline();
+  while (!adasumCopied_.query()) {
+    if (comm != nullptr) {
+      ncclResult_t status = ncclSuccess;
+      check(api_.nccl->commGetAsyncError(comm, &status), "ncclCommGetAsyncError");
+      if (status != ncclSuccess && status != ncclInProgress) check(status, "NCCL (asynchronous error, Adasum)");
+    }
+    if (deadline.expired()) {
+      throw Timeout(
+          "Adasum on GPU " + std::to_string(device_) +
+          ": the device did not finish the shard's copy within the job's timeout (HOROVOD_GLOO_TIMEOUT_SECONDS)");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
 }
 
 void NcclBackend::adasum(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries) {
@@ -97,12 +117,12 @@ void NcclBackend::adasum(const Response& r, ProcessSet& set, const std::vector<E
     const size_t bytes = shard * esize;
     adasumHost_.reserve(bytes);
     HVD_CUDA_CHECK(api_, device_, api_.rt.memcpyAsync(adasumHost_.data(), mine, bytes, cudaMemcpyDeviceToHost, stream));
-    lane.stream.synchronize();
+    awaitLane(lane, local);
     collectives::adasumAcrossHosts(hostComm_, adasumHost_.data(),
                                    collectives::adasumShardCounts(counts, shard, hosts.localRank), dtype,
                                    adasumPairScratch_);
     HVD_CUDA_CHECK(api_, device_, api_.rt.memcpyAsync(mine, adasumHost_.data(), bytes, cudaMemcpyHostToDevice, stream));
-    lane.stream.synchronize();  // the pinned buffer is free for the next response, on any lane
+    awaitLane(lane, nullptr);  // the pinned buffer is free for the next response, on any lane
   }
   if (local != nullptr && shard > 0) {
     check(api_.nccl->allGather(mine, buf, shard, type, local, stream), "ncclAllGather");

@@ -62,6 +62,7 @@ NcclBackend::NcclBackend(const CudaApi& api, const BackendContext& context, int 
       outputs_(api, context.device.index,
                static_cast<size_t>(std::max<int64_t>(0, engine::outputPoolBytesParam().get()))),
       adasumHost_(api),
+      adasumCopied_(api, context.device.index),
       batchCopies_(context.config.gpuBatchD2DMemcopies) {
   DeviceGuard guard(api_, device_);
   for (int i = 0; i < std::max(streams, 1); ++i) lanes_.push_back(std::make_unique<Lane>(api_, device_));

@@ -26,7 +26,7 @@
 // back, ncclAllGather inside the host, postscale / local size. Sets whose hosts differ in size or
 // whose host count is not a power of two fail the response on every member before anything is
 // sent (MismatchError, as negotiation's Adasum refusals; Horovod's words). The engine thread
-// waits for the shard's copies.
+// waits for the shard's copies (polling, bounded by the job's timeout and NCCL's errors).
 //
 // Semantics: allreduce sum/min/max/product/average natively (ncclAvg), prescale/postscale with the
 // scale kernel; float16 and bfloat16 native; int16/uint16 reductions are refused (NCCL has no such
@@ -93,6 +93,9 @@ class NcclBackend : public backends::HostBackendBase {
   // The NCCL communicator of the set's members on this rank's host (null when this rank is alone
   // there); built on first call when needed (collective: every member calls it at one response).
   ncclComm_t hostLocalComm();
+  // Blocks the host until `lane`'s work so far is done, polling: an NCCL error on `comm` (a lost
+  // peer of the reduce-scatter before it) or the job's timeout ends the wait with that error.
+  void awaitLane(Lane& lane, ncclComm_t comm);
   void allgather(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries);
   void broadcast(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries);
   void alltoall(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries);
@@ -122,6 +125,7 @@ class NcclBackend : public backends::HostBackendBase {
   std::optional<NcclHierarchy> hierarchy_;  // HOROVOD_HIERARCHICAL_ALLREDUCE, where possible
   std::optional<NcclHierarchy> adasumHierarchy_;  // for Adasum, when hierarchy_ was not built
   PinnedBuffer adasumHost_;  // the shard Adasum combines across hosts
+  Event adasumCopied_;  // recorded after the shard's copies, polled by awaitLane
   std::vector<uint8_t> adasumPairScratch_;  // collectives::adasum's receive space
   const bool batchCopies_;  // HOROVOD_BATCH_D2D_MEMCOPIES
   std::unique_ptr<NcclFinalizer> finalizer_;

@@ -509,6 +509,24 @@ TEST(NcclAdasum, RefusedOnUnevenOrNonPowerOfTwoHosts) {
       -1, onHosts({"gpu-host-a", "gpu-host-b", "gpu-host-c"}, true)));
 }
 
+// A rank killed in a run of GPU Adasums over two hosts: the survivors (its host's other rank
+// waiting in the reduce-scatter, the other host's in the exchange across hosts) fail with
+// PeerLost naming it, never hang.
+TEST(NcclFailures, KilledRankFailsTheSurvivorsOfAnAdasum) {
+  constexpr int kVictim = 1;
+  EXPECT_TRUE(onRanks(
+      4,
+      [](int rank, TestGpu& d) {
+        std::vector<float> x(4096, static_cast<float>(rank + 1));
+        TensorView t = d.upload(x, DataType::kFloat32);
+        int step = 0;
+        return test_support::runUntilPeerLost(rank, kVictim, [&] {
+          hvd::allreduce(t, t, named("adasum.step." + std::to_string(step++ % 4), ReduceOp::kAdasum));
+        });
+      },
+      kVictim, onHosts({"gpu-host-a", "gpu-host-a", "gpu-host-b", "gpu-host-b"}, true, false)));
+}
+
 TEST(NcclFailures, KilledRankFailsTheSurvivors) {
   constexpr int kVictim = 1;
   EXPECT_TRUE(onRanks(
