@@ -12,6 +12,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 DISTRIBUTED_FILES = ['test_collectives.py', 'test_killed_rank.py']
+# Distributed too, started by test_gpu_suite.py at two ranks only.
+TWO_RANK_FILES = ['test_tensorflow_gpu.py']
 SINGLE_PROCESS_FILES = ['test_intake.py', 'test_gpu_suite.py']
 
 
@@ -20,4 +22,4 @@ def under_launcher():
                                                 'SLURM_PROCID'))
 
 
-collect_ignore = SINGLE_PROCESS_FILES if under_launcher() else DISTRIBUTED_FILES
+collect_ignore = SINGLE_PROCESS_FILES if under_launcher() else DISTRIBUTED_FILES + TWO_RANK_FILES

@@ -67,6 +67,14 @@ def test_outputs_on_a_device_without_memory_pools(path, tmp_path):
                         'allgather or alltoall')
 
 
+@pytest.mark.parametrize('path', PATHS)
+def test_tensorflow_gpu_kernels(path, tmp_path):
+    # horovod.tensorflow's GPU kernels on TensorFlow GPU tensors (the stand-in's PluggableDevice,
+    # tf_standin_gpu); two ranks: the collectives themselves are covered at 3 by the files above.
+    pytest.importorskip('tensorflow')
+    _run_under_launcher('test_tensorflow_gpu.py', 2, path, tmp_path)
+
+
 def _run_under_launcher(test_file, np_, path, tmp_path, extra_env=None, select=None):
     horovodrun = shutil.which('horovodrun')
     assert horovodrun, 'horovodrun is not on PATH'

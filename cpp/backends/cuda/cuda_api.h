@@ -66,6 +66,8 @@ struct RuntimeApi {
   decltype(&::cudaEventRecord) eventRecord;
   decltype(&::cudaEventQuery) eventQuery;
   decltype(&::cudaEventSynchronize) eventSynchronize;
+  // Waits for all work queued on the current device (every stream) before the call.
+  decltype(&::cudaDeviceSynchronize) deviceSynchronize;
   // Stream-ordered allocation (CUDA 11.2+): the outputs whose size negotiation decides
   // (device_util.h's DeviceOutputs).
   decltype(&::cudaDeviceGetAttribute) deviceGetAttribute;

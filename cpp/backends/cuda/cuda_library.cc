@@ -162,6 +162,7 @@ std::vector<std::string> resolveRuntime(void* handle, RuntimeApi* rt) {
                           {slot(&rt->eventRecord), "cudaEventRecord"},
                           {slot(&rt->eventQuery), "cudaEventQuery"},
                           {slot(&rt->eventSynchronize), "cudaEventSynchronize"},
+                          {slot(&rt->deviceSynchronize), "cudaDeviceSynchronize"},
                           {slot(&rt->deviceGetAttribute), "cudaDeviceGetAttribute"},
                           {slot(&rt->memPoolCreate), "cudaMemPoolCreate"},
                           {slot(&rt->memPoolDestroy), "cudaMemPoolDestroy"},

@@ -4,6 +4,7 @@
 #include <memory>
 #include <utility>
 
+#include "backends/cuda/device_wide.h"
 #include "common/logging.h"
 #include "horovod/errors.h"
 
@@ -224,7 +225,19 @@ OwnedTensor DeviceOutputs::allocate(DataType dtype, std::vector<int64_t> shape, 
   void* data = nullptr;
   const CudaApi* table = &api_;  // process-wide: outlives every tensor
   const int device = device_;
-  if (pool_ == nullptr) {
+  const bool pooled = pool_ != nullptr;
+  if (Device::isDeviceWide(consumer)) {
+    // The framework's streams are unknown: release once the whole device has passed the drop.
+    if (pooled) {
+      const std::string call = "cudaMallocFromPoolAsync(" + std::to_string(bytes) + " bytes) for an output";
+      checkCuda(api_, api_.rt.mallocFromPoolAsync(&data, bytes, pool_, writer), call.c_str(), device_);
+    } else {
+      const std::string call = "cudaMalloc(" + std::to_string(bytes) + " bytes) for an output";
+      checkCuda(api_, api_.rt.malloc(&data, bytes), call.c_str(), device_);
+    }
+    t.storage = std::shared_ptr<void>(
+        data, [table, device, pooled](void* p) { releaseAfterDeviceSync(*table, device, p, pooled); });
+  } else if (!pooled) {
     const std::string call = "cudaMalloc(" + std::to_string(bytes) + " bytes) for an output";
     checkCuda(api_, api_.rt.malloc(&data, bytes), call.c_str(), device_);
     t.storage = std::shared_ptr<void>(

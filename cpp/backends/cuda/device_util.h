@@ -169,7 +169,8 @@ class DeviceOutputs {
   DeviceOutputs& operator=(const DeviceOutputs&) = delete;
 
   // A tensor of `dtype` and `shape` on this GPU, valid on `writer` from now on, released on
-  // `consumer` (null: the legacy default stream). Throws like checkCuda when allocation fails.
+  // `consumer` (null: the legacy default stream; Device::deviceWideStream(): after a device
+  // synchronize, device_wide.h). Throws like checkCuda when allocation fails.
   OwnedTensor allocate(DataType dtype, std::vector<int64_t> shape, cudaStream_t writer, cudaStream_t consumer);
   bool pooled() const { return pool_ != nullptr; }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backends/cuda/device_wide.h"
 #include "collectives/collectives.h"
 #include "collectives/reduce.h"
 #include "common/logging.h"
@@ -144,8 +145,10 @@ NcclBackend::Lane& NcclBackend::begin(const std::vector<Entry*>& entries) {
   begun_ = true;
   Lane& lane = *lanes_[nextLane_];
   nextLane_ = (nextLane_ + 1) % lanes_.size();
-  // Order after every producer stream (usually one: the framework's current stream).
-  void* last = reinterpret_cast<void*>(-1);
+  // Order after every producer stream (usually one: the framework's current stream), or after
+  // the whole device for tensors whose streams are unknown (device_wide.h).
+  bool ordered = false;
+  void* last = nullptr;
   for (Entry* e : entries) {
     if (e == nullptr) continue;
     if (e->request.params.device != engine::deviceId(Device{DeviceKind::kCuda, device_, nullptr})) {
@@ -153,8 +156,13 @@ NcclBackend::Lane& NcclBackend::begin(const std::vector<Entry*>& entries) {
                             e->request.name + "' on " + deviceName(engine::deviceOf(e->request.params.device)) +
                             ": one collective's tensors must be on one GPU per rank.");
     }
-    if (e->stream == last) continue;
+    if (ordered && e->stream == last) continue;
+    ordered = true;
     last = e->stream;
+    if (Device::isDeviceWide(e->stream)) {
+      synchronizeDevice(api_, device_);
+      continue;
+    }
     producerDone_.record(static_cast<cudaStream_t>(e->stream));
     producerDone_.waitOn(lane.stream.get());
   }

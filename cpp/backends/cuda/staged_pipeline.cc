@@ -1,5 +1,7 @@
 #include "backends/cuda/staged_pipeline.h"
 
+#include "backends/cuda/device_wide.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -14,6 +16,10 @@ StagingPipeline::StagingPipeline(const CudaApi& api, int device)
       backOnDevice_(api, device) {}
 
 void StagingPipeline::after(void* stream) {
+  if (Device::isDeviceWide(stream)) {
+    synchronizeDevice(api_, device_);  // the host has observed it all: both streams are after it
+    return;
+  }
   producer_.record(static_cast<cudaStream_t>(stream));
   producer_.waitOn(toHost_.get());
   producer_.waitOn(toDevice_.get());

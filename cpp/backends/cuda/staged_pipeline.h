@@ -8,7 +8,8 @@
 //   engine thread:            wait c0, collective c0, wait c1, collective c1, ...
 //   to-device stream:                 H2D c0 |        H2D c1 | ...   (queued after each collective)
 //
-// Ordering: after() makes both streams wait (device side) for a producer stream's work so far;
+// Ordering: after() makes both streams wait (device side) for a producer stream's work so far
+// (for Device::deviceWideStream(), the engine thread synchronizes the device instead);
 // run() returns once the last copy back is done (the engine thread waits: the results are then
 // visible to any later work on any stream, and the host buffer is free for the next collective).
 // If the collective throws, run() waits for the copies already queued (they use the buffer)

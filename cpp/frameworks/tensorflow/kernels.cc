@@ -126,6 +126,7 @@ struct Config {
   bool grouped = false;
   int root = 0;
   std::string what;                // HorovodTopology
+  bool gpu = false;                // the kernel registered for TensorFlow's GPUs
 
   Options options(std::string opName) const {
     Options o;
@@ -159,9 +160,10 @@ std::string stringAttr(TF_OpKernelConstruction* ctx, const char* attr, Status& s
   return value;
 }
 
-template <unsigned kAttrs>
+template <unsigned kAttrs, bool kGpu = false>
 void* createKernel(TF_OpKernelConstruction* ctx) {
   auto config = std::make_unique<Config>();
+  config->gpu = kGpu;
   Status st;
   TF_Bool flag = 0;
   if ((kAttrs & kName) && st.ok()) config->name = stringAttr(ctx, "hvd_name", st);
@@ -227,6 +229,14 @@ struct Call {
   Call(const Call&) = delete;
   Call& operator=(const Call&) = delete;
 
+  bool onGpu() const { return !device.isCpu(); }
+  // A tensor of this call's device (not for HostMemory arguments).
+  TensorView view(const TF_Tensor* t) const {
+    TensorView v = viewOf(t);
+    v.device = device;
+    return v;
+  }
+
   TF_Tensor* input(int i) {
     Status st;
     TF_Tensor* t = nullptr;
@@ -276,6 +286,10 @@ struct Call {
   }
 
   TF_OpKernelContext* ctx;
+  // Where the kernel's tensors are: the CPU, or (GPU kernels) TensorFlow's GPU of this op. The
+  // C API gives a kernel no stream, so GPU tensors carry Device::deviceWideStream(): the backend
+  // orders the collective after all work queued on the GPU (docs/gpu.md, TensorFlow).
+  Device device;
   std::vector<TF_Tensor*> tensors;
   std::vector<WorkPtr> works;
   Finish finish = nullptr;
@@ -325,17 +339,22 @@ bool completeWithinBudget(Call& call) {
 // never starves (the ranks may start them in different orders). Otherwise the kernel waits for
 // its operations before returning, driving the engine meanwhile.
 template <typename Start>
-void run(TF_OpKernelContext* ctx, TF_AsyncOpKernelDoneCallback* done, Start&& start) {
+void run(const Config& cfg, TF_OpKernelContext* ctx, TF_AsyncOpKernelDoneCallback* done,
+         Start&& start) {
   auto call = std::make_unique<Call>(ctx);
   bool started = false;
   try {
+    if (cfg.gpu)
+      call->device = Device{DeviceKind::kCuda, gTf.GetDeviceId(ctx), Device::deviceWideStream()};
     start(*call);
     started = true;
   } catch (...) {
     call->settle();
     failWithCurrentException(ctx);
   }
-  if (!started || completeWithinBudget(*call) || !deferredDoneWorks(gTf)) {
+  // A GPU call never runs the engine here: the engine synchronizes the GPU before a GPU
+  // collective, which must not hold TensorFlow's thread.
+  if (!started || (!call->onGpu() && completeWithinBudget(*call)) || !deferredDoneWorks(gTf)) {
     if (started) finishCall(*call);
     call.reset();  // tensor handles released before TensorFlow is told the op is done
     gTf.RunAsyncOpKernelDoneCallback(done);
@@ -375,6 +394,14 @@ void setEngineOutput(Call& call, int i, const OwnedTensor& tensor) {
     call.allocate(i, tfType(v.dtype), v.shape, 0);
     return;
   }
+  // TF_NewTensor copies a buffer that is not aligned for Eigen into new host memory: with a GPU
+  // buffer that copy would read device memory on the host.
+  constexpr uintptr_t kTfAlignment = 64;
+  if (!v.device.isCpu() && reinterpret_cast<uintptr_t>(v.data) % kTfAlignment != 0) {
+    throw Error("Horovod: an output on GPU " + std::to_string(v.device.index) +
+                " is not aligned to " + std::to_string(kTfAlignment) +
+                " bytes, which TensorFlow requires of GPU outputs");
+  }
   auto* owner = new std::shared_ptr<void>(tensor.storage);
   TF_Tensor* t = gTf.NewTensor(
       tfType(v.dtype), v.shape.data(), static_cast<int>(v.shape.size()), v.data, bytes,
@@ -411,14 +438,14 @@ std::pair<int, int> setSizeAndRank(const ApiTable& api, int processSet) {
 
 void computeAllreduce(void* kernel, TF_OpKernelContext* ctx, TF_AsyncOpKernelDoneCallback* done) {
   const Config& cfg = *static_cast<Config*>(kernel);
-  run(ctx, done, [&](Call& call) {
+  run(cfg, ctx, done, [&](Call& call) {
     const ApiTable& api = core();
     int n = gTf.NumInputs(ctx);
     std::vector<TensorView> in(n), out(n);
     for (int i = 0; i < n; ++i) {
       TF_Tensor* t = call.input(i);
-      in[i] = viewOf(t);
-      out[i] = viewOf(call.forwardOrAllocate(i, t));
+      in[i] = call.view(t);
+      out[i] = call.view(call.forwardOrAllocate(i, t));
     }
     call.works.push_back(cfg.grouped ? api.groupedAllreduceAsync(in, out, cfg.options(cfg.name))
                                      : api.allreduceAsync(in[0], out[0], cfg.options(cfg.name)));
@@ -427,11 +454,11 @@ void computeAllreduce(void* kernel, TF_OpKernelContext* ctx, TF_AsyncOpKernelDon
 
 void computeAllgather(void* kernel, TF_OpKernelContext* ctx, TF_AsyncOpKernelDoneCallback* done) {
   const Config& cfg = *static_cast<Config*>(kernel);
-  run(ctx, done, [&](Call& call) {
+  run(cfg, ctx, done, [&](Call& call) {
     const ApiTable& api = core();
     int n = gTf.NumInputs(ctx);
     std::vector<TensorView> in(n);
-    for (int i = 0; i < n; ++i) in[i] = viewOf(call.input(i));
+    for (int i = 0; i < n; ++i) in[i] = call.view(call.input(i));
     call.works.push_back(cfg.grouped ? api.groupedAllgatherAsync(in, cfg.options(cfg.name))
                                      : api.allgatherAsync(in[0], cfg.options(cfg.name)));
     call.finish = [](Call& c) {
@@ -446,7 +473,7 @@ void computeAllgather(void* kernel, TF_OpKernelContext* ctx, TF_AsyncOpKernelDon
 // only reads its buffers, so its outputs are its inputs.
 void computeBroadcast(void* kernel, TF_OpKernelContext* ctx, TF_AsyncOpKernelDoneCallback* done) {
   const Config& cfg = *static_cast<Config*>(kernel);
-  run(ctx, done, [&](Call& call) {
+  run(cfg, ctx, done, [&](Call& call) {
     const ApiTable& api = core();
     int n = gTf.NumInputs(ctx);
     std::vector<std::string> names;
@@ -470,17 +497,17 @@ void computeBroadcast(void* kernel, TF_OpKernelContext* ctx, TF_AsyncOpKernelDon
       } else {
         out = call.allocate(i, gTf.TensorType(t), dimsOf(t), gTf.TensorByteSize(t));
       }
-      call.works.push_back(api.broadcastAsync(viewOf(out), cfg.options(names[i])));
+      call.works.push_back(api.broadcastAsync(call.view(out), cfg.options(names[i])));
     }
   });
 }
 
 void computeAlltoall(void* kernel, TF_OpKernelContext* ctx, TF_AsyncOpKernelDoneCallback* done) {
   const Config& cfg = *static_cast<Config*>(kernel);
-  run(ctx, done, [&](Call& call) {
+  run(cfg, ctx, done, [&](Call& call) {
     const ApiTable& api = core();
-    TensorView in = viewOf(call.input(0));
-    const TF_Tensor* splits = call.input(1);
+    TensorView in = call.view(call.input(0));
+    const TF_Tensor* splits = call.input(1);  // host memory on GPUs too (HostMemory("splits"))
     Options options = cfg.options(cfg.name);
     const auto* s = static_cast<const int32_t*>(gTf.TensorData(splits));
     options.splits.assign(s, s + gTf.TensorByteSize(splits) / sizeof(int32_t));
@@ -500,14 +527,14 @@ void computeAlltoall(void* kernel, TF_OpKernelContext* ctx, TF_AsyncOpKernelDone
 void computeReducescatter(void* kernel, TF_OpKernelContext* ctx,
                           TF_AsyncOpKernelDoneCallback* done) {
   const Config& cfg = *static_cast<Config*>(kernel);
-  run(ctx, done, [&](Call& call) {
+  run(cfg, ctx, done, [&](Call& call) {
     const ApiTable& api = core();
     auto [setSize, setRank] = setSizeAndRank(api, cfg.processSet);
     int n = gTf.NumInputs(ctx);
     std::vector<TensorView> in(n), out(n);
     for (int i = 0; i < n; ++i) {
       TF_Tensor* t = call.input(i);
-      in[i] = viewOf(t);
+      in[i] = call.view(t);
       if (in[i].shape.empty())
         throw InvalidArgument("Reducescatter does not support scalar inputs");
       std::vector<int64_t> dims = in[i].shape;
@@ -515,7 +542,7 @@ void computeReducescatter(void* kernel, TF_OpKernelContext* ctx,
       dims[0] = d / setSize + (setRank < d % setSize ? 1 : 0);
       size_t bytes = dataTypeSize(in[i].dtype);
       for (int64_t x : dims) bytes *= static_cast<size_t>(x);
-      out[i] = viewOf(call.allocate(i, gTf.TensorType(t), dims, bytes));
+      out[i] = call.view(call.allocate(i, gTf.TensorType(t), dims, bytes));
     }
     call.works.push_back(cfg.grouped
                              ? api.groupedReducescatterAsync(in, out, cfg.options(cfg.name))
@@ -524,7 +551,8 @@ void computeReducescatter(void* kernel, TF_OpKernelContext* ctx,
 }
 
 void computeJoin(void*, TF_OpKernelContext* ctx, TF_AsyncOpKernelDoneCallback* done) {
-  run(ctx, done, [&](Call& call) {
+  static const Config kCpu;
+  run(kCpu, ctx, done, [&](Call& call) {
     call.works.push_back(core().joinAsync());
     call.finish = [](Call& c) {
       TF_Tensor* t = c.allocate(0, kTfInt32, {}, sizeof(int32_t));
@@ -537,7 +565,7 @@ void computeJoin(void*, TF_OpKernelContext* ctx, TF_AsyncOpKernelDoneCallback* d
 // process_set_rank, process_set_included (1, 0, or -1 for an unknown set).
 void computeTopology(void* kernel, TF_OpKernelContext* ctx, TF_AsyncOpKernelDoneCallback* done) {
   const Config& cfg = *static_cast<Config*>(kernel);
-  run(ctx, done, [&](Call& call) {
+  run(cfg, ctx, done, [&](Call& call) {
     const ApiTable& api = core();
     int value = 0;
     if (cfg.what == "size") {
@@ -598,6 +626,9 @@ struct OpSpec {
   void (*shapes)(TF_ShapeInferenceContext*, TF_Status*);
   void* (*create)(TF_OpKernelConstruction*);
   void (*compute)(void*, TF_OpKernelContext*, TF_AsyncOpKernelDoneCallback*);
+  // The GPU kernel's constructor (nullptr: CPU only) and its arguments in host memory.
+  void* (*createGpu)(TF_OpKernelConstruction*) = nullptr;
+  std::vector<const char*> hostMemory = {};
 };
 
 std::string listOf(const char* types) { return std::string("T: list(") + types + ") >= 1"; }
@@ -617,7 +648,8 @@ std::vector<OpSpec> opSpecs() {
                      {"outputs: T"},
                      sameShapes,
                      createKernel<kReduceAll>,
-                     computeAllreduce});
+                     computeAllreduce,
+                     createKernel<kReduceAll, true>});
   }
   specs.push_back({"HorovodAllgather",
                    {listOf(kMoveTypes), "hvd_name: string", "process_set: int", "one_off: bool",
@@ -626,14 +658,16 @@ std::vector<OpSpec> opSpecs() {
                    {"outputs: T"},
                    unknownShapes,
                    createKernel<kName | kProcessSet | kOneOff | kGrouped>,
-                   computeAllgather});
+                   computeAllgather,
+                   createKernel<kName | kProcessSet | kOneOff | kGrouped, true>});
   specs.push_back({"HorovodBroadcast",
                    {listOf(kMoveTypes), "hvd_name: string", "root_rank: int", "process_set: int"},
                    {"tensors: T"},
                    {"outputs: T"},
                    sameShapes,
                    createKernel<kName | kRoot | kProcessSet>,
-                   computeBroadcast});
+                   computeBroadcast,
+                   createKernel<kName | kRoot | kProcessSet, true>});
   specs.push_back(
       {"HorovodAlltoall",
        {std::string("T: ") + kMoveTypes, "hvd_name: string", "process_set: int", "one_off: bool"},
@@ -641,7 +675,9 @@ std::vector<OpSpec> opSpecs() {
        {"output: T", "received_splits: int32"},
        unknownShapes,
        createKernel<kName | kProcessSet | kOneOff>,
-       computeAlltoall});
+       computeAlltoall,
+       createKernel<kName | kProcessSet | kOneOff, true>,
+       {"splits", "received_splits"}});
   {
     auto attrs = reduceAttrs;
     attrs.push_back(listOf(kScatterTypes));
@@ -651,7 +687,8 @@ std::vector<OpSpec> opSpecs() {
                      {"outputs: T"},
                      unknownShapes,
                      createKernel<kReduceAll>,
-                     computeReducescatter});
+                     computeReducescatter,
+                     createKernel<kReduceAll, true>});
   }
   specs.push_back({"HorovodJoin",
                    {},
@@ -696,6 +733,26 @@ bool registerAll(std::string& error) {
   return true;
 }
 
+// The GPU kernels of the collectives: registered by horovod.tensorflow once the core it binds
+// has the CUDA backend (a build without it keeps TensorFlow placing the ops on the CPU, with
+// TensorFlow's copies around them).
+bool registerGpuKernels(std::string& error) {
+  for (const OpSpec& spec : opSpecs()) {
+    if (spec.createGpu == nullptr) continue;
+    TF_KernelBuilder* kernel =
+        gTf.NewAsyncKernelBuilder(spec.name, "GPU", spec.createGpu, spec.compute, destroyKernel);
+    for (const char* arg : spec.hostMemory) gTf.KernelBuilderHostMemory(kernel, arg);
+    Status st;
+    gTf.RegisterKernelBuilder(spec.name, kernel, st.get());  // takes ownership of `kernel`
+    if (!st.ok()) {
+      error =
+          std::string("registering the GPU kernel of ") + spec.name + ": " + gTf.Message(st.get());
+      return false;
+    }
+  }
+  return true;
+}
+
 // Runs when TensorFlow loads the library (tf.load_op_library): the ops must be registered then.
 [[maybe_unused]] const bool gRegistered = [] {
   std::string error;
@@ -727,6 +784,18 @@ extern "C" __attribute__((visibility("default"))) int horovod_tf_deferred_done(c
 // Ops whose kernel returned before they completed, since the library loaded (tests).
 extern "C" __attribute__((visibility("default"))) uint64_t horovod_tf_deferred_ops() {
   return hvd::tf::gDeferredOps.load(std::memory_order_relaxed);
+}
+
+// Registers the collectives' GPU kernels (once; later calls return the first answer): "" or why
+// they could not be registered. Called after horovod_tf_bind when the core has a CUDA backend.
+extern "C" __attribute__((visibility("default"))) const char* horovod_tf_register_gpu_kernels() {
+  static const std::string error = [] {
+    std::string why;
+    if (!hvd::tf::gLoadError.empty()) return hvd::tf::gLoadError;
+    hvd::tf::registerGpuKernels(why);
+    return why;
+  }();
+  return error.c_str();
 }
 
 // Binds the kernels to the core whose hvd::ApiTable is at `table`; returns "" or why not.

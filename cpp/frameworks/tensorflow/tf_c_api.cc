@@ -60,6 +60,8 @@ bool load(TfApi& api, std::string& error) {
   HVD_TF_RESOLVE(ShapeInferenceContextSetUnknownShape, TF_ShapeInferenceContextSetUnknownShape);
   HVD_TF_RESOLVE(NewAsyncKernelBuilder, TF_NewAsyncKernelBuilder);
   HVD_TF_RESOLVE(RegisterKernelBuilder, TF_RegisterKernelBuilder);
+  HVD_TF_RESOLVE(KernelBuilderHostMemory, TF_KernelBuilder_HostMemory);
+  HVD_TF_RESOLVE(GetDeviceId, TF_GetDeviceId);
   HVD_TF_RESOLVE(RunAsyncOpKernelDoneCallback, TF_RunAsyncOpKernelDoneCallback);
   HVD_TF_RESOLVE(NumInputs, TF_NumInputs);
   HVD_TF_RESOLVE(NumOutputs, TF_NumOutputs);

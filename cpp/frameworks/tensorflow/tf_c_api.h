@@ -93,6 +93,8 @@ struct TfApi {
                                                                   TF_AsyncOpKernelDoneCallback*),
                                              void (*destroy)(void*));
   void (*RegisterKernelBuilder)(const char* kernelName, TF_KernelBuilder*, TF_Status*);
+  void (*KernelBuilderHostMemory)(TF_KernelBuilder*, const char* argName);
+  int (*GetDeviceId)(TF_OpKernelContext*);
   void (*RunAsyncOpKernelDoneCallback)(TF_AsyncOpKernelDoneCallback*);
   int (*NumInputs)(TF_OpKernelContext*);
   int (*NumOutputs)(TF_OpKernelContext*);

@@ -98,8 +98,16 @@ struct Device {
   int32_t index = 0;  // accelerator ordinal; 0 for the CPU
   // Accelerators: the stream (cudaStream_t, hipStream_t) on which the tensor's producers run.
   // The backend orders the collective after the work queued there, and the work's completion
-  // orders later work on it. Null: the device's default stream. Unused for the CPU.
+  // orders later work on it. Null: the device's default stream. deviceWideStream(): the
+  // producers' and consumers' streams are unknown (TensorFlow's GPU kernels: its C API gives a
+  // kernel no stream): the backend orders the collective after all work queued on the device
+  // before it runs, and releases engine-allocated outputs only after all work queued on the
+  // device before their release (device-wide synchronizations, on Horovod's threads). Unused
+  // for the CPU.
   void* stream = nullptr;
+
+  static void* deviceWideStream() { return reinterpret_cast<void*>(~uintptr_t{0}); }
+  static bool isDeviceWide(const void* s) { return s == deviceWideStream(); }
 
   bool isCpu() const { return kind == DeviceKind::kCpu; }
   bool sameDevice(const Device& o) const { return kind == o.kind && index == o.index; }

@@ -3,7 +3,8 @@
 ``_horovod_tf_ops.so`` is built with Horovod, not against TensorFlow: it declares the part of
 TensorFlow's stable C API it uses and resolves it at load time, registers the ops
 ``HorovodAllreduce``, ``HorovodAllgather``, ``HorovodBroadcast``, ``HorovodAlltoall``,
-``HorovodReducescatter``, ``HorovodJoin`` and ``HorovodTopology`` with CPU kernels, and drives
+``HorovodReducescatter``, ``HorovodJoin`` and ``HorovodTopology`` with CPU kernels (and, when the
+core has the CUDA backend, GPU kernels for the five collectives), and drives
 the engine of ``horovod._core`` through the table ``_core`` hands it. Each node handles
 a whole group of tensors (one crossing into the core per gradient group), runs eagerly and in
 graphs alike, and reduces in place when TensorFlow lets an output reuse its input's buffer.
@@ -46,6 +47,11 @@ def load():
     error = native.horovod_tf_load_error().decode()
     if not error:
         error = native.horovod_tf_bind(_core.api_table_address()).decode()
+    if not error and _core.cuda_built():
+        # GPU kernels: TensorFlow then runs the collectives of GPU tensors on the GPU (the CUDA
+        # backend), not on the CPU with copies around them (docs/gpu.md, TensorFlow).
+        native.horovod_tf_register_gpu_kernels.restype = ctypes.c_char_p
+        error = native.horovod_tf_register_gpu_kernels().decode()
     if error:
         raise ImportError('the Horovod TensorFlow kernels cannot be used with TensorFlow {}: {}'
                           .format(tf.__version__, error))

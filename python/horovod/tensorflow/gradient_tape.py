@@ -112,8 +112,8 @@ def DistributedGradientTape(gradtape, device_dense='', device_sparse='',
 
     Args:
         gradtape: the ``tf.GradientTape`` (recorded already or not).
-        device_dense, device_sparse: accepted for compatibility (this build reduces host
-            tensors).
+        device_dense, device_sparse: the TensorFlow device the reductions of dense and
+            ``tf.IndexedSlices`` gradients run on (default: TensorFlow's placement).
         compression: ``hvd.Compression.none``, ``.fp16`` or ``.bf16`` (casts during the
             reduction), or an error-feedback compressor instance, ``hvd.PowerSGD(rank=...)`` or
             ``hvd.Int8Quantizer()`` (one per model, kept across steps; docs/compression.md).

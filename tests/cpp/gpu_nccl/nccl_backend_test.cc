@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "backends/cuda/cuda_library.h"
+#include "backends/cuda/device_wide.h"
 #include "collectives/reduce.h"
 #include "horovod/horovod.h"
 #include "support/forked_ranks.h"
@@ -405,6 +407,54 @@ TEST_P(Nccl, WaitsForALateProducerStream) {
     }
     return kOk;
   }));
+}
+
+// Tensors whose streams are unknown (Device::deviceWideStream(), TensorFlow's GPU kernels), on
+// both data paths: the producer stream is busy when the collective is enqueued and nothing says
+// which stream it is, so the backend must wait for the whole device; an allgather output still
+// being read on a stream the backend was not told about is released only after that read (the
+// stand-in fails a free ordered before it, and every later call of the rank with it).
+TEST(NcclDeviceWide, OrdersByTheWholeDeviceOnBothPaths) {
+  for (const char* path : {"nccl", "host"}) {
+    SCOPED_TRACE(path);
+    EXPECT_TRUE(onRanks(
+        2,
+        [](int rank, TestGpu& d) {
+          constexpr size_t kBig = size_t(64) << 20;
+          void* big = nullptr;
+          TestGpu::check(d.malloc(&big, kBig), "cudaMalloc");
+          for (int step = 0; step < 3; ++step) {
+            TestGpu::check(d.memsetAsync(big, step, kBig, d.stream), "cudaMemsetAsync");  // keeps the stream busy
+            std::vector<float> x(1000, static_cast<float>(rank + step));
+            TensorView t = d.upload(x, DataType::kFloat32, {}, /*wait=*/false);  // queued behind the memset
+            t.device.stream = Device::deviceWideStream();
+            hvd::allreduce(t, t, named("device_wide"));
+            const float want = static_cast<float>(1 + 2 * step);
+            for (float v : d.download<float>(t)) {
+              if (v != want) return kWrongValue;
+            }
+            // The output is read on the test's stream behind a busy memset, and dropped at once.
+            const std::vector<float> mine(5, static_cast<float>(rank));  // read by the queued upload
+            TensorView g = d.upload(mine, DataType::kFloat32, {}, false);
+            g.device.stream = Device::deviceWideStream();
+            OwnedTensor gathered = hvd::allgather(g, named("device_wide_gather"));
+            std::vector<float> host(10, -1.0f);
+            TestGpu::check(d.memsetAsync(big, step + 1, kBig, d.stream), "cudaMemsetAsync");
+            TestGpu::check(d.memcpyAsync(host.data(), gathered.view.data, host.size() * sizeof(float),
+                                         cudaMemcpyDeviceToHost, d.stream),
+                           "read the output");
+            gathered = OwnedTensor{};
+            cuda::flushDeviceWideReleases(*cuda::cudaLibraries().api);
+            TestGpu::check(d.streamSynchronize(d.stream), "cudaStreamSynchronize");  // a sticky error fails here
+            for (size_t i = 0; i < host.size(); ++i) {
+              if (host[i] != static_cast<float>(i / 5)) return kWrongValue;
+            }
+          }
+          return kOk;
+        },
+        -1, [path](int) { setenv("HOROVOD_GPU_OPERATIONS", path, 1); }));
+  }
+  unsetenv("HOROVOD_GPU_OPERATIONS");
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, Nccl, ::testing::Values(2, 3),

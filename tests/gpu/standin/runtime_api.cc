@@ -489,6 +489,31 @@ HVD_STANDIN_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   return standin::stickyError(s, target->device);
 }
 
+// Waits until every stream of the current device (the legacy one and streams being destroyed
+// included) has run the work queued before the call; the host then has observed all of it (its
+// clock covers every one of those streams' clocks), so work queued later by any thread is ordered
+// after it. Work queued by other threads while it waits is not waited for.
+HVD_STANDIN_EXPORT cudaError_t cudaDeviceSynchronize(void) {
+  State& s = state();
+  std::unique_lock<std::mutex> lock(s.mu);
+  if (cudaError_t e = standin::checkDevices(s)) return e;
+  const int device = t_device;
+  if (cudaError_t sticky = standin::stickyError(s, device)) {
+    standin::setLastError(sticky);
+    return sticky;
+  }
+  std::vector<std::pair<std::shared_ptr<standin::Stream>, uint64_t>> pending;
+  Clock clock;
+  for (const auto& stream : s.running) {
+    if (stream->device != device) continue;
+    pending.emplace_back(stream, stream->enqueued);
+    standin::clockMerge(clock, stream->clock);
+  }
+  for (const auto& [stream, seq] : pending) standin::waitCompleted(s, lock, *stream, seq);
+  standin::hostObserved(s, clock);
+  return standin::stickyError(s, device);
+}
+
 HVD_STANDIN_EXPORT cudaError_t cudaStreamQuery(cudaStream_t stream) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);

@@ -77,6 +77,7 @@ TEST_F(StandinRuntime, ImplementsEveryEntryOfTheTables) {
                            cudaEventRecord,
                            cudaEventQuery,
                            cudaEventSynchronize,
+                           cudaDeviceSynchronize,
                            cudaDeviceGetAttribute,
                            cudaMemPoolCreate,
                            cudaMemPoolDestroy,
@@ -116,6 +117,7 @@ TEST_F(StandinRuntime, ImplementsEveryEntryOfTheTables) {
                            "cudaEventRecord",
                            "cudaEventQuery",
                            "cudaEventSynchronize",
+                           "cudaDeviceSynchronize",
                            "cudaDeviceGetAttribute",
                            "cudaMemPoolCreate",
                            "cudaMemPoolDestroy",
@@ -140,7 +142,7 @@ TEST_F(StandinRuntime, ImplementsEveryEntryOfTheTables) {
                            "ncclGroupEnd",
                            HVD_CUDA_KERNELS_SYMBOL})
     EXPECT_NE(dlsym(lib, name), nullptr) << name;
-  EXPECT_EQ(dlsym(lib, "cudaDeviceSynchronize"), nullptr);  // only what the tables use
+  EXPECT_EQ(dlsym(lib, "cudaMallocManaged"), nullptr);  // only what the tables use
   auto kernels = reinterpret_cast<HvdCudaKernelsFn>(dlsym(lib, HVD_CUDA_KERNELS_SYMBOL))();
   EXPECT_EQ(kernels->version, kHvdCudaKernelsVersion);
   int version = 0;
@@ -312,6 +314,60 @@ TEST_F(StandinRuntime, HostSynchronizationOrdersLaterWork) {
   ASSERT_EQ(cudaMemsetAsync(d, 1, sizeof(int), a), cudaSuccess);
   ASSERT_EQ(cudaStreamSynchronize(a), cudaSuccess);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+TEST_F(StandinRuntime, DeviceSynchronizeOrdersLaterWorkOnEveryStream) {
+  cudaStream_t a = newStream(cudaStreamNonBlocking), b = newStream(cudaStreamNonBlocking);
+  int* d = static_cast<int*>(deviceBuffer(sizeof(int)));
+  static int out = 0;  // the copies may still run after the test body
+  // (a) b reads what a writes, with no event and no synchronization: an ordering error.
+  ASSERT_EQ(cudaMemsetAsync(d, 0, sizeof(int), a), cudaSuccess);
+  EXPECT_EQ(cudaMemcpyAsync(&out, d, sizeof(int), cudaMemcpyDeviceToHost, b), cudaErrorLaunchFailure);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorLaunchFailure);  // sticky, as for the other synchronizing calls
+  hvd_standin_clear_errors();
+  // (b) the same pair with cudaDeviceSynchronize between them: the host observed a's write.
+  ASSERT_EQ(cudaMemsetAsync(d, 0, sizeof(int), a), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(cudaMemcpyAsync(&out, d, sizeof(int), cudaMemcpyDeviceToHost, b), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+TEST_F(StandinRuntime, DeviceSynchronizeWaitsForWorkQueuedByAnotherThread) {
+  int* d = static_cast<int*>(deviceBuffer(sizeof(int)));
+  cudaStream_t a = nullptr;
+  HvdStandinGate* gate = nullptr;
+  // Another thread queues a write on its own non-blocking stream, held back by a gate.
+  std::thread([&] {
+    a = newStream(cudaStreamNonBlocking);
+    gate = hvd_standin_gate(a);
+    EXPECT_EQ(cudaMemsetAsync(d, 7, sizeof(int), a), cudaSuccess);
+  }).join();
+  ASSERT_NE(gate, nullptr);
+  EXPECT_EQ(cudaStreamQuery(a), cudaErrorNotReady);
+  std::thread opener([gate] { hvd_standin_open_gate(gate); });
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // returns only once the gate and the write ran
+  opener.join();
+  EXPECT_EQ(*reinterpret_cast<volatile unsigned char*>(d), 7);  // device memory is host memory here
+  // The host observed the write: another stream may read it, and the host may free it.
+  cudaStream_t b = newStream(cudaStreamNonBlocking);
+  static int out = 0;
+  EXPECT_EQ(cudaMemcpyAsync(&out, d, sizeof(int), cudaMemcpyDeviceToHost, b), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(b), cudaSuccess);
+  EXPECT_EQ(out, 0x07070707);
+  EXPECT_EQ(cudaFree(d), cudaSuccess);
+}
+
+TEST_F(StandinRuntime, DeviceSynchronizeCoversTheCurrentDeviceOnly) {
+  int* d = static_cast<int*>(deviceBuffer(sizeof(int)));  // device 0
+  cudaStream_t a = newStream(cudaStreamNonBlocking);
+  ASSERT_EQ(cudaMemsetAsync(d, 0, sizeof(int), a), cudaSuccess);
+  ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // device 1 has no work: a is not observed
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  EXPECT_EQ(cudaFree(d), cudaErrorIllegalState);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(cudaFree(d), cudaSuccess);
 }
 
 TEST_F(StandinRuntime, LegacyDefaultStreamSynchronizesWithBlockingStreamsOnly) {
