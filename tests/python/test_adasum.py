@@ -137,3 +137,33 @@ def test_gpu_adasum_prechecks(monkeypatch, ranks, local_size, homogeneous, messa
     # CPU tensors: the rank count (3 and 6 are not powers of two).
     with pytest.raises(NotImplementedError, match='Running Adasum with non-power of 2 ranks'):
         ops.check_adasum(ops.Adasum, 0, sizes['job_size'])
+
+
+def test_tensorflow_gpu_adasum_prechecks(monkeypatch):
+    """horovod.tensorflow: a tensor placed on a GPU (device string), in a build with CUDA, gets
+    the GPU Adasum's host conditions; a CPU tensor the rank-count refusal."""
+    tf = pytest.importorskip('tensorflow')
+    from horovod.common.process_sets import global_process_set
+    from horovod.tensorflow import mpi_ops
+
+    class Core:  # three ranks on one host
+        cuda_built = staticmethod(lambda: True)
+        size = staticmethod(lambda: 3)
+        local_size = staticmethod(lambda: 3)
+        is_homogeneous = staticmethod(lambda: True)
+
+    class GpuTensor:
+        device = '/job:localhost/replica:0/task:0/device:GPU:0'
+
+    monkeypatch.setattr(mpi_ops, '_core', Core)
+    mpi_ops._adasum_checks(mpi_ops.Adasum, global_process_set, [GpuTensor()])
+    with tf.device('/CPU:0'):
+        cpu = tf.ones([4])
+    with pytest.raises(NotImplementedError, match='Running Adasum with non-power of 2 ranks'):
+        mpi_ops._adasum_checks(mpi_ops.Adasum, global_process_set, [cpu])
+    Core.local_size = staticmethod(lambda: 1)  # three hosts
+    with pytest.raises(NotImplementedError, match='Running GPU Adasum with non-power of 2 nodes'):
+        mpi_ops._adasum_checks(mpi_ops.Adasum, global_process_set, [GpuTensor()])
+    Core.cuda_built = staticmethod(lambda: False)  # no CUDA backend: TensorFlow copies to the CPU
+    with pytest.raises(NotImplementedError, match='Running Adasum with non-power of 2 ranks'):
+        mpi_ops._adasum_checks(mpi_ops.Adasum, global_process_set, [GpuTensor()])
