@@ -41,8 +41,8 @@ ncclComm_t NcclBackend::hostLocalComm() {
   if (hosts.count == 1) return comm_;
   if (hierarchy_) return hierarchy_->local;
   if (!adasumHierarchy_) {
-    adasumHierarchy_ = makeNcclHierarchy(api_, device_, hostComm_);
-    finalizer_->addComms({adasumHierarchy_->local, adasumHierarchy_->cross});
+    adasumHierarchy_ = makeNcclHierarchy(api_, device_, hostComm_, /*withCross=*/false);
+    finalizer_->addComms({adasumHierarchy_->local});
   }
   return adasumHierarchy_->local;
 }

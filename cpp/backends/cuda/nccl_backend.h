@@ -123,7 +123,8 @@ class NcclBackend : public backends::HostBackendBase {
   DeviceOutputs outputs_;  // allgather and alltoall outputs
   ncclComm_t comm_ = nullptr;
   std::optional<NcclHierarchy> hierarchy_;  // HOROVOD_HIERARCHICAL_ALLREDUCE, where possible
-  std::optional<NcclHierarchy> adasumHierarchy_;  // for Adasum, when hierarchy_ was not built
+  std::optional<NcclHierarchy>
+      adasumHierarchy_;  // its local communicator only: for Adasum, when hierarchy_ was not built
   PinnedBuffer adasumHost_;  // the shard Adasum combines across hosts
   Event adasumCopied_;  // recorded after the shard's copies, polled by awaitLane
   std::vector<uint8_t> adasumPairScratch_;  // collectives::adasum's receive space
