@@ -218,12 +218,29 @@ void sumOverGroup(PairExchange& peers, int groupSize, std::vector<double>& mine,
   }
 }
 
+// Completes the sums of partials over the members of `shards` (member order: the same bits on
+// every member).
+void sumOverShards(ShardGroup& shards, std::vector<double>& sums, std::vector<double>& all) {
+  const int k = shards.size();
+  if (k <= 1) return;
+  const size_t count = sums.size();
+  all.resize(count * static_cast<size_t>(k));
+  shards.allgather(sums.data(), count, all.data());
+  for (size_t i = 0; i < count; i += 2) {
+    Scaled s{all[i], all[i + 1]};
+    for (size_t m = 1; m < static_cast<size_t>(k); ++m) s = plus(s, {all[m * count + i], all[m * count + i + 1]});
+    sums[i] = s.m;
+    sums[i + 1] = s.e;
+  }
+}
+
 struct Range {
   size_t begin = 0, count = 0;
 };
 
 template <typename D>
-void run(PairExchange& peers, void* data, const std::vector<size_t>& counts, std::vector<uint8_t>& scratch) {
+void run(PairExchange& peers, void* data, const std::vector<size_t>& counts, std::vector<uint8_t>& scratch,
+         ShardGroup* shards) {
   using S = typename D::Storage;
   auto* buf = static_cast<S*>(data);
   const int n = peers.size(), r = peers.rank();
@@ -235,7 +252,7 @@ void run(PairExchange& peers, void* data, const std::vector<size_t>& counts, std
   auto* received = reinterpret_cast<S*>(scratch.data());
 
   std::vector<Range> kept, given;  // per level: the half this rank kept, the half its partner kept
-  std::vector<double> sums(counts.size() * kDoublesPerPartials), theirs;
+  std::vector<double> sums(counts.size() * kDoublesPerPartials), theirs, all;
   Range slice{0, total};
   for (int level = 1; level < n; level <<= 1) {
     const int peer = r ^ level;
@@ -256,6 +273,7 @@ void run(PairExchange& peers, void* data, const std::vector<size_t>& counts, std
       s[0] = p.dot.m, s[1] = p.dot.e, s[2] = p.aa.m, s[3] = p.aa.e, s[4] = p.bb.m, s[5] = p.bb.e;
     }
     sumOverGroup(peers, 2 * level, sums, theirs);
+    if (shards != nullptr) sumOverShards(*shards, sums, all);
     for (size_t t = 0; t < counts.size(); ++t) {
       const size_t lo = std::max(offsets[t], mine.begin), hi = std::min(offsets[t + 1], mine.begin + mine.count);
       if (lo >= hi) continue;
@@ -288,16 +306,16 @@ bool adasumTypeSupported(DataType dtype) {
 }
 
 void adasum(PairExchange& peers, void* buf, const std::vector<size_t>& counts, DataType dtype,
-            std::vector<uint8_t>& scratch) {
+            std::vector<uint8_t>& scratch, ShardGroup* shards) {
   if (!adasumRankCountSupported(peers.size())) {
     throw InvalidArgument("Adasum needs a power-of-two number of ranks; this process set has " +
                           std::to_string(peers.size()));
   }
   switch (dtype) {
-    case DataType::kFloat16: return run<F16>(peers, buf, counts, scratch);
-    case DataType::kBFloat16: return run<BF16>(peers, buf, counts, scratch);
-    case DataType::kFloat32: return run<F32>(peers, buf, counts, scratch);
-    case DataType::kFloat64: return run<F64>(peers, buf, counts, scratch);
+    case DataType::kFloat16: return run<F16>(peers, buf, counts, scratch, shards);
+    case DataType::kBFloat16: return run<BF16>(peers, buf, counts, scratch, shards);
+    case DataType::kFloat32: return run<F32>(peers, buf, counts, scratch, shards);
+    case DataType::kFloat64: return run<F64>(peers, buf, counts, scratch, shards);
     default: break;
   }
   throw InvalidArgument("Adasum reduces only float16, bfloat16, float32 and float64 tensors, not " +

@@ -23,6 +23,12 @@
 //
 // Results are bitwise identical on every rank: every element of the result is computed by one
 // rank and copied, and the sums of partials are formed in the same order on every rank.
+//
+// Vectors split over a group of ranks (ShardGroup, the GPU Adasum of adasum_hosts.h): each
+// member of the group holds one shard of the same vectors and runs Adasum on it with its own
+// partners; at every level the members' per-tensor partials are summed over the group too (in
+// member order, the same bits on every member), so each tensor's coefficients are those of the
+// whole tensor, wherever its pieces live.
 #pragma once
 
 #include <cstddef>
@@ -58,6 +64,16 @@ class CommunicatorExchange final : public PairExchange {
   Communicator& comm_;
 };
 
+// The ranks holding the other shards of the vectors (see the top of this file), this rank among
+// them. Failures throw.
+class ShardGroup {
+ public:
+  virtual ~ShardGroup() = default;
+  virtual int size() const = 0;
+  // all[k * count, (k + 1) * count) = member k's `mine`, for every member k, on every member.
+  virtual void allgather(const double* mine, size_t count, double* all) = 0;
+};
+
 // Whether Adasum runs on `n` ranks (a power of two; extra ranks are not folded in, as in Horovod).
 bool adasumRankCountSupported(int n);
 // Whether Adasum reduces `dtype` (float16, bfloat16, float32, float64).
@@ -66,7 +82,10 @@ bool adasumTypeSupported(DataType dtype);
 // In place: buf (the tensors of `counts`, back to back) = Adasum over the ranks of `peers`.
 // `scratch` is grown as needed (half the buffer) and may be kept between calls. Throws
 // InvalidArgument, before anything is sent, for a rank count or dtype that is not supported.
+// `shards` (may be null): buf is this rank's shard of vectors split over that group; every member
+// passes the same number of counts (the same tensors, each one's element count in its shard,
+// zeros allowed), the same total, and peers of the same size.
 void adasum(PairExchange& peers, void* buf, const std::vector<size_t>& counts, DataType dtype,
-            std::vector<uint8_t>& scratch);
+            std::vector<uint8_t>& scratch, ShardGroup* shards = nullptr);
 
 }  // namespace hvd::collectives

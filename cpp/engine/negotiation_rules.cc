@@ -151,7 +151,9 @@ std::string processSetListsDiffer(const std::vector<Request>& requests, const Ne
 }
 
 // What the Adasum algorithm (collectives/adasum.h) cannot run: other dtypes, and sets whose size
-// is not a power of two (Horovod's refusal; extra ranks are not folded in).
+// is not a power of two (Horovod's refusal; extra ranks are not folded in). GPU tensors run the
+// hierarchical Adasum (collectives/adasum_hosts.h), whose condition is on hosts, not ranks: the
+// GPU backends refuse it from the set's host layout, alike on every member.
 std::string adasumUnsupported(const std::vector<Request>& requests, const NegotiationContext& ctx) {
   const Request& first = firstOf(requests);
   if (!collectives::adasumTypeSupported(first.params.dtype)) {
@@ -159,7 +161,7 @@ std::string adasumUnsupported(const std::vector<Request>& requests, const Negoti
            std::string(dataTypeName(first.params.dtype)) + ".";
   }
   const int size = ctx.setRanks != nullptr ? static_cast<int>(ctx.setRanks->size()) : 1;
-  if (!collectives::adasumRankCountSupported(size)) {
+  if (onCpu(first) && !collectives::adasumRankCountSupported(size)) {
     return "Running Adasum with non-power of 2 ranks is not supported yet (process set " +
            std::to_string(first.params.processSet) + " has " + std::to_string(size) + " ranks).";
   }

@@ -18,8 +18,8 @@ import pytest
 
 from horovod import _core
 from horovod.common.exceptions import HorovodInternalError
-from horovod.common.ops import Average as AVERAGE, Max as MAX, Min as MIN, Product as PRODUCT, \
-    Sum as SUM
+from horovod.common.ops import Adasum as ADASUM, Average as AVERAGE, Max as MAX, Min as MIN, \
+    Product as PRODUCT, Sum as SUM
 
 from cuda_ctypes import Cuda, DeviceTensor, download
 from dlpack_device import KDLCUDA, describe
@@ -271,6 +271,45 @@ def test_large_allreduce_in_chunks(dev):
     want = (np.arange(n, dtype=np.int64) % 1000).astype(np.float32) * size() + \
         sum(range(size()))
     np.testing.assert_array_equal(got, want)
+
+
+def adasum_value(r, n, k=0):
+    """Multiples of 1/4 in [-2, 2] (exact in every float dtype), in a pattern that differs by
+    rank."""
+    i = np.arange(n)
+    return ((r * 7 + k * 3 + i * 5 + (r + 1) * (i % 4)) % 17 - 8) / 4.0
+
+
+def adasum_close(got, want, dtype):
+    tolerance = {np.dtype(np.float16): 4e-3, BF16: 3e-2}.get(np.dtype(dtype), 1e-6)
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=0,
+                               atol=tolerance * max(1.0, np.abs(want).max()))
+
+
+@pytest.mark.parametrize('dtype', FLOATS, ids=lambda d: d.name)
+def test_adasum_on_one_host_is_the_average(dev, dtype):
+    """Horovod's GPU Adasum averages inside each host and combines the hosts with Adasum: the
+    launcher's ranks share one host, so the result is their average (at any rank count), on
+    either data path; prescale and postscale apply."""
+    x = dev.put(adasum_value(rank(), 37).astype(dtype))
+    _core.allreduce_async(x, None, name('adasum', dtype.name), ADASUM, 2.0, 0.5, 0,
+                          stream=dev.stream).wait()
+    want = np.mean([adasum_value(r, 37) for r in range(size())], axis=0)
+    adasum_close(x.download(), want, dtype)
+
+
+def test_adasum_grouped_tensors_of_different_sizes(dev):
+    sizes = [1, 5, 300, 1001]
+    xs = [dev.put(adasum_value(rank(), n, k).astype(np.float32)) for k, n in enumerate(sizes)]
+    outs = [dev.empty(x.shape, np.float32) for x in xs]
+    _core.grouped_allreduce_async([x.capsule() for x in xs], [o.capsule() for o in outs],
+                                  name('adasum.grouped'), ADASUM, 1.0, 1.0, 0,
+                                  stream=dev.stream).wait()
+    for k, (n, o) in enumerate(zip(sizes, outs)):
+        want = np.mean([adasum_value(r, n, k) for r in range(size())], axis=0)
+        adasum_close(o.download(), want, np.float32)
+    algorithms = {algorithm for backend, algorithm, count in _core.engine_counters() if count}
+    assert ('nccl_adasum' if NCCL else 'staged_adasum') in algorithms, algorithms
 
 
 def test_cpu_gpu_mismatch_is_an_error_on_every_rank(dev):

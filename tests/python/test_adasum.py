@@ -92,3 +92,78 @@ def test_adasum_on_three_ranks_is_refused():
     assert code == 0, out[-8000:]
     assert out.count('REFUSED Running Adasum with non-power of 2 ranks is not supported yet.') == 3, \
         out[-8000:]
+
+
+class _CudaTensor:
+    """What the torch pre-check asks of a CUDA tensor (the torch CPU wheel cannot make one)."""
+    is_cuda = True
+
+
+@pytest.mark.parametrize('ranks,local_size,homogeneous,message', [
+    (3, 2, False, 'Running GPU Adasum on heterogeneous cluster is not supported yet.'),
+    (3, 1, True, 'Running GPU Adasum with non-power of 2 nodes is not supported yet.'),
+    (6, 2, True, 'Running GPU Adasum with non-power of 2 nodes is not supported yet.'),
+    (6, 3, True, None),  # two hosts of three ranks
+    (3, 3, True, None),  # one host
+])
+def test_gpu_adasum_prechecks(monkeypatch, ranks, local_size, homogeneous, message):
+    """Horovod's GPU Adasum refusals, raised before anything is sent: on hosts (the same number
+    of ranks on each, a power-of-two number of them), not on the rank count; CPU tensors keep
+    the rank-count refusal."""
+    from horovod.common import ops
+    from horovod.common.process_sets import global_process_set
+    sizes = dict(job_size=lambda: ranks, local_size=lambda: local_size,
+                 homogeneous=lambda: homogeneous)
+    try:
+        from horovod.torch import async_ops
+    except ImportError:
+        async_ops = None
+    if async_ops is not None:
+        monkeypatch.setattr(async_ops, 'size', sizes['job_size'])
+        monkeypatch.setattr(async_ops, 'local_size', sizes['local_size'])
+        monkeypatch.setattr(async_ops, 'is_homogeneous', sizes['homogeneous'])
+    checks = [lambda: ops.check_adasum(ops.Adasum, 0, gpu=True, **sizes)]
+    if async_ops is not None:
+        checks.append(lambda: async_ops._adasum_checks(ops.Adasum, global_process_set,
+                                                       _CudaTensor()))
+    for check in checks:
+        if message is None:
+            check()
+        else:
+            with pytest.raises(NotImplementedError, match=re.escape(message)):
+                check()
+    with pytest.raises(NotImplementedError, match='Adasum does not support non-global'):
+        ops.check_adasum(ops.Adasum, 1, gpu=True, **sizes)
+    # CPU tensors: the rank count (3 and 6 are not powers of two).
+    with pytest.raises(NotImplementedError, match='Running Adasum with non-power of 2 ranks'):
+        ops.check_adasum(ops.Adasum, 0, sizes['job_size'])
+
+
+def test_tensorflow_gpu_adasum_prechecks(monkeypatch):
+    """horovod.tensorflow: a tensor placed on a GPU (device string), in a build with CUDA, gets
+    the GPU Adasum's host conditions; a CPU tensor the rank-count refusal."""
+    tf = pytest.importorskip('tensorflow')
+    from horovod.common.process_sets import global_process_set
+    from horovod.tensorflow import mpi_ops
+
+    class Core:  # three ranks on one host
+        cuda_built = staticmethod(lambda: True)
+        size = staticmethod(lambda: 3)
+        local_size = staticmethod(lambda: 3)
+        is_homogeneous = staticmethod(lambda: True)
+
+    class GpuTensor:
+        device = '/job:localhost/replica:0/task:0/device:GPU:0'
+
+    monkeypatch.setattr(mpi_ops, '_core', Core)
+    mpi_ops._adasum_checks(mpi_ops.Adasum, global_process_set, [GpuTensor()])
+    with tf.device('/CPU:0'):
+        cpu = tf.ones([4])
+    with pytest.raises(NotImplementedError, match='Running Adasum with non-power of 2 ranks'):
+        mpi_ops._adasum_checks(mpi_ops.Adasum, global_process_set, [cpu])
+    Core.local_size = staticmethod(lambda: 1)  # three hosts
+    with pytest.raises(NotImplementedError, match='Running GPU Adasum with non-power of 2 nodes'):
+        mpi_ops._adasum_checks(mpi_ops.Adasum, global_process_set, [GpuTensor()])
+    Core.cuda_built = staticmethod(lambda: False)  # no CUDA backend: TensorFlow copies to the CPU
+    with pytest.raises(NotImplementedError, match='Running Adasum with non-power of 2 ranks'):
+        mpi_ops._adasum_checks(mpi_ops.Adasum, global_process_set, [GpuTensor()])

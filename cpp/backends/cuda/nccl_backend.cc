@@ -46,7 +46,7 @@ ncclRedOp_t reductionOp(ReduceOp op, DataType dtype) {
     case ReduceOp::kProduct: return isBool ? ncclMin : ncclProd;
     default: break;
   }
-  throw Error("The nccl collective backend has no reduction for this operator (Adasum runs on host tensors only).");
+  throw Error("The nccl collective backend has no elementwise reduction for this operator.");
 }
 
 uint8_t* at(void* base, size_t offset) { return static_cast<uint8_t*>(base) + offset; }
@@ -62,6 +62,8 @@ NcclBackend::NcclBackend(const CudaApi& api, const BackendContext& context, int 
       producerDone_(api, context.device.index),
       outputs_(api, context.device.index,
                static_cast<size_t>(std::max<int64_t>(0, engine::outputPoolBytesParam().get()))),
+      adasumHost_(api),
+      adasumCopied_(api, context.device.index),
       batchCopies_(context.config.gpuBatchD2DMemcopies) {
   DeviceGuard guard(api_, device_);
   for (int i = 0; i < std::max(streams, 1); ++i) lanes_.push_back(std::make_unique<Lane>(api_, device_));
@@ -100,6 +102,7 @@ NcclBackend::~NcclBackend() {
   }
   finalizer_.reset();
   if (!aborted && hierarchy_) destroyNcclHierarchy(api_, device_, *hierarchy_);
+  if (!aborted && adasumHierarchy_) destroyNcclHierarchy(api_, device_, *adasumHierarchy_);
   if (!aborted && comm_ != nullptr) {
     const ncclResult_t status = api_.nccl->commDestroy(comm_);
     if (status != ncclSuccess) {
@@ -116,6 +119,7 @@ void NcclBackend::run(const Response& r, ProcessSet& set, const std::vector<Entr
   try {
     switch (r.params.kind) {
       case Kind::kAllreduce: allreduce(r, set, entries); return;
+      case Kind::kAdasum: adasum(r, set, entries); return;
       case Kind::kAllgather: allgather(r, set, entries); return;
       case Kind::kBroadcast: broadcast(r, set, entries); return;
       case Kind::kAlltoall: alltoall(r, set, entries); return;

@@ -19,6 +19,15 @@
 // (engine/backend.h): an event recorded after the work is handed with the works to the
 // finalizer thread (nccl_finalizer.h), which completes them once the device finished.
 //
+// Adasum: Horovod's GPU Adasum (collectives/adasum_hosts.h): ncclReduceScatter (sum) among the
+// set's members on each host (the hierarchy's local communicator, built on the first Adasum
+// response when HOROVOD_HIERARCHICAL_ALLREDUCE did not build it; the set's own on one host), the
+// shard copied to pinned host memory, Adasum across hosts over the set's host transport, copied
+// back, ncclAllGather inside the host, postscale / local size. Sets whose hosts differ in size or
+// whose host count is not a power of two fail the response on every member before anything is
+// sent (MismatchError, as negotiation's Adasum refusals; Horovod's words). The engine thread
+// waits for the shard's copies (polling, bounded by the job's timeout and NCCL's errors).
+//
 // Semantics: allreduce sum/min/max/product/average natively (ncclAvg), prescale/postscale with the
 // scale kernel; float16 and bfloat16 native; int16/uint16 reductions are refused (NCCL has no such
 // type, as in Horovod), bool reduces as uint8 (sum/max = or, min/product = and). Allgather of
@@ -66,10 +75,6 @@ class NcclBackend : public backends::HostBackendBase {
   ~NcclBackend() override;
   // NCCL picks its own algorithms: the host algorithm knobs (crossover, hierarchical) do not apply.
   void applyKnobs(const engine::Knobs&) override {}
-  // HostBackendBase's kinds except Adasum, which BackendTable then refuses by name on every rank.
-  bool supports(engine::Kind kind) const override {
-    return kind != engine::Kind::kAdasum && HostBackendBase::supports(kind);
-  }
   void abort(std::exception_ptr error) override;
   // Dispatches on the kind (HostBackend's dispatch, plus the barrier's works).
   void run(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries) override;
@@ -84,6 +89,13 @@ class NcclBackend : public backends::HostBackendBase {
   };
 
   void allreduce(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries);
+  void adasum(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries);
+  // The NCCL communicator of the set's members on this rank's host (null when this rank is alone
+  // there); built on first call when needed (collective: every member calls it at one response).
+  ncclComm_t hostLocalComm();
+  // Blocks the host until `lane`'s work so far is done, polling: an NCCL error on `comm` (a lost
+  // peer of the reduce-scatter before it) or the job's timeout ends the wait with that error.
+  void awaitLane(Lane& lane, ncclComm_t comm);
   void allgather(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries);
   void broadcast(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries);
   void alltoall(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries);
@@ -111,6 +123,11 @@ class NcclBackend : public backends::HostBackendBase {
   DeviceOutputs outputs_;  // allgather and alltoall outputs
   ncclComm_t comm_ = nullptr;
   std::optional<NcclHierarchy> hierarchy_;  // HOROVOD_HIERARCHICAL_ALLREDUCE, where possible
+  std::optional<NcclHierarchy>
+      adasumHierarchy_;  // its local communicator only: for Adasum, when hierarchy_ was not built
+  PinnedBuffer adasumHost_;  // the shard Adasum combines across hosts
+  Event adasumCopied_;  // recorded after the shard's copies, polled by awaitLane
+  std::vector<uint8_t> adasumPairScratch_;  // collectives::adasum's receive space
   const bool batchCopies_;  // HOROVOD_BATCH_D2D_MEMCOPIES
   std::unique_ptr<NcclFinalizer> finalizer_;
   bool begun_ = false;  // the response being run got past begin() (run() turns errors fatal then)

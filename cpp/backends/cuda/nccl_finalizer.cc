@@ -74,6 +74,11 @@ bool NcclFinalizer::commAborted() const {
   return commAborted_;
 }
 
+void NcclFinalizer::addComms(const std::vector<ncclComm_t>& comms) {
+  std::lock_guard<std::mutex> lock(commMu_);
+  comms_.insert(comms_.end(), comms.begin(), comms.end());
+}
+
 void NcclFinalizer::abortComm() {
   std::lock_guard<std::mutex> lock(commMu_);
   if (commAborted_) return;

@@ -58,6 +58,9 @@ class NcclFinalizer {
   void stop();
   void setDrainTimeout(std::chrono::milliseconds timeout) { drainTimeout_ = timeout; }
 
+  // Adds communicators built later (they stay valid as `comms` do; aborted with them).
+  void addComms(const std::vector<ncclComm_t>& comms);
+
   // An event for the next batch (reused from completed batches).
   std::unique_ptr<Event> takeEvent();
   void submit(PendingBatch batch);

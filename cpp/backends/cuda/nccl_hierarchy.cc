@@ -32,7 +32,7 @@ bool hierarchyPossible(const Communicator::HostLayout& hosts, std::string* why) 
   return false;
 }
 
-NcclHierarchy makeNcclHierarchy(const CudaApi& api, int device, Communicator& setComm) {
+NcclHierarchy makeNcclHierarchy(const CudaApi& api, int device, Communicator& setComm, bool withCross) {
   const Communicator::HostLayout& hosts = setComm.hosts();
   NcclHierarchy h;
   h.localSize = hosts.localSize();
@@ -40,12 +40,13 @@ NcclHierarchy makeNcclHierarchy(const CudaApi& api, int device, Communicator& se
   HierarchyIds mine;
   std::memset(&mine, 0, sizeof(mine));
   if (hosts.localRank == 0) HVD_NCCL_CHECK(api, device, nullptr, api.nccl->getUniqueId(&mine.local));
-  if (hosts.host == 0) HVD_NCCL_CHECK(api, device, nullptr, api.nccl->getUniqueId(&mine.cross));
+  if (withCross && hosts.host == 0) HVD_NCCL_CHECK(api, device, nullptr, api.nccl->getUniqueId(&mine.cross));
   std::vector<HierarchyIds> all(static_cast<size_t>(setComm.size()));
   collectives::allgatherv(setComm, &mine, all.data(), std::vector<size_t>(all.size(), sizeof(HierarchyIds)));
   const HierarchyIds& localRoot = all[static_cast<size_t>(hosts.members[hosts.host][0])];
   const HierarchyIds& crossRoot = all[static_cast<size_t>(hosts.members[0][hosts.localRank])];
   HVD_NCCL_CHECK(api, device, nullptr, api.nccl->commInitRank(&h.local, h.localSize, localRoot.local, h.localRank));
+  if (!withCross) return h;
   const ncclResult_t status = api.nccl->commInitRank(&h.cross, hosts.count, crossRoot.cross, hosts.host);
   if (status != ncclSuccess) {
     api.nccl->commDestroy(h.local);

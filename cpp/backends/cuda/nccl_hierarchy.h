@@ -32,10 +32,11 @@ struct NcclHierarchy {
 // if not, `why` says so for people.
 bool hierarchyPossible(const Communicator::HostLayout& hosts, std::string* why);
 
-// Creates the two communicators: collective over every member of `setComm`'s set (they exchange
-// the NCCL ids through it), each member on `device` (current). Call only when hierarchyPossible()
-// (equal on every member). Throws Error naming the failing call.
-NcclHierarchy makeNcclHierarchy(const CudaApi& api, int device, Communicator& setComm);
+// Creates the two communicators (`withCross` false: the local one only, cross stays null; the GPU
+// Adasum combines across hosts on the host): collective over every member of `setComm`'s set
+// (they exchange the NCCL ids through it), each member on `device` (current). Call only when
+// hierarchyPossible() (equal on every member). Throws Error naming the failing call.
+NcclHierarchy makeNcclHierarchy(const CudaApi& api, int device, Communicator& setComm, bool withCross = true);
 
 // Destroys the communicators (not after an abort: NCCL forbids using an aborted one).
 void destroyNcclHierarchy(const CudaApi& api, int device, NcclHierarchy& hierarchy);

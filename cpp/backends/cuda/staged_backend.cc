@@ -6,6 +6,7 @@
 
 #include "backends/cuda/cuda_library.h"
 #include "backends/cuda/gpu_operations.h"
+#include "collectives/adasum_hosts.h"
 #include "collectives/collectives.h"
 #include "common/logging.h"
 #include "engine/fused_layout.h"
@@ -25,6 +26,7 @@ constexpr const char kStagedBroadcast[] = "staged_broadcast";
 constexpr const char kStagedAlltoall[] = "staged_alltoallv";
 constexpr const char kStagedReducescatter[] = "staged_reducescatter";
 constexpr const char kStagedBarrier[] = "staged_barrier";
+constexpr const char kStagedAdasum[] = "staged_adasum";
 
 const bool kRegistered = [] {
   engine::BackendFactory factory;
@@ -134,8 +136,53 @@ void StagedBackend::allreduce(const Response& r, ProcessSet&, const std::vector<
   ended(r, static_cast<int64_t>(total), ran != nullptr ? ran : collectives::kLocalAllreduce);
 }
 
-void StagedBackend::adasum(const Response&, ProcessSet&, const std::vector<Entry*>&) {
-  throw InvalidArgument("Adasum is not supported on CUDA tensors by the cuda_staged backend; reduce a CPU copy.");
+void StagedBackend::adasum(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries) {
+  cuda::DeviceGuard guard(api_, device_.index);
+  const Communicator::HostLayout& hosts = comm_.hosts();
+  // Equal on every member (the host layout is): the response fails alike everywhere.
+  if (std::string why = collectives::gpuAdasumUnsupported(hosts, set.id); !why.empty()) throw MismatchError(why);
+  const DataType dtype = r.params.dtype;
+  const size_t esize = dataTypeSize(dtype);
+  const int localSize = hosts.localSize();
+  std::vector<size_t> counts;
+  counts.reserve(r.tensors.size());
+  for (const auto& t : r.tensors) counts.push_back(static_cast<size_t>(t.numElements()));
+  const size_t total = engine::fusedBytes(r);
+  const size_t count = total / esize;
+  const size_t shard = collectives::adasumShardLength(count, localSize);
+  const size_t shardBytes = shard * esize, paddedBytes = shardBytes * static_cast<size_t>(localSize);
+  in_.clear();
+  out_.clear();
+  engine::forEachFusedTensor(r, [&](size_t offset, size_t i, size_t, size_t bytes) {
+    Entry* e = entries[i];
+    in_.push_back({offset, e != nullptr ? e->input : nullptr, bytes});  // a joined rank adds zeros
+    out_.push_back({offset, e != nullptr ? e->output : nullptr, bytes});
+  });
+  if (paddedBytes > total) in_.push_back({total, nullptr, paddedBytes - total});
+  // The host's buffer (padded to equal shards), then this member's shard of its sum.
+  uint8_t* host = staging(paddedBytes + shardBytes);
+  uint8_t* mine = localSize > 1 ? host + paddedBytes : host;
+  afterProducers(entries);
+  started(r, static_cast<int64_t>(total), kStagedAdasum);
+  pipeline_.run(
+      host, paddedBytes + shardBytes, 0, in_, out_,
+      [&](size_t, size_t) {
+        scale(host, count, dtype, r.params.prescale);
+        if (localSize > 1 && shard > 0) {
+          Communicator& local = hosts.count == 1 ? comm_ : comm_.subset(hosts.members[hosts.host]);
+          collectives::reducescatter(local, host, mine, std::vector<size_t>(localSize, shard), dtype, ReduceOp::kSum);
+          collectives::adasumAcrossHosts(comm_, mine, collectives::adasumShardCounts(counts, shard, hosts.localRank),
+                                         dtype, adasumPairScratch_);
+          collectives::allgatherv(local, mine, host, std::vector<size_t>(localSize, shardBytes));
+        } else if (shard > 0) {
+          collectives::adasumAcrossHosts(comm_, mine, collectives::adasumShardCounts(counts, shard, 0), dtype,
+                                         adasumPairScratch_);
+        }
+        // The average inside each host (Adasum is invariant to a common scale: done last, as Horovod).
+        scale(host, count, dtype, r.params.postscale / localSize);
+      },
+      copyEvents(r, static_cast<int64_t>(total)));
+  ended(r, static_cast<int64_t>(total), kStagedAdasum);
 }
 
 void StagedBackend::allgather(const Response& r, ProcessSet&, const std::vector<Entry*>& entries) {

@@ -15,6 +15,7 @@
 // and the engine then completes the works as for the CPU. Outputs the engine
 // allocates (allgather, alltoall) are device memory of the input's GPU, freed by their deleter.
 // Reductions, prescale/postscale and Average run on the host, for every dtype the CPU path has.
+// Adasum is the GPU Adasum (the same meaning as on the NCCL backend), not the CPU one.
 //
 // Engine thread only. Transport failures propagate as thrown hvd::Errors (PeerLost for a lost
 // rank); CUDA failures as hvd::Error naming the call and the GPU.
@@ -34,11 +35,6 @@ class StagedBackend : public HostBackend<StagedBackend> {
  public:
   StagedBackend(const BackendContext& context, const cuda::CudaApi& api);
   void applyKnobs(const engine::Knobs& knobs) override;
-  // Everything HostBackend runs except Adasum: BackendTable refuses an Adasum response on a CUDA
-  // tensor by name on every rank (Adasum runs on host tensors: docs/adasum.md).
-  bool supports(engine::Kind kind) const override {
-    return kind != engine::Kind::kAdasum && HostBackendBase::supports(kind);
-  }
 
  private:
   friend class HostBackend<StagedBackend>;
@@ -48,7 +44,9 @@ class StagedBackend : public HostBackend<StagedBackend> {
   void alltoall(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries);
   void reducescatter(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries);
   void barrier(const Response& r, ProcessSet& set);
-  // Never reached (supports() declines Adasum); throws InvalidArgument if it is.
+  // Horovod's GPU Adasum (collectives/adasum_hosts.h) on the staged copy: reduce-scatter among
+  // the set's members on each host, Adasum across hosts, allgather inside the host, all over the
+  // host collectives; MismatchError (before anything is sent) where the hosts do not allow it.
   void adasum(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries);
 
   // Orders the pipeline after the producer streams of `entries` (each distinct stream once).
@@ -67,6 +65,7 @@ class StagedBackend : public HostBackend<StagedBackend> {
   cuda::DeviceOutputs outputs_;  // allgather and alltoall outputs
   std::vector<cuda::DevicePiece> in_, out_;  // scratch
   std::vector<void*> streams_;              // scratch
+  std::vector<uint8_t> adasumPairScratch_;  // collectives::adasum's receive space
 };
 
 }  // namespace hvd::backends

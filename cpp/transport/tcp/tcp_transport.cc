@@ -58,7 +58,11 @@ void drainQuietly(int fd) {
 }  // namespace
 
 TcpTransport::TcpTransport(const TransportContext& context)
-    : rank_(context.rank), size_(context.size), timeout_(context.timeout), peers_(context.size > 0 ? context.size : 0) {
+    : rank_(context.rank),
+      size_(context.size),
+      timeout_(context.timeout),
+      hostOf_(context.hostOf),
+      peers_(context.size > 0 ? context.size : 0) {
   (void)kRegistered;
   HVD_CHECK_AS(InvalidArgument, context.size >= 1 && context.rank >= 0 && context.rank < context.size)
       << "bad rank " << context.rank << " for size " << context.size;

@@ -61,6 +61,10 @@ class TcpTransport final : public Transport {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string name() const override { return "tcp"; }
+  // The launcher's host of every rank (TransportContext::hostOf): collectives that depend on
+  // placement (the GPU Adasum's hosts, a GPU shared by ranks of one host) must see ranks on
+  // different hosts as such even when TCP carries everything.
+  std::vector<std::string> hostOf() const override { return hostOf_; }
 
   void send(int peer, const void* data, size_t bytes, Deadline deadline) override;
   void recv(int peer, void* data, size_t bytes, Deadline deadline) override;
@@ -201,6 +205,7 @@ class TcpTransport final : public Transport {
   std::chrono::milliseconds timeout_;
   std::string listenAddress_;
   int64_t refused_ = 0;
+  std::vector<std::string> hostOf_;
   std::vector<Peer> peers_;  // indexed by rank; own entry unused
 
   Socket abortFd_;  // eventfd: readable once aborted (never drained)

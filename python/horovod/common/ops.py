@@ -24,15 +24,28 @@ Product = 5
 
 
 
-def check_adasum(op, process_set_id, job_size):
+def check_adasum(op, process_set_id, job_size, gpu=False, local_size=None, homogeneous=None):
     """Horovod's refusals of Adasum, raised on the calling rank before anything is sent: a process
     set other than the global one, or a rank count that is not a power of two (``job_size()``:
     the job's ranks, asked only for Adasum, so that other ops report their own errors, e.g.
-    before init). Other ops pass."""
+    before init). Other ops pass.
+
+    GPU tensors (``gpu``) run Horovod's GPU Adasum (an average inside each host, Adasum across
+    hosts), whose conditions are on hosts instead: the same number of ranks on every host
+    (``homogeneous()``) and a power-of-two number of hosts (``job_size() // local_size()``)."""
     if op != Adasum:
         return
     if process_set_id != 0:
         raise NotImplementedError('Adasum does not support non-global process sets yet.')
+    if gpu:
+        if not homogeneous():
+            raise NotImplementedError('Running GPU Adasum on heterogeneous cluster is not '
+                                      'supported yet.')
+        hosts = job_size() // local_size()
+        if hosts <= 0 or hosts & (hosts - 1):
+            raise NotImplementedError('Running GPU Adasum with non-power of 2 nodes is not '
+                                      'supported yet.')
+        return
     size = job_size()
     if size <= 0 or size & (size - 1):
         raise NotImplementedError('Running Adasum with non-power of 2 ranks is not supported yet.')

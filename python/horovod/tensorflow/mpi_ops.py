@@ -128,8 +128,14 @@ def _set_size_and_rank(process_set):
 
 # ---- allreduce -----------------------------------------------------------------------------------
 
-def _adasum_checks(op, process_set):
-    _ops.check_adasum(op, process_set.process_set_id, _core.size)
+def _adasum_checks(op, process_set, tensors=()):
+    """Horovod's Adasum refusals (horovod.common.ops.check_adasum); tensors placed on a GPU in a
+    build with CUDA run the GPU Adasum, whose conditions are on hosts."""
+    if op != Adasum:
+        return
+    gpu = _core.cuda_built() and any(':GPU:' in (getattr(t, 'device', '') or '') for t in tensors)
+    _ops.check_adasum(op, process_set.process_set_id, _core.size, gpu=gpu,
+                      local_size=_core.local_size, homogeneous=_core.is_homogeneous)
 
 
 def _allreduce(tensor, name=None, op=Sum, prescale_factor=1.0, postscale_factor=1.0,
@@ -151,7 +157,7 @@ def _grouped_allreduce(tensors, name=None, op=Sum, prescale_factor=1.0, postscal
     if not tensors:
         return []
     _check_dtypes(tensors, _REDUCE_DTYPES, 'allreduce')
-    _adasum_checks(op, process_set)
+    _adasum_checks(op, process_set, tensors)
     psid = _ps_id(process_set)
     full, one_off = _group_name('ALLREDUCE', 'Allreduce', tensors, name, ignore_name_scope, psid,
                                 _single)

@@ -27,7 +27,7 @@ import torch
 
 from horovod.common import basics as _basics_mod
 from horovod.common.basics import *  # noqa: F401,F403 (the basics, re-exported)
-from horovod.common.basics import size
+from horovod.common.basics import is_homogeneous, local_size, size
 from horovod.common import ops as _ops
 from horovod.common.exceptions import HorovodInternalError
 from horovod.common.ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401
@@ -150,13 +150,13 @@ def _check_same_device(tensors):
                 raise HorovodInternalError('Tensors in list must be on same device.')
 
 
-def _adasum_checks(op, process_set):
+def _adasum_checks(op, process_set, tensor=None):
+    """Horovod's Adasum refusals before anything is sent (horovod.common.ops.check_adasum); a
+    CUDA ``tensor`` runs the GPU Adasum, whose conditions are on hosts."""
     if op == Adasum:
-        if process_set.process_set_id != 0:
-            raise NotImplementedError('Adasum does not support non-global process sets yet.')
-        if not num_rank_is_power_2(size()):
-            raise NotImplementedError('Running Adasum with non-power of 2 ranks is not supported '
-                                      'yet.')
+        _ops.check_adasum(op, process_set.process_set_id, size,
+                          gpu=tensor is not None and tensor.is_cuda, local_size=local_size,
+                          homogeneous=is_homogeneous)
 
 
 # ---- allreduce -----------------------------------------------------------------------------------
@@ -181,7 +181,7 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     if op is None or average is not None:
         op = handle_average_backwards_compatibility(op, average)
     elif op == Adasum:
-        _adasum_checks(op, process_set)
+        _adasum_checks(op, process_set, tensor)
     # preserve_format (the default, cheaper to call) differs from contiguous_format only for
     # inputs that are not contiguous, which the core refuses anyway.
     return _allreduce_into_async(tensor, torch.empty_like(tensor), name, op, prescale_factor,
@@ -194,7 +194,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     if op is None or average is not None:
         op = handle_average_backwards_compatibility(op, average)
     elif op == Adasum:
-        _adasum_checks(op, process_set)
+        _adasum_checks(op, process_set, tensor)
     try:
         return _allreduce_h(_to_dlpack(tensor), None, tensor, name, op, prescale_factor,
                             postscale_factor, process_set.process_set_id)
@@ -224,7 +224,7 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
     if op is None or average is not None:
         op = handle_average_backwards_compatibility(op, average)
     elif op == Adasum:
-        _adasum_checks(op, process_set)
+        _adasum_checks(op, process_set, tensor)
     try:
         handle = _allreduce_h(_to_dlpack(tensor), None, tensor, name, op, prescale_factor,
                               postscale_factor, process_set.process_set_id)
@@ -237,7 +237,7 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
 def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor,
                              process_set):
     if op == Adasum:
-        _adasum_checks(op, process_set)
+        _adasum_checks(op, process_set, tensors[0] if tensors else None)
     handle = _next_handle()
     full = _op_name(_ops.GROUPED_ALLREDUCE, name, handle)
     try:

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <random>
 
+#include "collectives/adasum_hosts.h"
+#include "collectives/collectives.h"
 #include "horovod/errors.h"
 #include "rank_threads.h"
 #include "test_data.h"
@@ -191,6 +193,74 @@ TEST(Adasum, ExtremeMagnitudesStayFinite) {
         ASSERT_NEAR(expected[i], got / c.magnitude, 4 * tolerance(c.t))
             << dataTypeName(c.t) << " " << c.magnitude << " element " << i;
       }
+    }
+  }
+}
+
+// Vectors split over a ShardGroup (the GPU Adasum's host stage): 8 ranks as 4 "hosts" of 2 (ranks
+// 2h, 2h + 1); rank 2h + i holds shard i of host h's vector (adasumShardCounts: one tensor wholly
+// in each shard, one across both, padding) and runs Adasum with shard i of the other hosts. Every
+// tensor gets the coefficients of the whole tensor: the shards put together are the tree of pairs
+// over the hosts' whole vectors (per-shard coefficients, without the group, are not).
+TEST(Adasum, ShardsOfOneVectorGetTheWholeTensorsCoefficients) {
+  class ShardPeers final : public collectives::PairExchange {
+   public:
+    ShardPeers(Communicator& comm, int shard) : comm_(comm), shard_(shard) {}
+    int rank() const override { return comm_.rank() / 2; }
+    int size() const override { return comm_.size() / 2; }
+    void sendRecv(int peer, const void* send, size_t sendBytes, void* recv, size_t recvBytes) override {
+      comm_.sendRecv(2 * peer + shard_, send, sendBytes, 2 * peer + shard_, recv, recvBytes, comm_.deadline());
+    }
+
+   private:
+    Communicator& comm_;
+    int shard_;
+  };
+  class HostPair final : public collectives::ShardGroup {
+   public:
+    explicit HostPair(Communicator& comm) : local_(comm.subset({comm.rank() / 2 * 2, comm.rank() / 2 * 2 + 1})) {}
+    int size() const override { return 2; }
+    void allgather(const double* mine, size_t count, double* all) override {
+      collectives::allgatherv(local_, mine, all, std::vector<size_t>(2, count * sizeof(double)));
+    }
+
+   private:
+    Communicator& local_;
+  };
+  constexpr int kHosts = 4;
+  const std::vector<size_t> counts = {3, 10, 1, 7};  // 21 elements: shards of 11, one padded
+  const size_t shard = collectives::adasumShardLength(21, 2);
+  for (DataType t : {DataType::kFloat32, DataType::kFloat64}) {
+    std::mt19937_64 gen(static_cast<uint64_t>(t));
+    std::normal_distribution<double> normal(0.3, 1.0);
+    std::vector<Vector> hostVectors(kHosts, Vector(2 * shard, 0.0));
+    for (auto& v : hostVectors) {
+      for (size_t i = 0; i < 21; ++i) v[i] = static_cast<double>(static_cast<float>(normal(gen)));
+    }
+    std::vector<std::vector<uint8_t>> outputs(2 * kHosts);
+    runRanks(2 * kHosts, {}, [&](Communicator& comm) {
+      const int host = comm.rank() / 2, index = comm.rank() % 2;
+      std::vector<uint8_t> buf(shard * dataTypeSize(t)), scratch;
+      for (size_t i = 0; i < shard; ++i) storeFloat(t, buf.data(), i, hostVectors[host][index * shard + i]);
+      ShardPeers peers(comm, index);
+      HostPair group(comm);
+      collectives::adasum(peers, buf.data(), collectives::adasumShardCounts(counts, shard, index), t, scratch, &group);
+      outputs[comm.rank()] = std::move(buf);
+    });
+    size_t offset = 0;
+    for (size_t k = 0; k < counts.size(); ++k) {
+      std::vector<Vector> v(kHosts);
+      for (int h = 0; h < kHosts; ++h)
+        v[h].assign(hostVectors[h].begin() + offset, hostVectors[h].begin() + offset + counts[k]);
+      const Vector expected = treeReference(v);
+      for (size_t i = 0; i < counts[k]; ++i) {
+        const size_t at = offset + i;
+        for (int h = 0; h < kHosts; ++h) {  // every host's holder of that element has the result
+          const double got = loadFloat(t, outputs[2 * h + static_cast<int>(at / shard)].data(), at % shard);
+          ASSERT_NEAR(expected[i], got, tolerance(t) * 4) << "tensor " << k << " element " << i << " host " << h;
+        }
+      }
+      offset += counts[k];
     }
   }
 }

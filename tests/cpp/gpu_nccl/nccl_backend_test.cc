@@ -22,6 +22,7 @@
 #include "collectives/reduce.h"
 #include "horovod/horovod.h"
 #include "support/forked_ranks.h"
+#include "support/gpu_adasum_cases.h"
 
 // HVD_CUDA_STANDIN: the stand-in library's path (tests/cpp/CMakeLists.txt).
 
@@ -463,8 +464,8 @@ INSTANTIATE_TEST_SUITE_P(Ranks, Nccl, ::testing::Values(2, 3),
 // fails with PeerLost naming it (the Runtime aborts the NCCL communicators), never a hang.
 // HOROVOD_HIERARCHICAL_ALLREDUCE=1 with ranks on hosts given by `hostOf` (rank -> host name; the
 // ranks of a host consecutive), across hosts over TCP, inside a host over shared memory.
-std::function<void(int)> onHosts(std::vector<std::string> hostOf, bool batchCopies) {
-  return [hostOf, batchCopies](int rank) {
+std::function<void(int)> onHosts(std::vector<std::string> hostOf, bool batchCopies, bool hierarchical = true) {
+  return [hostOf, batchCopies, hierarchical](int rank) {
     const std::string& host = hostOf[static_cast<size_t>(rank)];
     int localRank = 0, localSize = 0;
     for (size_t r = 0; r < hostOf.size(); ++r) {
@@ -476,7 +477,7 @@ std::function<void(int)> onHosts(std::vector<std::string> hostOf, bool batchCopi
     setenv("HOROVOD_LOCAL_RANK", std::to_string(localRank).c_str(), 1);
     setenv("HOROVOD_LOCAL_SIZE", std::to_string(localSize).c_str(), 1);
     setenv("HOROVOD_TRANSPORT", "auto", 1);
-    setenv("HOROVOD_HIERARCHICAL_ALLREDUCE", "1", 1);
+    setenv("HOROVOD_HIERARCHICAL_ALLREDUCE", hierarchical ? "1" : "0", 1);
     setenv("HOROVOD_BATCH_D2D_MEMCOPIES", batchCopies ? "1" : "0", 1);
   };
 }
@@ -495,6 +496,85 @@ TEST(NcclHierarchical, UnevenHostsRunFlat) {
   EXPECT_TRUE(onRanks(
       3, [](int rank, TestGpu& d) { return allreduceEveryDtypeAndOperator(3, rank, d, "nccl_allreduce"); }, -1,
       onHosts({"gpu-host-a", "gpu-host-a", "gpu-host-b"}, false)));
+}
+
+// GPU Adasum (support/gpu_adasum_cases.h) through NCCL: reduce-scatter inside each host, Adasum
+// across hosts on the host, allgather inside the host.
+GpuIo ncclIo(TestGpu& d) {
+  GpuIo io;
+  io.upload = [&d](const std::vector<double>& values, DataType dtype) {
+    return d.upload(encode(dtype, values), dtype, {static_cast<int64_t>(values.size())});
+  };
+  io.download = [&d](const TensorView& t) {
+    const size_t count = static_cast<size_t>(t.numElements());
+    const std::vector<uint8_t> bytes = d.download<uint8_t>(
+        TensorView{t.data, DataType::kUInt8, {static_cast<int64_t>(count * dataTypeSize(t.dtype))}, t.device});
+    std::vector<double> values(count);
+    for (size_t i = 0; i < count; ++i) values[i] = decode(t.dtype, bytes, i);
+    return values;
+  };
+  return io;
+}
+
+int adasumOn(int n, int localSize, int rank, TestGpu& d) {
+  return gpuAdasumCases(rank, n, localSize, ncclIo(d), "nccl", "nccl_adasum");
+}
+
+// One host: the average of its ranks.
+TEST(NcclAdasum, OneHostIsTheAverage) {
+  EXPECT_TRUE(onRanks(2, [](int rank, TestGpu& d) { return adasumOn(2, 2, rank, d); }));
+}
+
+// Two hosts of two ranks, with the local communicator of HOROVOD_HIERARCHICAL_ALLREDUCE and with
+// the one Adasum builds itself.
+TEST(NcclAdasum, TwoHostsOfTwoRanks) {
+  for (bool hierarchical : {true, false}) {
+    EXPECT_TRUE(onRanks(
+        4, [](int rank, TestGpu& d) { return adasumOn(4, 2, rank, d); }, -1,
+        onHosts({"gpu-host-a", "gpu-host-a", "gpu-host-b", "gpu-host-b"}, hierarchical, hierarchical)))
+        << "HOROVOD_HIERARCHICAL_ALLREDUCE=" << hierarchical;
+  }
+}
+
+// Two hosts of one rank: no NCCL step inside the hosts.
+TEST(NcclAdasum, TwoHostsOfOneRank) {
+  EXPECT_TRUE(onRanks(
+      2, [](int rank, TestGpu& d) { return adasumOn(2, 1, rank, d); }, -1,
+      onHosts({"gpu-host-a", "gpu-host-b"}, true)));
+}
+
+// Hosts of different sizes, and three hosts: refused on every rank in Horovod's words.
+TEST(NcclAdasum, RefusedOnUnevenOrNonPowerOfTwoHosts) {
+  EXPECT_TRUE(onRanks(
+      3,
+      [](int rank, TestGpu& d) {
+        return gpuAdasumRefused(rank, ncclIo(d), "Running GPU Adasum on heterogeneous cluster is not supported yet");
+      },
+      -1, onHosts({"gpu-host-a", "gpu-host-a", "gpu-host-b"}, true)));
+  EXPECT_TRUE(onRanks(
+      3,
+      [](int rank, TestGpu& d) {
+        return gpuAdasumRefused(rank, ncclIo(d), "Running GPU Adasum with non-power of 2 nodes is not supported yet");
+      },
+      -1, onHosts({"gpu-host-a", "gpu-host-b", "gpu-host-c"}, true)));
+}
+
+// A rank killed in a run of GPU Adasums over two hosts: the survivors (its host's other rank
+// waiting in the reduce-scatter, the other host's in the exchange across hosts) fail with
+// PeerLost naming it, never hang.
+TEST(NcclFailures, KilledRankFailsTheSurvivorsOfAnAdasum) {
+  constexpr int kVictim = 1;
+  EXPECT_TRUE(onRanks(
+      4,
+      [](int rank, TestGpu& d) {
+        std::vector<float> x(4096, static_cast<float>(rank + 1));
+        TensorView t = d.upload(x, DataType::kFloat32);
+        int step = 0;
+        return test_support::runUntilPeerLost(rank, kVictim, [&] {
+          hvd::allreduce(t, t, named("adasum.step." + std::to_string(step++ % 4), ReduceOp::kAdasum));
+        });
+      },
+      kVictim, onHosts({"gpu-host-a", "gpu-host-a", "gpu-host-b", "gpu-host-b"}, true, false)));
 }
 
 TEST(NcclFailures, KilledRankFailsTheSurvivors) {

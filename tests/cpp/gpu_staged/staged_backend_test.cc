@@ -20,6 +20,7 @@
 #include "engine/backend.h"
 #include "gpu_device.h"
 #include "support/forked_ranks.h"
+#include "support/gpu_adasum_cases.h"
 
 namespace hvd {
 namespace {
@@ -376,6 +377,76 @@ int expectFailure(const std::function<void()>& step, const std::vector<std::stri
     return kFailed;
   }
   return test_support::kNoError;
+}
+
+// GPU Adasum (support/gpu_adasum_cases.h) on the staged copy: the same meaning as through NCCL.
+test::GpuIo stagedIo(std::vector<std::unique_ptr<DeviceTensor>>& tensors) {
+  test::GpuIo io;
+  io.upload = [&tensors](const std::vector<double>& values, DataType dtype) {
+    tensors.push_back(std::make_unique<DeviceTensor>(dtype, std::vector<int64_t>{static_cast<int64_t>(values.size())}));
+    for (size_t i = 0; i < values.size(); ++i) tensors.back()->host.set(i, values[i]);
+    tensors.back()->upload();
+    return tensors.back()->view();
+  };
+  io.download = [](const TensorView& t) { return download(t); };
+  return io;
+}
+
+// Rank `rank` on host hostOf[rank] (the ranks of a host consecutive), across hosts over TCP.
+void placeOnHost(const std::vector<std::string>& hostOf, int rank) {
+  int localRank = 0, localSize = 0;
+  for (size_t r = 0; r < hostOf.size(); ++r) {
+    if (hostOf[r] != hostOf[static_cast<size_t>(rank)]) continue;
+    if (static_cast<int>(r) < rank) ++localRank;
+    ++localSize;
+  }
+  setenv("HOROVOD_HOSTNAME", hostOf[static_cast<size_t>(rank)].c_str(), 1);
+  setenv("HOROVOD_LOCAL_RANK", std::to_string(localRank).c_str(), 1);
+  setenv("HOROVOD_LOCAL_SIZE", std::to_string(localSize).c_str(), 1);
+  setenv("HOROVOD_TRANSPORT", "auto", 1);
+}
+
+// `hostOf` places the ranks; every rank runs the Adasum cases with `localSize` ranks per host.
+void expectStagedAdasum(const std::vector<std::string>& hostOf, int localSize) {
+  const int n = static_cast<int>(hostOf.size());
+  auto codes = runGpuRanks(n, {}, [&](int rank) {
+    placeOnHost(hostOf, rank);
+    init();
+    std::vector<std::unique_ptr<DeviceTensor>> tensors;
+    const int code = test::gpuAdasumCases(rank, n, localSize, stagedIo(tensors), "cuda_staged", "staged_adasum");
+    tensors.clear();
+    shutdown();
+    return code;
+  });
+  EXPECT_EQ(codes, std::vector<int>(static_cast<size_t>(n), kOk));
+}
+
+TEST(StagedAdasum, OneHostIsTheAverage) {
+  expectStagedAdasum({"gpu-host", "gpu-host"}, 2);
+  expectStagedAdasum({"gpu-host", "gpu-host", "gpu-host"}, 3);  // any number of ranks on one host
+}
+
+TEST(StagedAdasum, TwoHostsOfTwoRanks) { expectStagedAdasum({"host-a", "host-a", "host-b", "host-b"}, 2); }
+
+TEST(StagedAdasum, TwoHostsOfOneRank) { expectStagedAdasum({"host-a", "host-b"}, 1); }
+
+// Hosts of different sizes, and three hosts: refused on every rank in Horovod's words.
+TEST(StagedAdasum, RefusedOnUnevenOrNonPowerOfTwoHosts) {
+  const std::pair<std::vector<std::string>, std::string> cases[] = {
+      {{"host-a", "host-a", "host-b"}, "Running GPU Adasum on heterogeneous cluster is not supported yet"},
+      {{"host-a", "host-b", "host-c"}, "Running GPU Adasum with non-power of 2 nodes is not supported yet"}};
+  for (const auto& [hostOf, message] : cases) {
+    auto codes = runGpuRanks(3, {}, [&](int rank) {
+      placeOnHost(hostOf, rank);
+      init();
+      std::vector<std::unique_ptr<DeviceTensor>> tensors;
+      const int code = test::gpuAdasumRefused(rank, stagedIo(tensors), message);
+      tensors.clear();
+      shutdown();
+      return code;
+    });
+    EXPECT_EQ(codes, (std::vector<int>{kOk, kOk, kOk})) << message;
+  }
 }
 
 bool ncclBackendBuilt() {
