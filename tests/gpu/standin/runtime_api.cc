@@ -629,6 +629,28 @@ HVD_STANDIN_EXPORT void hvd_standin_open_gate(HvdStandinGate* gate) {
   gate->cv.notify_all();
 }
 
+HVD_STANDIN_EXPORT cudaError_t hvd_standin_launch_host_func(cudaStream_t stream, cudaHostFn_t fn, void* arg) {
+  if (fn == nullptr) return fail(cudaErrorInvalidValue, "hvd_standin_launch_host_func: null function");
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  cudaError_t error = cudaSuccess;
+  auto target = standin::resolveStream(s, stream, &error);
+  if (!target) return error;
+  // Filled below, before the stream's thread (which needs the lock) can start the op.
+  auto clock = std::make_shared<Clock>();
+  return standin::enqueueLocked(
+      s, target, "host function", {},
+      [clock, fn, arg] {
+        {
+          State& st = state();
+          std::lock_guard<std::mutex> inner(st.mu);
+          standin::hostObserved(st, *clock);
+        }
+        fn(arg);
+      },
+      {}, nullptr, nullptr, clock.get());
+}
+
 HVD_STANDIN_EXPORT void hvd_standin_clear_errors(void) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);

@@ -20,4 +20,12 @@ typedef struct HvdStandinGate HvdStandinGate;
 HVD_STANDIN_EXPORT HvdStandinGate* hvd_standin_gate(cudaStream_t stream);
 HVD_STANDIN_EXPORT void hvd_standin_open_gate(HvdStandinGate* gate);
 
+// What cudaLaunchHostFunc does, for a device built over the stand-in (tests/gpu/tf_device):
+// queues on `stream` a call of fn(arg), run on the stream's thread after the work queued before
+// it; later work on the stream waits for it to return. When it starts, the host counts as having
+// observed everything before it on the stream (the function is host code; what it signals to
+// other threads is ordered after that work). fn must not synchronize with its own stream. Returns
+// the queuing status (an invalid stream, the device's sticky error).
+HVD_STANDIN_EXPORT cudaError_t hvd_standin_launch_host_func(cudaStream_t stream, cudaHostFn_t fn, void* arg);
+
 }  // extern "C"

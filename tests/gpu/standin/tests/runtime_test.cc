@@ -2,6 +2,7 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <thread>
@@ -368,6 +369,30 @@ TEST_F(StandinRuntime, DeviceSynchronizeCoversTheCurrentDeviceOnly) {
   EXPECT_EQ(cudaFree(d), cudaErrorIllegalState);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(cudaFree(d), cudaSuccess);
+}
+
+// What the host function saw: the first byte of the buffer when it ran (-1: not run yet).
+std::atomic<int> g_hostFuncSaw{-1};
+
+TEST_F(StandinRuntime, HostFunctionsRunInStreamOrderAndCountAsHostObservation) {
+  cudaStream_t a = newStream(), b = newStream();
+  unsigned char* d = static_cast<unsigned char*>(deviceBuffer(64));
+  g_hostFuncSaw = -1;
+  HvdStandinGate* gate = hvd_standin_gate(a);
+  ASSERT_EQ(cudaMemsetAsync(d, 5, 64, a), cudaSuccess);
+  ASSERT_EQ(hvd_standin_launch_host_func(
+                a, [](void* p) { g_hostFuncSaw = *static_cast<volatile unsigned char*>(p); }, d),
+            cudaSuccess);
+  EXPECT_EQ(g_hostFuncSaw, -1);  // the gate holds the stream
+  hvd_standin_open_gate(gate);
+  while (g_hostFuncSaw == -1) std::this_thread::yield();
+  EXPECT_EQ(g_hostFuncSaw, 5);  // it ran after the memset
+  // The host saw the memset complete (through the function): b may read the buffer.
+  static unsigned char out[64];
+  EXPECT_EQ(cudaMemcpyAsync(out, d, 64, cudaMemcpyDeviceToHost, b), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(b), cudaSuccess);
+  EXPECT_EQ(out[63], 5);
+  EXPECT_EQ(hvd_standin_launch_host_func(a, nullptr, nullptr), cudaErrorInvalidValue);
 }
 
 TEST_F(StandinRuntime, LegacyDefaultStreamSynchronizesWithBlockingStreamsOnly) {
