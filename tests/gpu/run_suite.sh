@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU stage of scripts/test.sh: horovod._core's device-tensor intake and horovod.dlpack at 2
-# ranks (any build), then the GPU path on the host-memory CUDA + NCCL stand-in at 2 and 3 ranks
-# (test_gpu_suite.py).
+# ranks (any build), TensorFlow's "GPU" device over the host-memory CUDA + NCCL stand-in
+# (test_tf_device.py), then the GPU path on the stand-in at 2 and 3 ranks (test_gpu_suite.py).
 # Exit 77 (the stage reads "skipped") after the intake tests passed when the stand-in library was
 # not built (no nvcc / CUDA headers here) or the installed horovod._core has no CUDA backend; the
 # line before says which.
@@ -23,6 +23,10 @@ if [ -z "$standin" ] || [ ! -f "$standin" ]; then
        "headers; set HOROVOD_TEST_CUDA_STANDIN to use another)"
   exit 77
 fi
+# TensorFlow's "GPU" device over the stand-in (needs TensorFlow, not Horovod's CUDA backend; the
+# file skips itself, saying why, without TensorFlow).
+HOROVOD_TEST_CUDA_STANDIN=$(realpath "$standin") timeout 300 "$py" -m pytest -q -p no:cacheprovider \
+  tests/gpu/test_tf_device.py || exit 1
 if ! "$py" -c 'import sys; from horovod import _core; sys.exit(0 if _core.cuda_built() else 1)'; then
   echo "gpu tests: skipped: the installed horovod._core was built without the CUDA backend" \
        "(pip install . where nvcc is found builds it)"

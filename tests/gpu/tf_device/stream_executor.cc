@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "cuda_table.h"
-#include "test_hooks.h"
+#include "registry.h"
 
 namespace hvd_tf_standin {
 namespace {
@@ -116,13 +116,22 @@ void destroyStream(const SP_Device* device, SP_Stream s) {
   if (select(device)) logFailure(cuda().streamDestroy(stream(s)), "cudaStreamDestroy", device);
 }
 
-// `dependent` waits for the work queued on `other` so far: an event recorded on `other`.
+// `dependent` waits for the work queued on `other` so far: an event recorded on `other`. TensorFlow
+// passes streams of two devices for a copy between devices (`device` is one of them): the event
+// belongs to `other`'s device, as CUDA requires.
 void createStreamDependency(const SP_Device* device, SP_Stream dependent, SP_Stream other, TF_Status* status) {
-  if (!select(device, status)) return;
+  const int otherDevice = streamDevice(stream(other));
+  const int dependentDevice = streamDevice(stream(dependent));
+  if (otherDevice < 0 || dependentDevice < 0) {
+    TF_SetStatus(status, TF_INVALID_ARGUMENT, "create_stream_dependency: a stream the plugin did not create");
+    return;
+  }
+  if (!check(cuda().setDevice(otherDevice), "cudaSetDevice", device, status)) return;
   cudaEvent_t e = nullptr;
   if (!check(cuda().eventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags", device, status))
     return;
-  if (check(cuda().eventRecord(e, stream(other)), "cudaEventRecord", device, status))
+  if (check(cuda().eventRecord(e, stream(other)), "cudaEventRecord", device, status) &&
+      check(cuda().setDevice(dependentDevice), "cudaSetDevice", device, status))
     check(cuda().streamWaitEvent(stream(dependent), e, 0), "cudaStreamWaitEvent", device, status);
   logFailure(cuda().eventDestroy(e), "cudaEventDestroy", device);
 }
@@ -298,8 +307,7 @@ int64_t deviceMemoryBytes() {
       char* end = nullptr;
       long long n = std::strtoll(env, &end, 10);
       if (*env == '\0' || *end != '\0' || n < 1) {
-        std::fprintf(stderr, "hvd-tf-standin-gpu: HVD_TF_STANDIN_GPU_MB='%s' is not a positive number of MiB\n",
-                     env);
+        std::fprintf(stderr, "hvd-tf-standin-gpu: HVD_TF_STANDIN_GPU_MB='%s' is not a positive number of MiB\n", env);
         std::abort();
       }
       mib = n;

@@ -1,4 +1,4 @@
-#include "test_hooks.h"
+#include "registry.h"
 
 #include <algorithm>
 #include <map>
@@ -39,6 +39,14 @@ void noteStreamDestroyed(int device, cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(r.mu);
   auto& list = r.streams[device];
   list.erase(std::remove(list.begin(), list.end(), stream), list.end());
+}
+
+int streamDevice(cudaStream_t stream) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (const auto& [device, list] : r.streams)
+    if (std::find(list.begin(), list.end(), stream) != list.end()) return device;
+  return -1;
 }
 
 void noteCopyQueued(int device, void* dst, const void* src, uint64_t bytes) {

@@ -1,0 +1,19 @@
+// What the plugin remembers: the streams TensorFlow created on each device (a stream's device, for
+// dependencies between streams of two devices) and the last asynchronous copy queued on each.
+// Tests read both through the hvd_tf_standin_gpu_* exports of registry.cc, to hold TensorFlow's
+// own work back (the stand-in's hvd_standin_gate) and to find the memory a pending copy writes.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace hvd_tf_standin {
+
+void noteStreamCreated(int device, cudaStream_t stream);
+void noteStreamDestroyed(int device, cudaStream_t stream);
+// The device `stream` was created on, or -1 if it is not a live stream of the plugin.
+int streamDevice(cudaStream_t stream);
+void noteCopyQueued(int device, void* dst, const void* src, uint64_t bytes);
+
+}  // namespace hvd_tf_standin
