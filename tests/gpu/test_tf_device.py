@@ -117,3 +117,27 @@ def test_a_read_not_ordered_after_tensorflows_copy_is_an_ordering_error(race):
     # and the same read, once TF had seen its copy complete, is ordered and reads them.
     assert result['producer_done'] and result['tensor_is_the_copied_memory'] and result['tensor_equal'], result
     assert result['ordered_status'] == 0 and result['ordered_equal'], result
+
+
+def run_python(code, env):
+    return subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=WORKER_TIMEOUT,
+                          env=env, cwd=HERE)
+
+
+def test_plugin_without_horovod_cuda_library_fails_naming_it(libraries):
+    env = {k: v for k, v in os.environ.items() if k != 'HOROVOD_CUDA_LIBRARY'}
+    proc = run_python('from tensorflow.python.framework import load_library\n'
+                      'load_library.load_pluggable_device_library(%r)\n' % libraries[1], env)
+    # TensorFlow makes a plugin that fails SE_InitPlugin a fatal error, with the plugin's message.
+    assert proc.returncode != 0
+    assert 'HOROVOD_CUDA_LIBRARY is not set' in proc.stderr, proc.stderr[-3000:]
+
+
+def test_load_after_tensorflow_initialized_its_devices_fails(libraries):
+    env = dict(os.environ, HOROVOD_CUDA_LIBRARY=libraries[0], HOROVOD_NCCL_LIBRARY=libraries[0])
+    proc = run_python('import tensorflow as tf\n'
+                      'tf.constant(1.0) + 1.0\n'
+                      'import tf_standin_gpu\n'
+                      'tf_standin_gpu.load()\n', env)
+    assert proc.returncode != 0
+    assert 'load() must run before TensorFlow initializes its devices' in proc.stderr, proc.stderr[-3000:]
