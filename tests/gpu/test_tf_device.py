@@ -56,6 +56,11 @@ def race(libraries):
     return run_worker('race', libraries[0])
 
 
+@pytest.fixture(scope='module')
+def kernel_race(libraries):
+    return run_worker('kernel_race', libraries[0])
+
+
 def test_one_gpu_device_per_standin_device(roundtrip):
     assert roundtrip[0]['devices'] == ['/device:GPU:0', '/device:GPU:1']
 
@@ -73,6 +78,18 @@ def test_round_trip_through_the_gpu_keeps_the_values(roundtrip, mode, case):
     # One copy in each direction on the stand-in's streams; int32 tensors of a "GPU" device live
     # in host memory (as on TF's CUDA device), and an empty tensor has nothing to copy.
     assert result['copies'] == (0 if case in ('int32', 'empty') else 2), result
+
+
+@pytest.mark.parametrize('dtype', ['float32', 'float16', 'bfloat16'])
+def test_the_plugins_gpu_kernel_scales_eagerly_and_in_a_function(roundtrip, dtype):
+    result = roundtrip[0]['scale/' + dtype]
+    assert all(d.endswith('/device:GPU:0') for d in result['devices']), result
+    assert result['equal'] == [True, True], result
+
+
+def test_the_plugins_gpu_kernel_runs_on_the_second_gpu(roundtrip):
+    result = roundtrip[0]['scale/gpu1']
+    assert result['devices'][0].endswith('/device:GPU:1') and result['equal'] == [True], result
 
 
 def test_copy_between_gpus(roundtrip):
@@ -116,6 +133,19 @@ def test_a_read_not_ordered_after_tensorflows_copy_is_an_ordering_error(race):
     # The memory was the TF tensor's: TF finished its copy once released, with the right values,
     # and the same read, once TF had seen its copy complete, is ordered and reads them.
     assert result['producer_done'] and result['tensor_is_the_copied_memory'] and result['tensor_equal'], result
+    assert result['ordered_status'] == 0 and result['ordered_equal'], result
+
+
+def test_a_read_not_ordered_after_a_tensorflow_kernel_is_an_ordering_error(kernel_race):
+    # TF considers a GPU kernel's output ready once the kernel is queued: a consumer must order
+    # after TF's compute stream. Ours does not, while that stream is held back.
+    result, stderr = kernel_race
+    assert result['gated'] == result['streams'] >= 1 and result['kernels_ran'] == 1, result
+    assert result['racy_status'] == CUDA_ERROR_LAUNCH_FAILURE, result
+    errors = [line for line in stderr.splitlines() if line.startswith(STANDIN_LINE)]
+    assert len(errors) == 1, errors
+    assert 'ordering error: cudaMemcpyAsync(DeviceToHost' in errors[0] and 'which hvd scale(' in errors[0], errors
+    assert result['output_is_the_read_memory'] and result['equal'], result
     assert result['ordered_status'] == 0 and result['ordered_equal'], result
 
 

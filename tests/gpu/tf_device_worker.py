@@ -4,9 +4,12 @@
 
 Scenarios:
   roundtrip  CPU -> GPU -> CPU copies (tf.identity) for several dtypes and shapes, eager and in
-             tf.function, GPU:0 -> GPU:1, and an op without a GPU kernel under soft placement.
+             tf.function, GPU:0 -> GPU:1, the plugin's GPU kernel (tf_standin_gpu.scale), and an op
+             without a GPU kernel under soft placement.
   race       a copy of our own that reads a TF GPU tensor's memory while TF's copy filling it is
              held back (hvd_standin_gate), not ordered after it: the stand-in must report it.
+  kernel_race  the same for the output of a TF GPU kernel (the plugin's HvdStandinGpuScale),
+             which TF considers ready as soon as the kernel is queued on its compute stream.
 """
 
 import ctypes
@@ -30,6 +33,9 @@ from dlpack_device import describe  # noqa: E402
 
 PLUGIN = ctypes.CDLL(tf_standin_gpu.plugin_path())  # the instance TensorFlow loaded
 PLUGIN.hvd_tf_standin_gpu_streams.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int]
+PLUGIN.hvd_tf_standin_gpu_last_scale.restype = ctypes.c_uint64
+PLUGIN.hvd_tf_standin_gpu_last_scale.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p),
+                                                  ctypes.POINTER(ctypes.c_uint64)]
 PLUGIN.hvd_tf_standin_gpu_last_copy.restype = ctypes.c_uint64
 PLUGIN.hvd_tf_standin_gpu_last_copy.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p),
                                                  ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_uint64)]
@@ -96,7 +102,26 @@ def roundtrip():
             results[mode + '/' + name] = {'gpu_device': gpu.device, 'back_device': host.device, 'equal': equal,
                                           'copies': copies_queued(0)[0] - before}
 
+    @tf.function(reduce_retracing=False)
+    def scaled_in_function(x):
+        with tf.device('/GPU:0'):
+            return tf_standin_gpu.scale(tf.identity(x), -1.5)
+
+    # The plugin's GPU kernel: eager and in a tf.function, for each float type it takes.
+    for name in ('float32', 'float16', 'bfloat16'):
+        array = source_arrays()[name]
+        with tf.device('/GPU:0'):
+            eager = tf_standin_gpu.scale(tf.identity(on_cpu(array)), -1.5)
+        function = scaled_in_function(on_cpu(array))
+        want = (array.astype(np.float32) * -1.5).astype(array.dtype)
+        results['scale/' + name] = {'devices': [eager.device, function.device],
+                                    'equal': [same(eager.numpy(), want), same(function.numpy(), want)]}
+
     array = source_arrays()['float32']
+    with tf.device('/GPU:1'):
+        on1 = tf_standin_gpu.scale(tf.identity(on_cpu(array)), 4.0)
+    results['scale/gpu1'] = {'devices': [on1.device], 'equal': [same(on1.numpy(), array * 4)]}
+
     with tf.device('/GPU:0'):
         on0 = tf.identity(on_cpu(array))
     with tf.device('/GPU:1'):
@@ -191,6 +216,45 @@ def race():
     return result
 
 
+def kernel_race():
+    """A read of HvdStandinGpuScale's output (written on TF's compute stream, held back by a gate)
+    from a stream of our own that does not wait for TF's streams: an ordering error."""
+    cuda = Cuda(os.environ['HOROVOD_CUDA_LIBRARY'])
+    lib = cuda.lib
+    lib.hvd_standin_gate.restype = ctypes.c_void_p
+    lib.hvd_standin_gate.argtypes = [ctypes.c_void_p]
+    lib.hvd_standin_open_gate.argtypes = [ctypes.c_void_p]
+    array = np.arange(1 << 12, dtype=np.float32)
+    with tf.device('/GPU:0'):
+        source = tf.identity(on_cpu(array))
+        source.numpy()  # TF has seen the copy complete
+    streams = (ctypes.c_void_p * 16)()
+    count = PLUGIN.hvd_tf_standin_gpu_streams(0, streams, 16)
+    gates = [lib.hvd_standin_gate(streams[i]) for i in range(min(count, 16))]
+    before = PLUGIN.hvd_tf_standin_gpu_last_scale(0, None, None)
+    with tf.device('/GPU:0'):
+        doubled = tf_standin_gpu.scale(source, 2.0)  # queued behind the gate; TF does not wait
+    address, nbytes = ctypes.c_void_p(), ctypes.c_uint64()
+    ran = PLUGIN.hvd_tf_standin_gpu_last_scale(0, ctypes.byref(address), ctypes.byref(nbytes)) - before
+    address = address.value
+    cuda.set_device(1)
+    ours = cuda.stream()
+    out = np.zeros_like(array)
+    result = {'gated': sum(1 for g in gates if g), 'streams': count,
+              'racy_status': lib.cudaMemcpyAsync(out.ctypes.data, address, array.nbytes, D2H, ours)}
+    lib.hvd_standin_clear_errors()
+    for gate in gates:
+        lib.hvd_standin_open_gate(gate)
+    result['kernels_ran'] = ran
+    result['equal'] = same(doubled.numpy(), array * 2)  # an eager copy off the GPU: a device sync
+    result['output_is_the_read_memory'] = (describe(tf.experimental.dlpack.to_dlpack(doubled))[0] == address
+                                           and nbytes.value == array.nbytes)
+    result['ordered_status'] = lib.cudaMemcpyAsync(out.ctypes.data, address, array.nbytes, D2H, ours)
+    cuda.sync(ours)
+    result['ordered_equal'] = same(out, array * 2)
+    return result
+
+
 if __name__ == '__main__':
-    scenario = {'roundtrip': roundtrip, 'race': race}[sys.argv[1]]
+    scenario = {'roundtrip': roundtrip, 'race': race, 'kernel_race': kernel_race}[sys.argv[1]]
     print(json.dumps(scenario()), flush=True)

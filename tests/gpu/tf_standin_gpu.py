@@ -10,6 +10,12 @@ load_pluggable_device_library and returns the GPU devices' names. TensorFlow's G
 then stand-in device memory, its copies run on stand-in streams, and Horovod, loading the same
 HOROVOD_CUDA_LIBRARY, shares that one stand-in (and its ordering checker) with TensorFlow.
 plugin_path() is the plugin library (its hvd_tf_standin_gpu_* test hooks: README.md).
+
+scale(x, factor) runs the plugin's one GPU kernel, HvdStandinGpuScale (x * factor, float types):
+a TensorFlow GPU op whose output is written on TensorFlow's compute stream and ordered by that
+stream only, unlike TensorFlow's copies, which it waits for on the host before their consumers
+run. It is the producer to use when a test must catch a consumer that does not order after
+TensorFlow's streams.
 """
 
 import importlib.util
@@ -62,3 +68,17 @@ def load():
                            % path)
     _loaded = names
     return list(names)
+
+
+def scale(x, factor):
+    """x * factor by the plugin's GPU kernel (eager or inside a tf.function), on the GPU that
+    tf.device selects (soft placement picks one: the kernel is GPU-only)."""
+    from tensorflow.python.eager import context, execute
+    from tensorflow.python.framework import op_def_library
+    if _loaded is None:
+        raise RuntimeError('tf_standin_gpu.scale: call load() first (the op comes with the plugin)')
+    if context.executing_eagerly():
+        attrs = ('T', x.dtype.as_datatype_enum, 'factor', float(factor))
+        return execute.execute(b'HvdStandinGpuScale', 1, inputs=[x], attrs=attrs, ctx=context.context())[0]
+    _, _, op, _ = op_def_library._apply_op_helper('HvdStandinGpuScale', x=x, factor=float(factor))
+    return op.outputs[0]

@@ -7,8 +7,8 @@ From Python: load this file with importlib and call library_path() (tests/gpu/tf
 does, and loads the plugin into TensorFlow).
 
 It compiles against the installed TensorFlow's headers and links its libtensorflow_framework, so
-the build goes into a cache directory keyed by a hash of the plugin's sources and of that
-TensorFlow (version and library), shared by parallel test processes (a file lock serializes them):
+the build goes into a cache directory keyed by a hash of the plugin's sources (and the project
+headers it includes) and of that TensorFlow (version and library), shared by parallel test processes (a file lock serializes them):
 $XDG_CACHE_HOME (or ~/.cache)/horovod/tf-standin-gpu/<hash>.
 """
 
@@ -22,6 +22,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STANDIN = os.path.join(os.path.dirname(HERE), 'standin')
+REPO = os.path.abspath(os.path.join(HERE, '..', '..', '..'))
 LIBRARY = 'libhvd_tf_standin_gpu.so'
 TF_LIBRARY = 'libtensorflow_framework.so.2'
 
@@ -49,7 +50,8 @@ def tensorflow_paths():
 
 def _build_key(include, library, version):
     digest = hashlib.sha256()
-    files = [os.path.join(STANDIN, 'headers.cmake')]
+    files = [os.path.join(STANDIN, 'headers.cmake'), os.path.join(REPO, 'cpp', 'backends', 'cuda', 'cuda_api.h'),
+             os.path.join(REPO, 'cpp', 'include', 'horovod', 'types.h')]
     files += [os.path.join(HERE, name) for name in sorted(os.listdir(HERE))
               if name.endswith(('.cc', '.h', '.txt'))]
     for path in files:

@@ -65,6 +65,10 @@ std::string loadCuda() {
   if (c.launchHostFunc == nullptr)
     missing += std::string(missing.empty() ? "" : ", ") + "hvd_standin_launch_host_func (or cudaLaunchHostFunc)";
   if (!missing.empty()) return std::string("HOROVOD_CUDA_LIBRARY=") + path + " lacks " + missing;
+  if (auto table = reinterpret_cast<HvdCudaKernelsFn>(dlsym(handle, HVD_CUDA_KERNELS_SYMBOL))) {
+    const HvdCudaKernels* kernels = table();
+    if (kernels != nullptr && kernels->version == kHvdCudaKernelsVersion) c.kernels = kernels;
+  }
   g_cuda = std::move(c);
   return "";
 }

@@ -5,6 +5,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "backends/cuda/cuda_api.h"
+
 #include <string>
 
 namespace hvd_tf_standin {
@@ -33,6 +35,9 @@ struct Cuda {
   // What cudaLaunchHostFunc does: the stand-in's hvd_standin_launch_host_func, else (a real
   // libcudart) cudaLaunchHostFunc itself.
   decltype(&::cudaLaunchHostFunc) launchHostFunc;
+  // Horovod's device kernels as the library exports them (the stand-in does; null if absent):
+  // HvdStandinGpuScale (scale_kernel.cc) runs their `scale`.
+  const HvdCudaKernels* kernels = nullptr;
   std::string path;  // the library these came from
 };
 

@@ -19,6 +19,7 @@ struct Registry {
   std::mutex mu;
   std::map<int, std::vector<cudaStream_t>> streams;
   std::map<int, Copy> copies;
+  std::map<int, Copy> scales;  // dst: the output; src unused
 };
 
 Registry& registry() {
@@ -59,6 +60,15 @@ void noteCopyQueued(int device, void* dst, const void* src, uint64_t bytes) {
   c.bytes = bytes;
 }
 
+void noteScaleQueued(int device, void* out, uint64_t bytes) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  Copy& c = r.scales[device];
+  c.count++;
+  c.dst = out;
+  c.bytes = bytes;
+}
+
 }  // namespace hvd_tf_standin
 
 extern "C" {
@@ -82,6 +92,18 @@ __attribute__((visibility("default"))) uint64_t hvd_tf_standin_gpu_last_copy(int
   const auto& c = r.copies[device];
   if (dst) *dst = c.dst;
   if (src) *src = c.src;
+  if (bytes) *bytes = c.bytes;
+  return c.count;
+}
+
+// How many HvdStandinGpuScale kernels ran on `device`; the last one's output and its size go to
+// the non-null outputs (TensorFlow cannot hand out that pointer while the kernel's stream is held:
+// its DLPack export waits for the device).
+__attribute__((visibility("default"))) uint64_t hvd_tf_standin_gpu_last_scale(int device, void** out, uint64_t* bytes) {
+  auto& r = hvd_tf_standin::registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  const auto& c = r.scales[device];
+  if (out) *out = c.dst;
   if (bytes) *bytes = c.bytes;
   return c.count;
 }
