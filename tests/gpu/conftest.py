@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 DISTRIBUTED_FILES = ['test_collectives.py', 'test_killed_rank.py']
 # Distributed too, started by test_gpu_suite.py at two ranks only.
-TWO_RANK_FILES = ['test_tensorflow_gpu.py']
+TWO_RANK_FILES = ['test_tensorflow_gpu.py', 'test_tensorflow_gpu_ordering.py']
 SINGLE_PROCESS_FILES = ['test_intake.py', 'test_gpu_suite.py', 'test_tf_device.py']
 
 

@@ -75,6 +75,14 @@ def test_tensorflow_gpu_kernels(path, tmp_path):
     _run_under_launcher('test_tensorflow_gpu.py', 2, path, tmp_path)
 
 
+@pytest.mark.parametrize('path', PATHS)
+def test_tensorflow_gpu_kernels_wait_for_tensorflows_gpu_producers(path, tmp_path):
+    # A collective consuming a TensorFlow GPU kernel's output while TensorFlow's streams are held
+    # back (test_tensorflow_gpu_ordering.py).
+    pytest.importorskip('tensorflow')
+    _run_under_launcher('test_tensorflow_gpu_ordering.py', 2, path, tmp_path)
+
+
 def _run_under_launcher(test_file, np_, path, tmp_path, extra_env=None, select=None):
     horovodrun = shutil.which('horovodrun')
     assert horovodrun, 'horovodrun is not on PATH'

@@ -651,6 +651,13 @@ HVD_STANDIN_EXPORT cudaError_t hvd_standin_launch_host_func(cudaStream_t stream,
       {}, nullptr, nullptr, clock.get());
 }
 
+HVD_STANDIN_EXPORT int hvd_standin_host_waiters(int device) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (device < 0 || device >= static_cast<int>(s.hostWaiters.size())) return 0;
+  return s.hostWaiters[static_cast<size_t>(device)];
+}
+
 HVD_STANDIN_EXPORT void hvd_standin_clear_errors(void) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);

@@ -34,6 +34,7 @@ State* newState() {
   auto* s = new State();  // never destroyed: stream threads may outlive static destructors
   readDeviceCount(*s);
   s->sticky.assign(static_cast<size_t>(std::max(s->devices, 0)), cudaSuccess);
+  s->hostWaiters.assign(static_cast<size_t>(std::max(s->devices, 0)), 0);
   s->legacy.resize(static_cast<size_t>(std::max(s->devices, 0)));
   return s;
 }
@@ -306,7 +307,11 @@ void hostObserved(State& s, const Clock& clock) {
 }
 
 void waitCompleted(State& s, std::unique_lock<std::mutex>& lock, const Stream& stream, uint64_t seq) {
+  if (stream.completed >= seq) return;
+  int& waiters = s.hostWaiters[static_cast<size_t>(stream.device)];
+  ++waiters;
   s.cv.wait(lock, [&] { return stream.completed >= seq; });
+  --waiters;
 }
 
 cudaError_t enqueue(cudaStream_t handle, std::string what, std::vector<Access> accesses, std::function<void()> run,

@@ -109,6 +109,7 @@ struct State {
   std::unordered_map<cudaEvent_t, std::shared_ptr<Event>> events;
   std::unordered_map<cudaMemPool_t, Pool> pools;  // live pools
   std::vector<cudaError_t> sticky;  // per device: the context's sticky error
+  std::vector<int> hostWaiters;     // per device: host threads blocked in a synchronizing call
   Clock host;                       // what the host has observed complete
   uint64_t nextId = 1;
 };
@@ -135,7 +136,8 @@ cudaError_t enqueueLocked(State& s, const std::shared_ptr<Stream>& stream, std::
 // later ops are ordered after it and its records are dropped. Requires the lock.
 void hostObserved(State& s, const Clock& clock);
 
-// Blocks (releasing the lock) until `stream` has completed op `seq`.
+// Blocks (releasing the lock) until `stream` has completed op `seq`; counted in
+// State::hostWaiters of the stream's device while it blocks.
 void waitCompleted(State& s, std::unique_lock<std::mutex>& lock, const Stream& stream, uint64_t seq);
 
 // Starts the thread of a new stream and registers it as running. Requires the lock.

@@ -28,4 +28,9 @@ HVD_STANDIN_EXPORT void hvd_standin_open_gate(HvdStandinGate* gate);
 // the queuing status (an invalid stream, the device's sticky error).
 HVD_STANDIN_EXPORT cudaError_t hvd_standin_launch_host_func(cudaStream_t stream, cudaHostFn_t fn, void* arg);
 
+// How many host threads are blocked right now in cudaStreamSynchronize, cudaEventSynchronize or
+// cudaDeviceSynchronize on work of `device` (0 for a device that does not exist). With a stream
+// gated, a test learns from it, without a timer, that some code is waiting for the gated work.
+HVD_STANDIN_EXPORT int hvd_standin_host_waiters(int device);
+
 }  // extern "C"

@@ -85,8 +85,7 @@ void compute(void* kernel, TF_OpKernelContext* ctx) {
                                             static_cast<int>(type), factor, reinterpret_cast<cudaStream_t>(stream));
       if (e != cudaSuccess)
         fail(ctx, TF_INTERNAL, std::string(kOpName) + ": the scale kernel failed: " + cuda().getErrorString(e));
-      else
-        noteScaleQueued(TF_GetDeviceId(ctx), TF_TensorData(out), TF_TensorByteSize(out));
+      else noteScaleQueued(TF_GetDeviceId(ctx), TF_TensorData(out), TF_TensorByteSize(out));
     }
   }
   TF_DeleteTensor(in);

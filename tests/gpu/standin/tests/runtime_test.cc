@@ -395,6 +395,21 @@ TEST_F(StandinRuntime, HostFunctionsRunInStreamOrderAndCountAsHostObservation) {
   EXPECT_EQ(hvd_standin_launch_host_func(a, nullptr, nullptr), cudaErrorInvalidValue);
 }
 
+TEST_F(StandinRuntime, HostWaitersCountsThreadsBlockedOnDeviceWork) {
+  cudaStream_t s = newStream();
+  EXPECT_EQ(hvd_standin_host_waiters(0), 0);
+  HvdStandinGate* gate = hvd_standin_gate(s);
+  std::thread waiter([s] { EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess); });
+  while (hvd_standin_host_waiters(0) == 0) std::this_thread::yield();
+  EXPECT_EQ(hvd_standin_host_waiters(0), 1);
+  EXPECT_EQ(hvd_standin_host_waiters(1), 0);  // another device
+  EXPECT_EQ(hvd_standin_host_waiters(7), 0);  // no such device
+  hvd_standin_open_gate(gate);
+  waiter.join();
+  EXPECT_EQ(hvd_standin_host_waiters(0), 0);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);  // complete already: not counted, no wait
+}
+
 TEST_F(StandinRuntime, LegacyDefaultStreamSynchronizesWithBlockingStreamsOnly) {
   cudaStream_t blocking = newStream(cudaStreamDefault), nonBlocking = newStream(cudaStreamNonBlocking);
   int* d = static_cast<int*>(deviceBuffer(sizeof(int)));
