@@ -1,10 +1,12 @@
-// The Horovod TensorFlow kernel library: graph ops whose CPU kernels enqueue a collective in the
+// The Horovod TensorFlow kernel library: graph ops whose kernels enqueue a collective in the
 // core of horovod._core and finish the op when it has completed.
 //
 // Loaded with tf.load_op_library() by horovod.tensorflow after `import tensorflow`: its static
-// initializer resolves TensorFlow's C API (tf_c_api.h) and registers the ops and kernels; then
-// horovod.tensorflow hands it the core's hvd::ApiTable (horovod_tf_bind). Nothing here is
-// compiled against TensorFlow or links the core.
+// initializer resolves TensorFlow's C API (tf_c_api.h) and registers the ops and their CPU
+// kernels; then horovod.tensorflow hands it the core's hvd::ApiTable (horovod_tf_bind) and, when
+// the core has the CUDA backend, registers the collectives' GPU kernels
+// (horovod_tf_register_gpu_kernels; GPU tensors are ordered by the whole GPU: Call::device).
+// Nothing here is compiled against TensorFlow or links the core.
 //
 // Each op node carries its collective's settings as attributes (core name, op, factors, process
 // set) and handles a whole group of tensors: one node per gradient group, one crossing into the
