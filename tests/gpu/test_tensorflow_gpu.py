@@ -147,6 +147,19 @@ def test_gradient_tape_reduces_gpu_gradients():
     np.testing.assert_allclose(grad.numpy(), (size + 1) / 2)
 
 
+def test_adasum_on_one_host_is_the_average():
+    # GPU Adasum averages inside a host and combines hosts with Adasum (docs/adasum.md): on one
+    # host, the ranks' average, eagerly and in a function.
+    size, rank = hvd.size(), hvd.rank()
+    with tf.device(gpu()):
+        x = on_gpu(np.arange(9) * (rank + 1))
+        eager = hvd.allreduce(x, op=hvd.Adasum, name='adasum.eager')
+        traced = tf.function(lambda t: hvd.allreduce(t, op=hvd.Adasum, name='adasum.fn'))(x)
+    for t in (eager, traced):
+        assert_on_gpu(t)
+        np.testing.assert_allclose(t.numpy(), np.arange(9) * (size + 1) / 2, rtol=1e-6)
+
+
 def test_collectives_ran_on_the_gpu_backend():
     """The GPU kernels ran the collectives above through the path asked for, not TensorFlow's
     CPU placement with copies (that would count them under the cpu backend only)."""

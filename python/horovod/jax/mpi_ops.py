@@ -96,7 +96,7 @@ def _set_size_rank_of(ps_id):
 
 def _check(x):
     """``x`` as a jax array (numpy arrays and scalars accepted), of a dtype the core supports,
-    not on a GPU (this build is CPU-only)."""
+    on the CPU (horovod.jax runs on CPU arrays; horovod.dlpack takes GPU arrays)."""
     if not isinstance(x, (jax.Array, jax.core.Tracer)):
         x = jnp.asarray(x)
     dtype = np.dtype(x.dtype)
@@ -105,8 +105,9 @@ def _check(x):
     if not isinstance(x, jax.core.Tracer):
         platforms = {d.platform for d in x.devices()}
         if platforms != {'cpu'}:
-            raise ValueError('Tensor on %s is not supported: this Horovod build supports CPU '
-                             'arrays only; move it with jax.device_put(x, jax.devices("cpu")[0]).'
+            raise ValueError('Tensor on %s is not supported: horovod.jax runs collectives on CPU '
+                             'arrays; move it with jax.device_put(x, jax.devices("cpu")[0]), or '
+                             'run GPU arrays through horovod.dlpack (docs/gpu.md).'
                              % ', '.join(sorted(platforms)))
     return x
 
