@@ -34,7 +34,8 @@ using ResultArray = nb::ndarray<nb::array_api>;
 // when none does), not this file's.
 //
 // The producer stream of a device tensor (hvd::Device::stream), from `stream`:
-//   an int      the stream handle itself (cudaStream_t as an integer; 0 = the default stream);
+//   an int      the stream handle itself (cudaStream_t as an integer; 0 = the default stream;
+//               -1 = unknown: Device::deviceWideStream(), ordered by the whole GPU);
 //   a callable  called as stream(device_ordinal) -> int, only when a tensor is on a device (the
 //               adapters pass one fixed function, so CPU tensors cost no Python call);
 //   None        the default stream (null): right for arrays imported through __dlpack__(), whose

@@ -261,6 +261,23 @@ def test_process_set(dev):
         _core.remove_process_set(ps)
 
 
+def test_unknown_stream_orders_by_the_whole_device(dev):
+    """stream=-1: the producer's stream is not told (TensorFlow's GPU kernels), so the backend
+    synchronizes the GPU first: the inputs, still being written on the test's stream, arrive
+    whole. The allgather output is released after a device synchronize."""
+    x = dev.put(local_value(np.dtype(np.float32), rank()))
+    _core.allreduce_async(x, None, name('devicewide'), SUM, 1.0, 1.0, 0, stream=-1).wait()
+    equal(x.download(), expected(np.dtype(np.float32), SUM))
+    y = dev.put(local_value(np.dtype(np.int64), rank(), (rank() + 1, 2)))
+    work = _core.allgather_async(y.capsule(), name('devicewide.ag'), 0, stream=-1)
+    work.wait()
+    (result,) = work.outputs()
+    address, shape, _, _ = describe(result)
+    want = np.concatenate([local_value(np.dtype(np.int64), r, (r + 1, 2)) for r in range(size())])
+    equal(download(dev.c, address, shape, np.dtype(np.int64)), want)
+    del result, work
+
+
 def test_large_allreduce_in_chunks(dev):
     """Larger than a staging chunk and the fusion buffer: the pipelined paths."""
     n = (80 << 20) // 4

@@ -127,6 +127,15 @@ def collectives(device):
                                   name='t.ps', process_set=ps),
                     expected(torch.float32, hvd.Sum, (6,), device, members), 'process set')
         hvd.remove_process_set(ps)
+    if device.type == 'cuda':
+        # The device-wide order of TensorFlow's GPU kernels (stream=-1 through the core): the input
+        # is written on a side stream nobody tells Horovod about, and the GPU is synchronized first.
+        from horovod import _core
+        with torch.cuda.stream(side):
+            w = torch.full((1 << 22,), float(r + 1), device=device)
+        _core.allreduce_async(torch.utils.dlpack.to_dlpack(w), None, 't.devicewide', hvd.Sum, 1.0,
+                              1.0, 0, stream=-1).wait()
+        c.equal(w, torch.full_like(w, float(sum(q + 1 for q in ranks))), 'device-wide allreduce')
     # Large: several staging chunks and more than the fusion buffer.
     large = torch.full((48 << 20,), float(r + 1), device=device)
     hvd.allreduce_(large, op=hvd.Sum, name='t.large')
