@@ -161,6 +161,14 @@ def test_tensorflow_gpu_adasum_prechecks(monkeypatch):
         cpu = tf.ones([4])
     with pytest.raises(NotImplementedError, match='Running Adasum with non-power of 2 ranks'):
         mpi_ops._adasum_checks(mpi_ops.Adasum, global_process_set, [cpu])
+    class UnplacedTensor:  # a graph tensor before placement: the GPU Adasum where TF has a GPU
+        device = ''
+
+    monkeypatch.setattr(mpi_ops.tf.config, 'list_logical_devices', lambda kind: ['gpu0'] if kind == 'GPU' else [])
+    mpi_ops._adasum_checks(mpi_ops.Adasum, global_process_set, [UnplacedTensor()])
+    monkeypatch.setattr(mpi_ops.tf.config, 'list_logical_devices', lambda kind: [])
+    with pytest.raises(NotImplementedError, match='Running Adasum with non-power of 2 ranks'):
+        mpi_ops._adasum_checks(mpi_ops.Adasum, global_process_set, [UnplacedTensor()])
     Core.local_size = staticmethod(lambda: 1)  # three hosts
     with pytest.raises(NotImplementedError, match='Running GPU Adasum with non-power of 2 nodes'):
         mpi_ops._adasum_checks(mpi_ops.Adasum, global_process_set, [GpuTensor()])

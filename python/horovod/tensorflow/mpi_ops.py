@@ -128,12 +128,21 @@ def _set_size_and_rank(process_set):
 
 # ---- allreduce -----------------------------------------------------------------------------------
 
+def _placed_on_gpu(tensor):
+    """Whether the op on ``tensor`` runs on a GPU: its device names one, or (a graph tensor not
+    placed yet) TensorFlow has a GPU, where it places Horovod's ops as Horovod's own placer did."""
+    device = getattr(tensor, 'device', '') or ''
+    if device:
+        return ':GPU:' in device
+    return bool(tf.config.list_logical_devices('GPU'))
+
+
 def _adasum_checks(op, process_set, tensors=()):
     """Horovod's Adasum refusals (horovod.common.ops.check_adasum); tensors placed on a GPU in a
     build with CUDA run the GPU Adasum, whose conditions are on hosts."""
     if op != Adasum:
         return
-    gpu = _core.cuda_built() and any(':GPU:' in (getattr(t, 'device', '') or '') for t in tensors)
+    gpu = _core.cuda_built() and any(_placed_on_gpu(t) for t in tensors)
     _ops.check_adasum(op, process_set.process_set_id, _core.size, gpu=gpu,
                       local_size=_core.local_size, homogeneous=_core.is_homogeneous)
 
