@@ -31,7 +31,6 @@ ncclDataType_t adasumType(DataType dtype) {
 }
 
 uint8_t* at(void* base, size_t offset) { return static_cast<uint8_t*>(base) + offset; }
-const uint8_t* at(const void* base, size_t offset) { return static_cast<const uint8_t*>(base) + offset; }
 
 }  // namespace
 
@@ -88,25 +87,7 @@ void NcclBackend::adasum(const Response& r, ProcessSet& set, const std::vector<E
   if (padded > count) {
     HVD_CUDA_CHECK(api_, device_, api_.rt.memsetAsync(at(buf, total), 0, (padded - count) * esize, stream));
   }
-  std::vector<void*> dst;
-  std::vector<const void*> src;
-  std::vector<size_t> sizes;
-  notifyIf(EngineEventKind::kFusionCopyInStart, r, static_cast<int64_t>(total), nullptr);
-  size_t offset = 0;
-  for (size_t i = 0; i < r.tensors.size(); ++i) {
-    const size_t bytes = engine::tensorBytes(r.tensors[i].data(), dtype);
-    if (entries[i] != nullptr) {
-      dst.push_back(at(buf, offset));
-      src.push_back(entries[i]->input);
-      sizes.push_back(bytes);
-    } else if (bytes > 0) {  // a joined rank adds zeros
-      HVD_CUDA_CHECK(api_, device_, api_.rt.memsetAsync(at(buf, offset), 0, bytes, stream));
-    }
-    offset += bytes;
-  }
-  batchedCopy(lane, dst, src, sizes);
-  scale(lane, buf, buf, count, dtype, r.params.prescale);
-  notifyIf(EngineEventKind::kFusionCopyInEnd, r, static_cast<int64_t>(total), nullptr);
+  packFused(lane, r, entries, buf);
 
   started(r, static_cast<int64_t>(total), kNcclAdasum);
   void* mine = at(buf, static_cast<size_t>(hosts.localRank) * shard * esize);
@@ -131,19 +112,7 @@ void NcclBackend::adasum(const Response& r, ProcessSet& set, const std::vector<E
   scale(lane, buf, buf, count, dtype, r.params.postscale / localSize);
   ended(r, static_cast<int64_t>(total), kNcclAdasum);
 
-  notifyIf(EngineEventKind::kFusionCopyOutStart, r, static_cast<int64_t>(total), nullptr);
-  offset = 0;
-  for (size_t i = 0; i < r.tensors.size(); ++i) {
-    const size_t bytes = engine::tensorBytes(r.tensors[i].data(), dtype);
-    if (entries[i] != nullptr) {
-      dst.push_back(entries[i]->output);
-      src.push_back(at(static_cast<const void*>(buf), offset));
-      sizes.push_back(bytes);
-    }
-    offset += bytes;
-  }
-  batchedCopy(lane, dst, src, sizes);
-  notifyIf(EngineEventKind::kFusionCopyOutEnd, r, static_cast<int64_t>(total), nullptr);
+  unpackFused(lane, r, entries, buf);
   finish(lane, entries);
 }
 

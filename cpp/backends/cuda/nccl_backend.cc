@@ -264,25 +264,7 @@ void NcclBackend::allreduce(const Response& r, ProcessSet&, const std::vector<En
   if (padded > count) {
     HVD_CUDA_CHECK(api_, device_, api_.rt.memsetAsync(at(buf, total), 0, (padded - count) * esize, stream));
   }
-  std::vector<void*> dst;
-  std::vector<const void*> src;
-  std::vector<size_t> sizes;
-  notifyIf(EngineEventKind::kFusionCopyInStart, r, static_cast<int64_t>(total), nullptr);
-  size_t offset = 0;
-  for (size_t i = 0; i < r.tensors.size(); ++i) {
-    const size_t bytes = engine::tensorBytes(r.tensors[i].data(), dtype);
-    if (entries[i] != nullptr) {
-      dst.push_back(at(buf, offset));
-      src.push_back(entries[i]->input);
-      sizes.push_back(bytes);
-    } else if (bytes > 0) {
-      HVD_CUDA_CHECK(api_, device_, api_.rt.memsetAsync(at(buf, offset), 0, bytes, stream));
-    }
-    offset += bytes;
-  }
-  batchedCopy(lane, dst, src, sizes);
-  scale(lane, buf, buf, count, dtype, r.params.prescale);
-  notifyIf(EngineEventKind::kFusionCopyInEnd, r, static_cast<int64_t>(total), nullptr);
+  packFused(lane, r, entries, buf);
   const char* activity = hierarchy_ ? "nccl_hierarchical_allreduce" : "nccl_allreduce";
   started(r, static_cast<int64_t>(total), activity);
   if (hierarchy_) {
@@ -292,20 +274,52 @@ void NcclBackend::allreduce(const Response& r, ProcessSet&, const std::vector<En
   }
   scale(lane, buf, buf, count, dtype, r.params.postscale);
   ended(r, static_cast<int64_t>(total), activity);
-  notifyIf(EngineEventKind::kFusionCopyOutStart, r, static_cast<int64_t>(total), nullptr);
-  offset = 0;
+  unpackFused(lane, r, entries, buf);
+  finish(lane, entries);
+}
+
+void NcclBackend::packFused(Lane& lane, const Response& r, const std::vector<Entry*>& entries, void* buf) {
+  const DataType dtype = r.params.dtype;
+  const int64_t total = static_cast<int64_t>(engine::fusedBytes(r));
+  std::vector<void*> dst;
+  std::vector<const void*> src;
+  std::vector<size_t> sizes;
+  notifyIf(EngineEventKind::kFusionCopyInStart, r, total, nullptr);
+  size_t offset = 0;
   for (size_t i = 0; i < r.tensors.size(); ++i) {
     const size_t bytes = engine::tensorBytes(r.tensors[i].data(), dtype);
     if (entries[i] != nullptr) {
+      dst.push_back(at(buf, offset));
+      src.push_back(entries[i]->input);
+      sizes.push_back(bytes);
+    } else if (bytes > 0) {  // a joined rank adds zeros
+      HVD_CUDA_CHECK(api_, device_, api_.rt.memsetAsync(at(buf, offset), 0, bytes, lane.stream.get()));
+    }
+    offset += bytes;
+  }
+  batchedCopy(lane, dst, src, sizes);
+  scale(lane, buf, buf, static_cast<size_t>(total) / dataTypeSize(dtype), dtype, r.params.prescale);
+  notifyIf(EngineEventKind::kFusionCopyInEnd, r, total, nullptr);
+}
+
+void NcclBackend::unpackFused(Lane& lane, const Response& r, const std::vector<Entry*>& entries, const void* buf) {
+  const int64_t total = static_cast<int64_t>(engine::fusedBytes(r));
+  std::vector<void*> dst;
+  std::vector<const void*> src;
+  std::vector<size_t> sizes;
+  notifyIf(EngineEventKind::kFusionCopyOutStart, r, total, nullptr);
+  size_t offset = 0;
+  for (size_t i = 0; i < r.tensors.size(); ++i) {
+    const size_t bytes = engine::tensorBytes(r.tensors[i].data(), r.params.dtype);
+    if (entries[i] != nullptr) {
       dst.push_back(entries[i]->output);
-      src.push_back(at(static_cast<const void*>(buf), offset));
+      src.push_back(at(buf, offset));
       sizes.push_back(bytes);
     }
     offset += bytes;
   }
   batchedCopy(lane, dst, src, sizes);
-  notifyIf(EngineEventKind::kFusionCopyOutEnd, r, static_cast<int64_t>(total), nullptr);
-  finish(lane, entries);
+  notifyIf(EngineEventKind::kFusionCopyOutEnd, r, total, nullptr);
 }
 
 void NcclBackend::allgather(const Response& r, ProcessSet& set, const std::vector<Entry*>& entries) {

@@ -112,6 +112,10 @@ class NcclBackend : public backends::HostBackendBase {
   void* reserve(Lane& lane, DeviceBuffer& buffer, size_t bytes);
   void batchedCopy(Lane& lane, std::vector<void*>& dst, std::vector<const void*>& src, std::vector<size_t>& bytes);
   void scale(Lane& lane, void* out, const void* in, size_t count, DataType dtype, double factor);
+  // A fused response's tensors into `buf` (zeros for a rank without the tensor), prescaled, and
+  // back out of it into the outputs, between the fusion-copy events; queued on the lane.
+  void packFused(Lane& lane, const Response& r, const std::vector<Entry*>& entries, void* buf);
+  void unpackFused(Lane& lane, const Response& r, const std::vector<Entry*>& entries, const void* buf);
   void check(ncclResult_t status, const char* call) const { checkNccl(api_, status, call, device_, comm_); }
 
   const CudaApi& api_;
